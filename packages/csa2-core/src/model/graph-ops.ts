@@ -1,0 +1,249 @@
+/**
+ * @module model/graph-ops
+ * Sub-graph emitters for the equations of the DeepSeek-V4.1 forward pass, each written to reproduce
+ * the official reference's arithmetic: which values are rounded to bf16, which stay fp32, and the
+ * order of the fp32 operations (csa2-reference.md §2–3, v41-trunk-reference.md §2–3).
+ *
+ * Numerics modes:
+ *   'bf16' (default) — round to bf16 exactly where the reference holds a bf16 tensor; accumulate fp32.
+ *   'fp32'           — plain float32 everywhere (no bf16 rounding; attention probabilities stay fp32).
+ * The KV-side quantizers (FP8 window, FP4 caches, MXFP4 index q/k) run in both modes, as in the
+ * reference, whose fp32 variant keeps them too.
+ */
+import type { GraphBuilder } from '../onnx/graph-builder.js';
+
+export type NumericsMode = 'bf16' | 'fp32';
+
+const FP8_MAX = 448;
+const FP4_MAX = 6;
+/** fp32(1/448) and fp32(1/6): the kernels multiply by these float32 reciprocals. */
+const FP8_MAX_INV = Math.fround(1 / FP8_MAX);
+const FP4_MAX_INV = Math.fround(1 / FP4_MAX);
+/** Sparse attention walks its index list in blocks of this many entries (online softmax). */
+export const ATTENTION_BLOCK = 64;
+
+/** Transposes a row-major [rows, cols] matrix into a new [cols, rows] one. */
+export function transposeMatrix(w: Float32Array, rows: number, cols: number): Float32Array {
+  const out = new Float32Array(w.length);
+  for (let r = 0; r < rows; r++) {
+    const base = r * cols;
+    for (let c = 0; c < cols; c++) out[c * rows + r] = w[base + c] as number;
+  }
+  return out;
+}
+
+export class GraphOps {
+  constructor(
+    readonly g: GraphBuilder,
+    readonly mode: NumericsMode,
+  ) {
+    if (process.env['CSA2_ACC64'] === '1') g.matmulAccumulation = 'float64';
+  }
+
+  /** Rounds to bf16 where the reference holds a bf16 tensor (identity in fp32 mode). */
+  bf(x: string): string {
+    if (this.mode === 'fp32') return x;
+    return this.g.cast(this.g.cast(x, 'bfloat16'), 'float32');
+  }
+
+  /** y = x @ W^T for W [out, in] (nn.Linear layout); bf16 output in bf16 mode (F.linear on bf16). */
+  linear(x: string, name: string, w: Float32Array, outDim: number, inDim: number): string {
+    const wt = this.g.weight(name, transposeMatrix(w, outDim, inDim), [inDim, outDim]);
+    return this.bf(this.g.matmul(x, wt));
+  }
+
+  /** y = x @ W^T kept in fp32 (fp32 parameters: compressor m>1, gate, head, hc_fn). */
+  linearF32(x: string, name: string, w: Float32Array, outDim: number, inDim: number): string {
+    const wt = this.g.weight(name, transposeMatrix(w, outDim, inDim), [inDim, outDim]);
+    return this.g.matmul(x, wt);
+  }
+
+  /** RMSNorm over the last axis: bf16(w * (x * rsqrt(mean(x²) + eps))) (trunk §2.5). */
+  rmsNorm(x: string, name: string, w: Float32Array, eps: number): string {
+    const g = this.g;
+    const ms = g.reduceMean(g.mul(x, x), [-1], true);
+    const r = g.div(g.scalar(1), g.sqrt(g.add(ms, g.scalar(eps))));
+    const weight = g.weight(name, w, [w.length]);
+    return this.bf(g.mul(weight, g.mul(x, r)));
+  }
+
+  /**
+   * RoPE on the last `ropeDim` dims, interleaved pairs as complex numbers (csa2 §2.2), fp32 math, the
+   * result rounded to bf16. `cos`/`sin` are [rows, ropeDim/2]; x is [rows, width] or [rows, heads, width].
+   */
+  rope(x: string, rank: 2 | 3, width: number, ropeDim: number, cos: string, sin: string, inverse = false): string {
+    const g = this.g;
+    const half = ropeDim / 2;
+    const nope = g.slice(x, [-1], [0], [width - ropeDim]);
+    const r = g.slice(x, [-1], [width - ropeDim], [width]);
+    const pairs = g.reshape(r, rank === 2 ? [0, half, 2] : [0, 0, half, 2]);
+    const a = g.slice(pairs, [-1], [0], [1]);
+    const b = g.slice(pairs, [-1], [1], [2]);
+    // cos/sin [rows, half] -> [rows, half, 1] or [rows, 1, half, 1]
+    const c = rank === 2 ? g.unsqueeze(cos, [-1]) : g.unsqueeze(cos, [1, 3]);
+    let s = rank === 2 ? g.unsqueeze(sin, [-1]) : g.unsqueeze(sin, [1, 3]);
+    if (inverse) s = g.neg(s);
+    // c10::complex: (a + ib)(c + is) = (a*c - b*s) + i(a*s + b*c)
+    const re = g.sub(g.mul(a, c), g.mul(b, s));
+    const im = g.add(g.mul(a, s), g.mul(b, c));
+    const rotated = g.reshape(g.concat([re, im], -1), rank === 2 ? [0, ropeDim] : [0, 0, ropeDim]);
+    return g.concat([nope, this.bf(rotated)], -1);
+  }
+
+  /** 2^ceil(log2(t)) for positive t, exactly (fast_round_scale on the IEEE bits; floor 2^-126). */
+  pow2Ceil(t: string): string {
+    const g = this.g;
+    const e = g.op('Ceil', [g.mul(g.log(t), g.scalar(1 / Math.LN2))]);
+    let p = g.op('Pow', [g.scalar(2), e]);
+    // the log is approximate: fix up by one step each way so that p/2 < t <= p holds exactly
+    p = g.where(g.less(p, t), g.mul(p, g.scalar(2)), p);
+    const halfP = g.mul(p, g.scalar(0.5));
+    p = g.where(g.greaterOrEqual(halfP, t), halfP, p);
+    return g.max(p, g.scalar(2 ** -126));
+  }
+
+  /** FP4 E2M1 round-to-nearest-even of v already clamped to [-6, 6] (csa2 §2.3). */
+  e2m1Round(v: string): string {
+    const g = this.g;
+    const mag = g.abs(v);
+    const step = g.where(g.less(mag, g.scalar(2)), g.scalar(0.5), g.where(g.less(mag, g.scalar(4)), g.scalar(1), g.scalar(2)));
+    return g.mul(g.round(g.div(v, step)), step);
+  }
+
+  private blocks(x: string, lastDim: number, block: number): { grouped: string; amax: string } {
+    const g = this.g;
+    const grouped = g.reshape(x, [-1, lastDim / block, block]);
+    return { grouped, amax: g.reduceMax(g.abs(grouped), [-1], true) };
+  }
+
+  /** act_quant(x, 32, ue8m0, inplace): FP8 E4M3 with a power-of-two scale per 32 (window KV, csa2 §2.3 C). */
+  fakeQuantFp8Block32(x: string, lastDim: number, outDims: readonly number[]): string {
+    const g = this.g;
+    const { grouped, amax } = this.blocks(x, lastDim, 32);
+    const s = this.pow2Ceil(g.mul(g.max(amax, g.scalar(1e-4)), g.scalar(FP8_MAX_INV)));
+    const q = g.cast(g.cast(g.clip(g.div(grouped, s), -FP8_MAX, FP8_MAX), 'float8e4m3fn'), 'float32');
+    return g.reshape(g.mul(q, s), outDims);
+  }
+
+  /** fp4_act_quant(x, 16, e4m3 scale): FP4 E2M1 with an E4M3 scale per 16 (main compressed KV, csa2 §2.3 A). */
+  fakeQuantFp4E4m3Block16(x: string, lastDim: number, outDims: readonly number[]): string {
+    const g = this.g;
+    const { grouped, amax } = this.blocks(x, lastDim, 16);
+    const floor = g.max(amax, g.scalar(FP4_MAX * 2 ** -9));
+    const s = g.cast(g.cast(g.clip(g.div(floor, g.scalar(FP4_MAX)), -FP8_MAX, FP8_MAX), 'float8e4m3fn'), 'float32');
+    const v = g.clip(g.div(grouped, s), -FP4_MAX, FP4_MAX);
+    return g.reshape(g.mul(this.e2m1Round(v), s), outDims);
+  }
+
+  /** fp4_act_quant(x, 32, ue8m0 scale): MXFP4, FP4 E2M1 with a power-of-two scale per 32 (index q/k, csa2 §2.3 B). */
+  fakeQuantFp4Ue8m0Block32(x: string, lastDim: number, outDims: readonly number[]): string {
+    const g = this.g;
+    const { grouped, amax } = this.blocks(x, lastDim, 32);
+    const s = this.pow2Ceil(g.mul(g.max(amax, g.scalar(FP4_MAX * 2 ** -126)), g.scalar(FP4_MAX_INV)));
+    const v = g.clip(g.div(grouped, s), -FP4_MAX, FP4_MAX);
+    return g.reshape(g.mul(this.e2m1Round(v), s), outDims);
+  }
+
+  /**
+   * hc_mixes + hc_split_sinkhorn (trunk §2.3) for X [rows, n, d] → pre [rows, n], post [rows, n],
+   * comb [rows, n, n] (comb[j][k]: from copy j into copy k). All fp32.
+   */
+  hcMixes(
+    x: string,
+    prefix: string,
+    p: { fn: Float32Array; base: Float32Array; scale: Float32Array },
+    dims: { n: number; d: number; iters: number; hcEps: number; normEps: number },
+  ): { pre: string; post: string; comb: string } {
+    const g = this.g;
+    const { n, d } = dims;
+    const m = (2 + n) * n;
+    const flat = g.reshape(x, [0, n * d]);
+    const r = g.div(g.scalar(1), g.sqrt(g.add(g.reduceMean(g.mul(flat, flat), [-1], true), g.scalar(dims.normEps))));
+    const mixes = g.mul(this.linearF32(flat, `${prefix}_fn`, p.fn, m, n * d), r);
+    const base = g.weight(`${prefix}_base`, p.base, [m]);
+    const scaleAt = (i: number) => g.const('float32', [p.scale[i] as number], []);
+    const part = (lo: number, hi: number) => ({ m: g.slice(mixes, [-1], [lo], [hi]), b: g.slice(base, [0], [lo], [hi]) });
+    const eps = g.scalar(dims.hcEps);
+    const pr = part(0, n);
+    const pre = g.add(g.sigmoid(g.add(g.mul(pr.m, scaleAt(0)), pr.b)), eps);
+    const po = part(n, 2 * n);
+    const post = g.mul(g.scalar(2), g.sigmoid(g.add(g.mul(po.m, scaleAt(1)), po.b)));
+    const co = part(2 * n, m);
+    let comb = g.reshape(g.add(g.mul(co.m, scaleAt(2)), co.b), [0, n, n]);
+    comb = g.exp(g.sub(comb, g.reduceMax(comb, [-1], true)));
+    comb = g.add(g.div(comb, g.reduceSum(comb, [-1], true)), eps);
+    comb = g.div(comb, g.add(g.reduceSum(comb, [-2], true), eps));
+    for (let i = 0; i < dims.iters - 1; i++) {
+      comb = g.div(comb, g.add(g.reduceSum(comb, [-1], true), eps));
+      comb = g.div(comb, g.add(g.reduceSum(comb, [-2], true), eps));
+    }
+    return { pre, post, comb };
+  }
+
+  /** hc_pre: Σ_j pre[j]·X[j] in fp32, rounded to the stream dtype. X [rows, n, d], pre [rows, n] → [rows, d]. */
+  hcPre(x: string, pre: string): string {
+    const g = this.g;
+    return this.bf(g.reduceSum(g.mul(g.unsqueeze(pre, [-1]), x), [1], false));
+  }
+
+  /** hc_post: Y[k] = post[k]·y + Σ_j comb[j][k]·R[j], fp32, rounded. y [rows, d], R [rows, n, d]. */
+  hcPost(y: string, residual: string, post: string, comb: string): string {
+    const g = this.g;
+    const expanded = g.mul(g.unsqueeze(post, [-1]), g.unsqueeze(y, [1]));
+    const mixed = g.reduceSum(g.mul(g.unsqueeze(comb, [-1]), g.unsqueeze(residual, [2])), [1], false);
+    return this.bf(g.add(expanded, mixed));
+  }
+
+  /** softplus like torch (threshold 20), with an accurate log1p: log1p(u) = log(1+u)·u/((1+u)−1). */
+  softplus(x: string): string {
+    const g = this.g;
+    const u = g.exp(x);
+    const w = g.add(g.scalar(1), u);
+    const log1p = g.where(g.equal(w, g.scalar(1)), u, g.div(g.mul(g.log(w), u), g.sub(w, g.scalar(1))));
+    return g.where(g.greater(x, g.scalar(20)), x, log1p);
+  }
+
+  /** F.silu as torch computes it: x / (1 + exp(-x)). */
+  silu(x: string): string {
+    const g = this.g;
+    return g.div(x, g.add(g.scalar(1), g.exp(g.neg(x))));
+  }
+
+  /**
+   * Sparse attention with a sink (csa2 §2.5; the kernel's online softmax over blocks of 64 indices):
+   * q [rows, H, D], kv [rows, C, D] (gathered rows, C a multiple of 64), valid [rows, C] bool.
+   * Probabilities are rounded to bf16 before the PV product, relative to the running max, as the
+   * kernel does. Returns o [rows, H, D] (bf16 in bf16 mode).
+   */
+  sparseAttention(q: string, kv: string, valid: string, sink: string, scale: number, columns: number): string {
+    const g = this.g;
+    const negInf = g.scalar(-Infinity);
+    const scaleT = g.scalar(Math.fround(scale));
+    let runMax = '';
+    let sumExp = '';
+    let acc = '';
+    for (let b = 0; b * ATTENTION_BLOCK < columns; b++) {
+      const lo = b * ATTENTION_BLOCK;
+      const hi = lo + ATTENTION_BLOCK;
+      const kb = g.slice(kv, [1], [lo], [hi]); // [rows, 64, D]
+      const vb = g.unsqueeze(g.slice(valid, [1], [lo], [hi]), [1]); // [rows, 1, 64]
+      const s = g.mul(g.where(vb, g.matmul(q, g.transpose(kb, [0, 2, 1])), negInf), scaleT); // [rows, H, 64]
+      const prevMax = b === 0 ? g.scalar(-1e30) : runMax;
+      runMax = g.max(prevMax, g.reduceMax(s, [-1], false)); // [rows, H]
+      const rescale = g.exp(g.sub(prevMax, runMax));
+      const p = g.exp(g.sub(s, g.unsqueeze(runMax, [-1])));
+      const blockSum = g.reduceSum(p, [-1], false);
+      const pv = g.matmul(this.bf(p), kb); // [rows, H, D]
+      if (b === 0) {
+        sumExp = blockSum;
+        acc = pv;
+      } else {
+        sumExp = g.add(g.mul(sumExp, rescale), blockSum);
+        acc = g.add(g.mul(acc, g.unsqueeze(rescale, [-1])), pv);
+      }
+    }
+    // the sink adds exp(sink - max) to the denominator only (its value vector is zero)
+    const den = g.add(sumExp, g.exp(g.sub(sink, runMax)));
+    return this.bf(g.div(acc, g.unsqueeze(den, [-1])));
+  }
+}

@@ -1,0 +1,127 @@
+/**
+ * @module runtime/ort-session
+ * The one file that imports onnxruntime-node. Everything else sees `GraphSession` and `HostTensor`.
+ *
+ * `session.run` executes synchronously on the calling thread inside onnxruntime-node, so callers that
+ * serve requests run models inside a worker thread (see runtime/engine-worker.ts).
+ */
+import * as ort from 'onnxruntime-node';
+import { Csa2Error } from '../errors.js';
+
+export type ExecutionProvider = 'cpu' | 'cuda';
+
+export interface RuntimeOptions {
+  /** Where the graphs run. `cuda` needs an onnxruntime-node build with the CUDA provider. @defaultValue 'cpu' */
+  readonly executionProvider: ExecutionProvider;
+  /** Threads for one operator. @defaultValue 2 */
+  readonly intraOpThreads: number;
+  /**
+   * ORT graph optimization level. 'basic' keeps every floating-point operation as written (higher levels
+   * may fuse and reorder arithmetic), which is what bit-faithful numerics need. @defaultValue 'basic'
+   */
+  readonly graphOptimization: 'disabled' | 'basic' | 'extended' | 'all';
+}
+
+export const DEFAULT_RUNTIME_OPTIONS: RuntimeOptions = {
+  executionProvider: 'cpu',
+  intraOpThreads: 2,
+  graphOptimization: 'basic',
+};
+
+/** A host-side tensor: float32, int32 or bool (as Uint8Array) data with its dims. */
+export type HostTensor =
+  | { readonly type: 'float32'; readonly data: Float32Array; readonly dims: readonly number[] }
+  | { readonly type: 'int32'; readonly data: Int32Array; readonly dims: readonly number[] }
+  | { readonly type: 'int64'; readonly data: BigInt64Array; readonly dims: readonly number[] }
+  | { readonly type: 'bool'; readonly data: Uint8Array; readonly dims: readonly number[] };
+
+export const f32 = (data: Float32Array, dims: readonly number[]): HostTensor => ({ type: 'float32', data, dims });
+export const i32 = (data: Int32Array, dims: readonly number[]): HostTensor => ({ type: 'int32', data, dims });
+export const i64 = (data: BigInt64Array, dims: readonly number[]): HostTensor => ({ type: 'int64', data, dims });
+export const bool = (data: Uint8Array, dims: readonly number[]): HostTensor => ({ type: 'bool', data, dims });
+
+export interface GraphSession {
+  readonly name: string;
+  readonly inputNames: readonly string[];
+  readonly outputNames: readonly string[];
+  run(feeds: Readonly<Record<string, HostTensor>>): Promise<Record<string, HostTensor>>;
+  dispose(): Promise<void>;
+}
+
+function toOrt(t: HostTensor): ort.Tensor {
+  switch (t.type) {
+    case 'float32':
+      return new ort.Tensor('float32', t.data, t.dims);
+    case 'int32':
+      return new ort.Tensor('int32', t.data, t.dims);
+    case 'int64':
+      return new ort.Tensor('int64', t.data, t.dims);
+    case 'bool':
+      return new ort.Tensor('bool', t.data, t.dims);
+  }
+}
+
+function fromOrt(name: string, t: ort.Tensor): HostTensor {
+  const dims = t.dims.map(Number);
+  switch (t.type) {
+    case 'float32':
+      return { type: 'float32', data: t.data as Float32Array, dims };
+    case 'int32':
+      return { type: 'int32', data: t.data as Int32Array, dims };
+    case 'int64':
+      return { type: 'int64', data: t.data as BigInt64Array, dims };
+    case 'bool':
+      return { type: 'bool', data: t.data as Uint8Array, dims };
+    default:
+      throw new Csa2Error('runtime', `graph output ${name} has unsupported type ${t.type}`);
+  }
+}
+
+function describeFeeds(feeds: Readonly<Record<string, HostTensor>>): string {
+  return Object.entries(feeds)
+    .map(([k, v]) => `${k}: ${v.type}[${v.dims.join(', ')}]`)
+    .join('; ');
+}
+
+/** Opens a session over serialized ONNX bytes. */
+export async function openGraphSession(name: string, model: Uint8Array, options: RuntimeOptions = DEFAULT_RUNTIME_OPTIONS): Promise<GraphSession> {
+  let session: ort.InferenceSession;
+  try {
+    session = await ort.InferenceSession.create(model, {
+      executionProviders: options.executionProvider === 'cuda' ? ['cuda', 'cpu'] : ['cpu'],
+      intraOpNumThreads: options.intraOpThreads,
+      interOpNumThreads: 1,
+      graphOptimizationLevel: options.graphOptimization,
+      executionMode: 'sequential',
+    });
+  } catch (cause) {
+    throw new Csa2Error('runtime', `cannot create onnxruntime session for graph ${name}: ${String(cause)}`, { cause });
+  }
+  const inputNames = [...session.inputNames];
+  const outputNames = [...session.outputNames];
+  return {
+    name,
+    inputNames,
+    outputNames,
+    async run(feeds) {
+      const missing = inputNames.filter((n) => !(n in feeds));
+      if (missing.length > 0) {
+        throw new Csa2Error('runtime', `graph ${name}: missing inputs ${missing.join(', ')} (given: ${describeFeeds(feeds)})`);
+      }
+      const ortFeeds: Record<string, ort.Tensor> = {};
+      for (const n of inputNames) ortFeeds[n] = toOrt(feeds[n] as HostTensor);
+      let out: ort.InferenceSession.ReturnType;
+      try {
+        out = await session.run(ortFeeds);
+      } catch (cause) {
+        throw new Csa2Error('runtime', `graph ${name} failed with inputs ${describeFeeds(feeds)}: ${String(cause)}`, { cause });
+      }
+      const result: Record<string, HostTensor> = {};
+      for (const n of outputNames) result[n] = fromOrt(n, out[n] as ort.Tensor);
+      return result;
+    },
+    async dispose() {
+      await session.release();
+    },
+  };
+}
