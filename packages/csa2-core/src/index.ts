@@ -1,6 +1,38 @@
 /**
  * @module @csa2/core
- * The public surface of csa2-core: the DeepSeek-V4.1 (CSA2) model, its config, weights, numerics and
- * cache formats. Services import from here only.
+ * The public surface of csa2-core: the DeepSeek-V4.1 (CSA2) model, its config, weights, numerics,
+ * tokenizers and the generation loop. Services import from here only.
  */
 export * from './errors.js';
+export type { ModelConfig, ScoreFunc, WeightDtype, ExpertDtype, UnsupportedSetting } from './config/model-config.js';
+export { parseModelConfig, assertRunnable, readModelConfigFile, unsupportedSettings } from './config/model-config.js';
+export type { LayerMode, LayerPlanEntry, LayerPlan } from './config/layer-plan.js';
+export { buildLayerPlan } from './config/layer-plan.js';
+export {
+  mainKvRowBytes,
+  indexKRowBytes,
+  windowKvRowBytes,
+  globalCacheBytesPerToken,
+  globalCacheBytes,
+  windowCacheBytes,
+} from './config/cache-layout.js';
+export type { SafetensorsFile, SafetensorsDtype, TensorInfo, TensorSpec } from './weights/safetensors.js';
+export { openSafetensors, writeSafetensors, SafetensorsWriter } from './weights/safetensors.js';
+export type { Checkpoint, CheckpointTensor } from './weights/checkpoint.js';
+export { loadCheckpoint, expectedTensors } from './weights/checkpoint.js';
+export type { InitModelOptions, InitModelResult } from './weights/init-model.js';
+export { initModel, parameterCount, SeededRandom } from './weights/init-model.js';
+export * from './numerics/bf16.js';
+export * from './numerics/formats.js';
+export * from './tokenizer/index.js';
+export type { RuntimeOptions, ExecutionProvider } from './runtime/ort-session.js';
+export { DEFAULT_RUNTIME_OPTIONS } from './runtime/ort-session.js';
+export type { NumericsMode } from './model/graph-ops.js';
+export type { ModelOptions, StreamRows, ForwardObserver, ProgressCallback } from './model/model.js';
+export { Csa2Model, DEFAULT_MODEL_OPTIONS } from './model/model.js';
+export { Sequence } from './model/sequence.js';
+export type { SamplingParams } from './model/sampler.js';
+export { Sampler, argmax, validateSampling } from './model/sampler.js';
+export type { PrefillMode, GenerateOptions, GenerateResult } from './model/generate.js';
+export { generate, prefill, DEFAULT_REPLAY_TOKENS } from './model/generate.js';
+export { loadModel } from './model/load-model.js';

@@ -36,9 +36,7 @@ export class GraphOps {
   constructor(
     readonly g: GraphBuilder,
     readonly mode: NumericsMode,
-  ) {
-    if (process.env['CSA2_ACC64'] === '1') g.matmulAccumulation = 'float64';
-  }
+  ) {}
 
   /** Rounds to bf16 where the reference holds a bf16 tensor (identity in fp32 mode). */
   bf(x: string): string {

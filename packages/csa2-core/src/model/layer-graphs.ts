@@ -175,10 +175,17 @@ export function buildIndexerGraph(ctx: GraphContext, e: LayerPlanEntry): Uint8Ar
     const candIn = g.input('cand_in', 'bool', ['S', 'n']);
     scores = g.where(candIn, scores, negInf);
   }
-  const [, picked] = g.node('TopK', [scores, g.cast(kk, 'int64')], { axis: -1, largest: 1, sorted: 1 }, 2) as [string, string];
-  const [ascending] = g.node('TopK', [picked, g.cast(kk, 'int64')], { axis: -1, largest: 0, sorted: 1 }, 2) as [string, string];
+  // a chunk may end before kk entries exist: pick min(kk, n); the reference's extra picks there are
+  // unreachable ones, which sort to the end and become -1, so pad with -1
+  const kk64 = g.cast(kk, 'int64');
+  const kEff = g.min(kk64, g.unsqueeze(nLen, [0]));
+  const [, picked] = g.node('TopK', [scores, kEff], { axis: -1, largest: 1, sorted: 1 }, 2) as [string, string];
+  const [ascending] = g.node('TopK', [picked, kEff], { axis: -1, largest: 0, sorted: 1 }, 2) as [string, string];
   const reachable = g.less(ascending, clen64);
-  g.output(g.cast(g.where(reachable, ascending, g.const('int64', [-1], [])), 'int32'), 'topk', 'int32', ['S', 'kk']);
+  const chosen = g.where(reachable, ascending, g.const('int64', [-1], []));
+  const pads = g.concat([g.const('int64', [0, 0, 0]), g.sub(kk64, kEff)], 0);
+  const padded = g.op('Pad', [chosen, pads, g.const('int64', [-1], [])], { mode: 'constant' });
+  g.output(g.cast(padded, 'int32'), 'topk', 'int32', ['S', 'kk']);
   return g.toBytes();
 }
 

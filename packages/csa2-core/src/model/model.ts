@@ -91,6 +91,8 @@ export interface ForwardObserver {
   layerOutput?(layer: number, p0: number, rows: number, X: Float32Array, pre: Float32Array): void;
   topk?(layer: number, p0: number, rows: number, kk: number, topk: Int32Array): void;
   candidates?(layer: number, p0: number, rows: number, width: number, mask: Uint8Array): void;
+  /** The FFN input rows (bf16 values) and the experts the gate chose, with their weights. */
+  routing?(layer: number, p0: number, rows: number, ffnInput: Float32Array, experts: Int32Array, weights: Float32Array): void;
 }
 
 export class Csa2Model {
@@ -436,6 +438,7 @@ export class Csa2Model {
     // 4. MoE: group rows by expert (ascending expert id, rows ascending), then experts + shared + hc_post
     const experts = (attn['experts'] as HostTensor).data as Int32Array;
     const weights = (attn['expert_weights'] as HostTensor).data as Float32Array;
+    this.observer?.routing?.(e.layer, p0, S, (attn['xf'] as HostTensor).data as Float32Array, experts, weights);
     const k = c.numActivatedExperts;
     const E = c.numRoutedExperts;
     const rowsOf: number[][] = Array.from({ length: E }, () => []);

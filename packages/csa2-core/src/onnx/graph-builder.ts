@@ -177,15 +177,7 @@ export class GraphBuilder {
   cast(a: string, to: ElemType): string { return this.op('Cast', [a], { to: ELEM_CODE[to] }); }
 
   // ---- linear algebra / shape ----
-  /**
-   * Accumulation precision of MatMul. 'float64' casts both operands to double and rounds the
-   * product once to float32 (as good as a correctly rounded dot product for our sizes).
-   */
-  matmulAccumulation: 'float32' | 'float64' = 'float32';
-  matmul(a: string, b: string): string {
-    if (this.matmulAccumulation === 'float32') return this.op('MatMul', [a, b]);
-    return this.cast(this.op('MatMul', [this.cast(a, 'float64'), this.cast(b, 'float64')]), 'float32');
-  }
+  matmul(a: string, b: string): string { return this.op('MatMul', [a, b]); }
   reshape(a: string, dims: readonly number[]): string { return this.op('Reshape', [a, this.ints(dims)]); }
   transpose(a: string, perm: readonly number[]): string { return this.op('Transpose', [a], { perm }); }
   unsqueeze(a: string, axes: readonly number[]): string { return this.op('Unsqueeze', [a, this.ints(axes)]); }

@@ -77,18 +77,18 @@ export class SeededRandom {
       st = r.state;
       this.s[i] = r.value;
     }
-    if ((this.s[0]! | this.s[1]! | this.s[2]! | this.s[3]!) === 0) this.s[0] = 1; // the all-zero state is a fixed point
+    if (((this.s[0] as number) | (this.s[1] as number) | (this.s[2] as number) | (this.s[3] as number)) === 0) this.s[0] = 1; // the all-zero state is a fixed point
   }
 
   /** Next uniform 32-bit unsigned integer. */
   nextU32(): number {
     const s = this.s;
-    const s0 = s[0]!;
-    const s1 = s[1]!;
+    const s0 = s[0] as number;
+    const s1 = s[1] as number;
     const result = Math.imul(rotl32(Math.imul(s1, 5), 7), 9) >>> 0;
     const t = s1 << 9;
-    const s2 = s[2]! ^ s0;
-    const s3 = s[3]! ^ s1;
+    const s2 = (s[2] as number) ^ s0;
+    const s3 = (s[3] as number) ^ s1;
     s[1] = s1 ^ s2;
     s[0] = s0 ^ s3;
     s[2] = s2 ^ t;
@@ -107,7 +107,7 @@ export class SeededRandom {
   nextNormal(): number {
     if (this.hasSpare) {
       this.hasSpare = false;
-      return this.spare[0]!;
+      return this.spare[0] as number;
     }
     const u1 = 1 - this.nextUniform(); // (0, 1]
     const u2 = this.nextUniform();

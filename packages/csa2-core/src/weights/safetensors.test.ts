@@ -174,6 +174,36 @@ test('the streaming writer enforces the declared order, data sizes and completen
   });
 });
 
+test('writeChunks streams one tensor in pieces and refuses a wrong total', async () => {
+  await withTempDir(async (dir) => {
+    const path = join(dir, 'chunks.safetensors');
+    const w = await SafetensorsWriter.create(path, [
+      { name: 'big', dtype: 'BF16', shape: [3, 4] },
+      { name: 'ids', dtype: 'I32', shape: [5] },
+    ]);
+    await w.writeChunks('big', [new Float32Array([0, 1, 2, 3, 4]), new Float32Array([5, 6, 7, 8, 9, 10, 11])]);
+    async function* ids(): AsyncGenerator<Int32Array> {
+      yield new Int32Array([1, 2]);
+      yield new Int32Array([3, 4, 5]);
+    }
+    await w.writeChunks('ids', ids());
+    await w.close();
+    const f = openSafetensors(path);
+    try {
+      assert.deepEqual([...f.readTensorF32('big')], [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
+      assert.deepEqual([...f.readTensorI32('ids')], [1, 2, 3, 4, 5]);
+    } finally {
+      f.close();
+    }
+    const short = await SafetensorsWriter.create(path + '2', [{ name: 'x', dtype: 'F32', shape: [4] }]);
+    await assert.rejects(short.writeChunks('x', [new Float32Array(3)]), (e: unknown) => e instanceof CheckpointError && /hold 3 elements, expected 4/.test(e.message));
+    assert.ok(!existsSync(path + '2') && !existsSync(path + '2.partial'), 'a failed stream leaves no file behind');
+    const long = await SafetensorsWriter.create(path + '3', [{ name: 'x', dtype: 'F32', shape: [4] }]);
+    await assert.rejects(long.writeChunks('x', [new Float32Array(3), new Float32Array(3)]), (e: unknown) => e instanceof CheckpointError && /exceed/.test(e.message));
+    await assert.rejects(long.write('x', new Float32Array(4)), (e: unknown) => e instanceof CheckpointError && /closed/.test(e.message));
+  });
+});
+
 /** An independent parse of one I32 tensor, with Buffer reads only. */
 async function manualReadI32(path: string, name: string): Promise<{ shape: number[]; values: number[] }> {
   const bytes = await readFile(path);

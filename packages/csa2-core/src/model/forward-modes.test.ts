@@ -1,0 +1,92 @@
+/**
+ * The forward modes agree with each other where they must: chunking never changes an encode, decoder
+ * replay over the whole prompt equals exact prefill, encoder replay over the whole cached prefix equals
+ * encoding everything at once, and the plain fp32 mode lands on the reference's fp32 variant.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { goldenFixtures } from '../testing/fixtures.js';
+import { loadCheckpoint } from '../weights/checkpoint.js';
+import { openSafetensors } from '../weights/safetensors.js';
+import { Csa2Model, type ModelOptions } from './model.js';
+import { generate } from './generate.js';
+
+const dir = goldenFixtures().find((d) => d.endsWith('deepseek-v41-tiny-a')) ?? (goldenFixtures()[0] as string);
+const ckpt = await loadCheckpoint(dir);
+const golden = openSafetensors(`${dir}/golden.safetensors`);
+const prompt = Array.from(golden.readTensorI32('prompt_ids'));
+const weights = { get: (n: string) => ckpt.tensor(n).data };
+const open = (o: Partial<ModelOptions> = {}) => Csa2Model.create(ckpt.config, ckpt.plan, weights, o);
+
+function same(a: Float32Array, b: Float32Array, label: string): void {
+  assert.equal(a.length, b.length, `${label}: length`);
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) assert.fail(`${label}: differs at ${i}: ${a[i]} vs ${b[i]}`);
+}
+
+test('encode is identical whatever the chunking (odd chunk sizes included)', async () => {
+  const results = [];
+  for (const chunkTokens of [256, 7, 1, 13]) {
+    const model = await open({ chunkTokens });
+    const seq = model.createSequence();
+    const stream = await model.encode(seq, prompt, { replayTokens: 128, keepRows: 16 });
+    results.push({ seq, stream });
+    await model.dispose();
+  }
+  const [base, ...rest] = results;
+  for (const r of rest) {
+    same(r.stream.X, base!.stream.X, 'decoder-input stream');
+    for (const [layer, c] of base!.seq.caches) {
+      same(r.seq.cache(layer).mainKv.view(), c.mainKv.view(), `layer ${layer} main KV`);
+      same(r.seq.cache(layer).indexK.view(), c.indexK.view(), `layer ${layer} index K`);
+    }
+  }
+});
+
+test('decoder replay over at least the whole prompt equals exact prefill, token for token and logit for logit', async () => {
+  const model = await open();
+  const common = { promptIds: prompt, maxTokens: 6, sampling: { temperature: 0, topP: 1, seed: 0 }, keepLogits: true } as const;
+  const exact = await generate(model, { ...common, mode: { kind: 'exact' } });
+  for (const replayTokens of [prompt.length, 1000]) {
+    const replay = await generate(model, { ...common, mode: { kind: 'replay', replayTokens } });
+    assert.deepEqual(replay.tokens, exact.tokens);
+    replay.logits.forEach((row, i) => same(row, exact.logits[i]!, `replay ${replayTokens} logits row ${i}`));
+  }
+  // a short replay is an approximation: it must still run and produce in-vocabulary tokens
+  const short = await generate(model, { ...common, mode: { kind: 'replay', replayTokens: 4 } });
+  assert.equal(short.tokens.length, 6);
+  assert.ok(short.tokens.every((t) => t >= 0 && t < ckpt.config.vocabSize));
+  await model.dispose();
+});
+
+test('encoder replay over the whole cached prefix equals encoding prefix and suffix at once', async () => {
+  const model = await open({ chunkTokens: 16 });
+  const all = model.createSequence();
+  const once = await model.encode(all, prompt, { replayTokens: 1, keepRows: 8 });
+  const split = model.createSequence();
+  await model.encode(split, prompt.slice(0, 33), { replayTokens: 1, keepRows: 1 });
+  const appended = await model.encode(split, prompt.slice(33), { replayTokens: 1000, keepRows: 8 });
+  same(appended.X, once.X, 'decoder-input stream of the last rows');
+  for (const [layer, c] of all.caches) same(split.cache(layer).mainKv.view(), c.mainKv.view(), `layer ${layer} main KV`);
+  await model.dispose();
+});
+
+test('fp32 numerics mode lands on the reference fp32 variant (logits_fp32) within 1e-5', async () => {
+  const model = await open({ numerics: 'fp32' });
+  const ids = Array.from(golden.readTensorI32('generated_ids'));
+  const ref = golden.readTensorF32('logits_fp32');
+  const V = ckpt.config.vocabSize;
+  const run = await generate(model, {
+    promptIds: prompt,
+    maxTokens: ids.length,
+    sampling: { temperature: 0, topP: 1, seed: 0 },
+    mode: { kind: 'exact' },
+    forceIds: ids,
+    keepLogits: true,
+  });
+  run.logits.forEach((row, t) => {
+    let d = 0;
+    for (let v = 0; v < V; v++) d = Math.max(d, Math.abs((row[v] as number) - (ref[t * V + v] as number)));
+    assert.ok(d < 1e-5, `row ${t}: max |diff| ${d}`);
+  });
+  await model.dispose();
+});
