@@ -10,8 +10,9 @@ import {
 } from './cache-layout.js';
 import { buildLayerPlan } from './layer-plan.js';
 import { readModelConfigFile } from './model-config.js';
+import { fixturesRoot } from '../testing/fixtures.js';
 
-const FIXTURES = '/work/shared/fixtures';
+const FIXTURES = fixturesRoot();
 
 test('the released config: 288 B main-KV rows, 68 B index-K rows, 528 B window rows, 890 B per token', async () => {
   const config = await readModelConfigFile(`${FIXTURES}/deepseek-v41-flash/config.json`);

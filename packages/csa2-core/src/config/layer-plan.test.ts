@@ -5,8 +5,9 @@ import { ConfigError } from '../errors.js';
 import { buildLayerPlan } from './layer-plan.js';
 import type { LayerPlan } from './layer-plan.js';
 import { parseModelConfig, readModelConfigFile } from './model-config.js';
+import { fixturesRoot } from '../testing/fixtures.js';
 
-const FIXTURES = '/work/shared/fixtures';
+const FIXTURES = fixturesRoot();
 const TINY_A = `${FIXTURES}/deepseek-v41-tiny-a/config.json`;
 const RELEASED = `${FIXTURES}/deepseek-v41-flash/config.json`;
 

@@ -5,8 +5,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigError, UnsupportedFeatureError } from '../errors.js';
 import { assertRunnable, parseModelConfig, readModelConfigFile, unsupportedSettings } from './model-config.js';
+import { fixturesRoot } from '../testing/fixtures.js';
 
-const FIXTURES = '/work/shared/fixtures';
+const FIXTURES = fixturesRoot();
 const TINY_A = `${FIXTURES}/deepseek-v41-tiny-a/config.json`;
 const RELEASED = `${FIXTURES}/deepseek-v41-flash/config.json`;
 

@@ -9,9 +9,10 @@ import { readModelConfigFile } from '../config/model-config.js';
 import { expectedTensors, loadCheckpoint } from './checkpoint.js';
 import { openSafetensors, writeSafetensors } from './safetensors.js';
 import type { TensorEntry } from './safetensors.js';
+import { fixturesRoot } from '../testing/fixtures.js';
 
-const TINY_A = '/work/shared/fixtures/deepseek-v41-tiny-a';
-const RELEASED = '/work/shared/fixtures/deepseek-v41-flash/config.json';
+const TINY_A = join(fixturesRoot(), 'deepseek-v41-tiny-a');
+const RELEASED = join(fixturesRoot(), 'deepseek-v41-flash/config.json');
 
 /** Every tensor of the tiny-a model file, as raw entries that can be written back. */
 function fixtureEntries(): TensorEntry[] {

@@ -9,9 +9,10 @@ import { readModelConfigFile } from '../config/model-config.js';
 import { loadCheckpoint } from './checkpoint.js';
 import { SeededRandom, initModel, initRecipe, parameterCount } from './init-model.js';
 import { numelOf, openSafetensors } from './safetensors.js';
+import { fixturesRoot } from '../testing/fixtures.js';
 
-const TINY_A = '/work/shared/fixtures/deepseek-v41-tiny-a';
-const RELEASED = '/work/shared/fixtures/deepseek-v41-flash/config.json';
+const TINY_A = join(fixturesRoot(), 'deepseek-v41-tiny-a');
+const RELEASED = join(fixturesRoot(), 'deepseek-v41-flash/config.json');
 
 async function readJson(path: string): Promise<Record<string, unknown>> {
   return JSON.parse(await readFile(path, 'utf8')) as Record<string, unknown>;

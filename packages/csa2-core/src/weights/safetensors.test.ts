@@ -14,8 +14,9 @@ import {
   writeSafetensors,
 } from './safetensors.js';
 import type { TensorEntry } from './safetensors.js';
+import { fixturesRoot } from '../testing/fixtures.js';
 
-const TINY_A = '/work/shared/fixtures/deepseek-v41-tiny-a';
+const TINY_A = join(fixturesRoot(), 'deepseek-v41-tiny-a');
 
 async function withTempDir(fn: (dir: string) => Promise<void>): Promise<void> {
   const dir = await mkdtemp(join(tmpdir(), 'csa2-st-'));
