@@ -374,15 +374,15 @@ export interface UnsupportedSetting {
 export function unsupportedSettings(config: ModelConfig): UnsupportedSetting[] {
   const out: UnsupportedSetting[] = [];
   if (config.engramLayerIds.length > 0) {
-    out.push({ field: 'engram_layer_ids', reason: `Engram is not implemented (engram_layer_ids = [${config.engramLayerIds.join(', ')}]; use [])` });
+    out.push({ field: 'engram_layer_ids', reason: `Engram is not supported by csa2-serve (engram_layer_ids = [${config.engramLayerIds.join(', ')}]; use [])` });
   }
   if (config.visionNumLayers > 0) {
-    out.push({ field: 'vision_n_layers', reason: `the vision tower is not implemented (vision_n_layers = ${config.visionNumLayers}; use 0)` });
+    out.push({ field: 'vision_n_layers', reason: `the vision tower is not supported by csa2-serve (vision_n_layers = ${config.visionNumLayers}; use 0)` });
   }
   if (config.dsparkBlockSize > 0 && config.numMtpLayers > 0) {
     out.push({
       field: 'dspark_block_size',
-      reason: `the DSpark/MTP head is not implemented (dspark_block_size = ${config.dsparkBlockSize}, n_mtp_layers = ${config.numMtpLayers}; use 0)`,
+      reason: `the DSpark/MTP head is not supported by csa2-serve (dspark_block_size = ${config.dsparkBlockSize}, n_mtp_layers = ${config.numMtpLayers}; use 0)`,
     });
   }
   if (config.weightDtype !== 'bf16') {
