@@ -347,7 +347,7 @@ export class Csa2Model {
     shared: SharedSlots,
   ): Promise<{ X: Float32Array; pre: Float32Array }> {
     const c = this.config;
-    const { hcMult: n, dim: d, headDim: D, numHeads: H } = c;
+    const { hcMult: n, dim: d, headDim: D } = c;
     const S = p1 - p0;
     const sessions = this.layers[e.layer] as LayerSessions;
     const positions = Int32Array.from({ length: S }, (_, i) => p0 + i);
@@ -433,7 +433,7 @@ export class Csa2Model {
       feeds['ckv'] = f32(ckv, [rows, D]);
       feeds['cidx'] = i32(cidx, [S, Cc]);
     }
-    const attn = await this.runAttnOut(sessions.attnOut, feeds, S, C - Wc, Wc, widx, m > 0);
+    const attn = await this.runAttnOut(sessions.attnOut, feeds, S, C - Wc, Wc, widx);
 
     // 4. MoE: group rows by expert (ascending expert id, rows ascending), then experts + shared + hc_post
     const experts = (attn['experts'] as HostTensor).data as Int32Array;
@@ -464,7 +464,6 @@ export class Csa2Model {
       moeFeeds[`w_${ex}`] = f32(Float32Array.from(order.map((i) => (wOf[ex] as number[])[i] as number)), [rws.length, 1]);
     }
     const moe = await sessions.moe.run(moeFeeds);
-    void H;
     return { X: (moe['X2'] as HostTensor).data as Float32Array, pre: (attn['f_pre'] as HostTensor).data as Float32Array };
   }
 
@@ -476,7 +475,6 @@ export class Csa2Model {
     Cc: number,
     Wc: number,
     widx: Int32Array,
-    compressed: boolean,
   ): Promise<Record<string, HostTensor>> {
     const c = this.config;
     const perRow = (Wc + Cc) * c.headDim;
@@ -490,7 +488,6 @@ export class Csa2Model {
         sub[name] = name === 'wkv' || name === 'ckv' ? t : sliceRows(t, r0, r1);
       }
       sub['widx'] = i32(widx.subarray(r0 * Wc, r1 * Wc), [r1 - r0, Wc]);
-      if (compressed) sub['cidx'] = sliceRows(feeds['cidx'] as HostTensor, r0, r1);
       parts.push(await session.run(sub));
     }
     const out: Record<string, HostTensor> = {};
