@@ -11,7 +11,14 @@ export type Csa2ErrorCode =
   | 'shape-mismatch'
   | 'input-invalid'
   | 'cache-format'
-  | 'runtime';
+  | 'runtime'
+  // object storage and artifacts (@csa2/artifacts)
+  | 'store-config'
+  | 'store-unavailable'
+  | 'not-found'
+  | 'artifact-corrupt'
+  | 'model-mismatch'
+  | 'unsupported-version';
 
 export class Csa2Error extends Error {
   readonly code: Csa2ErrorCode;

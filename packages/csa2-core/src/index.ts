@@ -26,7 +26,7 @@ export * from './numerics/bf16.js';
 export * from './numerics/formats.js';
 export * from './tokenizer/index.js';
 export type { RuntimeOptions, ExecutionProvider } from './runtime/ort-session.js';
-export { DEFAULT_RUNTIME_OPTIONS } from './runtime/ort-session.js';
+export { DEFAULT_RUNTIME_OPTIONS, resolveIntraOpThreads, SINGLE_THREAD_BELOW_DIM } from './runtime/ort-session.js';
 export type { NumericsMode } from './model/graph-ops.js';
 export type { ModelOptions, StreamRows, ForwardObserver, ProgressCallback } from './model/model.js';
 export { Csa2Model, DEFAULT_MODEL_OPTIONS } from './model/model.js';

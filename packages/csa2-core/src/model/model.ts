@@ -21,7 +21,18 @@
 import type { ModelConfig } from '../config/model-config.js';
 import type { LayerPlan, LayerPlanEntry } from '../config/layer-plan.js';
 import { Csa2Error, InputError } from '../errors.js';
-import { openGraphSession, f32, i32, i64, bool, type GraphSession, type HostTensor, type RuntimeOptions, DEFAULT_RUNTIME_OPTIONS } from '../runtime/ort-session.js';
+import {
+  openGraphSession,
+  resolveIntraOpThreads,
+  f32,
+  i32,
+  i64,
+  bool,
+  type GraphSession,
+  type HostTensor,
+  type RuntimeOptions,
+  DEFAULT_RUNTIME_OPTIONS,
+} from '../runtime/ort-session.js';
 import type { NumericsMode } from './graph-ops.js';
 import {
   attentionColumns,
@@ -115,7 +126,8 @@ export class Csa2Model {
   static async create(config: ModelConfig, plan: LayerPlan, weights: WeightSource, options: Partial<ModelOptions> = {}): Promise<Csa2Model> {
     const opts: ModelOptions = { ...DEFAULT_MODEL_OPTIONS, ...options };
     const ctx: GraphContext = { config, weights, mode: opts.numerics };
-    const open = (name: string, bytes: Uint8Array) => openGraphSession(name, bytes, opts.runtime);
+    const threads = resolveIntraOpThreads(opts.runtime, config.dim);
+    const open = (name: string, bytes: Uint8Array) => openGraphSession(name, bytes, opts.runtime, threads);
     const layers: LayerSessions[] = [];
     for (const e of plan.entries) {
       layers.push({
