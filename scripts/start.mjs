@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
-const csa2 = join(root, 'packages/csa2-core/bin/csa2.js');
+const csa2 = join(root, 'packages/csa2-engine/bin/csa2.js');
 const modelDir = join(root, '.csa2/models/v41-tiny-seed1');
 const run = (args) => {
   const r = spawnSync(process.execPath, [csa2, ...args], { cwd: root, stdio: 'inherit' });

@@ -36,3 +36,4 @@ export { Sampler, argmax, validateSampling } from './model/sampler.js';
 export type { PrefillMode, GenerateOptions, GenerateResult } from './model/generate.js';
 export { generate, prefill, DEFAULT_REPLAY_TOKENS } from './model/generate.js';
 export { loadModel } from './model/load-model.js';
+export { fixturesRoot, goldenFixtures } from './testing/fixtures.js';

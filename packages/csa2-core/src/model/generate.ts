@@ -75,6 +75,10 @@ export async function generate(model: Csa2Model, opts: GenerateOptions): Promise
       finishReason = 'stop';
       break;
     }
+    if (opts.signal?.aborted) {
+      finishReason = 'cancelled';
+      break;
+    }
     if (i + 1 < opts.maxTokens) logits = await model.step(seq, id);
   }
   return { tokens, logits: logitsRows, finishReason, promptTokens: opts.promptIds.length };

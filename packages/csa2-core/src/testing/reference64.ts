@@ -38,6 +38,27 @@ function rankByScore(scores: ArrayLike<number>): number[] {
 }
 
 // ---------------------------------------------------------------------------------------------
+// linear
+
+/**
+ * nn.Linear without bias (csa2 §2.1): y[r, o] = Σ_i x[r, i] · w[o, i], i.e. y = x · Wᵀ with W in the
+ * [out, in] layout. x: [rows, inDim], w: [outDim, inDim] → [rows, outDim].
+ */
+export function linear64(x: Real, w: Real, rows: number, outDim: number, inDim: number): Float64Array {
+  expectLength('linear64.x', x, [rows, inDim]);
+  expectLength('linear64.w', w, [outDim, inDim]);
+  const y = new Float64Array(rows * outDim);
+  for (let r = 0; r < rows; r++) {
+    for (let o = 0; o < outDim; o++) {
+      let dot = 0;
+      for (let i = 0; i < inDim; i++) dot += x[r * inDim + i]! * w[o * inDim + i]!;
+      y[r * outDim + o] = dot;
+    }
+  }
+  return y;
+}
+
+// ---------------------------------------------------------------------------------------------
 // norms
 
 /**
@@ -500,6 +521,47 @@ export function sparseAttention64(
 }
 
 /**
+ * The softmax weights of `sparseAttention64` (§2.5) for one query token: P[h, c] = e^{s_c} /
+ * (Σ_c' e^{s_c'} + e^{sink[h]}) for a valid column c, 0 for idx[c] = -1 (so the sink's share is
+ * 1 - Σ_c P[h, c], and sparseAttention64's o[h] = Σ_c P[h, c]·K[idx[c]]). Duplicate indices are
+ * separate columns. q: [H, D], kvRows: [R, D], idx: [C], sink: [H] → [H, C].
+ */
+export function sparseAttentionProbs64(
+  q: Real,
+  kvRows: Real,
+  idx: ArrayLike<number>,
+  sink: Real,
+  scale: number,
+): Float64Array {
+  const numHeads = sink.length;
+  const headDim = q.length / numHeads;
+  expectLength('sparseAttentionProbs64.q', q, [numHeads, headDim]);
+  const numRows = kvRows.length / headDim;
+  expectLength('sparseAttentionProbs64.kvRows', kvRows, [numRows, headDim]);
+  const columns = idx.length;
+  const probs = new Float64Array(numHeads * columns);
+  for (let h = 0; h < numHeads; h++) {
+    const logits = new Float64Array(columns).fill(-Infinity);
+    let max = sink[h]!;
+    for (let c = 0; c < columns; c++) {
+      const row = idx[c]!;
+      if (row === -1) continue;
+      if (!Number.isInteger(row) || row < 0 || row >= numRows) {
+        throw new ShapeError('sparseAttentionProbs64.idx', [`-1 or 0..${numRows - 1}`], [row]);
+      }
+      let dot = 0;
+      for (let i = 0; i < headDim; i++) dot += q[h * headDim + i]! * kvRows[row * headDim + i]!;
+      logits[c] = dot * scale;
+      max = Math.max(max, logits[c]!);
+    }
+    let denominator = Math.exp(sink[h]! - max);
+    for (let c = 0; c < columns; c++) denominator += Math.exp(logits[c]! - max);
+    for (let c = 0; c < columns; c++) probs[h * columns + c] = Math.exp(logits[c]! - max) / denominator;
+  }
+  return probs;
+}
+
+/**
  * Grouped low-rank output projection (§2.5): o viewed as [G, H·D/G] (group g = heads g·H/G ..),
  * mid[g, r] = Σ_i woA[g·R + r, i] · o[g, i]; out = woB · flatten(mid).
  * o: [H, D], woA: [G·R, H·D/G], woB: [dim, G·R] → [dim].
@@ -544,6 +606,11 @@ export type MoeScoreFunc = 'sqrtsoftplus' | 'softmax' | 'sigmoid';
 /** torch.nn.functional.softplus with beta 1 and threshold 20: z above 20 passes through. */
 export function softplus64(z: number): number {
   return z > 20 ? z : Math.log1p(Math.exp(z));
+}
+
+/** SiLU (trunk §3.2): z · sigmoid(z) = z / (1 + e^-z). */
+export function silu64(z: number): number {
+  return z * sigmoid(z);
 }
 
 /**

@@ -6,7 +6,7 @@ import { mkdtempSync, writeFileSync, mkdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { fixturesRoot } from '../testing/fixtures.js';
+import { fixturesRoot } from '@csa2/core';
 
 const BIN = fileURLToPath(new URL('../../bin/csa2.js', import.meta.url));
 const TINY = join(fixturesRoot(), 'deepseek-v41-tiny-a');

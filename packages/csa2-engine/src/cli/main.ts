@@ -5,21 +5,30 @@
  */
 import { readFile } from 'node:fs/promises';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
-import { buildLayerPlan } from '../config/layer-plan.js';
-import { globalCacheBytesPerToken, windowCacheBytes } from '../config/cache-layout.js';
-import { parseModelConfig, readModelConfigFile, unsupportedSettings, type ModelConfig } from '../config/model-config.js';
-import { ConfigError, Csa2Error, InputError } from '../errors.js';
-import { generate, DEFAULT_REPLAY_TOKENS, type PrefillMode } from '../model/generate.js';
-import { loadModel } from '../model/load-model.js';
-import type { NumericsMode } from '../model/graph-ops.js';
-import { loadTokenizer } from '../tokenizer/load-tokenizer.js';
-import { initModel, parameterCount } from '../weights/init-model.js';
-import { writeSafetensors } from '../weights/safetensors.js';
+import {
+  buildLayerPlan,
+  ConfigError,
+  Csa2Error,
+  DEFAULT_REPLAY_TOKENS,
+  globalCacheBytesPerToken,
+  initModel,
+  InputError,
+  parameterCount,
+  parseModelConfig,
+  readModelConfigFile,
+  unsupportedSettings,
+  windowCacheBytes,
+  writeSafetensors,
+  type ModelConfig,
+  type NumericsMode,
+} from '@csa2/core';
+import { EngineHost } from '../host/engine-host.js';
 
 const USAGE = `usage:
   csa2 generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) --max-tokens N
                 [--temperature T] [--top-p P] [--seed S] [--replay R | --exact]
                 [--force-ids 5,9,...] [--dump FILE] [--numerics bf16|fp32]
+                [--provider cpu|cuda] [--threads N|auto]
   csa2 inspect (--model DIR | --config FILE)
   csa2 init-model --config FILE --seed S --out DIR`;
 
@@ -73,6 +82,7 @@ async function cmdGenerate(args: string[]): Promise<void> {
     'force-ids': { type: 'string' },
     dump: { type: 'string' },
     numerics: { type: 'string' },
+    ...RUNTIME_FLAGS,
   });
   if (typeof o['model'] !== 'string') throw new UsageError('--model DIR is required');
   if ((o['prompt'] === undefined) === (o['prompt-ids'] === undefined)) throw new UsageError('give exactly one of --prompt and --prompt-ids');
@@ -80,52 +90,60 @@ async function cmdGenerate(args: string[]): Promise<void> {
   const numerics = (o['numerics'] ?? 'bf16') as string;
   if (numerics !== 'bf16' && numerics !== 'fp32') throw new InputError(`--numerics must be bf16 or fp32, got "${numerics}"`);
   const maxTokens = intOption(o['max-tokens'], 'max-tokens');
-  const mode: PrefillMode = o['exact'] === true ? { kind: 'exact' } : { kind: 'replay', replayTokens: intOption(o['replay'], 'replay', DEFAULT_REPLAY_TOKENS) };
+  const exact = o['exact'] === true;
+  const replayTokens = intOption(o['replay'], 'replay', DEFAULT_REPLAY_TOKENS);
   const forceIds = typeof o['force-ids'] === 'string' ? idList(o['force-ids'], 'force-ids') : undefined;
 
   const t0 = performance.now();
-  const model = await loadModel(o['model'], { numerics: numerics as NumericsMode });
-  const loadMs = performance.now() - t0;
-  const tokenizer = await loadTokenizer({ modelDir: o['model'], vocabSize: model.config.vocabSize });
-  const promptIds = typeof o['prompt-ids'] === 'string' ? idList(o['prompt-ids'], 'prompt-ids') : tokenizer.encode(o['prompt'] as string);
-  if (promptIds.length === 0) throw new InputError('the prompt is empty');
-  const decoder = tokenizer.createDecodeStream();
-  const t1 = performance.now();
-  let firstTokenMs = 0;
-  const result = await generate(model, {
-    promptIds,
-    maxTokens,
-    mode,
-    sampling: { temperature: numberOption(o['temperature'], 'temperature', 0), topP: numberOption(o['top-p'], 'top-p', 1), seed: intOption(o['seed'], 'seed', 0) },
-    ...(forceIds !== undefined ? { forceIds } : {}),
-    stopIds: tokenizer.eosIds,
-    vocabLimit: Math.min(tokenizer.vocabSize, model.config.vocabSize),
-    keepLogits: typeof o['dump'] === 'string',
-    onToken: (id, i) => {
-      if (i === 0) firstTokenMs = performance.now() - t1;
-      if (id < tokenizer.vocabSize) process.stdout.write(decoder.push(id));
-    },
-  });
-  process.stdout.write(decoder.flush() + '\n');
-  const totalMs = performance.now() - t1;
-  if (typeof o['dump'] === 'string') {
-    const V = model.config.vocabSize;
-    const logits = new Float32Array(result.logits.length * V);
-    result.logits.forEach((row, i) => logits.set(row, i * V));
-    await writeSafetensors(o['dump'], [
-      { name: 'logits', dtype: 'F32', shape: [result.logits.length, V], data: logits },
-      { name: 'tokens', dtype: 'I32', shape: [result.tokens.length], data: Int32Array.from(result.tokens) },
-    ]);
+  const engine = await EngineHost.start({ modelDir: o['model'], numerics: numerics as NumericsMode, runtime: runtimeOptions(o) });
+  try {
+    const loadMs = performance.now() - t0;
+    const promptIds = typeof o['prompt-ids'] === 'string' ? idList(o['prompt-ids'], 'prompt-ids') : await engine.tokenize(o['prompt'] as string);
+    if (promptIds.length === 0) throw new InputError('the prompt is empty');
+    const result = await engine.generate(
+      {
+        promptIds,
+        maxTokens,
+        ...(exact ? { exact: true } : { replayTokens }),
+        sampling: { temperature: numberOption(o['temperature'], 'temperature', 0), topP: numberOption(o['top-p'], 'top-p', 1), seed: intOption(o['seed'], 'seed', 0) },
+        ...(forceIds !== undefined ? { forceIds } : {}),
+        keepLogits: typeof o['dump'] === 'string',
+      },
+      { onToken: (t) => process.stdout.write(t.text) },
+    );
+    process.stdout.write('\n');
+    if (typeof o['dump'] === 'string') {
+      const V = engine.info.vocabSize;
+      const logits = new Float32Array(result.logits.length * V);
+      result.logits.forEach((row, i) => logits.set(row, i * V));
+      await writeSafetensors(o['dump'], [
+        { name: 'logits', dtype: 'F32', shape: [result.logits.length, V], data: logits },
+        { name: 'tokens', dtype: 'I32', shape: [result.tokens.length], data: Int32Array.from(result.tokens) },
+      ]);
+    }
+    const decodeTokens = Math.max(0, result.tokens.length - 1);
+    const { prefillMs, decodeMs } = result.timings;
+    process.stderr.write(
+      `csa2: ${promptIds.length} prompt tokens, ${result.tokens.length} generated (${result.finishReason}); ` +
+        `mode ${exact ? 'exact' : `replay ${replayTokens}`}; load ${loadMs.toFixed(0)} ms, ` +
+        `first token ${prefillMs.toFixed(0)} ms, decode ${decodeTokens > 0 && decodeMs > 0 ? ((decodeTokens * 1000) / decodeMs).toFixed(1) : '-'} tok/s\n` +
+        `csa2: tokens ${result.tokens.join(',')}\n`,
+    );
+  } finally {
+    await engine.close();
   }
-  const decodeTokens = Math.max(0, result.tokens.length - 1);
-  process.stderr.write(
-    `csa2: ${promptIds.length} prompt tokens, ${result.tokens.length} generated (${result.finishReason}); ` +
-      `mode ${mode.kind === 'exact' ? 'exact' : `replay ${mode.replayTokens}`}; load ${loadMs.toFixed(0)} ms, ` +
-      `first token ${firstTokenMs.toFixed(0)} ms, decode ${decodeTokens > 0 ? ((decodeTokens * 1000) / (totalMs - firstTokenMs)).toFixed(1) : '-'} tok/s\n` +
-      `csa2: tokens ${result.tokens.join(',')}\n`,
-  );
-  await model.dispose();
 }
+
+/** --threads N|auto and --provider cpu|cuda, shared by the commands that run a model. */
+function runtimeOptions(o: Record<string, string | boolean | undefined>) {
+  const provider = o['provider'] ?? 'cpu';
+  if (provider !== 'cpu' && provider !== 'cuda') throw new InputError(`--provider must be cpu or cuda, got "${String(provider)}"`);
+  const threads = o['threads'] === undefined || o['threads'] === 'auto' ? 'auto' : intOption(o['threads'], 'threads');
+  if (threads !== 'auto' && threads < 1) throw new InputError(`--threads must be a positive integer or auto, got ${threads}`);
+  return { executionProvider: provider, intraOpThreads: threads } as const;
+}
+
+const RUNTIME_FLAGS = { provider: { type: 'string' }, threads: { type: 'string' } } as const;
 
 async function readConfigArg(o: Record<string, string | boolean | undefined>): Promise<{ config: ModelConfig; source: string }> {
   if (typeof o['model'] === 'string') return { config: await readModelConfigFile(`${o['model']}/config.json`), source: `${o['model']}/config.json` };
