@@ -1,0 +1,28 @@
+/**
+ * @module queues
+ * Queue names and Redis key names shared by the gateway and the workers. Every key a request or a
+ * document touches is derived here, so the layout is documented in one place:
+ *
+ *   bull:csa2-prefill:*            BullMQ queue of PrefillJob (encoder workers)
+ *   bull:csa2-decode:*             BullMQ queue of DecodeJob (decoder workers)
+ *   csa2:stream:<requestId>        Redis Stream of StreamEntry (decoder → gateway), expires after STREAM_TTL_SECONDS
+ *   csa2:cancel:<requestId>        present = the client went away; workers stop generating
+ */
+
+export const PREFILL_QUEUE = 'csa2-prefill';
+export const DECODE_QUEUE = 'csa2-decode';
+export type QueueName = typeof PREFILL_QUEUE | typeof DECODE_QUEUE;
+
+/** Streams and cancel flags outlive their request by this long (a late reader still gets the tail). */
+export const STREAM_TTL_SECONDS = 3600;
+
+export const streamKey = (requestId: string): string => `csa2:stream:${requestId}`;
+export const cancelKey = (requestId: string): string => `csa2:cancel:${requestId}`;
+
+/** BullMQ job id of a document's prefill job: one job per (tenant, document), so re-ingesting dedups. */
+export const documentJobId = (tenant: string, documentId: string): string => `doc.${tenant}.${documentId}`;
+/** BullMQ job ids of a request's jobs (a retried enqueue dedups on them). */
+export const requestPrefillJobId = (requestId: string): string => `req.${requestId}.prefill`;
+export const requestDecodeJobId = (requestId: string): string => `req.${requestId}.decode`;
+/** The artifact document a long prompt is encoded into (tenant-scoped like every document). */
+export const promptDocumentId = (requestId: string): string => `prompt-${requestId}`;
