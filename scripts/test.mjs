@@ -6,8 +6,13 @@ import { readdirSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
+import { ensureRedisServer } from './lib/ensure-redis.mjs';
+
 const root = fileURLToPath(new URL('..', import.meta.url));
 const filters = process.argv.slice(2);
+
+// the cross-process and service tests start private redis-servers
+if (!ensureRedisServer()) process.exit(1);
 
 const build = spawnSync(process.execPath, [join(root, 'node_modules/typescript/bin/tsc'), '-b'], { cwd: root, stdio: 'inherit' });
 if (build.status !== 0) process.exit(build.status ?? 1);

@@ -34,6 +34,7 @@ export { Sequence } from './model/sequence.js';
 export type { SamplingParams } from './model/sampler.js';
 export { Sampler, argmax, validateSampling } from './model/sampler.js';
 export type { PrefillMode, GenerateOptions, GenerateResult } from './model/generate.js';
-export { generate, prefill, DEFAULT_REPLAY_TOKENS } from './model/generate.js';
+export { generate, prefill, continueGeneration, DEFAULT_REPLAY_TOKENS } from './model/generate.js';
 export { loadModel } from './model/load-model.js';
 export { fixturesRoot, goldenFixtures } from './testing/fixtures.js';
+export { modelFingerprint } from './weights/fingerprint.js';

@@ -51,16 +51,35 @@ export async function prefill(model: Csa2Model, seq: Sequence, promptIds: readon
 }
 
 export async function generate(model: Csa2Model, opts: GenerateOptions): Promise<GenerateResult> {
+  checkGenerateOptions(opts);
+  const seq = model.createSequence();
+  const logits = await prefill(model, seq, opts.promptIds, opts.mode);
+  return continueGeneration(model, seq, logits, opts);
+}
+
+function checkGenerateOptions(opts: Pick<GenerateOptions, 'maxTokens' | 'forceIds'>): void {
   if (!Number.isInteger(opts.maxTokens) || opts.maxTokens < 1) throw new InputError(`max tokens must be a positive integer, got ${opts.maxTokens}`);
   if (opts.forceIds !== undefined && opts.forceIds.length < opts.maxTokens) {
     throw new InputError(`--force-ids has ${opts.forceIds.length} ids, ${opts.maxTokens} needed (one per generated token)`);
   }
-  const seq = model.createSequence();
+}
+
+/**
+ * The decode loop from an already prefilled sequence whose next-token logits are `logits` (e.g. a
+ * sequence loaded from a stored document and replayed). `promptIds`/`mode` of opts are not used.
+ */
+export async function continueGeneration(
+  model: Csa2Model,
+  seq: Sequence,
+  logits: Float32Array,
+  opts: Omit<GenerateOptions, 'promptIds' | 'mode'> & { readonly promptIds?: readonly number[] },
+): Promise<GenerateResult> {
+  checkGenerateOptions(opts);
+  const promptTokens = seq.length;
   const sampler = new Sampler(opts.sampling, opts.vocabLimit ?? model.config.vocabSize);
   const stop = new Set(opts.stopIds ?? []);
   const tokens: number[] = [];
   const logitsRows: Float32Array[] = [];
-  let logits = await prefill(model, seq, opts.promptIds, opts.mode);
   let finishReason: GenerateResult['finishReason'] = 'length';
   for (let i = 0; i < opts.maxTokens; i++) {
     if (opts.signal?.aborted) {
@@ -79,7 +98,10 @@ export async function generate(model: Csa2Model, opts: GenerateOptions): Promise
       finishReason = 'cancelled';
       break;
     }
-    if (i + 1 < opts.maxTokens) logits = await model.step(seq, id);
+    if (i + 1 < opts.maxTokens) {
+      if (seq.length >= model.config.maxSeqLen) break; // the context is full: finish with 'length'
+      logits = await model.step(seq, id);
+    }
   }
-  return { tokens, logits: logitsRows, finishReason, promptTokens: opts.promptIds.length };
+  return { tokens, logits: logitsRows, finishReason, promptTokens };
 }
