@@ -8,11 +8,27 @@
  * use `EngineHost` (host/engine-host), which runs an Engine in a worker thread with the same API.
  */
 import {
+  ArtifactReader,
+  ArtifactWriter,
+  ChunkCache,
+  DEFAULT_CHUNK_TOKENS,
+  artifactLayout,
+  bytesPerToken,
+  encodeManifest,
+  existingChunkPrefix,
+  openStore,
+  type ArtifactLayout,
+  type ObjectStore,
+} from '@csa2/artifacts';
+import {
   Csa2Error,
   DEFAULT_REPLAY_TOKENS,
   InputError,
+  continueGeneration,
   generate,
   loadModel,
+  modelFingerprint,
+  type Sequence,
   loadTokenizer,
   type Csa2Model,
   type NumericsMode,
@@ -29,6 +45,55 @@ export interface EngineOptions {
   /** @defaultValue 'bf16' */
   readonly numerics?: NumericsMode;
   readonly runtime?: Partial<RuntimeOptions>;
+  /** Object store of the artifacts (file:///… or s3://bucket/prefix?…); documents need one. */
+  readonly store?: string;
+  /** Bytes of verified chunks kept in memory for repeated queries on the same documents. @defaultValue 256 MiB */
+  readonly chunkCacheBytes?: number;
+  /** Tokens per artifact chunk for documents this engine writes. @defaultValue 4096 */
+  readonly chunkTokens?: number;
+}
+
+/** A stored document whose tokens precede the prompt. */
+export interface DocumentRef {
+  readonly tenant: string;
+  readonly documentId: string;
+}
+
+export interface IngestRequest {
+  readonly tenant: string;
+  readonly documentId: string;
+  /** The document as token ids, or as text to tokenize (exactly one). */
+  readonly tokenIds?: readonly number[];
+  readonly text?: string;
+  /** Tokens per chunk. @defaultValue the engine's chunkTokens */
+  readonly chunkTokens?: number;
+  /** Encoder replay when leading chunks are reused. @defaultValue 128 */
+  readonly replayTokens?: number;
+}
+
+export interface IngestProgress {
+  readonly tokensDone: number;
+  readonly tokensTotal: number;
+}
+
+export interface IngestOutcome {
+  readonly documentId: string;
+  readonly tokens: number;
+  /** Bytes this run put into the store (chunks that already existed are not rewritten). */
+  readonly bytesWritten: number;
+  /** Bytes of the whole artifact (every chunk + manifest). */
+  readonly artifactBytes: number;
+  /** Leading tokens whose chunks already existed and were loaded instead of encoded. */
+  readonly reusedTokens: number;
+  readonly chunksWritten: number;
+  readonly chunksSkipped: number;
+  /** Global-cache bytes per token of this model's layout (890 at the released configuration). */
+  readonly bytesPerToken: number;
+}
+
+export interface IngestHooks {
+  readonly onProgress?: (p: IngestProgress) => void;
+  readonly signal?: AbortSignal;
 }
 
 export interface GenerateRequest {
@@ -48,6 +113,8 @@ export interface GenerateRequest {
   readonly forceIds?: readonly number[];
   /** Return each step's logits (for --dump and parity tests). */
   readonly keepLogits?: boolean;
+  /** Continue a stored document: its tokens precede promptIds (which may then be empty). */
+  readonly document?: DocumentRef;
 }
 
 /** One generated token and the text it completed (possibly '' while a UTF-8 character is split). */
@@ -84,6 +151,9 @@ export interface ModelInfo {
   readonly maxSeqLen: number;
   readonly bosId: number | null;
   readonly eosIds: readonly number[];
+  /** The artifacts' model id: the checkpoint fingerprint (+ '-fp32' in fp32 numerics). */
+  readonly modelId: string;
+  readonly bytesPerToken: number;
 }
 
 /** Holds back text that might be the start of a stop sequence; reports where a stop sequence begins. */
@@ -132,21 +202,31 @@ export class StopMatcher {
 }
 
 export class Engine {
+  private readonly cache: ChunkCache;
+
   private constructor(
     readonly model: Csa2Model,
     readonly tokenizer: Tokenizer,
     readonly modelDir: string,
-  ) {}
+    readonly layout: ArtifactLayout,
+    private readonly store: ObjectStore | null,
+    private readonly options: EngineOptions,
+  ) {
+    this.cache = new ChunkCache({ maxBytes: options.chunkCacheBytes ?? 256 * 1024 * 1024 });
+  }
 
   static async open(options: EngineOptions): Promise<Engine> {
-    const model = await loadModel(options.modelDir, {
-      numerics: options.numerics ?? 'bf16',
-      runtime: { ...DEFAULT_RUNTIME_OPTIONS, ...options.runtime },
-    });
+    const numerics = options.numerics ?? 'bf16';
+    const model = await loadModel(options.modelDir, { numerics, runtime: { ...DEFAULT_RUNTIME_OPTIONS, ...options.runtime } });
+    let store: ObjectStore | null = null;
     try {
       const tokenizer = await loadTokenizer({ modelDir: options.modelDir, vocabSize: model.config.vocabSize });
-      return new Engine(model, tokenizer, options.modelDir);
+      const modelId = (await modelFingerprint(options.modelDir)) + (numerics === 'fp32' ? '-fp32' : '');
+      const layout = artifactLayout(model.config, model.plan, modelId);
+      store = options.store === undefined ? null : openStore(options.store);
+      return new Engine(model, tokenizer, options.modelDir, layout, store, options);
     } catch (err) {
+      await store?.close();
       await model.dispose();
       throw err;
     }
@@ -161,6 +241,8 @@ export class Engine {
       maxSeqLen: this.model.config.maxSeqLen,
       bosId: this.tokenizer.bosId,
       eosIds: this.tokenizer.eosIds,
+      modelId: this.layout.modelId,
+      bytesPerToken: bytesPerToken(this.layout),
     };
   }
 
@@ -172,9 +254,33 @@ export class Engine {
     return this.tokenizer.decode(ids);
   }
 
+  private requireStore(): ObjectStore {
+    if (this.store === null) throw new InputError('documents need an object store: start the engine with a store URL (--store / CSA2_STORE_URL)');
+    return this.store;
+  }
+
+  /**
+   * Loads a stored document into a fresh sequence, encodes `promptIds` after it with encoder replay
+   * of the last R cached tokens, and replays the decoder over the last R tokens. Returns the
+   * sequence, the next-token logits and the number of tokens served from the artifact.
+   */
+  private async prefillFromDocument(doc: DocumentRef, promptIds: readonly number[], replayTokens: number): Promise<{ seq: Sequence; logits: Float32Array; cachedTokens: number }> {
+    const reader = new ArtifactReader({ store: this.requireStore(), layout: this.layout, cache: this.cache });
+    const manifest = await reader.readManifest(doc.tenant, doc.documentId);
+    if (manifest.tokenCount + promptIds.length > this.model.config.maxSeqLen) {
+      throw new InputError(`document ${doc.documentId} (${manifest.tokenCount} tokens) plus the prompt (${promptIds.length}) exceed max_seq_len ${this.model.config.maxSeqLen}`);
+    }
+    const seq = this.model.createSequence();
+    await reader.loadInto(seq, manifest);
+    const stream = await this.model.encode(seq, promptIds, { replayTokens, keepRows: replayTokens });
+    const logits = await this.model.decoderReplay(seq, stream);
+    return { seq, logits, cachedTokens: manifest.tokenCount };
+  }
+
   async generate(req: GenerateRequest, hooks: GenerateHooks = {}): Promise<GenerateOutcome> {
-    if (req.promptIds.length === 0) throw new InputError('the prompt is empty');
+    if (req.promptIds.length === 0 && req.document === undefined) throw new InputError('the prompt is empty');
     if (req.exact === true && req.replayTokens !== undefined) throw new InputError('replay and exact exclude each other');
+    if (req.exact === true && req.document !== undefined) throw new InputError('exact mode runs the whole prompt through every layer; it cannot continue a stored document');
     const mode: PrefillMode = req.exact === true ? { kind: 'exact' } : { kind: 'replay', replayTokens: req.replayTokens ?? DEFAULT_REPLAY_TOKENS };
     const tok = this.tokenizer;
     const stopIds = [...(req.stopIds ?? []), ...(req.ignoreEos === true ? [] : tok.eosIds)];
@@ -189,7 +295,7 @@ export class Engine {
     const t0 = performance.now();
     let tFirst = 0;
     try {
-      const result = await generate(this.model, {
+      const opts = {
         promptIds: req.promptIds,
         maxTokens: req.maxTokens,
         sampling: req.sampling,
@@ -199,7 +305,7 @@ export class Engine {
         keepLogits: req.keepLogits === true,
         ...(req.forceIds !== undefined ? { forceIds: req.forceIds } : {}),
         signal: abort.signal,
-        onToken: (id, index) => {
+        onToken: (id: number, index: number) => {
           if (index === 0) tFirst = performance.now();
           const piece = stopIds.includes(id) ? '' : decoder.push(id);
           const { emit, stopped } = stops.push(piece);
@@ -210,7 +316,15 @@ export class Engine {
             abort.abort();
           }
         },
-      });
+      };
+      let cachedTokens = 0;
+      let result;
+      if (req.document === undefined) result = await generate(this.model, opts);
+      else {
+        const pre = await this.prefillFromDocument(req.document, req.promptIds, req.replayTokens ?? DEFAULT_REPLAY_TOKENS);
+        cachedTokens = pre.cachedTokens;
+        result = await continueGeneration(this.model, pre.seq, pre.logits, opts);
+      }
       const tEnd = performance.now();
       if (!stoppedByText && result.finishReason !== 'cancelled') {
         const rest = stops.push(decoder.flush()).emit + stops.flush();
@@ -225,7 +339,7 @@ export class Engine {
         text,
         finishReason,
         promptTokens: result.promptTokens,
-        cachedTokens: 0,
+        cachedTokens,
         timings: { prefillMs: (tFirst || tEnd) - t0, decodeMs: tFirst > 0 ? tEnd - tFirst : 0 },
         logits: result.logits,
       };
@@ -234,8 +348,64 @@ export class Engine {
     }
   }
 
+  /**
+   * Encodes a document into an artifact: leading chunks that already exist in the tenant's store are
+   * loaded instead of encoded (then the encoder replays the last R cached tokens), chunks are written
+   * as the encoder completes them, the manifest last. Re-running the same ingest rewrites nothing.
+   */
+  async ingest(req: IngestRequest, hooks: IngestHooks = {}): Promise<IngestOutcome> {
+    const store = this.requireStore();
+    if ((req.tokenIds === undefined) === (req.text === undefined)) throw new InputError('give the document as exactly one of tokenIds and text');
+    const ids = req.tokenIds !== undefined ? [...req.tokenIds] : this.tokenize(req.text as string);
+    if (ids.length === 0) throw new InputError(`document ${req.documentId} is empty`);
+    const chunkTokens = req.chunkTokens ?? this.options.chunkTokens ?? DEFAULT_CHUNK_TOKENS;
+    const replayTokens = req.replayTokens ?? DEFAULT_REPLAY_TOKENS;
+    const writer = new ArtifactWriter({ store, layout: this.layout, tenant: req.tenant, documentId: req.documentId, chunkTokens });
+    const seq = this.model.createSequence();
+    // leading chunks that exist already (an equal prefix ingested before) are loaded, not encoded
+    const reusedChunks = ids.length > chunkTokens ? await existingChunkPrefix(store, this.layout, req.tenant, ids, chunkTokens) : 0;
+    const reusedTokens = reusedChunks * chunkTokens;
+    if (reusedChunks > 0) {
+      const reader = new ArtifactReader({ store, layout: this.layout, cache: this.cache });
+      await reader.loadChunkPrefix(seq, req.tenant, ids, reusedChunks, chunkTokens);
+    }
+    const segmentStart = reusedTokens === 0 ? 0 : Math.max(0, reusedTokens - Math.max(1, replayTokens));
+    const total = ids.length;
+    hooks.onProgress?.({ tokensDone: reusedTokens, tokensTotal: total });
+    const rest = ids.slice(reusedTokens);
+    let pendingWrite: Promise<void> = Promise.resolve();
+    if (rest.length > 0) {
+      await this.model.encode(seq, rest, {
+        replayTokens,
+        keepRows: 1,
+        onProgress: (done) => {
+          if (hooks.signal?.aborted === true) throw new Csa2Error('runtime', `ingest of ${req.documentId} was cancelled`);
+          const upto = segmentStart + done;
+          pendingWrite = writer.writeAvailable(seq, upto);
+          pendingWrite.catch(() => undefined); // surfaced by finish()
+          hooks.onProgress?.({ tokensDone: Math.max(reusedTokens, upto), tokensTotal: total });
+        },
+      });
+    }
+    await pendingWrite.catch(() => undefined);
+    const manifest = await writer.finish(seq);
+    const stats = writer.stats;
+    const artifactBytes = manifest.chunks.reduce((a, c) => a + c.sizeBytes, 0) + encodeManifest(manifest).length;
+    return {
+      documentId: req.documentId,
+      tokens: manifest.tokenCount,
+      bytesWritten: stats.bytesWritten,
+      artifactBytes,
+      reusedTokens,
+      chunksWritten: stats.chunksWritten,
+      chunksSkipped: stats.chunksSkipped,
+      bytesPerToken: bytesPerToken(this.layout),
+    };
+  }
+
   async close(): Promise<void> {
     await this.model.dispose();
+    await this.store?.close();
   }
 }
 

@@ -14,7 +14,7 @@
  */
 import { Worker } from 'node:worker_threads';
 import { Csa2Error, type Csa2ErrorCode } from '@csa2/core';
-import type { EngineOptions, GenerateHooks, GenerateOutcome, GenerateRequest, ModelInfo, SerializedError } from '../engine.js';
+import type { EngineOptions, GenerateHooks, GenerateOutcome, GenerateRequest, IngestHooks, IngestOutcome, IngestRequest, ModelInfo, SerializedError } from '../engine.js';
 import type { EngineMethod, FromThread, ThreadData, ToThread } from './protocol.js';
 
 /** An error raised inside the engine thread, re-created on the caller's side. */
@@ -76,6 +76,11 @@ export class EngineHost {
 
   generate(req: GenerateRequest, hooks: GenerateHooks = {}): Promise<GenerateOutcome> {
     return this.call('generate', req, hooks.onToken as ((e: unknown) => void) | undefined, hooks.signal) as Promise<GenerateOutcome>;
+  }
+
+  /** Encodes a document into an artifact (see Engine.ingest); progress events stream back. */
+  ingest(req: IngestRequest, hooks: IngestHooks = {}): Promise<IngestOutcome> {
+    return this.call('ingest', req, hooks.onProgress as ((e: unknown) => void) | undefined, hooks.signal) as Promise<IngestOutcome>;
   }
 
   tokenize(text: string): Promise<number[]> {
