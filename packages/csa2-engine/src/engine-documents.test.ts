@@ -62,6 +62,51 @@ test('continuing a stored document with R >= its length equals exact generation 
   stored.logits.forEach((row, i) => assert.ok(maxAbsDiff(row, exact.logits[i] as Float32Array) <= 1e-6, `logits row ${i}`));
 });
 
+/** KL(p || q) of the softmax distributions of two logit rows. */
+function klDivergence(a: Float32Array, b: Float32Array): number {
+  const softmax = (x: Float32Array) => {
+    const m = Math.max(...x);
+    const e = Array.from(x, (v) => Math.exp(v - m));
+    const s = e.reduce((u, v) => u + v, 0);
+    return e.map((v) => v / s);
+  };
+  const p = softmax(a);
+  const q = softmax(b);
+  return p.reduce((k, pi, i) => (pi > 0 ? k + pi * Math.log(pi / (q[i] as number)) : k), 0);
+}
+
+test('bounded replay: deviation from exact generation as R varies (reported), none once R covers the receptive field', async (t) => {
+  // tiny-a: window 8, encoder layers 0-2 and decoder layers 3-5. The decoder's last row sees at most
+  // 3 * 8 positions back through its windows, and each of those stream rows sees 3 * 8 more through
+  // the encoder's, so a replay of 48 tokens reproduces exact generation; shorter replays start from
+  // empty windows and deviate.
+  const exact = await engine.generate({ promptIds: [...DOC, ...PROMPT], maxTokens: 8, sampling: greedy, exact: true, keepLogits: true, ignoreEos: true });
+  const rows: string[] = [];
+  const meanKl = new Map<number, number>();
+  for (const R of [1, 4, 8, 24, 48, 128]) {
+    const r = await engine.generate({
+      promptIds: PROMPT,
+      document: { tenant: 'acme', documentId: 'doc1' },
+      maxTokens: 8,
+      sampling: greedy,
+      replayTokens: R,
+      keepLogits: true,
+      ignoreEos: true,
+      forceIds: exact.tokens,
+    });
+    const kls = r.logits.map((row, i) => klDivergence(exact.logits[i] as Float32Array, row));
+    const maxDiff = Math.max(...r.logits.map((row, i) => maxAbsDiff(row, exact.logits[i] as Float32Array)));
+    meanKl.set(R, kls.reduce((a, b) => a + b, 0) / kls.length);
+    rows.push(`R=${R}: mean KL ${(meanKl.get(R) as number).toExponential(2)}, max |dlogit| ${maxDiff.toExponential(2)}`);
+  }
+  t.diagnostic(`replay deviation vs exact over 8 teacher-forced steps (doc 150 + prompt 9 tokens): ${rows.join('; ')}`);
+  assert.ok((meanKl.get(1) as number) > 0, 'a 1-token replay must deviate (windows start empty)');
+  assert.ok((meanKl.get(1) as number) < 0.1, 'even a 1-token replay stays close (the global KV is exact)');
+  assert.ok((meanKl.get(24) as number) < (meanKl.get(1) as number), 'a longer replay deviates less');
+  assert.equal(meanKl.get(48), 0, 'R = 2 x 3 layers x window is exact');
+  assert.equal(meanKl.get(128), 0, 'the default R is exact for this model');
+});
+
 test('a document can be continued without a prompt, and with the default bounded replay', async () => {
   const out = await engine.generate({ promptIds: [], document: { tenant: 'acme', documentId: 'doc1' }, maxTokens: 4, sampling: greedy, ignoreEos: true });
   assert.equal(out.tokens.length, 4);

@@ -367,7 +367,7 @@ export class Engine {
     const reusedTokens = reusedChunks * chunkTokens;
     if (reusedChunks > 0) {
       const reader = new ArtifactReader({ store, layout: this.layout, cache: this.cache });
-      await reader.loadChunkPrefix(seq, req.tenant, ids, reusedChunks, chunkTokens);
+      await reader.loadChunkPrefix(seq, { tenant: req.tenant, tokenIds: ids, chunkTokens, chunkCount: reusedChunks });
     }
     const segmentStart = reusedTokens === 0 ? 0 : Math.max(0, reusedTokens - Math.max(1, replayTokens));
     const total = ids.length;
