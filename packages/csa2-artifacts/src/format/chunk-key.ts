@@ -1,0 +1,92 @@
+/**
+ * @module format/chunk-key
+ * Content addresses of chunks: key = hex SHA-256 over a length-prefixed encoding of (model id,
+ * previous chunk key or none, the chunk's token ids). Chaining the previous key makes a key name the
+ * whole token prefix up to the chunk's end, so equal prefixes give equal keys and an appended query
+ * reuses every full chunk of the document it extends. Length prefixes keep field boundaries from
+ * colliding (model "ab" + tokens [..] never hashes like model "a" + other bytes).
+ *
+ * Hashed bytes (little-endian):
+ *
+ * | size       | field                                                 |
+ * |------------|-------------------------------------------------------|
+ * | 4 + 17     | u32 length + ASCII domain tag "csa2/chunk-key/v1" |
+ * | 4 + M      | u32 length + model id (ASCII)                         |
+ * | 1          | 0 = first chunk, 1 = a previous key follows           |
+ * | (4 + 64)   | u32 length + previous key (ASCII hex), when present   |
+ * | 4 + 4·T    | u32 token count T + T token ids (u32)                 |
+ */
+import { createHash } from 'node:crypto';
+import { InputError } from '@csa2/core';
+import { validateModelId } from '../layout.js';
+import { validateChunkKey } from './keys.js';
+
+const DOMAIN_TAG = 'csa2/chunk-key/v1';
+const U32_LIMIT = 2 ** 32;
+
+function u32(value: number): Uint8Array {
+  const out = new Uint8Array(4);
+  new DataView(out.buffer).setUint32(0, value, true);
+  return out;
+}
+
+function lengthPrefixedAscii(text: string): Uint8Array[] {
+  const bytes = Buffer.from(text, 'ascii');
+  return [u32(bytes.length), bytes];
+}
+
+/** Refuses a token id that is not an integer in [0, 2^32); `label` says where it came from. */
+export function checkTokenId(id: number, index: number, label: string): void {
+  if (!Number.isInteger(id) || id < 0 || id >= U32_LIMIT) {
+    throw new InputError(`${label}: token id at index ${index} is ${id}; token ids must be integers in [0, 2^32)`);
+  }
+}
+
+/** Token ids as little-endian u32 bytes (refusing ids outside [0, 2^32)). */
+export function tokenIdsToBytes(tokenIds: ArrayLike<number>, label = 'token ids'): Uint8Array {
+  const out = new Uint8Array(tokenIds.length * 4);
+  const view = new DataView(out.buffer);
+  for (let i = 0; i < tokenIds.length; i++) {
+    const id = tokenIds[i] ?? -1;
+    checkTokenId(id, i, label);
+    view.setUint32(i * 4, id, true);
+  }
+  return out;
+}
+
+/**
+ * Content key of a chunk (64 lowercase hex chars).
+ *
+ * @example
+ * const k0 = chunkKey(modelId, null, tokens.slice(0, C));
+ * const k1 = chunkKey(modelId, k0, tokens.slice(C, 2 * C));
+ */
+export function chunkKey(modelId: string, previousKey: string | null, tokenIds: ArrayLike<number>): string {
+  validateModelId(modelId);
+  const hash = createHash('sha256');
+  for (const part of lengthPrefixedAscii(DOMAIN_TAG)) hash.update(part);
+  for (const part of lengthPrefixedAscii(modelId)) hash.update(part);
+  if (previousKey === null) hash.update(Uint8Array.of(0));
+  else {
+    validateChunkKey(previousKey);
+    hash.update(Uint8Array.of(1));
+    for (const part of lengthPrefixedAscii(previousKey)) hash.update(part);
+  }
+  hash.update(u32(tokenIds.length));
+  hash.update(tokenIdsToBytes(tokenIds, 'chunkKey'));
+  return hash.digest('hex');
+}
+
+/**
+ * Keys of the full chunks of a token sequence: chunk i covers [i·C, (i+1)·C); a trailing partial
+ * chunk is not included (`maxChunks` stops early).
+ */
+export function fullChunkKeys(modelId: string, tokenIds: readonly number[], chunkTokens: number, maxChunks = Infinity): string[] {
+  const keys: string[] = [];
+  let previous: string | null = null;
+  for (let start = 0; start + chunkTokens <= tokenIds.length && keys.length < maxChunks; start += chunkTokens) {
+    previous = chunkKey(modelId, previous, tokenIds.slice(start, start + chunkTokens));
+    keys.push(previous);
+  }
+  return keys;
+}

@@ -1,0 +1,246 @@
+/**
+ * @module reader
+ * Reads a document's cache artifact back into a fresh Sequence: manifest first, then its chunks with
+ * bounded parallelism (optionally through a ChunkCache), appended strictly in order.
+ *
+ * Every chunk is verified before any of it is used: the codec's own checks (magic, version, structure,
+ * checksum, model and layout id), then against the manifest: token range, size, checksum, and that its
+ * token ids hash to its content key given the previous chunk's key. A failure throws (ArtifactCorruptError
+ * naming the object key and byte offset, ModelMismatchError, UnsupportedVersionError); the Sequence is
+ * then partly filled and must be discarded.
+ */
+import type { Sequence } from '@csa2/core';
+import { ArtifactCorruptError, ModelMismatchError, ObjectNotFoundError } from './errors.js';
+import type { ObjectStore } from './store/object-store.js';
+import type { ChunkCache } from './chunk-cache.js';
+import { validateChunkTokens, type ArtifactLayout } from './layout.js';
+import { chunkHeaderBytes, decodeChunk, type DecodedChunk } from './format/chunk-codec.js';
+import { chunkKey, fullChunkKeys } from './format/chunk-key.js';
+import { chunkObjectKey, manifestObjectKey, validateDocumentId, validateTenant } from './format/keys.js';
+import { ManifestFieldError, parseManifest, type DocumentManifest } from './format/manifest.js';
+import { SequenceStateError, appendChunk, checkSequenceLayout, isSequenceEmpty } from './format/sequence-rows.js';
+
+/** Default number of chunk fetches in flight. */
+export const DEFAULT_MAX_IN_FLIGHT_GETS = 4;
+
+export interface ArtifactReaderOptions {
+  readonly store: ObjectStore;
+  /** The reader's model: artifacts of another model or layout are refused. */
+  readonly layout: ArtifactLayout;
+  /** Local cache of verified chunk objects. @defaultValue none */
+  readonly cache?: ChunkCache;
+  /** Chunk fetches in flight at most. @defaultValue 4 */
+  readonly maxInFlightGets?: number;
+}
+
+export interface LoadOptions {
+  /** Load tokens [0, uptoToken) and the entries they complete. @defaultValue manifest.tokenCount */
+  readonly uptoToken?: number;
+}
+
+/** Leading full chunks of a token sequence, addressed by content (see loadChunkPrefix). */
+export interface ChunkPrefix {
+  readonly tenant: string;
+  readonly tokenIds: readonly number[];
+  readonly chunkTokens: number;
+  /** Leading full chunks to load (e.g. what existingChunkPrefix found). */
+  readonly chunkCount: number;
+}
+
+export interface LoadStats {
+  readonly tokensLoaded: number;
+  readonly chunksLoaded: number;
+  /** Bytes fetched from the store (cache hits excluded). */
+  readonly bytesFetched: number;
+  readonly cacheHits: number;
+}
+
+/** A chunk to fetch and what it must match. */
+interface ChunkRef {
+  readonly key: string;
+  readonly previousKey: string | null;
+  readonly startToken: number;
+  readonly endToken: number;
+  readonly sizeBytes?: number;
+  readonly sha256?: string;
+}
+
+interface MutableStats {
+  tokensLoaded: number;
+  chunksLoaded: number;
+  bytesFetched: number;
+  cacheHits: number;
+}
+
+/**
+ * @example
+ * const reader = new ArtifactReader({ store, layout, cache: new ChunkCache({ maxBytes: 1 << 30 }) });
+ * const manifest = await reader.readManifest(tenant, documentId);
+ * const seq = model.createSequence();
+ * await reader.loadInto(seq, manifest);
+ */
+export class ArtifactReader {
+  private readonly store: ObjectStore;
+  private readonly layout: ArtifactLayout;
+  private readonly cache: ChunkCache | undefined;
+  private readonly maxInFlightGets: number;
+
+  constructor(options: ArtifactReaderOptions) {
+    this.store = options.store;
+    this.layout = options.layout;
+    this.cache = options.cache;
+    this.maxInFlightGets = options.maxInFlightGets ?? DEFAULT_MAX_IN_FLIGHT_GETS;
+    if (!Number.isSafeInteger(this.maxInFlightGets) || this.maxInFlightGets < 1) {
+      throw new RangeError(`maxInFlightGets must be a positive integer, got ${this.maxInFlightGets}`);
+    }
+  }
+
+  /**
+   * The manifest of a document, verified against this reader's model and layout. Throws
+   * ObjectNotFoundError ("document … not found") when the document has no manifest.
+   */
+  async readManifest(tenant: string, documentId: string): Promise<DocumentManifest> {
+    const key = manifestObjectKey(validateTenant(tenant), validateDocumentId(documentId));
+    let bytes: Uint8Array;
+    try {
+      bytes = await this.store.get(key);
+    } catch (error) {
+      if (error instanceof ObjectNotFoundError) throw new ObjectNotFoundError(key, `document ${documentId} of tenant ${tenant}`);
+      throw error;
+    }
+    const manifest = parseManifest(key, bytes);
+    if (manifest.tenant !== tenant) throw new ManifestFieldError(key, 'tenant', `names tenant ${manifest.tenant}, stored under tenant ${tenant}`);
+    if (manifest.documentId !== documentId) throw new ManifestFieldError(key, 'documentId', `names document ${manifest.documentId}, stored under ${documentId}`);
+    this.checkManifest(key, manifest);
+    return manifest;
+  }
+
+  /**
+   * Appends the document's tokens [0, uptoToken) and the global-KV rows of the entries they complete
+   * to `seq`, which must be empty and built for this layout (SequenceStateError otherwise).
+   */
+  async loadInto(seq: Sequence, manifest: DocumentManifest, options: LoadOptions = {}): Promise<LoadStats> {
+    if (!isSequenceEmpty(seq)) throw new SequenceStateError('refusing to load an artifact into a non-empty sequence (it holds tokens or global-KV rows)');
+    checkSequenceLayout(seq, this.layout);
+    this.checkManifest(manifestObjectKey(manifest.tenant, manifest.documentId), manifest);
+    const upto = options.uptoToken ?? manifest.tokenCount;
+    if (!Number.isSafeInteger(upto) || upto < 0 || upto > manifest.tokenCount) {
+      throw new SequenceStateError(`uptoToken must be an integer in [0, ${manifest.tokenCount}], got ${upto}`);
+    }
+    const refs: ChunkRef[] = [];
+    for (const [i, c] of manifest.chunks.entries()) {
+      if (c.startToken >= upto) break;
+      refs.push({ ...c, previousKey: i === 0 ? null : (manifest.chunks[i - 1]?.key ?? null) });
+    }
+    const stats: MutableStats = { tokensLoaded: 0, chunksLoaded: 0, bytesFetched: 0, cacheHits: 0 };
+    await this.forEachChunk(manifest.tenant, refs, stats, (chunk) => {
+      appendChunk(seq, this.layout, chunk, upto);
+      stats.tokensLoaded = seq.tokens.length;
+    });
+    return stats;
+  }
+
+  /** The document's token ids (every chunk is fetched and verified). */
+  async readTokens(manifest: DocumentManifest): Promise<number[]> {
+    this.checkManifest(manifestObjectKey(manifest.tenant, manifest.documentId), manifest);
+    const refs = manifest.chunks.map((c, i) => ({ ...c, previousKey: i === 0 ? null : (manifest.chunks[i - 1]?.key ?? null) }));
+    const tokens: number[] = [];
+    const stats: MutableStats = { tokensLoaded: 0, chunksLoaded: 0, bytesFetched: 0, cacheHits: 0 };
+    await this.forEachChunk(manifest.tenant, refs, stats, (chunk) => {
+      for (const id of chunk.tokenIds) tokens.push(id);
+    });
+    return tokens;
+  }
+
+  /**
+   * Loads the first `prefix.chunkCount` full chunks of `prefix.tokenIds` (content-addressed, no
+   * manifest needed) into an empty Sequence: the reuse path of an encoder after `existingChunkPrefix`.
+   *
+   * @example
+   * const chunkCount = await existingChunkPrefix(store, layout, tenant, ids, 4096);
+   * await reader.loadChunkPrefix(seq, { tenant, tokenIds: ids, chunkTokens: 4096, chunkCount });
+   * // encode ids.slice(chunkCount * 4096) with encoder replay, then write the rest
+   */
+  async loadChunkPrefix(seq: Sequence, prefix: ChunkPrefix): Promise<LoadStats> {
+    const { tenant, tokenIds, chunkTokens, chunkCount } = prefix;
+    if (!isSequenceEmpty(seq)) throw new SequenceStateError('refusing to load an artifact into a non-empty sequence (it holds tokens or global-KV rows)');
+    checkSequenceLayout(seq, this.layout);
+    validateChunkTokens(this.layout, chunkTokens);
+    const keys = fullChunkKeys(this.layout.modelId, tokenIds, chunkTokens, chunkCount);
+    if (keys.length < chunkCount) throw new SequenceStateError(`${tokenIds.length} tokens hold ${keys.length} full chunks of ${chunkTokens}, ${chunkCount} requested`);
+    const refs = keys.map((key, i) => ({ key, previousKey: i === 0 ? null : (keys[i - 1] ?? null), startToken: i * chunkTokens, endToken: (i + 1) * chunkTokens }));
+    const stats: MutableStats = { tokensLoaded: 0, chunksLoaded: 0, bytesFetched: 0, cacheHits: 0 };
+    await this.forEachChunk(validateTenant(tenant), refs, stats, (chunk) => {
+      appendChunk(seq, this.layout, chunk);
+      stats.tokensLoaded = seq.tokens.length;
+    });
+    return stats;
+  }
+
+  private checkManifest(key: string, manifest: DocumentManifest): void {
+    if (manifest.modelId !== this.layout.modelId) throw new ModelMismatchError(key, this.layout.modelId, manifest.modelId);
+    if (manifest.layoutId !== this.layout.layoutId) {
+      throw new ModelMismatchError(key, `${this.layout.modelId} (layout ${this.layout.layoutId})`, `${manifest.modelId} (layout ${manifest.layoutId})`);
+    }
+    try {
+      validateChunkTokens(this.layout, manifest.chunkTokens);
+    } catch (error) {
+      throw new ManifestFieldError(key, 'chunkTokens', error instanceof Error ? error.message : String(error));
+    }
+  }
+
+  /** Fetches refs with at most maxInFlightGets in flight and visits them strictly in order. */
+  private async forEachChunk(tenant: string, refs: readonly ChunkRef[], stats: MutableStats, visit: (chunk: DecodedChunk) => void): Promise<void> {
+    const inFlight: Promise<DecodedChunk>[] = [];
+    let launched = 0;
+    const launch = (): void => {
+      while (launched < refs.length && launched - stats.chunksLoaded < this.maxInFlightGets) {
+        const ref = refs[launched] as ChunkRef;
+        const p = this.fetchChunk(tenant, ref, stats);
+        p.catch(() => undefined); // awaited below in order; this only keeps a later failure from going unhandled
+        inFlight.push(p);
+        launched++;
+      }
+    };
+    launch();
+    for (let i = 0; i < refs.length; i++) {
+      const chunk = await (inFlight[i] as Promise<DecodedChunk>);
+      visit(chunk);
+      stats.chunksLoaded++;
+      launch();
+    }
+  }
+
+  private async fetchChunk(tenant: string, ref: ChunkRef, stats: MutableStats): Promise<DecodedChunk> {
+    const objectKey = chunkObjectKey(tenant, ref.key);
+    const loaded: { chunk?: DecodedChunk } = {};
+    const load = async (): Promise<Uint8Array> => {
+      const bytes = await this.store.get(objectKey);
+      stats.bytesFetched += bytes.length;
+      loaded.chunk = this.verify(objectKey, ref, bytes); // only verified bytes enter the cache
+      return bytes;
+    };
+    const bytes = this.cache === undefined ? await load() : await this.cache.getOrLoad(objectKey, load);
+    if (loaded.chunk !== undefined) return loaded.chunk;
+    stats.cacheHits++;
+    return this.verify(objectKey, ref, bytes);
+  }
+
+  /** Decodes (self-verification) then checks the chunk against what the manifest and key chain say. */
+  private verify(objectKey: string, ref: ChunkRef, bytes: Uint8Array): DecodedChunk {
+    const chunk = decodeChunk(this.layout, objectKey, bytes);
+    if (chunk.startToken !== ref.startToken || chunk.endToken !== ref.endToken) {
+      throw new ArtifactCorruptError(objectKey, 14, `chunk covers tokens [${chunk.startToken}, ${chunk.endToken}), the manifest says [${ref.startToken}, ${ref.endToken})`);
+    }
+    if (ref.sizeBytes !== undefined && bytes.length !== ref.sizeBytes) {
+      throw new ArtifactCorruptError(objectKey, Math.min(bytes.length, ref.sizeBytes), `object is ${bytes.length} bytes, the manifest says ${ref.sizeBytes}`);
+    }
+    if (ref.sha256 !== undefined && chunk.checksumHex !== ref.sha256) {
+      throw new ArtifactCorruptError(objectKey, bytes.length - 32, `checksum ${chunk.checksumHex} differs from the manifest's ${ref.sha256}`);
+    }
+    if (chunkKey(this.layout.modelId, ref.previousKey, chunk.tokenIds) !== ref.key) {
+      throw new ArtifactCorruptError(objectKey, chunkHeaderBytes(this.layout), 'token ids do not hash to the chunk key (with the previous chunk key)');
+    }
+    return chunk;
+  }
+}

@@ -1,0 +1,309 @@
+/**
+ * @module testing/artifact-test-support
+ * Test support for the artifact format, writer and reader (not exported from the package): an
+ * in-memory ObjectStore that counts its calls, Sequences filled with synthetic but valid FP4 rows
+ * (random values passed through csa2-core's fake quantizers, block magnitudes from all-zero through
+ * the E4M3 subnormal range to large), bitwise Sequence comparison, and the fixtures directory.
+ */
+import assert from 'node:assert/strict';
+import { resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Sequence, SeededRandom, fakeQuantFp4E4m3Block16, fakeQuantFp4Ue8m0Block32 } from '@csa2/core';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ObjectNotFoundError } from '../errors.js';
+import type { ArtifactLayout } from '../layout.js';
+import { FsObjectStore } from '../store/fs-store.js';
+import { checkRange, validateKey, validatePrefix } from '../store/keys.js';
+import type { ByteRange, ObjectInfo, ObjectStore, PutOptions } from '../store/object-store.js';
+
+/** `$CSA2_FIXTURES_DIR`, or `<repo>/../shared/fixtures` (dist/testing → repo root is four levels up). */
+export function fixturesRoot(): string {
+  const env = process.env['CSA2_FIXTURES_DIR'];
+  if (env !== undefined && env !== '') return resolve(env);
+  return resolve(fileURLToPath(new URL('../../../../../shared/fixtures', import.meta.url)));
+}
+
+/** An ObjectStore in a Map, with the interface's key rules (store/keys) and call counters. */
+export class MemoryObjectStore implements ObjectStore {
+  readonly url = 'memory://test';
+  readonly objects = new Map<string, Uint8Array>();
+  readonly calls = { put: 0, get: 0, getRange: 0, head: 0, list: 0, delete: 0 };
+
+  private checkKey(key: string): void {
+    validateKey(key);
+  }
+
+  async put(key: string, body: Uint8Array, options: PutOptions = {}): Promise<boolean> {
+    this.checkKey(key);
+    this.calls.put++;
+    await Promise.resolve();
+    if (options.ifAbsent === true && this.objects.has(key)) return false;
+    this.objects.set(key, body.slice());
+    return true;
+  }
+
+  async get(key: string): Promise<Uint8Array> {
+    this.checkKey(key);
+    this.calls.get++;
+    await Promise.resolve();
+    const body = this.objects.get(key);
+    if (body === undefined) throw new ObjectNotFoundError(key);
+    return body.slice();
+  }
+
+  async getRange(key: string, range: ByteRange): Promise<Uint8Array> {
+    this.checkKey(key);
+    checkRange(range);
+    this.calls.getRange++;
+    await Promise.resolve();
+    const body = this.objects.get(key);
+    if (body === undefined) throw new ObjectNotFoundError(key);
+    if (range.offset + range.length > body.length) {
+      throw new RangeError(`range [${range.offset}, ${range.offset + range.length}) is past the end of ${key} (${body.length} bytes)`);
+    }
+    return body.slice(range.offset, range.offset + range.length);
+  }
+
+  async head(key: string): Promise<ObjectInfo | null> {
+    this.checkKey(key);
+    this.calls.head++;
+    await Promise.resolve();
+    const body = this.objects.get(key);
+    return body === undefined ? null : { key, sizeBytes: body.length };
+  }
+
+  async list(prefix: string): Promise<ObjectInfo[]> {
+    validatePrefix(prefix);
+    this.calls.list++;
+    return [...this.objects.entries()]
+      .filter(([k]) => k.startsWith(prefix))
+      .map(([key, body]) => ({ key, sizeBytes: body.length }))
+      .sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+  }
+
+  async delete(key: string): Promise<void> {
+    this.checkKey(key);
+    this.calls.delete++;
+    this.objects.delete(key);
+  }
+
+  async ping(): Promise<void> {}
+
+  async close(): Promise<void> {}
+
+  /** Sum of the sizes of objects whose key starts with `prefix`. */
+  bytesUnder(prefix: string): number {
+    let total = 0;
+    for (const [k, v] of this.objects) if (k.startsWith(prefix)) total += v.length;
+    return total;
+  }
+}
+
+/** How the magnitude of one synthetic block is drawn. */
+function blockMagnitude(rng: SeededRandom): number {
+  const u = rng.nextUniform();
+  if (u < 0.05) return 0; // all-zero block
+  if (u < 0.3) return 2 ** (-16 + 10 * rng.nextUniform()); // tiny: E4M3 subnormal scales (block max < 6·2^-6)
+  return 2 ** (-6 + 10 * rng.nextUniform()); // normal range
+}
+
+/**
+ * `rows` random rows of width `dim`, fake-quantized as main KV (E2M1 + E4M3 per 16) or index K
+ * (MXFP4), so they are exactly the values a Sequence holds. Some elements are ±0.
+ */
+export function randomFakeQuantRows(rng: SeededRandom, rows: number, dim: number, kind: 'main-kv' | 'index-k'): Float32Array {
+  const block = kind === 'main-kv' ? 16 : 32;
+  const values = new Float32Array(rows * dim);
+  for (let b = 0; b < values.length; b += block) {
+    const magnitude = blockMagnitude(rng);
+    for (let i = b; i < b + block; i++) {
+      const x = rng.nextU32();
+      values[i] = (x & 31) === 0 ? -0 : ((x >>> 5) / 2 ** 26 - 1) * magnitude; // 1 in 32 is -0
+    }
+  }
+  if (kind === 'main-kv') fakeQuantFp4E4m3Block16(values, dim);
+  else fakeQuantFp4Ue8m0Block32(values, dim);
+  return values;
+}
+
+/** A Sequence for `layout` (window 8) holding `tokenCount` random tokens and floor(n/m) random rows per source. */
+export function syntheticSequence(layout: ArtifactLayout, tokenCount: number, seed: number): Sequence {
+  const rng = new SeededRandom(seed);
+  const numLayers = Math.max(...layout.kvSources.map((s) => s.layer)) + 1;
+  const seq = new Sequence({ numLayers, window: 8, headDim: layout.headDim, indexHeadDim: layout.indexHeadDim, kvSources: layout.kvSources });
+  for (let i = 0; i < tokenCount; i++) seq.tokens.push(i % 7 === 3 ? 2 ** 32 - 1 - (rng.nextU32() % 1000) : rng.nextU32() % 130000);
+  for (const s of layout.kvSources) {
+    const rows = Math.floor(tokenCount / s.ratio);
+    seq.cache(s.layer).mainKv.append(randomFakeQuantRows(rng, rows, layout.headDim, 'main-kv'));
+    seq.cache(s.layer).indexK.append(randomFakeQuantRows(rng, rows, layout.indexHeadDim, 'index-k'));
+  }
+  return seq;
+}
+
+/** An empty Sequence for `layout`. */
+export function emptySequence(layout: ArtifactLayout): Sequence {
+  const numLayers = Math.max(...layout.kvSources.map((s) => s.layer)) + 1;
+  return new Sequence({ numLayers, window: 8, headDim: layout.headDim, indexHeadDim: layout.indexHeadDim, kvSources: layout.kvSources });
+}
+
+/** A new Sequence with the first `tokenCount` tokens of `seq` and the rows they complete (copies). */
+export function sequencePrefix(seq: Sequence, layout: ArtifactLayout, tokenCount: number): Sequence {
+  const out = emptySequence(layout);
+  out.tokens.push(...seq.tokens.slice(0, tokenCount));
+  for (const s of layout.kvSources) {
+    const rows = Math.floor(tokenCount / s.ratio);
+    out.cache(s.layer).mainKv.append(seq.cache(s.layer).mainKv.view(rows).slice());
+    out.cache(s.layer).indexK.append(seq.cache(s.layer).indexK.view(rows).slice());
+  }
+  return out;
+}
+
+function bitsOf(values: Float32Array): Uint32Array {
+  return new Uint32Array(values.buffer, values.byteOffset, values.length);
+}
+
+/** Asserts two Float32Arrays hold the same bits (so -0 ≠ +0), reporting the first difference. */
+export function assertSameBits(actual: Float32Array, expected: Float32Array, label: string): void {
+  assert.equal(actual.length, expected.length, `${label}: length`);
+  const a = bitsOf(actual);
+  const e = bitsOf(expected);
+  for (let i = 0; i < a.length; i++) {
+    if (a[i] !== e[i]) assert.fail(`${label}: element ${i} is ${actual[i]} (0x${a[i]?.toString(16)}), expected ${expected[i]} (0x${e[i]?.toString(16)})`);
+  }
+}
+
+/** Asserts `actual` holds exactly `expected`'s first `tokenCount` tokens and the rows they complete, bit for bit. */
+export function assertSequencePrefix(actual: Sequence, expected: Sequence, layout: ArtifactLayout, tokenCount = expected.length): void {
+  assert.deepEqual(actual.tokens, expected.tokens.slice(0, tokenCount), 'tokens');
+  for (const s of layout.kvSources) {
+    const rows = Math.floor(tokenCount / s.ratio);
+    assert.equal(actual.cache(s.layer).mainKv.rows, rows, `layer ${s.layer} main-KV rows`);
+    assert.equal(actual.cache(s.layer).indexK.rows, rows, `layer ${s.layer} index-K rows`);
+    assertSameBits(actual.cache(s.layer).mainKv.view(), expected.cache(s.layer).mainKv.view(rows), `layer ${s.layer} main KV`);
+    assertSameBits(actual.cache(s.layer).indexK.view(), expected.cache(s.layer).indexK.view(rows), `layer ${s.layer} index K`);
+  }
+}
+
+/**
+ * Grows `seq` (a prefix of `full`) to `tokenCount` tokens, appending the tokens and the rows they
+ * complete, as an encoder does.
+ */
+export function growTo(seq: Sequence, full: Sequence, layout: ArtifactLayout, tokenCount: number): void {
+  seq.tokens.push(...full.tokens.slice(seq.tokens.length, tokenCount));
+  for (const s of layout.kvSources) {
+    const have = seq.cache(s.layer).mainKv.rows;
+    const want = Math.floor(tokenCount / s.ratio);
+    seq.cache(s.layer).mainKv.append(full.cache(s.layer).mainKv.view(want).slice(have * layout.headDim));
+    seq.cache(s.layer).indexK.append(full.cache(s.layer).indexK.view(want).slice(have * layout.indexHeadDim));
+  }
+}
+
+/** A store a test opened, and how to remove it. */
+export interface OpenedTestStore {
+  readonly store: ObjectStore;
+  cleanup(): Promise<void>;
+}
+
+/** The backends every writer/reader test runs against: the in-memory fake and the filesystem store. */
+export const STORE_FACTORIES: ReadonlyArray<{ readonly name: string; open(): Promise<OpenedTestStore> }> = [
+  {
+    name: 'memory',
+    async open() {
+      return { store: new MemoryObjectStore(), cleanup: async () => undefined };
+    },
+  },
+  {
+    name: 'fs',
+    async open() {
+      const root = await mkdtemp(join(tmpdir(), 'csa2-artifacts-test-'));
+      const store = new FsObjectStore(root, { durable: false });
+      return {
+        store,
+        cleanup: async () => {
+          await store.close();
+          await rm(root, { recursive: true, force: true });
+        },
+      };
+    },
+  },
+];
+
+/** Runs `body` with a fresh store of each backend (cleaned up afterwards). */
+export async function withStore(open: () => Promise<OpenedTestStore>, body: (store: ObjectStore) => Promise<void>): Promise<void> {
+  const opened = await open();
+  try {
+    await body(opened.store);
+  } finally {
+    await opened.cleanup();
+  }
+}
+
+/**
+ * Wraps a store: optional delay per call, the most puts / gets in flight at once, and the order of
+ * puts with the number of puts in flight when each started.
+ */
+export class TrackingStore implements ObjectStore {
+  readonly url: string;
+  readonly putLog: Array<{ key: string; putsInFlight: number }> = [];
+  maxPutsInFlight = 0;
+  maxGetsInFlight = 0;
+  private puts = 0;
+  private gets = 0;
+
+  constructor(readonly inner: ObjectStore, readonly delayMs = 0) {
+    this.url = inner.url;
+  }
+
+  private async pause(): Promise<void> {
+    if (this.delayMs > 0) await new Promise((r) => setTimeout(r, this.delayMs));
+  }
+
+  async put(key: string, body: Uint8Array, options?: PutOptions): Promise<boolean> {
+    this.putLog.push({ key, putsInFlight: this.puts });
+    this.puts++;
+    this.maxPutsInFlight = Math.max(this.maxPutsInFlight, this.puts);
+    try {
+      await this.pause();
+      return await this.inner.put(key, body, options);
+    } finally {
+      this.puts--;
+    }
+  }
+
+  async get(key: string): Promise<Uint8Array> {
+    this.gets++;
+    this.maxGetsInFlight = Math.max(this.maxGetsInFlight, this.gets);
+    try {
+      await this.pause();
+      return await this.inner.get(key);
+    } finally {
+      this.gets--;
+    }
+  }
+
+  getRange(key: string, range: ByteRange): Promise<Uint8Array> {
+    return this.inner.getRange(key, range);
+  }
+  head(key: string): Promise<ObjectInfo | null> {
+    return this.inner.head(key);
+  }
+  list(prefix: string): Promise<ObjectInfo[]> {
+    return this.inner.list(prefix);
+  }
+  delete(key: string): Promise<void> {
+    return this.inner.delete(key);
+  }
+  ping(): Promise<void> {
+    return this.inner.ping();
+  }
+  close(): Promise<void> {
+    return this.inner.close();
+  }
+}
+
+/** Sum of the sizes of the objects under `prefix`. */
+export async function bytesUnder(store: ObjectStore, prefix: string): Promise<number> {
+  return (await store.list(prefix)).reduce((sum, o) => sum + o.sizeBytes, 0);
+}

@@ -1,0 +1,315 @@
+/**
+ * @module writer
+ * Writes one document's cache artifact from a Sequence: chunk objects of C tokens as the encoder
+ * completes them (`writeAvailable`, callable from a progress callback), then the trailing partial chunk
+ * and the manifest, LAST (`finish`), so a reader that finds a manifest finds every chunk it names.
+ *
+ * Idempotent: chunks are content-addressed (format/chunk-key) and written with `ifAbsent`, so a chunk
+ * that exists is not written again (counted as skipped) and re-running a job gives the same keys and
+ * the same bytes. For a skipped chunk the manifest records the STORED object's size and checksum
+ * (learnt with `head` + a 32-byte ranged read); if the stored object differs from ours (or
+ * `verifyExisting: 'full'`), it is fetched and verified, kept when valid and replaced when not. A finished manifest equal to an existing one
+ * (ignoring createdAt) is not rewritten.
+ *
+ * Failure: the first failed put fails the writer; later calls reject with that error. Nothing already
+ * written needs cleaning up (chunks are shared and immutable; the manifest was not written).
+ */
+import type { Sequence } from '@csa2/core';
+import type { ObjectStore } from './store/object-store.js';
+import { DEFAULT_CHUNK_TOKENS, validateChunkTokens, type ArtifactLayout } from './layout.js';
+import { Semaphore } from './format/bounded-concurrency.js';
+import { CHUNK_CHECKSUM_BYTES, decodeChunk, encodeChunk, type EncodedChunk } from './format/chunk-codec.js';
+import { chunkKey, fullChunkKeys } from './format/chunk-key.js';
+import { chunkObjectKey, manifestObjectKey, validateDocumentId, validateTenant } from './format/keys.js';
+import { MANIFEST_FORMAT_VERSION, encodeManifest, parseManifest, type DocumentManifest, type ManifestChunk } from './format/manifest.js';
+import { SequenceStateError, checkSequenceLayout, chunkContentOf } from './format/sequence-rows.js';
+
+/** Default number of puts in flight. */
+export const DEFAULT_MAX_IN_FLIGHT_PUTS = 4;
+
+export interface ArtifactWriterOptions {
+  readonly store: ObjectStore;
+  readonly layout: ArtifactLayout;
+  readonly tenant: string;
+  readonly documentId: string;
+  /** Tokens per chunk (C). @defaultValue 4096 */
+  readonly chunkTokens?: number;
+  /** Puts in flight at most. @defaultValue 4 */
+  readonly maxInFlightPuts?: number;
+  /** Clock for the manifest's createdAt. @defaultValue () => new Date() */
+  readonly now?: () => Date;
+  /**
+   * How a chunk that already exists is checked before it is counted as skipped: 'trailer' compares
+   * its size and 32-byte trailing checksum with ours (two small requests; a payload byte rotted in
+   * place goes unnoticed here and is refused by readers); 'full' downloads and verifies it, so a
+   * corrupt object is replaced. @defaultValue 'trailer'
+   */
+  readonly verifyExisting?: 'trailer' | 'full';
+}
+
+/** What a writer did so far. */
+export interface ArtifactWriteStats {
+  readonly chunksWritten: number;
+  /** Chunks that already existed (not written again). */
+  readonly chunksSkipped: number;
+  /** Skipped chunks whose stored bytes differ from ours but verified as valid (kept as stored). */
+  readonly chunksSkippedDiffering: number;
+  /** Existing chunks that failed verification and were overwritten (counted in chunksWritten too). */
+  readonly chunksRepaired: number;
+  readonly chunkBytesWritten: number;
+  readonly chunkBytesSkipped: number;
+  readonly manifestBytesWritten: number;
+  /** chunkBytesWritten + manifestBytesWritten. */
+  readonly bytesWritten: number;
+  /** Tokens covered by the chunks done so far. */
+  readonly tokensWritten: number;
+  /** FP4 blocks the exact row packer had to search (format/row-packing). */
+  readonly searchedBlocks: number;
+}
+
+/**
+ * Writes one document. Not reusable: one writer per (tenant, document, job run).
+ *
+ * @example
+ * const writer = new ArtifactWriter({ store, layout, tenant, documentId });
+ * await model.encode(seq, ids, { replayTokens: 1, keepRows: 1, onProgress: (done) => void writer.writeAvailable(seq, done) });
+ * const manifest = await writer.finish(seq);
+ */
+export class ArtifactWriter {
+  readonly chunkTokens: number;
+  private readonly store: ObjectStore;
+  private readonly layout: ArtifactLayout;
+  private readonly tenant: string;
+  private readonly documentId: string;
+  private readonly now: () => Date;
+  private readonly verifyExisting: 'trailer' | 'full';
+  private readonly puts: Semaphore;
+  private readonly chunks: ManifestChunk[] = [];
+  private previousKey: string | null = null;
+  private nextStartToken = 0;
+  private tail: Promise<unknown> = Promise.resolve();
+  private failure: unknown = null;
+  private finished: DocumentManifest | null = null;
+  private s = {
+    chunksWritten: 0,
+    chunksSkipped: 0,
+    chunksSkippedDiffering: 0,
+    chunksRepaired: 0,
+    chunkBytesWritten: 0,
+    chunkBytesSkipped: 0,
+    manifestBytesWritten: 0,
+    searchedBlocks: 0,
+  };
+
+  constructor(options: ArtifactWriterOptions) {
+    this.store = options.store;
+    this.layout = options.layout;
+    this.tenant = validateTenant(options.tenant);
+    this.documentId = validateDocumentId(options.documentId);
+    this.chunkTokens = validateChunkTokens(options.layout, options.chunkTokens ?? DEFAULT_CHUNK_TOKENS);
+    this.puts = new Semaphore(options.maxInFlightPuts ?? DEFAULT_MAX_IN_FLIGHT_PUTS);
+    this.now = options.now ?? (() => new Date());
+    this.verifyExisting = options.verifyExisting ?? 'trailer';
+  }
+
+  get stats(): ArtifactWriteStats {
+    return { ...this.s, bytesWritten: this.s.chunkBytesWritten + this.s.manifestBytesWritten, tokensWritten: this.nextStartToken };
+  }
+
+  /**
+   * Writes every full chunk whose tokens all lie below `uptoToken` (tokens whose global-KV rows are
+   * complete; default: the whole Sequence) and that this writer has not written yet. Calls are
+   * serialized; the promise resolves when those chunks are stored.
+   */
+  writeAvailable(seq: Sequence, uptoToken: number = seq.length): Promise<void> {
+    return this.enqueue(async () => {
+      this.checkOpen();
+      await this.writeChunksUpTo(seq, Math.min(uptoToken, seq.length), false);
+    });
+  }
+
+  /**
+   * Writes the remaining full chunks, the trailing partial chunk (if the length is not a multiple of
+   * C) and then the manifest. Returns the manifest; the writer is closed afterwards.
+   */
+  finish(seq: Sequence): Promise<DocumentManifest> {
+    return this.enqueue(async () => {
+      this.checkOpen();
+      await this.writeChunksUpTo(seq, seq.length, true);
+      const manifest: DocumentManifest = {
+        formatVersion: MANIFEST_FORMAT_VERSION,
+        modelId: this.layout.modelId,
+        layoutId: this.layout.layoutId,
+        tenant: this.tenant,
+        documentId: this.documentId,
+        tokenCount: seq.length,
+        chunkTokens: this.chunkTokens,
+        chunks: this.chunks.slice(),
+        createdAt: this.now().toISOString(),
+      };
+      const stored = await this.putManifest(manifest);
+      this.finished = stored;
+      return stored;
+    });
+  }
+
+  private enqueue<T>(task: () => Promise<T>): Promise<T> {
+    const run = this.tail.then(task);
+    this.tail = run.catch((error: unknown) => {
+      this.failure ??= error;
+    });
+    return run;
+  }
+
+  private checkOpen(): void {
+    if (this.failure !== null) throw this.failure;
+    if (this.finished !== null) throw new SequenceStateError(`the artifact writer of ${this.tenant}/${this.documentId} has finished`);
+  }
+
+  private async writeChunksUpTo(seq: Sequence, uptoToken: number, includePartial: boolean): Promise<void> {
+    checkSequenceLayout(seq, this.layout);
+    const pending: Promise<void>[] = [];
+    const C = this.chunkTokens;
+    let putFailed = false;
+    while (!putFailed && this.nextStartToken < uptoToken && (this.nextStartToken + C <= uptoToken || includePartial)) {
+      const start = this.nextStartToken;
+      const end = Math.min(start + C, uptoToken);
+      await this.puts.acquire();
+      if (putFailed) {
+        this.puts.release();
+        break;
+      }
+      let encoded: EncodedChunk;
+      let key: string;
+      try {
+        const content = chunkContentOf(seq, this.layout, start, end);
+        encoded = encodeChunk(this.layout, content);
+        key = chunkKey(this.layout.modelId, this.previousKey, content.tokenIds);
+      } catch (error) {
+        this.puts.release();
+        await Promise.allSettled(pending); // let puts already started settle (none is left unhandled)
+        throw error;
+      }
+      this.s.searchedBlocks += encoded.searchedBlocks;
+      const index = this.chunks.length;
+      this.chunks.push({ key, startToken: start, endToken: end, sizeBytes: encoded.bytesU8.length, sha256: encoded.checksumHex });
+      this.previousKey = key;
+      this.nextStartToken = end;
+      const tokenIds = seq.tokens.slice(start, end);
+      pending.push(
+        this.putChunk(key, encoded.bytesU8, encoded.checksumHex, tokenIds)
+          .then(
+            (entry) => {
+              this.chunks[index] = { key, startToken: start, endToken: end, ...entry };
+            },
+            (error: unknown) => {
+              putFailed = true; // stop starting puts: the writer fails with this error
+              throw error;
+            },
+          )
+          .finally(() => this.puts.release()),
+      );
+    }
+    const results = await Promise.allSettled(pending);
+    for (const r of results) if (r.status === 'rejected') throw r.reason;
+  }
+
+  /** Stores one chunk (ifAbsent); returns the size and checksum of the object now stored under its key. */
+  private async putChunk(key: string, bytesU8: Uint8Array, checksumHex: string, tokenIds: readonly number[]): Promise<{ sizeBytes: number; sha256: string }> {
+    const objectKey = chunkObjectKey(this.tenant, key);
+    if (await this.store.put(objectKey, bytesU8, { ifAbsent: true })) {
+      this.s.chunksWritten++;
+      this.s.chunkBytesWritten += bytesU8.length;
+      return { sizeBytes: bytesU8.length, sha256: checksumHex };
+    }
+    const info = await this.store.head(objectKey);
+    const sizeBytes = info?.sizeBytes ?? 0;
+    if (info !== null && sizeBytes === bytesU8.length && this.verifyExisting === 'trailer') {
+      const trailer = await this.store.getRange(objectKey, { offset: sizeBytes - CHUNK_CHECKSUM_BYTES, length: CHUNK_CHECKSUM_BYTES });
+      if (Buffer.from(trailer).toString('hex') === checksumHex) {
+        this.s.chunksSkipped++;
+        this.s.chunkBytesSkipped += sizeBytes;
+        return { sizeBytes, sha256: checksumHex };
+      }
+    }
+    // Stored bytes differ from ours (or the object vanished): keep a valid one, replace a broken one.
+    if (info !== null && (await this.storedChunkIsValid(objectKey, tokenIds))) {
+      this.s.chunksSkipped++;
+      this.s.chunksSkippedDiffering++;
+      this.s.chunkBytesSkipped += sizeBytes;
+      const stored = await this.store.getRange(objectKey, { offset: sizeBytes - CHUNK_CHECKSUM_BYTES, length: CHUNK_CHECKSUM_BYTES });
+      return { sizeBytes, sha256: Buffer.from(stored).toString('hex') };
+    }
+    await this.store.put(objectKey, bytesU8);
+    this.s.chunksWritten++;
+    this.s.chunksRepaired++;
+    this.s.chunkBytesWritten += bytesU8.length;
+    return { sizeBytes: bytesU8.length, sha256: checksumHex };
+  }
+
+  private async storedChunkIsValid(objectKey: string, tokenIds: readonly number[]): Promise<boolean> {
+    try {
+      const chunk = decodeChunk(this.layout, objectKey, await this.store.get(objectKey));
+      return chunk.tokenIds.length === tokenIds.length && chunk.tokenIds.every((id, i) => id === tokenIds[i]);
+    } catch (error) {
+      if (error instanceof Error && 'code' in error && (error.code === 'artifact-corrupt' || error.code === 'not-found')) return false;
+      throw error; // a model/layout mismatch or an unreachable store is not ours to overwrite
+    }
+  }
+
+  /** Writes the manifest unless an equivalent one exists; returns the manifest now stored. */
+  private async putManifest(manifest: DocumentManifest): Promise<DocumentManifest> {
+    const key = manifestObjectKey(this.tenant, this.documentId);
+    const bytes = encodeManifest(manifest);
+    if (await this.store.put(key, bytes, { ifAbsent: true })) {
+      this.s.manifestBytesWritten += bytes.length;
+      return manifest;
+    }
+    let existing: DocumentManifest | null = null;
+    try {
+      existing = parseManifest(key, await this.store.get(key));
+    } catch (error) {
+      if (!(error instanceof Error && 'code' in error && ['artifact-corrupt', 'unsupported-version', 'not-found'].includes(String(error.code)))) throw error;
+    }
+    if (existing !== null && sameArtifact(existing, manifest)) return existing;
+    await this.store.put(key, bytes);
+    this.s.manifestBytesWritten += bytes.length;
+    return manifest;
+  }
+}
+
+/** Equal manifests but for createdAt. */
+function sameArtifact(a: DocumentManifest, b: DocumentManifest): boolean {
+  return Buffer.from(encodeManifest({ ...a, createdAt: '' })).equals(encodeManifest({ ...b, createdAt: '' }));
+}
+
+/**
+ * How many leading full chunks of `tokenIds` already exist in the tenant's store (checked with `head`,
+ * at most 4 at a time). An encoder loads those (ArtifactReader.loadChunkPrefix) and
+ * encodes only what follows.
+ *
+ * @example
+ * const reused = await existingChunkPrefix(store, layout, tenant, ids, 4096); // 2: tokens [0, 8192) exist
+ */
+export async function existingChunkPrefix(
+  store: ObjectStore,
+  layout: ArtifactLayout,
+  tenant: string,
+  tokenIds: readonly number[],
+  chunkTokens: number,
+): Promise<number> {
+  validateChunkTokens(layout, chunkTokens);
+  const keys = fullChunkKeys(layout.modelId, tokenIds, chunkTokens);
+  const gate = new Semaphore(DEFAULT_MAX_IN_FLIGHT_PUTS);
+  let missingFrom = keys.length;
+  await Promise.all(
+    keys.map((key, i) =>
+      gate.run(async () => {
+        if (i >= missingFrom) return; // a hole before us already ends the prefix
+        const info = await store.head(chunkObjectKey(tenant, key));
+        if (info === null) missingFrom = Math.min(missingFrom, i);
+      }),
+    ),
+  );
+  return missingFrom;
+}
