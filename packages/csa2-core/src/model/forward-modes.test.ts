@@ -90,3 +90,20 @@ test('fp32 numerics mode lands on the reference fp32 variant (logits_fp32) withi
   });
   await model.dispose();
 });
+
+test('windows wider than one attention block: short prompts and early decode steps are exact (-1 padding is neutral)', async () => {
+  // the same weights with window 8, 64 and 128: a 5-token prompt and 4 steps see the same keys in the
+  // same order, so every logit must be bit-identical; with window 128 the index list spans two blocks
+  // of 64 and the second (or, in the ring layout, the first) holds only -1 columns
+  const ids = prompt.slice(0, 5);
+  const runs: Float32Array[][] = [];
+  for (const windowSize of [8, 64, 128]) {
+    const config = { ...ckpt.config, windowSize };
+    const model = await Csa2Model.create(config, ckpt.plan, weights);
+    const out = await generate(model, { promptIds: ids, maxTokens: 5, sampling: { temperature: 0, topP: 1, seed: 0 }, mode: { kind: 'exact' }, keepLogits: true });
+    runs.push(out.logits);
+    await model.dispose();
+  }
+  const [base, ...rest] = runs;
+  for (const [w, r] of rest.entries()) r.forEach((row, i) => same(row, base![i]!, `window ${[64, 128][w]} row ${i}`));
+});

@@ -420,6 +420,14 @@ export class Csa2Model {
       for (let r = Math.max(0, S - win); r < S; r++) ring.write(p0 + r, kvw.subarray(r * D, (r + 1) * D));
     }
     if (Wc > C) throw new Error(`window columns ${Wc} exceed attention columns ${C}`);
+    if (m === 0 && Wc < C) {
+      // the attention graph walks C columns in blocks of 64; a window-only layer pads its list with -1
+      // (no key) columns, which leave the blocked softmax bit-identical (p = 0 adds exact zeros)
+      const padded = new Int32Array(S * C).fill(-1);
+      for (let r = 0; r < S; r++) padded.set(widx.subarray(r * Wc, (r + 1) * Wc), r * C);
+      widx = padded;
+      Wc = C;
+    }
 
     const feeds: Record<string, HostTensor> = {
       q: a['q'] as HostTensor,
