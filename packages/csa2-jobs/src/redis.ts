@@ -50,8 +50,9 @@ export function findRedisServer(): string | null {
 /**
  * Starts a private redis-server on a free local port: no persistence unless `appendOnly`, the
  * `noeviction` policy BullMQ needs, data in a temporary directory. Resolves once it accepts commands.
+ * `detached`: run it in its own process group (signals sent to the caller's group don't reach it).
  */
-export async function startLocalRedis(opts: { port?: number; appendOnly?: boolean; dir?: string } = {}): Promise<LocalRedis> {
+export async function startLocalRedis(opts: { port?: number; appendOnly?: boolean; dir?: string; detached?: boolean } = {}): Promise<LocalRedis> {
   const bin = findRedisServer();
   if (bin === null) throw new Error('redis-server is not installed (Debian: apt-get install -y redis-server), or set REDIS_URL to a running Redis');
   const port = opts.port ?? (await freePort());
@@ -60,7 +61,9 @@ export async function startLocalRedis(opts: { port?: number; appendOnly?: boolea
   const child = spawn(
     bin,
     ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', opts.appendOnly === true ? 'yes' : 'no', '--maxmemory-policy', 'noeviction', '--protected-mode', 'no'],
-    { stdio: ['ignore', 'pipe', 'pipe'] },
+    // detached: its own process group, so a terminal's Ctrl-C reaches only the launcher, which stops
+    // the server after everything that uses it (npm start)
+    { stdio: ['ignore', 'pipe', 'pipe'], detached: opts.detached === true },
   );
   let log = '';
   child.stdout?.on('data', (d: Buffer) => (log = (log + d.toString()).slice(-4000)));

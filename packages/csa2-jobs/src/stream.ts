@@ -4,11 +4,22 @@
  *
  * Entry fields (all strings, as Redis stores them):
  *   token:  i = token index (0, 1, …), id = token id, t = text completed by this token ('' allowed)
- *   final:  done = '1', finish_reason, usage = JSON Usage, n = number of token entries before it
+ *   final:  done = '1', finish_reason, usage = JSON Usage, n = number of token entries before it,
+ *           and, added by the decoder worker:
+ *           t = text released only at the end ('' mostly): text held back while it could still be the
+ *               start of a stop sequence, or the tail of an incomplete UTF-8 character. A reader
+ *               appends it after the last token's text; the full completion is the concatenation
+ *               of every token entry's `t` and then the final entry's `t`.
+ *           queue_ms = acceptedAtMs → start of the attempt that finished, prefill_ms = that attempt's
+ *               time to the first token, decode_ms = first → last token, attempt = 1-based attempt
+ *               number (all integers, for metrics; absent on a final entry written without
+ *               generating, e.g. a request cancelled before it started)
  *   error:  error = JSON { code, message } (the request failed for good; the gateway maps the code)
  *
- * A retried decode job regenerates the same tokens (seeded sampling, deterministic numerics) and
- * appends only indexes not yet in the stream, so a reader never sees a duplicate or a gap.
+ * At most one final or error entry ends a stream, and nothing follows it. A retried decode job
+ * regenerates the same tokens (seeded sampling, deterministic numerics) and appends only indexes not
+ * yet in the stream, so a reader never sees a duplicate or a gap (stream-writer enforces this
+ * atomically in Redis). The stream key expires STREAM_TTL_SECONDS after its last entry.
  */
 
 export interface Usage {
@@ -20,8 +31,28 @@ export interface Usage {
 
 export type StreamEntry =
   | { readonly kind: 'token'; readonly index: number; readonly id: number; readonly text: string }
-  | { readonly kind: 'final'; readonly finishReason: 'length' | 'stop' | 'cancelled'; readonly usage: Usage; readonly tokens: number }
+  | {
+      readonly kind: 'final';
+      readonly finishReason: 'length' | 'stop' | 'cancelled';
+      readonly usage: Usage;
+      readonly tokens: number;
+      /** Text released at the end, after the last token's text (see the module header). */
+      readonly text?: string;
+      readonly timing?: StreamTiming;
+    }
   | { readonly kind: 'error'; readonly code: string; readonly message: string };
+
+/** Timing of the attempt that produced the output (all milliseconds, integers). */
+export interface StreamTiming {
+  /** acceptedAtMs → this attempt started running. */
+  readonly queueMs: number;
+  /** Attempt start → first token (document load, prefill, replay). */
+  readonly prefillMs: number;
+  /** First token → last token. */
+  readonly decodeMs: number;
+  /** 1-based attempt number. */
+  readonly attempt: number;
+}
 
 /** Field/value pairs for XADD. */
 export function encodeStreamEntry(e: StreamEntry): string[] {
@@ -29,7 +60,13 @@ export function encodeStreamEntry(e: StreamEntry): string[] {
     case 'token':
       return ['i', String(e.index), 'id', String(e.id), 't', e.text];
     case 'final':
-      return ['done', '1', 'finish_reason', e.finishReason, 'usage', JSON.stringify(e.usage), 'n', String(e.tokens)];
+      return [
+        'done', '1', 'finish_reason', e.finishReason, 'usage', JSON.stringify(e.usage), 'n', String(e.tokens),
+        ...(e.text !== undefined && e.text !== '' ? ['t', e.text] : []),
+        ...(e.timing !== undefined
+          ? ['queue_ms', String(e.timing.queueMs), 'prefill_ms', String(e.timing.prefillMs), 'decode_ms', String(e.timing.decodeMs), 'attempt', String(e.timing.attempt)]
+          : []),
+      ];
     case 'error':
       return ['error', JSON.stringify({ code: e.code, message: e.message })];
   }
@@ -48,7 +85,18 @@ export function decodeStreamEntry(fields: readonly string[]): StreamEntry {
   if (f.get('done') === '1') {
     const fr = f.get('finish_reason');
     if (fr !== 'length' && fr !== 'stop' && fr !== 'cancelled') throw new Error(`stream entry: bad finish_reason ${String(fr)}`);
-    return { kind: 'final', finishReason: fr, usage: JSON.parse(f.get('usage') ?? 'null') as Usage, tokens: Number(f.get('n')) };
+    const text = f.get('t');
+    const timing: StreamTiming | undefined = f.has('queue_ms')
+      ? { queueMs: Number(f.get('queue_ms')), prefillMs: Number(f.get('prefill_ms')), decodeMs: Number(f.get('decode_ms')), attempt: Number(f.get('attempt')) }
+      : undefined;
+    return {
+      kind: 'final',
+      finishReason: fr,
+      usage: JSON.parse(f.get('usage') ?? 'null') as Usage,
+      tokens: Number(f.get('n')),
+      ...(text !== undefined ? { text } : {}),
+      ...(timing !== undefined ? { timing } : {}),
+    };
   }
   if (f.has('error')) {
     const e = JSON.parse(f.get('error') as string) as { code: string; message: string };

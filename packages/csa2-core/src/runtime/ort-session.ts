@@ -127,6 +127,7 @@ export async function openGraphSession(
       interOpNumThreads: 1,
       graphOptimizationLevel: options.graphOptimization,
       executionMode: 'sequential',
+      enableMemPattern: false,
       extra: { session: { intra_op: { allow_spinning: options.allowSpinning ? '1' : '0' } } },
     });
   } catch (cause) {

@@ -1,0 +1,55 @@
+/** Decoder config from the environment: defaults, and errors that name the variable. */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { EnvConfigError } from '@csa2/jobs';
+import { loadDecoderConfig } from './config.js';
+
+const BASE = { REDIS_URL: 'redis://127.0.0.1:6379', CSA2_MODEL_DIR: '/models/tiny' };
+
+test('defaults: one job at a time, 30 s locks, 50 ms cancel polls, no store, engine defaults', () => {
+  const c = loadDecoderConfig(BASE);
+  assert.deepEqual(c, {
+    redisUrl: 'redis://127.0.0.1:6379',
+    modelDir: '/models/tiny',
+    concurrency: 1,
+    lockDurationMs: 30_000,
+    stalledIntervalMs: 30_000,
+    threads: 'auto',
+    provider: 'cpu',
+    shutdownGraceMs: 20_000,
+    cancelPollMs: 50,
+    logLevel: 'info',
+  });
+});
+
+test('every variable is read', () => {
+  const c = loadDecoderConfig({
+    ...BASE,
+    CSA2_STORE_URL: 'file:///srv/store',
+    CSA2_DECODE_CONCURRENCY: '4',
+    CSA2_LOCK_DURATION_MS: '60000',
+    CSA2_REPLAY_TOKENS: '256',
+    CSA2_CHUNK_CACHE_BYTES: '1048576',
+    CSA2_THREADS: '2',
+    CSA2_SHUTDOWN_GRACE_MS: '5000',
+  });
+  assert.equal(c.storeUrl, 'file:///srv/store');
+  assert.equal(c.concurrency, 4);
+  assert.equal(c.lockDurationMs, 60_000);
+  assert.equal(c.replayTokens, 256);
+  assert.equal(c.chunkCacheBytes, 1_048_576);
+  assert.equal(c.threads, 2);
+  assert.equal(c.shutdownGraceMs, 5000);
+});
+
+test('a missing or bad value fails with an error naming the variable', () => {
+  const named = (name: string) => (err: unknown) => err instanceof EnvConfigError && err.variable === name && err.message.startsWith(`${name}: `);
+  assert.throws(() => loadDecoderConfig({ CSA2_MODEL_DIR: '/m' }), named('REDIS_URL'));
+  assert.throws(() => loadDecoderConfig({ ...BASE, REDIS_URL: 'localhost:6379' }), named('REDIS_URL'));
+  assert.throws(() => loadDecoderConfig({ REDIS_URL: BASE.REDIS_URL }), named('CSA2_MODEL_DIR'));
+  assert.throws(() => loadDecoderConfig({ ...BASE, CSA2_DECODE_CONCURRENCY: 'two' }), named('CSA2_DECODE_CONCURRENCY'));
+  assert.throws(() => loadDecoderConfig({ ...BASE, CSA2_DECODE_CONCURRENCY: '0' }), named('CSA2_DECODE_CONCURRENCY'));
+  assert.throws(() => loadDecoderConfig({ ...BASE, CSA2_LOCK_DURATION_MS: '1.5' }), named('CSA2_LOCK_DURATION_MS'));
+  assert.throws(() => loadDecoderConfig({ ...BASE, CSA2_THREADS: 'many' }), named('CSA2_THREADS'));
+  assert.throws(() => loadDecoderConfig({ ...BASE, CSA2_PROVIDER: 'tpu' }), named('CSA2_PROVIDER'));
+});

@@ -1,0 +1,318 @@
+/**
+ * @module processor
+ * The decode job processor: a DecodeJob in, tokens appended to the request's Redis Stream, a
+ * DecodeResult out. A plain function (job, token, signal) that BullMQ hosts; everything it needs
+ * comes in `DecodeDeps`.
+ *
+ * Per job:
+ * 1. parse the payload — malformed: error entry (when the request id is readable) + UnrecoverableError;
+ * 2. read the stream — already ended (final or error entry): return at once, nothing regenerated;
+ * 3. cancel key already set: final entry 'cancelled' at once;
+ * 4. generate ([document tokens] + promptIds) in the engine thread; each token becomes a stream entry,
+ *    except indexes the stream already holds (a retry regenerates them deterministically and checks
+ *    they match instead of writing them again); the cancel key is polled every `cancelPollMs` and
+ *    aborts generation (finish_reason 'cancelled');
+ * 5. the final entry: finish_reason, usage (prompt_tokens_details.cached_tokens = document tokens),
+ *    the tail text and the attempt's timing.
+ *
+ * Failures: deterministic codes (see DETERMINISTIC_ERROR_CODES) → error entry + UnrecoverableError;
+ * anything else → thrown as is, so BullMQ retries with backoff — on the job's last attempt the error
+ * entry is written first, so the client is never left waiting. When BullMQ aborts `signal` (shutdown
+ * past its grace period) the job stops and is handed back to the queue without using an attempt.
+ */
+import type { GenerateHooks, GenerateOutcome, GenerateRequest, TokenEvent } from '@csa2/engine';
+import {
+  DelayedError,
+  JobPayloadError,
+  UnrecoverableError,
+  appendStreamEntry,
+  cancelKey,
+  errorCodeOf,
+  errorFields,
+  formatFailure,
+  isDeterministicError,
+  parseDecodeJob,
+  readStreamState,
+  silentLogger,
+  ID_PATTERN,
+  type DecodeJob,
+  type DecodeResult,
+  type Job,
+  type Logger,
+  type Redis,
+  type StreamEntry,
+  type StreamState,
+} from '@csa2/jobs';
+
+/** What the processor needs from the engine (EngineHost satisfies it). */
+export interface DecodeEngine {
+  readonly alive: boolean;
+  generate(req: GenerateRequest, hooks?: GenerateHooks): Promise<GenerateOutcome>;
+  close(): Promise<void>;
+}
+
+export interface DecodeDeps {
+  /** A non-blocking connection for stream appends and cancel polls. */
+  readonly redis: Redis;
+  /** The live engine (restarted when its thread died). */
+  readonly engine: () => Promise<DecodeEngine>;
+  /** Replay length for jobs that leave it null; undefined = the engine's default. */
+  readonly replayTokens?: number;
+  /** How often a running job checks its cancel key. @defaultValue 50 */
+  readonly cancelPollMs?: number;
+  /** Stream TTL, refreshed on every append. @defaultValue STREAM_TTL_MS (1 h) */
+  readonly streamTtlMs?: number;
+  readonly log?: Logger;
+}
+
+export type DecodeProcessor = (job: Job<unknown, DecodeResult>, token: string | undefined, signal: AbortSignal | undefined) => Promise<DecodeResult>;
+
+/** A retry regenerated a different token than the one the client already has. */
+export class RetryDivergedError extends Error {
+  readonly code = 'retry-diverged';
+  constructor(index: number, streamed: number, regenerated: number) {
+    super(`token ${index}: the stream holds id ${streamed}, the retry generated ${regenerated} (non-deterministic numerics across workers?)`);
+    this.name = 'RetryDivergedError';
+  }
+}
+
+/** The engine stopped a generation nobody cancelled (it is closing): transient. */
+class EngineAbortedError extends Error {
+  readonly code = 'runtime';
+  constructor() {
+    super('the engine stopped the generation (engine closing or restarting)');
+    this.name = 'EngineAbortedError';
+  }
+}
+
+/** BullMQ aborted the job (worker shutting down past its grace period): hand it back. */
+class HandBack extends Error {}
+
+/** The request id of a payload that failed to parse, when it is there and well-formed. */
+function readableRequestId(data: unknown): string | null {
+  if (typeof data !== 'object' || data === null) return null;
+  const id = (data as { requestId?: unknown }).requestId;
+  return typeof id === 'string' && ID_PATTERN.test(id) ? id : null;
+}
+
+function resultFromEnd(end: Extract<StreamEntry, { kind: 'final' }>): DecodeResult {
+  return {
+    finishReason: end.finishReason,
+    promptTokens: end.usage.prompt_tokens,
+    cachedTokens: end.usage.prompt_tokens_details.cached_tokens,
+    completionTokens: end.tokens,
+  };
+}
+
+function usage(promptTokens: number, cachedTokens: number, completionTokens: number) {
+  return {
+    prompt_tokens: promptTokens,
+    completion_tokens: completionTokens,
+    total_tokens: promptTokens + completionTokens,
+    prompt_tokens_details: { cached_tokens: cachedTokens },
+  };
+}
+
+/** Appends token entries one after another (in order) without holding up the engine's callbacks. */
+class TokenAppender {
+  private chain: Promise<void> = Promise.resolve();
+  failure: unknown = null;
+  /** Another attempt ended the stream while this one was writing. */
+  endedElsewhere = false;
+
+  constructor(
+    private readonly deps: DecodeDeps,
+    private readonly requestId: string,
+    private readonly onStop: () => void,
+  ) {}
+
+  append(entry: StreamEntry): void {
+    this.chain = this.chain.then(async () => {
+      if (this.failure !== null || this.endedElsewhere) return;
+      try {
+        const r = await appendStreamEntry(this.deps.redis, this.requestId, entry, this.deps.streamTtlMs);
+        if (r === 'ended') {
+          this.endedElsewhere = true;
+          this.onStop();
+        }
+      } catch (err) {
+        this.failure = err;
+        this.onStop();
+      }
+    });
+  }
+
+  drain(): Promise<void> {
+    return this.chain;
+  }
+}
+
+/** Polls the cancel key every `everyMs` (one EXISTS at a time) until stopped. */
+function watchCancel(redis: Redis, requestId: string, everyMs: number, onCancel: () => void): () => void {
+  let busy = false;
+  const timer = setInterval(() => {
+    if (busy) return;
+    busy = true;
+    redis.exists(cancelKey(requestId)).then(
+      (n) => {
+        busy = false;
+        if (n > 0) onCancel();
+      },
+      () => {
+        busy = false; // a Redis hiccup: the stream appends will surface it
+      },
+    );
+  }, everyMs);
+  return () => clearInterval(timer);
+}
+
+export function createDecodeProcessor(deps: DecodeDeps): DecodeProcessor {
+  const log = deps.log ?? silentLogger;
+  const cancelPollMs = deps.cancelPollMs ?? 50;
+
+  async function writeError(requestId: string, code: string, message: string): Promise<void> {
+    try {
+      await appendStreamEntry(deps.redis, requestId, { kind: 'error', code, message }, deps.streamTtlMs);
+    } catch (err) {
+      log('error', 'could not write the error entry', { requestId, code, ...errorFields(err) });
+    }
+  }
+
+  async function run(data: DecodeJob, job: Job<unknown, DecodeResult>, signal: AbortSignal | undefined, startedAtMs: number): Promise<DecodeResult> {
+    const { requestId } = data;
+    const state: StreamState = await readStreamState(deps.redis, requestId);
+    if (state.end !== null) {
+      log('info', 'stream already ended; nothing to do', { requestId, jobId: job.id, end: state.end.kind });
+      if (state.end.kind === 'final') return resultFromEnd(state.end);
+      throw new UnrecoverableError(formatFailure(state.end.code, state.end.message));
+    }
+    const streamed = state.tokenIds;
+    if ((await deps.redis.exists(cancelKey(requestId))) > 0) {
+      const promptTokens = data.promptIds.length;
+      await appendStreamEntry(deps.redis, requestId, { kind: 'final', finishReason: 'cancelled', usage: usage(promptTokens, 0, streamed.length), tokens: streamed.length }, deps.streamTtlMs);
+      return { finishReason: 'cancelled', promptTokens, cachedTokens: 0, completionTokens: streamed.length };
+    }
+
+    const engine = await deps.engine();
+    const abort = new AbortController();
+    let cancelled = false;
+    let handBack = false;
+    let diverged: RetryDivergedError | null = null;
+    const stop = () => abort.abort();
+    const appender = new TokenAppender(deps, requestId, stop);
+    const onJobAbort = () => {
+      handBack = true;
+      stop();
+    };
+    signal?.addEventListener('abort', onJobAbort, { once: true });
+    if (signal?.aborted === true) onJobAbort();
+    const stopWatching = watchCancel(deps.redis, requestId, cancelPollMs, () => {
+      cancelled = true;
+      stop();
+    });
+    let tail = '';
+    let firstAtMs = 0;
+    let lastAtMs = 0;
+    const onToken = (t: TokenEvent) => {
+      if (t.id < 0) {
+        tail += t.text; // text released at the end of generation (held-back stop prefix, split UTF-8)
+        return;
+      }
+      lastAtMs = Date.now();
+      if (t.index === 0) firstAtMs = lastAtMs;
+      if (t.index < streamed.length) {
+        const prev = streamed[t.index] as number;
+        if (prev !== t.id && diverged === null) {
+          diverged = new RetryDivergedError(t.index, prev, t.id);
+          stop();
+        }
+        return;
+      }
+      appender.append({ kind: 'token', index: t.index, id: t.id, text: t.text });
+    };
+
+    const replayTokens = data.replayTokens ?? deps.replayTokens;
+    const req: GenerateRequest = {
+      promptIds: data.promptIds,
+      maxTokens: data.maxTokens,
+      sampling: data.sampling,
+      ignoreEos: data.ignoreEos,
+      ...(data.stop.length > 0 ? { stopSequences: data.stop } : {}),
+      ...(replayTokens !== undefined ? { replayTokens } : {}),
+      ...(data.documentId !== null ? { document: { tenant: data.tenant, documentId: data.documentId } } : {}),
+    };
+    let outcome: GenerateOutcome;
+    try {
+      outcome = await engine.generate(req, { onToken, signal: abort.signal });
+    } finally {
+      stopWatching();
+      signal?.removeEventListener('abort', onJobAbort);
+      await appender.drain();
+    }
+
+    if (appender.failure !== null) throw appender.failure;
+    if (diverged !== null) throw diverged;
+    if (appender.endedElsewhere) {
+      const now = await readStreamState(deps.redis, requestId);
+      if (now.end?.kind === 'final') return resultFromEnd(now.end);
+      throw new UnrecoverableError(formatFailure(now.end?.code ?? 'stream-invalid', now.end?.message ?? 'the stream ended elsewhere'));
+    }
+    if (handBack) throw new HandBack();
+    if (outcome.finishReason === 'cancelled' && !cancelled) {
+      // nobody here asked for it: the engine was closed or its thread is going away — retry
+      throw new EngineAbortedError();
+    }
+
+    const finishReason = outcome.finishReason;
+    const completionTokens = Math.max(streamed.length, outcome.tokens.length);
+    const end: StreamEntry = {
+      kind: 'final',
+      finishReason,
+      usage: usage(outcome.promptTokens, outcome.cachedTokens, completionTokens),
+      tokens: completionTokens,
+      ...(tail !== '' ? { text: tail } : {}),
+      timing: {
+        queueMs: Math.max(0, startedAtMs - data.acceptedAtMs),
+        prefillMs: firstAtMs > 0 ? firstAtMs - startedAtMs : Date.now() - startedAtMs,
+        decodeMs: firstAtMs > 0 ? lastAtMs - firstAtMs : 0,
+        attempt: job.attemptsMade + 1,
+      },
+    };
+    const written = await appendStreamEntry(deps.redis, requestId, end, deps.streamTtlMs);
+    if (written !== 'written') log('warn', 'another attempt wrote the end of the stream', { requestId, outcome: written });
+    log('info', 'decode done', { requestId, jobId: job.id, finishReason, completionTokens, cachedTokens: outcome.cachedTokens, skipped: streamed.length, attempt: job.attemptsMade + 1 });
+    return { finishReason, promptTokens: outcome.promptTokens, cachedTokens: outcome.cachedTokens, completionTokens };
+  }
+
+  return async function processDecodeJob(job, token, signal) {
+    const startedAtMs = Date.now();
+    let data: DecodeJob;
+    try {
+      data = parseDecodeJob(job.data);
+    } catch (err) {
+      if (!(err instanceof JobPayloadError)) throw err;
+      const requestId = readableRequestId(job.data);
+      log('warn', 'malformed decode job', { jobId: job.id, requestId, issues: err.issues });
+      if (requestId !== null) await writeError(requestId, 'payload-invalid', err.message);
+      throw new UnrecoverableError(formatFailure('payload-invalid', err.message));
+    }
+    try {
+      return await run(data, job, signal, startedAtMs);
+    } catch (err) {
+      if (err instanceof UnrecoverableError) throw err;
+      if (err instanceof HandBack) {
+        log('info', 'handing the job back (shutting down)', { requestId: data.requestId, jobId: job.id });
+        await job.moveToDelayed(Date.now(), token);
+        throw new DelayedError();
+      }
+      const code = errorCodeOf(err) ?? 'runtime';
+      const message = err instanceof Error ? err.message : String(err);
+      const deterministic = isDeterministicError(err);
+      const lastAttempt = job.attemptsMade + 1 >= (job.opts.attempts ?? 1);
+      log(deterministic || lastAttempt ? 'error' : 'warn', 'decode failed', { requestId: data.requestId, jobId: job.id, code, deterministic, attempt: job.attemptsMade + 1, ...errorFields(err) });
+      if (deterministic || lastAttempt) await writeError(data.requestId, code, message);
+      if (deterministic) throw new UnrecoverableError(formatFailure(code, message));
+      throw new Error(formatFailure(code, message), { cause: err });
+    }
+  };
+}

@@ -1,0 +1,25 @@
+/** Encoder config from the environment: defaults, and errors that name the variable. */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { EnvConfigError } from '@csa2/jobs';
+import { loadEncoderConfig } from './config.js';
+
+const BASE = { REDIS_URL: 'redis://127.0.0.1:6379', CSA2_MODEL_DIR: '/models/tiny', CSA2_STORE_URL: 'file:///srv/store' };
+
+test('defaults, and every variable read', () => {
+  const c = loadEncoderConfig(BASE);
+  assert.equal(c.storeUrl, 'file:///srv/store');
+  assert.equal(c.concurrency, 1);
+  assert.equal(c.chunkTokens, undefined);
+  assert.equal(c.lockDurationMs, 30_000);
+  assert.equal(c.progressIntervalMs, 200);
+  const d = loadEncoderConfig({ ...BASE, CSA2_PREFILL_CONCURRENCY: '2', CSA2_CHUNK_TOKENS: '1024', CSA2_CHUNK_CACHE_BYTES: '0', CSA2_LOCK_DURATION_MS: '120000' });
+  assert.deepEqual([d.concurrency, d.chunkTokens, d.chunkCacheBytes, d.lockDurationMs], [2, 1024, 0, 120_000]);
+});
+
+test('the store is required; bad numbers name their variable', () => {
+  const named = (name: string) => (err: unknown) => err instanceof EnvConfigError && err.variable === name;
+  assert.throws(() => loadEncoderConfig({ ...BASE, CSA2_STORE_URL: '' }), named('CSA2_STORE_URL'));
+  assert.throws(() => loadEncoderConfig({ ...BASE, CSA2_PREFILL_CONCURRENCY: '-1' }), named('CSA2_PREFILL_CONCURRENCY'));
+  assert.throws(() => loadEncoderConfig({ ...BASE, CSA2_CHUNK_TOKENS: '4k' }), named('CSA2_CHUNK_TOKENS'));
+});
