@@ -1,0 +1,176 @@
+/**
+ * @module deps
+ * What the app is built from (`createApp(deps)`), and `connectGatewayDeps`, which makes it from a
+ * config: the model's config and tokenizer, the Redis connection (commands fail fast when Redis is
+ * down: no offline queue, one attempt, a command timeout), the two BullMQ queues on it, the pool of
+ * blocking stream readers, the object store, API keys and metrics. Tests use the same function.
+ */
+import { join } from 'node:path';
+import { pino, type Logger } from 'pino';
+import { loadTokenizer, readModelConfigFile, type Tokenizer } from '@csa2/core';
+import { openStore, type ObjectStore } from '@csa2/artifacts';
+import {
+  DECODE_QUEUE,
+  PREFILL_QUEUE,
+  Queue,
+  connectRedis,
+  createBacklogCollector,
+  type BacklogCollector,
+  type DecodeJob,
+  type DecodeResult,
+  type PrefillJob,
+  type PrefillResult,
+  type Redis,
+} from '@csa2/jobs';
+import { DEFAULT_TENANT, generateApiKey, resolveLimits, type GatewayConfig, type GatewayLimits } from './config.js';
+import { withTimeout } from './errors.js';
+import { Inflight } from './inflight.js';
+import { createGatewayMetrics, type GatewayMetrics } from './metrics.js';
+import { ObserveOnce } from './observe-once.js';
+import { ReaderPool } from './reader-pool.js';
+
+export interface GatewayQueues {
+  readonly prefill: Queue<PrefillJob, PrefillResult>;
+  readonly decode: Queue<DecodeJob, DecodeResult>;
+}
+
+export interface ServedModel {
+  /** The name clients send as `model`. */
+  readonly name: string;
+  /** Unix seconds the gateway started (the `created` of /v1/models). */
+  readonly createdS: number;
+  /** Rows of the model's vocabulary: token ids must be below it. */
+  readonly vocabSize: number;
+}
+
+export interface GatewayDeps {
+  readonly config: GatewayConfig;
+  readonly limits: GatewayLimits;
+  readonly model: ServedModel;
+  readonly tokenizer: Tokenizer;
+  /** Commands (fails fast when Redis is down). */
+  readonly redis: Redis;
+  readonly readers: ReaderPool;
+  readonly queues: GatewayQueues;
+  readonly store: ObjectStore;
+  /** API key → tenant. */
+  readonly apiKeys: ReadonlyMap<string, string>;
+  readonly metrics: GatewayMetrics;
+  readonly logger: Logger;
+  readonly inflight: Inflight;
+  readonly once: ObserveOnce;
+  /** The queues' backlog for autoscaling (csa2_queue_backlog_*, csa2_prefill_*_tokens on /metrics). */
+  readonly backlog: BacklogCollector;
+}
+
+/** Job states read for the csa2_queue_jobs gauge (BullMQ names). */
+export const GAUGE_STATES = ['wait', 'prioritized', 'delayed', 'active', 'waiting-children', 'completed', 'failed'] as const;
+
+export interface ConnectOptions {
+  readonly logger?: Logger;
+  /** Use this store instead of opening CSA2_STORE_URL (tests). */
+  readonly store?: ObjectStore;
+  /** Collect Node process metrics (csa2_gateway_process_*). @defaultValue false */
+  readonly defaultMetrics?: boolean;
+  /** How long to wait for the first Redis connection before going on unready. @defaultValue 5000 */
+  readonly redisReadyWaitMs?: number;
+}
+
+export interface ConnectedDeps {
+  readonly deps: GatewayDeps;
+  /** The generated key when CSA2_API_KEYS is unset, else null. */
+  readonly generatedApiKey: string | null;
+  /** Closes the queues, readers, Redis and the store. */
+  close(): Promise<void>;
+}
+
+/** Builds every dependency from the config. Throws (config, model, tokenizer, store URL) before connecting anything that needs closing. */
+export async function connectGatewayDeps(config: GatewayConfig, options: ConnectOptions = {}): Promise<ConnectedDeps> {
+  const logger = options.logger ?? pino({ level: config.logLevel, base: { service: 'gateway' } });
+  const modelConfig = await readModelConfigFile(join(config.modelDir, 'config.json'));
+  const tokenizer = await loadTokenizer({ modelDir: config.modelDir, vocabSize: modelConfig.vocabSize });
+  const limits = resolveLimits(config, modelConfig);
+  const store = options.store ?? openStore(config.storeUrl);
+
+  let generatedApiKey: string | null = null;
+  let apiKeys = config.apiKeys;
+  if (apiKeys === null) {
+    generatedApiKey = generateApiKey();
+    apiKeys = new Map([[generatedApiKey, DEFAULT_TENANT]]);
+  }
+
+  const redis = connectRedis(config.redisUrl, {
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 0,
+    commandTimeout: config.redisCommandTimeoutMs,
+    connectionName: 'csa2-gateway',
+    retryStrategy: (times: number) => Math.min(100 * times, 1000),
+  });
+  let lastRedisError = '';
+  redis.on('error', (err: Error) => {
+    if (err.message !== lastRedisError) logger.warn({ err: err.message }, 'redis connection error');
+    lastRedisError = err.message;
+  });
+  redis.on('ready', () => {
+    if (lastRedisError !== '') logger.info('redis connection ready');
+    lastRedisError = '';
+  });
+  await withTimeout(
+    new Promise<void>((resolve) => (redis.status === 'ready' ? resolve() : redis.once('ready', () => resolve()))),
+    options.redisReadyWaitMs ?? 5000,
+    () => new Error('redis not ready'),
+  ).catch(() => logger.warn({ redisUrl: redactUrl(config.redisUrl) }, 'redis is not reachable yet; /readyz reports 503 until it is'));
+
+  const queues: GatewayQueues = {
+    prefill: new Queue<PrefillJob, PrefillResult>(PREFILL_QUEUE, { connection: redis }),
+    decode: new Queue<DecodeJob, DecodeResult>(DECODE_QUEUE, { connection: redis }),
+  };
+  for (const q of [queues.prefill, queues.decode]) q.on('error', () => undefined); // the connection's own listener logs
+  const readers = new ReaderPool(redis, { commandTimeoutMs: config.redisCommandTimeoutMs });
+  const metrics = createGatewayMetrics({
+    defaultMetrics: options.defaultMetrics ?? false,
+    queueCounts: (['prefill', 'decode'] as const).map((label) => ({
+      queue: label,
+      read: () =>
+        withTimeout(queues[label].getJobCounts(...GAUGE_STATES), config.readyTimeoutMs, () => new Error('queue counts timed out')) as Promise<Record<string, number>>,
+    })),
+  });
+
+  const deps: GatewayDeps = {
+    config,
+    limits,
+    model: { name: config.modelName, createdS: Math.floor(Date.now() / 1000), vocabSize: modelConfig.vocabSize },
+    tokenizer,
+    redis,
+    readers,
+    queues,
+    store,
+    apiKeys,
+    metrics,
+    logger,
+    inflight: new Inflight(),
+    once: new ObserveOnce(redis),
+    backlog: createBacklogCollector(redis),
+  };
+  return {
+    deps,
+    generatedApiKey,
+    async close() {
+      readers.close();
+      await Promise.allSettled([queues.prefill.close(), queues.decode.close()]);
+      redis.disconnect();
+      await store.close();
+    },
+  };
+}
+
+/** A Redis URL without its password, for logs. */
+export function redactUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password !== '') u.password = '***';
+    return u.toString();
+  } catch {
+    return '(unparseable url)';
+  }
+}

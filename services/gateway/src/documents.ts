@@ -1,0 +1,197 @@
+/**
+ * @module documents
+ * Documents: ingest, status, delete, all tenant-scoped. A document's status is derived, never
+ * stored twice:
+ *
+ * - `ready`    — its manifest exists in the object store (written last by the encoder, so a manifest
+ *                means a complete artifact): tokens and bytes come from the manifest;
+ * - `queued`   — its prefill job (`doc.<tenant>.<id>`) is waiting, prioritized, delayed or retrying;
+ * - `encoding` — the job is active; progress is the job's PrefillProgress (tokensDone / tokensTotal);
+ * - `failed`   — the job failed for good (reason from its failedReason `[code] message`), or it
+ *                completed but no manifest is there (deleted meanwhile);
+ * - unknown (404) — neither a manifest nor a job.
+ *
+ * Ids are immutable: posting an id that is queued, encoding or ready returns its status and changes
+ * nothing (delete it first to replace it); posting a failed id enqueues it again. Deleting removes
+ * the manifest and the job record; chunk objects are content-addressed and may be shared with
+ * other documents of the tenant, so they stay (garbage collection of unreferenced chunks is a
+ * separate, offline concern). A document being encoded cannot be deleted (409).
+ */
+import {
+  DEFAULT_PREFILL_JOB_OPTIONS,
+  PREFILL_JOB_NAME,
+  documentJobId,
+  parseFailure,
+  parsePrefillJob,
+  type Job,
+  type PrefillJob,
+  type PrefillProgress,
+  type PrefillResult,
+} from '@csa2/jobs';
+import { manifestObjectKey, parseManifest, type DocumentManifest } from '@csa2/artifacts';
+import { ApiError } from './errors.js';
+import type { GatewayDeps } from './deps.js';
+
+export type DocumentState =
+  | { readonly status: 'queued'; readonly createdS: number; readonly tokensTotal: number | null }
+  | { readonly status: 'encoding'; readonly createdS: number; readonly tokensDone: number; readonly tokensTotal: number | null }
+  | { readonly status: 'ready'; readonly createdS: number; readonly tokens: number; readonly bytes: number; readonly manifest: DocumentManifest }
+  | { readonly status: 'failed'; readonly createdS: number; readonly reason: string; readonly code: string };
+
+/** Ids starting with this are the artifacts of long prompts (promptDocumentId); clients cannot take them. */
+export const RESERVED_DOCUMENT_PREFIX = 'prompt-';
+
+function isNotFound(err: unknown): boolean {
+  return typeof err === 'object' && err !== null && 'code' in err && err.code === 'not-found';
+}
+
+/** The document's manifest, or null when there is none. Throws on a store failure or a manifest that does not belong here. */
+export async function readManifest(deps: GatewayDeps, tenant: string, documentId: string): Promise<DocumentManifest | null> {
+  const key = manifestObjectKey(tenant, documentId);
+  let bytes: Uint8Array;
+  try {
+    bytes = await deps.store.get(key);
+  } catch (err) {
+    if (isNotFound(err)) return null;
+    throw err;
+  }
+  const manifest = parseManifest(key, bytes);
+  if (manifest.tenant !== tenant || manifest.documentId !== documentId) {
+    throw new ApiError(500, `the manifest stored for document ${documentId} names another document`, { code: 'artifact_corrupt' });
+  }
+  return manifest;
+}
+
+function manifestBytes(manifest: DocumentManifest): number {
+  return manifest.chunks.reduce((sum, c) => sum + c.sizeBytes, 0);
+}
+
+async function readyState(deps: GatewayDeps, manifest: DocumentManifest): Promise<DocumentState> {
+  const bytes = manifestBytes(manifest);
+  await deps.once.run(`artifact:${manifest.tenant}/${manifest.documentId}/${manifest.createdAt}`, async () => {
+    deps.metrics.artifactBytes.inc({ kind: 'document' }, bytes);
+    // A job that ran between two status reads was never seen active: its queue wait is observed now.
+    const job = await deps.queues.prefill.getJob(documentJobId(manifest.tenant, manifest.documentId)).catch(() => undefined);
+    if (job !== undefined) await observeQueueWait(deps, job);
+  });
+  return { status: 'ready', createdS: Math.floor(Date.parse(manifest.createdAt) / 1000), tokens: manifest.tokenCount, bytes, manifest };
+}
+
+function tokensOf(job: Job<PrefillJob, PrefillResult>): number | null {
+  const input: unknown = (job.data as { input?: unknown } | undefined)?.input;
+  if (typeof input === 'object' && input !== null && 'tokenIds' in input && Array.isArray(input.tokenIds)) return input.tokenIds.length;
+  return null;
+}
+
+function progressOf(job: Job<PrefillJob, PrefillResult>): PrefillProgress | null {
+  const p: unknown = job.progress;
+  if (typeof p !== 'object' || p === null) return null;
+  const { tokensDone, tokensTotal } = p as Record<string, unknown>;
+  if (typeof tokensDone !== 'number' || typeof tokensTotal !== 'number') return null;
+  return { tokensDone, tokensTotal };
+}
+
+async function observeQueueWait(deps: GatewayDeps, job: Job<PrefillJob, PrefillResult>): Promise<void> {
+  const { processedOn, timestamp } = job;
+  if (processedOn === undefined || processedOn < timestamp) return;
+  await deps.once.run(`wait:${job.id ?? '?'}:${timestamp}`, () => deps.metrics.queueWait.observe({ queue: 'prefill' }, (processedOn - timestamp) / 1000));
+}
+
+/** The document's job and state, or null when neither a manifest nor a job exists. */
+export async function documentStatus(deps: GatewayDeps, tenant: string, documentId: string): Promise<{ state: DocumentState; job: Job<PrefillJob, PrefillResult> | null } | null> {
+  const manifest = await readManifest(deps, tenant, documentId);
+  if (manifest !== null) return { state: await readyState(deps, manifest), job: null };
+  // State first, then the job: the job read is then at least as new as the state (a failed job
+  // already has its failedReason, an active one its latest progress).
+  const jobId = documentJobId(tenant, documentId);
+  const state = await deps.queues.prefill.getJobState(jobId);
+  const job = state === 'unknown' ? undefined : await deps.queues.prefill.getJob(jobId);
+  if (job === undefined) return null;
+  const createdS = Math.floor(job.timestamp / 1000);
+  switch (state) {
+    case 'active': {
+      await observeQueueWait(deps, job);
+      const p = progressOf(job);
+      return { state: { status: 'encoding', createdS, tokensDone: p?.tokensDone ?? 0, tokensTotal: p?.tokensTotal ?? tokensOf(job) }, job };
+    }
+    case 'completed': {
+      await observeQueueWait(deps, job);
+      const late = await readManifest(deps, tenant, documentId);
+      if (late !== null) return { state: await readyState(deps, late), job };
+      return { state: { status: 'failed', createdS, reason: 'the document was encoded but its manifest is gone (deleted?)', code: 'not-found' }, job };
+    }
+    case 'failed': {
+      await observeQueueWait(deps, job);
+      const { code, message } = parseFailure(job.failedReason ?? '');
+      return { state: { status: 'failed', createdS, reason: message !== '' ? message : 'the prefill job failed', code }, job };
+    }
+    case 'unknown':
+      return null;
+    default:
+      // waiting, prioritized, delayed (a retry's backoff), waiting-children
+      return { state: { status: 'queued', createdS, tokensTotal: tokensOf(job) }, job };
+  }
+}
+
+/** The JSON object of a document. */
+export function documentObject(id: string, state: DocumentState): Record<string, unknown> {
+  const base = { id, object: 'document', status: state.status, created_at: state.createdS };
+  switch (state.status) {
+    case 'queued':
+      return { ...base, tokens: state.tokensTotal };
+    case 'encoding':
+      return { ...base, tokens: state.tokensTotal, progress: { tokens_done: state.tokensDone, tokens_total: state.tokensTotal } };
+    case 'ready':
+      return { ...base, tokens: state.tokens, bytes: state.bytes };
+    case 'failed':
+      return { ...base, reason: state.reason, error_code: state.code.replaceAll('-', '_') };
+  }
+}
+
+/**
+ * Enqueues a document's prefill job unless the id is already queued, encoding or ready (then its
+ * status is returned unchanged). The caller checked the ids, token limits and queue capacity.
+ */
+export async function ingestDocument(deps: GatewayDeps, tenant: string, documentId: string, tokenIds: readonly number[], acceptedAtMs: number): Promise<DocumentState> {
+  const existing = await documentStatus(deps, tenant, documentId);
+  if (existing !== null && existing.state.status !== 'failed') return existing.state;
+  if (existing?.job !== null && existing?.job !== undefined) await existing.job.remove();
+  const data = parsePrefillJob({
+    v: 1,
+    kind: 'document',
+    tenant,
+    documentId,
+    model: deps.model.name,
+    input: { tokenIds: [...tokenIds] },
+    acceptedAtMs,
+  } satisfies PrefillJob);
+  await deps.queues.prefill.add(PREFILL_JOB_NAME, data, { ...DEFAULT_PREFILL_JOB_OPTIONS, jobId: documentJobId(tenant, documentId) });
+  deps.metrics.prefillTokens.inc({ kind: 'document' }, tokenIds.length);
+  return { status: 'queued', createdS: Math.floor(acceptedAtMs / 1000), tokensTotal: tokenIds.length };
+}
+
+/** Removes the document's job record and manifest; false when neither existed. 409 while it is being encoded. */
+export async function deleteDocument(deps: GatewayDeps, tenant: string, documentId: string): Promise<boolean> {
+  const job = await deps.queues.prefill.getJob(documentJobId(tenant, documentId));
+  let existed = false;
+  if (job !== undefined) {
+    const state = await job.getState();
+    const busy = (): ApiError =>
+      new ApiError(409, `document ${documentId} is being encoded; delete it once it is ready or failed`, { param: 'id', code: 'document_busy' });
+    if (state === 'active') throw busy();
+    try {
+      await job.remove();
+    } catch (err) {
+      // A worker took the job between getState and remove (it is locked now).
+      if (err instanceof Error && /locked|could not remove/i.test(err.message)) throw busy();
+      throw err;
+    }
+    existed = state !== 'unknown';
+  }
+  const key = manifestObjectKey(tenant, documentId);
+  if ((await deps.store.head(key)) !== null) {
+    await deps.store.delete(key);
+    existed = true;
+  }
+  return existed;
+}

@@ -1,0 +1,393 @@
+/**
+ * @module generation
+ * One completion, from tokenized prompt to answer, shared by /v1/completions and
+ * /v1/chat/completions:
+ *
+ * 1. plan: model check, document readiness, prompt / max_tokens limits, routing, job payloads;
+ * 2. enqueue: queue backlog check (429), then the job with its dedup id:
+ *    - no document, prompt < CSA2_PREFILL_THRESHOLD_TOKENS → DecodeJob on the decode queue (`decode`);
+ *    - no document, longer prompt → PromptPrefillJob on the prefill queue (`prefill`): the encoder
+ *      encodes all but the last prompt token into the artifact `prompt-<requestId>` and enqueues the
+ *      embedded DecodeJob (documentId = that artifact, promptIds = the last token);
+ *    - a ready document → DecodeJob with documentId (`document`);
+ * 3. relay: the request's stream as SSE chunks, or one JSON body when the stream ends. A client that
+ *    goes away (request signal / stream cancel) sets the cancel key; so does a timeout or shutdown.
+ */
+import { randomBytes, randomInt } from 'node:crypto';
+import type { Context } from 'hono';
+import {
+  DECODE_JOB_NAME,
+  DEFAULT_DECODE_JOB_OPTIONS,
+  DEFAULT_PREFILL_JOB_OPTIONS,
+  PREFILL_JOB_NAME,
+  STREAM_TTL_SECONDS,
+  cancelKey,
+  parseDecodeJob,
+  parsePrefillJob,
+  promptDocumentId,
+  requestDecodeJobId,
+  requestPrefillJobId,
+  type DecodeJob,
+  type PrefillJob,
+  type StreamEntry,
+} from '@csa2/jobs';
+import { manifestObjectKey } from '@csa2/artifacts';
+import { ApiError, invalidRequest, isRedisUnavailable, redisUnavailable, toApiError, workerError } from './errors.js';
+import { documentStatus } from './documents.js';
+import type { GatewayDeps } from './deps.js';
+import type { AbortReason } from './inflight.js';
+import type { Endpoint, GenerationRoute } from './metrics.js';
+import { completionBody, finishChunk, roleChunk, textChunk, toOpenAiUsage, usageChunk, type FinishReason, type OpenAiUsage, type ResponseMeta } from './openai/format.js';
+import { relayStream } from './relay.js';
+import { createSseWriter } from './sse.js';
+
+/** What a route hands over after parsing and tokenizing. */
+export interface GenerationRequest {
+  readonly endpoint: Endpoint;
+  readonly tenant: string;
+  readonly model: string;
+  /** Prompt tokens after the document (the whole prompt without one). */
+  readonly promptIds: readonly number[];
+  /** Where the prompt came from, for error params: 'prompt' or 'messages'. */
+  readonly promptParam: string;
+  readonly documentId: string | null;
+  readonly maxTokens: number | null;
+  /** 'max_tokens' or 'max_completion_tokens', for error params. */
+  readonly maxTokensParam: string;
+  readonly temperature: number;
+  readonly topP: number;
+  readonly seed: number | null;
+  readonly stop: readonly string[];
+  readonly ignoreEos: boolean;
+  readonly stream: boolean;
+  readonly includeUsage: boolean;
+}
+
+export interface GenerationPlan {
+  readonly request: GenerationRequest;
+  readonly requestId: string;
+  readonly route: GenerationRoute;
+  readonly acceptedAtMs: number;
+  /** Document tokens + prompt tokens. */
+  readonly promptTokens: number;
+  /** Tokens the artifact of a named document holds (0 without one). */
+  readonly documentTokens: number;
+  readonly decodeJob: DecodeJob;
+  readonly prefillJob: PrefillJob | null;
+}
+
+/** Backlog states: accepted, not yet running. */
+const BACKLOG_STATES = ['wait', 'prioritized', 'delayed'] as const;
+
+function newRequestId(endpoint: Endpoint): string {
+  return `${endpoint === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomBytes(18).toString('base64url')}`;
+}
+
+/** Validates a request against the model and limits and builds its jobs (nothing is enqueued yet). */
+export async function planGeneration(deps: GatewayDeps, request: GenerationRequest): Promise<GenerationPlan> {
+  const { limits } = deps;
+  if (request.model !== deps.model.name) {
+    throw new ApiError(400, `The model '${request.model}' does not exist; this server serves '${deps.model.name}'`, { param: 'model', code: 'model_not_found' });
+  }
+  if (request.promptIds.length === 0) throw invalidRequest(`Invalid value for '${request.promptParam}': the prompt is empty`, request.promptParam, 'invalid_value');
+  const maxTokensParam = request.maxTokensParam;
+  if (request.maxTokens !== null) {
+    if (request.maxTokens < 1) throw invalidRequest(`Invalid value for '${maxTokensParam}': must be at least 1, got ${request.maxTokens}`, maxTokensParam, 'invalid_value');
+    if (request.maxTokens > limits.maxTokens) {
+      throw invalidRequest(`Invalid value for '${maxTokensParam}': ${request.maxTokens} is more than this server allows (${limits.maxTokens})`, maxTokensParam, 'invalid_value');
+    }
+  }
+
+  let documentTokens = 0;
+  if (request.documentId !== null) {
+    const doc = await documentStatus(deps, request.tenant, request.documentId);
+    if (doc === null) throw new ApiError(404, `No document found with id '${request.documentId}'`, { param: 'document_id', code: 'document_not_found' });
+    if (doc.state.status !== 'ready') {
+      const why = doc.state.status === 'failed' ? `failed: ${doc.state.reason}` : `is ${doc.state.status}`;
+      throw new ApiError(409, `Document '${request.documentId}' is not ready (it ${why})`, { param: 'document_id', code: 'document_not_ready' });
+    }
+    documentTokens = doc.state.tokens;
+  }
+  const promptTokens = documentTokens + request.promptIds.length;
+  if (promptTokens > limits.maxPromptTokens) {
+    const fromDoc = documentTokens > 0 ? ` (${documentTokens} from document '${request.documentId ?? ''}')` : '';
+    throw invalidRequest(
+      `This model's maximum prompt length is ${limits.maxPromptTokens} tokens. However, your prompt has ${promptTokens} tokens${fromDoc}. Please reduce the length of the prompt.`,
+      request.promptParam,
+      'context_length_exceeded',
+    );
+  }
+  let maxTokens: number;
+  if (request.maxTokens === null) {
+    maxTokens = Math.min(limits.defaultMaxTokens, limits.contextTokens - promptTokens);
+  } else {
+    maxTokens = request.maxTokens;
+    if (promptTokens + maxTokens > limits.contextTokens) {
+      throw invalidRequest(
+        `This model's maximum context length is ${limits.contextTokens} tokens. However, you requested ${promptTokens + maxTokens} tokens (${promptTokens} in the prompt, ${maxTokens} in the completion). Please reduce the prompt or the completion length.`,
+        maxTokensParam,
+        'context_length_exceeded',
+      );
+    }
+  }
+
+  const requestId = newRequestId(request.endpoint);
+  const acceptedAtMs = Date.now();
+  const route: GenerationRoute = request.documentId !== null ? 'document' : request.promptIds.length >= limits.prefillThresholdTokens ? 'prefill' : 'decode';
+  const ids = [...request.promptIds];
+  const decodeJob = parseDecodeJob({
+    v: 1,
+    requestId,
+    tenant: request.tenant,
+    model: deps.model.name,
+    promptIds: route === 'prefill' ? ids.slice(-1) : ids,
+    documentId: route === 'prefill' ? promptDocumentId(requestId) : request.documentId,
+    sampling: { temperature: request.temperature, topP: request.topP, seed: request.seed ?? randomInt(0, 2 ** 31) },
+    maxTokens,
+    stop: [...request.stop],
+    ignoreEos: request.ignoreEos,
+    replayTokens: null,
+    acceptedAtMs,
+  } satisfies DecodeJob);
+  const prefillJob =
+    route === 'prefill'
+      ? parsePrefillJob({ v: 1, kind: 'prompt', tenant: request.tenant, requestId, model: deps.model.name, tokenIds: ids.slice(0, -1), decode: decodeJob, acceptedAtMs } satisfies PrefillJob)
+      : null;
+  return { request, requestId, route, acceptedAtMs, promptTokens, documentTokens, decodeJob, prefillJob };
+}
+
+/** Refuses with 429 when the queue's backlog reached CSA2_MAX_QUEUE_DEPTH, else adds the plan's first job. */
+export async function enqueueGeneration(deps: GatewayDeps, plan: GenerationPlan): Promise<void> {
+  if (!deps.inflight.isAccepting) throw new ApiError(503, 'the server is shutting down', { code: 'shutting_down', headers: { 'retry-after': '1' } });
+  const queue = plan.prefillJob !== null ? deps.queues.prefill : deps.queues.decode;
+  try {
+    const counts = await queue.getJobCounts(...BACKLOG_STATES);
+    const backlog = Object.values(counts).reduce((a, b) => a + b, 0);
+    if (backlog >= deps.limits.maxQueueDepth) {
+      throw new ApiError(429, `The server is overloaded: ${backlog} requests are waiting for the ${plan.prefillJob !== null ? 'prefill' : 'decode'} workers. Please retry shortly.`, {
+        code: 'queue_full',
+        headers: { 'retry-after': '1' },
+      });
+    }
+    if (plan.prefillJob !== null) {
+      await deps.queues.prefill.add(PREFILL_JOB_NAME, plan.prefillJob, { ...DEFAULT_PREFILL_JOB_OPTIONS, jobId: requestPrefillJobId(plan.requestId) });
+      deps.metrics.prefillTokens.inc({ kind: 'prompt' }, plan.prefillJob.kind === 'prompt' ? plan.prefillJob.tokenIds.length : 0);
+    } else {
+      await deps.queues.decode.add(DECODE_JOB_NAME, plan.decodeJob, { ...DEFAULT_DECODE_JOB_OPTIONS, jobId: requestDecodeJobId(plan.requestId) });
+    }
+  } catch (err) {
+    if (isRedisUnavailable(err)) throw redisUnavailable(err);
+    throw err;
+  }
+}
+
+/** How a relayed generation ended. */
+interface Outcome {
+  readonly text: string;
+  readonly finishReason: FinishReason;
+  readonly usage: OpenAiUsage;
+}
+
+class Aborted extends Error {
+  constructor(readonly reason: AbortReason) {
+    super(`request aborted: ${reason}`);
+    this.name = 'Aborted';
+  }
+}
+
+/** Runs an enqueued plan to its answer: an SSE response, or the whole JSON body. */
+export async function respondGeneration(c: Context, deps: GatewayDeps, plan: GenerationPlan): Promise<Response> {
+  const { request } = plan;
+  const meta: ResponseMeta = {
+    id: plan.requestId,
+    created: Math.floor(plan.acceptedAtMs / 1000),
+    model: deps.model.name,
+    endpoint: request.endpoint,
+    includeUsage: request.includeUsage,
+  };
+  const run = new GenerationRun(deps, plan);
+  const clientSignal = c.req.raw.signal;
+  const onClientGone = (): void => run.abort('client');
+  if (clientSignal.aborted) onClientGone();
+  else clientSignal.addEventListener('abort', onClientGone, { once: true });
+  const detach = (): void => clientSignal.removeEventListener('abort', onClientGone);
+
+  if (!request.stream) {
+    try {
+      const outcome = await run.consume(() => undefined);
+      return c.json(completionBody(meta, outcome.text, outcome.finishReason, outcome.usage));
+    } catch (err) {
+      if (err instanceof Aborted) {
+        if (err.reason === 'shutdown') throw new ApiError(503, 'the server is shutting down; the request was cancelled', { code: 'shutting_down', headers: { 'retry-after': '1' } });
+        return new Response(null, { status: 499 }); // nobody is listening
+      }
+      throw err;
+    } finally {
+      run.release();
+      detach();
+    }
+  }
+
+  const sse = createSseWriter({ keepaliveMs: deps.config.sseKeepaliveMs });
+  sse.onCancel(onClientGone);
+  const first = roleChunk(meta);
+  if (first !== null) sse.send(first);
+  void (async () => {
+    try {
+      const outcome = await run.consume((text) => sse.send(textChunk(meta, text)));
+      sse.send(finishChunk(meta, outcome.finishReason));
+      if (request.includeUsage) sse.send(usageChunk(meta, outcome.usage));
+      sse.done();
+    } catch (err) {
+      if (err instanceof Aborted && err.reason === 'client') return;
+      const apiError =
+        err instanceof Aborted ? new ApiError(503, 'the server is shutting down; the request was cancelled', { code: 'shutting_down' }) : toApiError(err);
+      if (apiError.status >= 500) deps.logger.warn({ requestId: plan.requestId, err: apiError.message, code: apiError.code }, 'stream ended with an error');
+      sse.send(apiError.toJSON());
+    } finally {
+      sse.close();
+      run.release();
+      detach();
+    }
+  })();
+  return sse.response;
+}
+
+/** The relay of one request with its metrics, cancellation and cleanup. */
+class GenerationRun {
+  private readonly controller = new AbortController();
+  private readonly releaseInflight: () => void;
+  private ended = false;
+
+  constructor(
+    private readonly deps: GatewayDeps,
+    private readonly plan: GenerationPlan,
+  ) {
+    this.releaseInflight = deps.inflight.track(this.controller);
+    this.controller.signal.addEventListener('abort', () => this.setCancelKey(), { once: true });
+  }
+
+  /** Releases the request's place in the in-flight set: call once its response is complete. */
+  release(): void {
+    this.ended = true;
+    this.releaseInflight();
+  }
+
+  abort(reason: AbortReason): void {
+    if (!this.ended && !this.controller.signal.aborted) this.controller.abort(reason);
+  }
+
+  private setCancelKey(): void {
+    if (this.ended) return;
+    this.deps.redis.set(cancelKey(this.plan.requestId), '1', 'EX', STREAM_TTL_SECONDS).catch((err: unknown) => {
+      this.deps.logger.warn({ requestId: this.plan.requestId, err: err instanceof Error ? err.message : String(err) }, 'could not set the cancel key');
+    });
+  }
+
+  /** Relays the stream, calling `onText` for each new piece of text; resolves with the outcome. */
+  async consume(onText: (text: string) => void): Promise<Outcome> {
+    const { deps, plan } = this;
+    const labels = { endpoint: plan.request.endpoint, route: plan.route };
+    let outcome: 'ok' | 'error' | 'cancelled' | 'timeout' = 'error';
+    let text = '';
+    let tokens = 0;
+    let lastTokenMs = 0;
+    try {
+      const entries = relayStream(deps, {
+        requestId: plan.requestId,
+        decodeJobId: requestDecodeJobId(plan.requestId),
+        prefillJobId: plan.prefillJob !== null ? requestPrefillJobId(plan.requestId) : null,
+        deadlineMs: plan.acceptedAtMs + deps.config.requestTimeoutMs,
+        signal: this.controller.signal,
+      });
+      let seenEntry = false;
+      for await (const entry of entries) {
+        if (!seenEntry) {
+          seenEntry = true;
+          void this.observeQueueWaits();
+        }
+        const nowMs = Date.now();
+        if (entry.kind === 'token') {
+          if (tokens === 0) deps.metrics.timeToFirstToken.observe(labels, (nowMs - plan.acceptedAtMs) / 1000);
+          else deps.metrics.interTokenLatency.observe({ endpoint: plan.request.endpoint }, (nowMs - lastTokenMs) / 1000);
+          lastTokenMs = nowMs;
+          tokens += 1;
+          if (entry.text !== '') {
+            text += entry.text;
+            onText(entry.text);
+          }
+          continue;
+        }
+        const result = this.finish(entry, tokens);
+        if (result.tail !== '') {
+          text += result.tail;
+          onText(result.tail);
+        }
+        outcome = 'ok';
+        return { text, finishReason: result.finishReason, usage: result.usage };
+      }
+      // The relay returned without a terminal entry: it was aborted.
+      outcome = 'cancelled';
+      throw new Aborted((this.controller.signal.reason as AbortReason | undefined) ?? 'client');
+    } catch (err) {
+      if (err instanceof ApiError && err.code === 'timeout') {
+        outcome = 'timeout';
+        this.setCancelKey();
+      }
+      throw err;
+    } finally {
+      this.ended = true;
+      deps.metrics.e2eLatency.observe({ ...labels, outcome }, (Date.now() - plan.acceptedAtMs) / 1000);
+      if (plan.route === 'prefill') void this.cleanupPromptArtifact();
+    }
+  }
+
+  /** Maps the terminal entry: final → finish reason, usage and tail text; error → thrown ApiError. */
+  private finish(entry: Exclude<StreamEntry, { kind: 'token' }>, tokens: number): { finishReason: FinishReason; usage: OpenAiUsage; tail: string } {
+    if (entry.kind === 'error') throw workerError(entry.code, entry.message);
+    if (entry.finishReason === 'cancelled') {
+      // The worker honoured our cancel key (client gone, shutdown) or someone else's.
+      if (this.controller.signal.aborted) throw new Aborted((this.controller.signal.reason as AbortReason | undefined) ?? 'client');
+      throw new ApiError(503, 'the request was cancelled before it finished', { code: 'cancelled' });
+    }
+    const { deps, plan } = this;
+    const usage = toOpenAiUsage(entry.usage, { promptTokens: plan.promptTokens, completionTokens: tokens, cachedTokens: 0 });
+    const endpoint = plan.request.endpoint;
+    deps.metrics.promptTokens.inc({ endpoint }, usage.prompt_tokens);
+    deps.metrics.completionTokens.inc({ endpoint }, usage.completion_tokens);
+    deps.metrics.cachedTokens.inc({ endpoint }, usage.prompt_tokens_details.cached_tokens);
+    return { finishReason: entry.finishReason, usage, tail: entry.text ?? '' };
+  }
+
+  /** Queue wait of the request's jobs (they have started once their stream shows an entry). */
+  private async observeQueueWaits(): Promise<void> {
+    const { deps, plan } = this;
+    try {
+      const jobs = [
+        { queue: 'decode' as const, job: await deps.queues.decode.getJob(requestDecodeJobId(plan.requestId)) },
+        ...(plan.prefillJob !== null ? [{ queue: 'prefill' as const, job: await deps.queues.prefill.getJob(requestPrefillJobId(plan.requestId)) }] : []),
+      ];
+      for (const { queue, job } of jobs) {
+        if (job?.processedOn !== undefined && job.processedOn >= job.timestamp) deps.metrics.queueWait.observe({ queue }, (job.processedOn - job.timestamp) / 1000);
+      }
+    } catch {
+      // metrics only
+    }
+  }
+
+  /**
+   * A long prompt's artifact serves this request only: once its stream ended, its manifest is
+   * removed (chunks stay: content-addressed, an identical prefix reuses them). Its size is counted.
+   */
+  private async cleanupPromptArtifact(): Promise<void> {
+    const { deps, plan } = this;
+    try {
+      const job = await deps.queues.prefill.getJob(requestPrefillJobId(plan.requestId));
+      const bytes = job?.returnvalue?.artifactBytes;
+      if (typeof bytes === 'number' && bytes > 0) deps.metrics.artifactBytes.inc({ kind: 'prompt' }, bytes);
+      if (job !== undefined && (await job.getState()) === 'completed') await deps.store.delete(manifestObjectKey(plan.request.tenant, promptDocumentId(plan.requestId)));
+    } catch (err) {
+      deps.logger.debug({ requestId: plan.requestId, err: err instanceof Error ? err.message : String(err) }, 'prompt artifact cleanup skipped');
+    }
+  }
+}

@@ -1,0 +1,44 @@
+/**
+ * @module middleware/api-key-auth
+ * `Authorization: Bearer <key>` → the key's tenant in `c.get('tenant')`; a missing or unknown key is
+ * a 401 in OpenAI's shape. Keys are compared by SHA-256 digest (a Map lookup on digests, so the
+ * lookup time does not depend on how much of a key matched).
+ */
+import { createHash } from 'node:crypto';
+import type { MiddlewareHandler } from 'hono';
+import { ApiError } from '../errors.js';
+
+export interface TenantVariables {
+  /** The tenant of the request's API key. */
+  tenant: string;
+}
+
+export interface ApiKeyAuthOptions {
+  /** API key → tenant. */
+  readonly keys: ReadonlyMap<string, string>;
+}
+
+const digest = (key: string): string => createHash('sha256').update(key, 'utf8').digest('hex');
+
+/**
+ * @example app.use('/v1/*', apiKeyAuth({ keys: new Map([['sk-…', 'acme']]) }));
+ */
+export function apiKeyAuth(options: ApiKeyAuthOptions): MiddlewareHandler<{ Variables: TenantVariables }> {
+  const tenants = new Map<string, string>();
+  for (const [key, tenant] of options.keys) tenants.set(digest(key), tenant);
+  const headers = { 'www-authenticate': 'Bearer' };
+  return async function apiKeyAuth(c, next) {
+    const header = c.req.header('authorization');
+    if (header === undefined || header.trim() === '') {
+      throw new ApiError(401, "You didn't provide an API key. Provide it in an Authorization header using Bearer auth (Authorization: Bearer YOUR_KEY).", {
+        code: 'missing_api_key',
+        headers,
+      });
+    }
+    const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
+    const tenant = match?.[1] !== undefined ? tenants.get(digest(match[1])) : undefined;
+    if (tenant === undefined) throw new ApiError(401, 'Incorrect API key provided.', { code: 'invalid_api_key', headers });
+    c.set('tenant', tenant);
+    await next();
+  };
+}

@@ -1,0 +1,264 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import {
+  DECODE_JOB_NAME,
+  DEFAULT_DECODE_JOB_OPTIONS,
+  UnrecoverableError,
+  formatFailure,
+  promptDocumentId,
+  requestDecodeJobId,
+  type DecodeJob,
+  type PromptPrefillJob,
+} from '@csa2/jobs';
+import { manifestObjectKey } from '@csa2/artifacts';
+import {
+  KEY_B,
+  MODEL_NAME,
+  TENANT_A,
+  fakeDecoder,
+  fakeEncoder,
+  finalEntry,
+  parseSse,
+  post,
+  startHarness,
+  tokenEntries,
+  waitFor,
+  writeEntries,
+  writeManifest,
+  type Harness,
+} from '../testing/harness.js';
+
+/** What the fake decoder does with a job, chosen by the test through the prompt's first word. */
+type Script = (job: DecodeJob) => Promise<void>;
+
+describe('completions and chat completions against a fake decoder', () => {
+  let h: Harness;
+  const jobs: DecodeJob[] = [];
+  const prefillJobs: PromptPrefillJob[] = [];
+  const scripts = new Map<string, Script>();
+
+  before(async () => {
+    h = await startHarness();
+    fakeDecoder(h, async (job) => {
+      jobs.push(job.data);
+      const prompt = Buffer.from(job.data.promptIds.filter((id) => id < 256)).toString('latin1');
+      const script = [...scripts.entries()].find(([word]) => prompt.includes(word))?.[1];
+      if (script !== undefined) {
+        await script(job.data);
+        return;
+      }
+      const entries = tokenEntries('Hello');
+      await writeEntries(h.redis, job.data.requestId, [...entries, finalEntry(job.data, entries.length, { finishReason: 'length' })]);
+    });
+    // A fake encoder: writes the prompt's artifact manifest and hands the decode job on, as the real one does.
+    fakeEncoder(h, async (job) => {
+      const data = job.data;
+      if (data.kind !== 'prompt') throw new UnrecoverableError('unexpected document job');
+      prefillJobs.push(data);
+      if (Buffer.from(data.tokenIds).toString('latin1').startsWith('prefill-fail')) throw new UnrecoverableError(formatFailure('artifact-corrupt', 'internal error in the encoder'));
+      await writeManifest(h, data.tenant, promptDocumentId(data.requestId), data.tokenIds.length);
+      await h.deps.queues.decode.add(DECODE_JOB_NAME, data.decode, { ...DEFAULT_DECODE_JOB_OPTIONS, jobId: requestDecodeJobId(data.requestId) });
+      return { documentId: promptDocumentId(data.requestId), tokens: data.tokenIds.length, bytesWritten: 1234, artifactBytes: 1234, reusedTokens: 0 };
+    });
+  });
+  after(async () => {
+    await h.close();
+  });
+
+  test('a non-streamed completion answers the whole text with usage, and the job carries the request', async () => {
+    const res = await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: 'Say hi', max_tokens: 5, temperature: 0.5, top_p: 0.9, seed: 7, stop: ['\n'] }));
+    assert.equal(res.status, 200);
+    assert.match(res.headers.get('content-type') ?? '', /application\/json/);
+    const body = (await res.json()) as Record<string, unknown>;
+    assert.equal(body['object'], 'text_completion');
+    assert.match(String(body['id']), /^cmpl-[A-Za-z0-9_-]+$/);
+    assert.equal(body['model'], MODEL_NAME);
+    assert.equal(typeof body['created'], 'number');
+    assert.deepEqual(body['choices'], [{ index: 0, text: 'Hello', logprobs: null, finish_reason: 'length' }]);
+    assert.deepEqual(body['usage'], { prompt_tokens: 6, completion_tokens: 5, total_tokens: 11, prompt_tokens_details: { cached_tokens: 0 } });
+    const job = jobs.find((j) => j.requestId === body['id']);
+    assert.ok(job, 'the decode job was enqueued under the response id');
+    assert.deepEqual(job.promptIds, [...Buffer.from('Say hi')]);
+    assert.deepEqual(job.sampling, { temperature: 0.5, topP: 0.9, seed: 7 });
+    assert.equal(job.maxTokens, 5);
+    assert.deepEqual(job.stop, ['\n']);
+    assert.equal(job.documentId, null);
+    assert.equal(job.tenant, TENANT_A);
+  });
+
+  test('a streamed completion is framed as OpenAI SSE: data chunks, a finish chunk, then [DONE]', async () => {
+    const res = await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: [72, 105], stream: true }));
+    assert.equal(res.status, 200);
+    assert.equal(res.headers.get('content-type'), 'text/event-stream; charset=utf-8');
+    const raw = await res.text();
+    const events = parseSse(raw);
+    assert.equal(events.at(-1), '[DONE]');
+    assert.ok(raw.endsWith('data: [DONE]\n\n'));
+    const chunks = events.slice(0, -1).map((e) => JSON.parse(e) as Record<string, any>);
+    assert.equal(chunks.length, 6, 'five text chunks and one finish chunk');
+    for (const c of chunks) {
+      assert.equal(c['object'], 'text_completion');
+      assert.equal(c['model'], MODEL_NAME);
+      assert.equal(c['id'], chunks[0]?.['id']);
+      assert.equal('usage' in c, false, 'no usage without include_usage');
+    }
+    assert.equal(chunks.slice(0, 5).map((c) => c['choices'][0].text).join(''), 'Hello');
+    assert.deepEqual(
+      chunks.slice(0, 5).map((c) => c['choices'][0].finish_reason),
+      [null, null, null, null, null],
+    );
+    assert.deepEqual(chunks[5]?.['choices'], [{ index: 0, text: '', logprobs: null, finish_reason: 'length' }]);
+    const job = jobs.find((j) => j.requestId === chunks[0]?.['id']);
+    assert.deepEqual(job?.promptIds, [72, 105], 'token-id prompts are passed as given');
+    assert.equal(job?.maxTokens, 16, 'CSA2_DEFAULT_MAX_TOKENS when max_tokens is absent');
+  });
+
+  test('streamed chat: role chunk, content deltas, finish chunk, then a usage chunk with empty choices (include_usage)', async () => {
+    scripts.set('usage-chat', async (job) => {
+      await writeEntries(h.redis, job.requestId, [...tokenEntries('Hi!'), finalEntry(job, 3, { cachedTokens: 0, text: '' })]);
+    });
+    const res = await h.app.request(
+      ...post('/v1/chat/completions', {
+        model: MODEL_NAME,
+        messages: [
+          { role: 'system', content: 'Be brief.' },
+          { role: 'user', content: [{ type: 'text', text: 'usage-chat' }] },
+        ],
+        stream: true,
+        stream_options: { include_usage: true },
+      }),
+    );
+    assert.equal(res.status, 200);
+    const events = parseSse(await res.text());
+    assert.equal(events.at(-1), '[DONE]');
+    const chunks = events.slice(0, -1).map((e) => JSON.parse(e) as Record<string, any>);
+    assert.ok(chunks.every((c) => c['object'] === 'chat.completion.chunk'));
+    assert.match(String(chunks[0]?.['id']), /^chatcmpl-/);
+    assert.deepEqual(chunks[0]?.['choices'][0].delta, { role: 'assistant', content: '' });
+    const deltas = chunks.slice(1, -2).map((c) => c['choices'][0].delta.content as string);
+    assert.equal(deltas.join(''), 'Hi!');
+    const finish = chunks.at(-2);
+    assert.deepEqual(finish?.['choices'], [{ index: 0, delta: {}, logprobs: null, finish_reason: 'stop' }]);
+    for (const c of chunks.slice(0, -1)) assert.equal(c['usage'], null, 'every chunk but the last carries usage: null');
+    const usage = chunks.at(-1);
+    assert.deepEqual(usage?.['choices'], []);
+    const job = jobs.find((j) => j.requestId === usage?.['id']);
+    assert.ok(job);
+    assert.deepEqual(job.promptIds, [...Buffer.from('System: Be brief.\nUser: usage-chat\nAssistant:')], "the tokenizer's chat template");
+    assert.deepEqual(usage?.['usage'], { prompt_tokens: job.promptIds.length, completion_tokens: 3, total_tokens: job.promptIds.length + 3, prompt_tokens_details: { cached_tokens: 0 } });
+  });
+
+  test('non-streamed chat answers a chat.completion whose content includes the text released by the final entry', async () => {
+    scripts.set('tail-text', async (job) => {
+      await writeEntries(h.redis, job.requestId, [...tokenEntries('ab'), finalEntry(job, 3, { text: 'c' })]);
+    });
+    const res = await h.app.request(...post('/v1/chat/completions', { model: MODEL_NAME, messages: [{ role: 'user', content: 'tail-text' }], max_completion_tokens: 3 }));
+    assert.equal(res.status, 200);
+    const body = (await res.json()) as Record<string, any>;
+    assert.equal(body['object'], 'chat.completion');
+    assert.deepEqual(body['choices'], [{ index: 0, message: { role: 'assistant', content: 'abc', refusal: null }, logprobs: null, finish_reason: 'stop' }]);
+    assert.equal(jobs.find((j) => j.requestId === body['id'])?.maxTokens, 3);
+  });
+
+  test('duplicate token indexes in the stream (a retried job) are relayed once', async () => {
+    scripts.set('dup-index', async (job) => {
+      await writeEntries(h.redis, job.requestId, [...tokenEntries('xy'), ...tokenEntries('y', 1), ...tokenEntries('z', 2), finalEntry(job, 3)]);
+    });
+    const res = await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: 'dup-index' }));
+    assert.equal(((await res.json()) as Record<string, any>)['choices'][0].text, 'xyz');
+  });
+
+  test('an error entry becomes an OpenAI error with the status of its code (non-streamed)', async () => {
+    scripts.set('bad-input', async (job) => {
+      await writeEntries(h.redis, job.requestId, [{ kind: 'error', code: 'input-invalid', message: 'prompt longer than max_seq_len' }]);
+    });
+    scripts.set('store-down', async (job) => {
+      await writeEntries(h.redis, job.requestId, [...tokenEntries('a'), { kind: 'error', code: 'store-unavailable', message: 'S3 is down' }]);
+    });
+    const bad = await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: 'bad-input' }));
+    assert.equal(bad.status, 400);
+    assert.deepEqual(await bad.json(), { error: { message: 'prompt longer than max_seq_len', type: 'invalid_request_error', param: null, code: 'input_invalid' } });
+    const down = await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: 'store-down' }));
+    assert.equal(down.status, 503);
+    assert.equal(((await down.json()) as Record<string, any>)['error'].code, 'store_unavailable');
+  });
+
+  test('an error entry mid-stream becomes an error event and the stream ends without [DONE]', async () => {
+    const res = await h.app.request(...post('/v1/chat/completions', { model: MODEL_NAME, messages: [{ role: 'user', content: 'store-down' }], stream: true }));
+    assert.equal(res.status, 200);
+    const events = parseSse(await res.text());
+    assert.notEqual(events.at(-1), '[DONE]');
+    const last = JSON.parse(events.at(-1) ?? 'null') as Record<string, any>;
+    assert.deepEqual(last, { error: { message: 'S3 is down', type: 'server_error', param: null, code: 'store_unavailable' } });
+    assert.equal((JSON.parse(events[1] ?? 'null') as Record<string, any>)['choices'][0].delta.content, 'a', 'the text before the error was relayed');
+  });
+
+  test('a job that fails for good without writing its stream ends the request with its failure', async () => {
+    scripts.set('fails-hard', async () => {
+      throw new UnrecoverableError(formatFailure('input-invalid', 'token id 999 is out of range'));
+    });
+    const res = await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: 'fails-hard' }));
+    assert.equal(res.status, 400);
+    assert.deepEqual(((await res.json()) as Record<string, any>)['error'], { message: 'token id 999 is out of range', type: 'invalid_request_error', param: null, code: 'input_invalid' });
+  });
+
+  test('a document completion: the job names the document, usage reports cached tokens', async () => {
+    await writeManifest(h, TENANT_A, 'handbook', 40);
+    scripts.set('doc-question', async (job) => {
+      await writeEntries(h.redis, job.requestId, [...tokenEntries('ok'), finalEntry(job, 2, { promptTokens: 40 + job.promptIds.length, cachedTokens: 40 })]);
+    });
+    const res = await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: ' doc-question', document_id: 'handbook' }));
+    assert.equal(res.status, 200);
+    const body = (await res.json()) as Record<string, any>;
+    const job = jobs.find((j) => j.requestId === body['id']);
+    assert.equal(job?.documentId, 'handbook');
+    assert.deepEqual(job?.promptIds, [...Buffer.from(' doc-question')]);
+    assert.deepEqual(body['usage'], { prompt_tokens: 53, completion_tokens: 2, total_tokens: 55, prompt_tokens_details: { cached_tokens: 40 } });
+  });
+
+  test("another tenant's document is unknown (404 naming document_id)", async () => {
+    const res = await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: 'x', document_id: 'handbook' }, KEY_B));
+    assert.equal(res.status, 404);
+    assert.deepEqual(((await res.json()) as Record<string, any>)['error'], {
+      message: "No document found with id 'handbook'",
+      type: 'not_found_error',
+      param: 'document_id',
+      code: 'document_not_found',
+    });
+  });
+
+  test('a prompt at the prefill threshold goes to the prefill queue as a prompt job that hands its decode job on', async () => {
+    const prompt = 'long '.repeat(20); // 100 tokens = CSA2_PREFILL_THRESHOLD_TOKENS
+    const res = await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt, max_tokens: 4 }));
+    assert.equal(res.status, 200);
+    const body = (await res.json()) as Record<string, any>;
+    assert.equal(body['choices'][0].text, 'Hello');
+    const pj = prefillJobs.find((j) => j.requestId === body['id']);
+    assert.ok(pj, 'a prompt prefill job was enqueued');
+    assert.deepEqual(pj.tokenIds, [...Buffer.from(prompt)].slice(0, -1), 'the prefix to encode: all but the last token');
+    assert.deepEqual(pj.decode.promptIds, [...Buffer.from(prompt)].slice(-1));
+    assert.equal(pj.decode.documentId, promptDocumentId(pj.requestId));
+    assert.equal(pj.decode.maxTokens, 4);
+    const decoded = jobs.find((j) => j.requestId === body['id']);
+    assert.equal(decoded?.documentId, promptDocumentId(pj.requestId), 'the decoder got the handed-on job');
+    await waitFor('the prompt artifact manifest to be removed', async () =>
+      (await h.store.head(manifestObjectKey(TENANT_A, promptDocumentId(pj.requestId)))) === null ? true : undefined,
+    );
+  });
+
+  test('a shorter prompt does not touch the prefill queue', async () => {
+    const before = prefillJobs.length;
+    const res = await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: 'x'.repeat(99) }));
+    assert.equal(res.status, 200);
+    assert.equal(prefillJobs.length, before);
+  });
+
+  test("a long prompt's prefill job that fails for good ends the request with its failure", async () => {
+    const res = await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: `prefill-fail ${'y'.repeat(120)}`, stream: true }));
+    assert.equal(res.status, 200);
+    const events = parseSse(await res.text());
+    assert.deepEqual(JSON.parse(events.at(-1) ?? 'null'), {
+      error: { message: 'internal error in the encoder', type: 'server_error', param: null, code: 'artifact_corrupt' },
+    });
+  });
+});

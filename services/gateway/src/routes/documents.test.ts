@@ -1,0 +1,161 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { manifestObjectKey } from '@csa2/artifacts';
+import { UnrecoverableError, documentJobId, formatFailure, type DocumentPrefillJob } from '@csa2/jobs';
+import { KEY_B, TENANT_A, fakeEncoder, get, post, startHarness, waitFor, writeManifest, type Harness } from '../testing/harness.js';
+
+type Doc = Record<string, unknown>;
+
+describe('documents: ingest, status lifecycle, delete, tenant scoping', () => {
+  let h: Harness;
+  /** Documents the fake encoder holds at "encoding" until the test releases them. */
+  const gates = new Map<string, () => void>();
+  const encoded: DocumentPrefillJob[] = [];
+
+  before(async () => {
+    h = await startHarness();
+  });
+  after(async () => {
+    for (const open of gates.values()) open();
+    await h.close();
+  });
+
+  const status = async (id: string, key?: string): Promise<[number, Doc]> => {
+    const res = await h.app.request(...get(`/v1/documents/${id}`, key));
+    return [res.status, (await res.json()) as Doc];
+  };
+
+  function startEncoder(): void {
+    fakeEncoder(h, async (job) => {
+      const data = job.data;
+      if (data.kind !== 'document') throw new UnrecoverableError('not a document job');
+      encoded.push(data);
+      if (data.documentId.startsWith('bad')) throw new UnrecoverableError(formatFailure('input-invalid', 'the document is not valid for this model'));
+      const total = 'tokenIds' in data.input ? data.input.tokenIds.length : 0;
+      await job.updateProgress({ tokensDone: 4, tokensTotal: total });
+      await new Promise<void>((resolve) => gates.set(data.documentId, resolve));
+      await writeManifest(h, data.tenant, data.documentId, total, 8);
+      return { documentId: data.documentId, tokens: total, bytesWritten: total * 100, artifactBytes: total * 100, reusedTokens: 0 };
+    });
+  }
+
+  test('POST one document → 202 queued with its token count; the prefill job carries the tokens', async () => {
+    const res = await h.app.request(...post('/v1/documents', { id: 'guide', text: 'hello world' }));
+    assert.equal(res.status, 202);
+    const body = (await res.json()) as Doc;
+    assert.deepEqual({ ...body, created_at: 0 }, { id: 'guide', object: 'document', status: 'queued', created_at: 0, tokens: 11 });
+    const job = await h.deps.queues.prefill.getJob(documentJobId(TENANT_A, 'guide'));
+    assert.ok(job);
+    assert.deepEqual(job.data, { ...job.data, kind: 'document', tenant: TENANT_A, documentId: 'guide', input: { tokenIds: [...Buffer.from('hello world')] } });
+    assert.deepEqual(await status('guide'), [200, body]);
+  });
+
+  test('queued → encoding (with progress) → ready (tokens, bytes from the manifest)', async () => {
+    startEncoder();
+    const encoding = await waitFor('encoding', async () => {
+      const [code, doc] = await status('guide');
+      assert.equal(code, 200);
+      return doc['status'] === 'encoding' && doc['progress'] !== undefined && (doc['progress'] as Doc)['tokens_done'] === 4 ? doc : undefined;
+    });
+    assert.deepEqual(encoding['progress'], { tokens_done: 4, tokens_total: 11 });
+    gates.get('guide')?.();
+    const ready = await waitFor('ready', async () => {
+      const [, doc] = await status('guide');
+      return doc['status'] === 'ready' ? doc : undefined;
+    });
+    assert.equal(ready['tokens'], 11);
+    assert.equal(ready['bytes'], 1100);
+    const metrics = await (await h.app.request('http://gateway.test/metrics')).text();
+    assert.match(metrics, /^csa2_artifact_bytes_total\{kind="document"\} 1100$/m);
+    assert.match(metrics, /^csa2_queue_wait_seconds_count\{queue="prefill"\} 1$/m);
+    assert.match(metrics, /^csa2_prefill_tokens_total\{kind="document"\} 11$/m);
+  });
+
+  test('posting a ready id again changes nothing (ids are immutable) and answers its status', async () => {
+    const res = await h.app.request(...post('/v1/documents', { id: 'guide', text: 'something else' }));
+    assert.equal(res.status, 202);
+    assert.equal(((await res.json()) as Doc)['status'], 'ready');
+    assert.equal(encoded.filter((d) => d.documentId === 'guide').length, 1);
+  });
+
+  test("other tenants see nothing: GET and DELETE of tenant A's document are 404 for tenant B", async () => {
+    const [code, body] = await status('guide', KEY_B);
+    assert.equal(code, 404);
+    assert.deepEqual(body, { error: { message: "No document found with id 'guide'", type: 'not_found_error', param: 'id', code: 'document_not_found' } });
+    const del = await h.app.request(...get('/v1/documents/guide', KEY_B, 'DELETE'));
+    assert.equal(del.status, 404);
+    assert.equal((await status('guide'))[1]['status'], 'ready');
+  });
+
+  test('a document being encoded cannot be deleted (409); once ready, DELETE removes manifest and job → 404', async () => {
+    await h.app.request(...post('/v1/documents', { id: 'manual', token_ids: [1, 2, 3, 4, 5] }));
+    await waitFor('encoding', async () => ((await status('manual'))[1]['status'] === 'encoding' ? true : undefined));
+    const busy = await h.app.request(...get('/v1/documents/manual', undefined, 'DELETE'));
+    assert.equal(busy.status, 409);
+    assert.equal(((await busy.json()) as { error: Doc }).error['code'], 'document_busy');
+    gates.get('manual')?.();
+    await waitFor('ready', async () => ((await status('manual'))[1]['status'] === 'ready' ? true : undefined));
+    await waitFor('job completed', async () => ((await h.deps.queues.prefill.getJobState(documentJobId(TENANT_A, 'manual'))) === 'completed' ? true : undefined));
+
+    const del = await h.app.request(...get('/v1/documents/manual', undefined, 'DELETE'));
+    assert.equal(del.status, 200);
+    assert.deepEqual(await del.json(), { id: 'manual', object: 'document.deleted', deleted: true });
+    assert.equal(await h.store.head(manifestObjectKey(TENANT_A, 'manual')), null);
+    assert.equal(await h.deps.queues.prefill.getJob(documentJobId(TENANT_A, 'manual')), undefined);
+    assert.equal((await status('manual'))[0], 404);
+    assert.equal((await h.app.request(...get('/v1/documents/manual', undefined, 'DELETE'))).status, 404);
+  });
+
+  test('a failed prefill → failed with the reason; posting the id again enqueues it again', async () => {
+    await h.app.request(...post('/v1/documents', { id: 'bad-doc', text: 'x' }));
+    const failed = await waitFor('failed', async () => {
+      const [, doc] = await status('bad-doc');
+      return doc['status'] === 'failed' ? doc : undefined;
+    });
+    assert.equal(failed['reason'], 'the document is not valid for this model');
+    assert.equal(failed['error_code'], 'input_invalid');
+    const again = await h.app.request(...post('/v1/documents', { id: 'bad-doc', text: 'x' }));
+    assert.equal(((await again.json()) as Doc)['status'], 'queued');
+    await waitFor('second attempt', async () => (encoded.filter((d) => d.documentId === 'bad-doc').length === 2 ? true : undefined));
+  });
+
+  test('POST many documents → 202 with a list (ids generated where absent); bad entries are refused as a whole', async () => {
+    const res = await h.app.request(...post('/v1/documents', { documents: [{ text: 'first' }, { id: 'second', token_ids: [7, 8] }] }));
+    assert.equal(res.status, 202);
+    const body = (await res.json()) as { object: string; data: Doc[] };
+    assert.equal(body.object, 'list');
+    assert.equal(body.data.length, 2);
+    assert.match(String(body.data[0]?.['id']), /^doc-[A-Za-z0-9_-]+$/);
+    assert.equal(body.data[0]?.['tokens'], 5);
+    assert.deepEqual(
+      body.data.map((d) => d['status']),
+      ['queued', 'queued'],
+    );
+    assert.equal(body.data[1]?.['id'], 'second');
+
+    const bad = async (payload: unknown, param: string): Promise<void> => {
+      const r = await h.app.request(...post('/v1/documents', payload));
+      assert.equal(r.status, 400, JSON.stringify(payload));
+      assert.equal(((await r.json()) as { error: Doc }).error['param'], param);
+    };
+    await bad({ documents: [{ text: 'ok' }, { text: 'a', token_ids: [1] }] }, 'documents[1].token_ids');
+    await bad({ documents: [{ id: 'dup', text: 'a' }, { id: 'dup', text: 'b' }] }, 'documents[1].id');
+    await bad({ documents: [] }, 'documents');
+    await bad({ id: 'has space', text: 'a' }, 'id');
+    await bad({ id: 'prompt-abc', text: 'a' }, 'id');
+    await bad({ text: '' }, 'text');
+    await bad({ token_ids: [1, 999] }, 'token_ids');
+    await bad({ text: 'x'.repeat(300) }, 'text');
+    await bad({ text: 'a', model: 'other-model' }, 'model');
+    assert.equal(await h.deps.queues.prefill.getJob(documentJobId(TENANT_A, 'dup')), undefined);
+  });
+
+  test('a manifest written directly (an encoder elsewhere) makes the document ready for its tenant only', async () => {
+    await writeManifest(h, TENANT_A, 'imported', 20, 8);
+    const [code, doc] = await status('imported');
+    assert.equal(code, 200);
+    assert.equal(doc['status'], 'ready');
+    assert.equal(doc['tokens'], 20);
+    assert.equal((await status('imported', KEY_B))[0], 404);
+  });
+});

@@ -1,0 +1,129 @@
+/**
+ * @module routes/documents
+ * POST /v1/documents (one `{text}` / `{token_ids}` with an optional `id`, or `{documents: […]}`)
+ * → 202 with each document's id and status; GET /v1/documents/:id → its status; DELETE
+ * /v1/documents/:id → removes it. Every id is the caller's tenant's (documents.ts has the rules).
+ */
+import { randomBytes } from 'node:crypto';
+import { Hono } from 'hono';
+import { z } from 'zod';
+import { validateTokenIds } from '@csa2/core';
+import { ID_PATTERN } from '@csa2/jobs';
+import { ApiError, invalidRequest, isRedisUnavailable, redisUnavailable } from '../errors.js';
+import { RESERVED_DOCUMENT_PREFIX, deleteDocument, documentObject, documentStatus, ingestDocument } from '../documents.js';
+import type { GatewayDeps } from '../deps.js';
+import type { TenantVariables } from '../middleware/api-key-auth.js';
+import { readJson } from '../middleware/json-body.js';
+import { parseRequest } from '../openai/schemas.js';
+
+/** Documents per POST at most. */
+export const MAX_DOCUMENTS_PER_REQUEST = 256;
+
+const DocumentInputSchema = z.object({
+  id: z.string().regex(ID_PATTERN, 'must match [A-Za-z0-9_-]{1,64}').optional(),
+  text: z.string().optional(),
+  token_ids: z.array(z.number().int().nonnegative()).optional(),
+  model: z.string().optional(),
+});
+const BatchSchema = z.object({
+  documents: z.array(DocumentInputSchema).min(1, 'must list at least one document').max(MAX_DOCUMENTS_PER_REQUEST, `at most ${MAX_DOCUMENTS_PER_REQUEST} documents per request`),
+  model: z.string().optional(),
+});
+type DocumentInput = z.infer<typeof DocumentInputSchema>;
+
+interface PreparedDocument {
+  readonly id: string;
+  readonly tokenIds: number[];
+}
+
+function prepare(deps: GatewayDeps, input: DocumentInput, param: (field: string) => string): PreparedDocument {
+  const { tokenizer, limits } = deps;
+  if (input.model !== undefined && input.model !== deps.model.name) {
+    throw new ApiError(400, `The model '${input.model}' does not exist; this server serves '${deps.model.name}'`, { param: param('model'), code: 'model_not_found' });
+  }
+  if ((input.text === undefined) === (input.token_ids === undefined)) {
+    throw invalidRequest(`A document needs exactly one of 'text' and 'token_ids'`, param(input.text === undefined ? 'text' : 'token_ids'), 'invalid_value');
+  }
+  if (input.id?.startsWith(RESERVED_DOCUMENT_PREFIX) === true) {
+    throw invalidRequest(`Invalid value for '${param('id')}': ids starting with '${RESERVED_DOCUMENT_PREFIX}' are reserved`, param('id'), 'invalid_value');
+  }
+  let tokenIds: number[];
+  if (input.text !== undefined) {
+    tokenIds = tokenizer.encode(input.text);
+    if (tokenizer.bosId !== null) tokenIds.unshift(tokenizer.bosId);
+  } else {
+    tokenIds = input.token_ids ?? [];
+    try {
+      validateTokenIds(tokenIds, deps.model.vocabSize);
+    } catch (err) {
+      throw invalidRequest(`Invalid value for '${param('token_ids')}': ${err instanceof Error ? err.message : String(err)}`, param('token_ids'), 'invalid_value');
+    }
+  }
+  const field = param(input.text !== undefined ? 'text' : 'token_ids');
+  if (tokenIds.length === 0) throw invalidRequest(`Invalid value for '${field}': the document is empty`, field, 'invalid_value');
+  if (tokenIds.length > limits.maxDocumentTokens) {
+    throw invalidRequest(`The document has ${tokenIds.length} tokens; this server accepts at most ${limits.maxDocumentTokens} (CSA2_MAX_DOCUMENT_TOKENS)`, field, 'context_length_exceeded');
+  }
+  return { id: input.id ?? `doc-${randomBytes(12).toString('base64url')}`, tokenIds };
+}
+
+function mapRedis(err: unknown): never {
+  if (isRedisUnavailable(err)) throw redisUnavailable(err);
+  throw err;
+}
+
+export function documentsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVariables }> {
+  const app = new Hono<{ Variables: TenantVariables }>();
+
+  app.post('/documents', async (c) => {
+    const tenant = c.get('tenant');
+    const raw = await readJson(c);
+    const batch = typeof raw === 'object' && raw !== null && 'documents' in raw;
+    let docs: PreparedDocument[];
+    if (batch) {
+      const body = parseRequest(BatchSchema, raw);
+      docs = body.documents.map((d, i) => prepare(deps, { ...d, ...(d.model === undefined && body.model !== undefined ? { model: body.model } : {}) }, (f) => `documents[${i}].${f}`));
+      const seen = new Set<string>();
+      for (const [i, d] of docs.entries()) {
+        if (seen.has(d.id)) throw invalidRequest(`Invalid value for 'documents[${i}].id': the id '${d.id}' appears twice`, `documents[${i}].id`, 'invalid_value');
+        seen.add(d.id);
+      }
+    } else {
+      docs = [prepare(deps, parseRequest(DocumentInputSchema, raw), (f) => f)];
+    }
+    if (!deps.inflight.isAccepting) throw new ApiError(503, 'the server is shutting down', { code: 'shutting_down', headers: { 'retry-after': '1' } });
+    const acceptedAtMs = Date.now();
+    const results: Record<string, unknown>[] = [];
+    try {
+      const counts = await deps.queues.prefill.getJobCounts('wait', 'prioritized', 'delayed');
+      const backlog = Object.values(counts).reduce((a, b) => a + b, 0);
+      if (backlog + docs.length > deps.limits.maxQueueDepth) {
+        throw new ApiError(429, `The server is overloaded: ${backlog} jobs are waiting for the prefill workers. Please retry shortly.`, { code: 'queue_full', headers: { 'retry-after': '1' } });
+      }
+      for (const d of docs) results.push(documentObject(d.id, await ingestDocument(deps, tenant, d.id, d.tokenIds, acceptedAtMs)));
+    } catch (err) {
+      mapRedis(err);
+    }
+    return c.json(batch ? { object: 'list', data: results } : results[0], 202);
+  });
+
+  app.get('/documents/:id', async (c) => {
+    const id = c.req.param('id');
+    const notFound = new ApiError(404, `No document found with id '${id}'`, { param: 'id', code: 'document_not_found' });
+    if (!ID_PATTERN.test(id)) throw notFound;
+    const found = await documentStatus(deps, c.get('tenant'), id).catch(mapRedis);
+    if (found === null) throw notFound;
+    return c.json(documentObject(id, found.state));
+  });
+
+  app.delete('/documents/:id', async (c) => {
+    const id = c.req.param('id');
+    const notFound = new ApiError(404, `No document found with id '${id}'`, { param: 'id', code: 'document_not_found' });
+    if (!ID_PATTERN.test(id)) throw notFound;
+    const existed = await deleteDocument(deps, c.get('tenant'), id).catch(mapRedis);
+    if (!existed) throw notFound;
+    return c.json({ id, object: 'document.deleted', deleted: true });
+  });
+
+  return app;
+}

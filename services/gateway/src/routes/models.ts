@@ -1,0 +1,20 @@
+/**
+ * @module routes/models
+ * GET /v1/models (the one served model) and GET /v1/models/:id.
+ */
+import { Hono } from 'hono';
+import { ApiError } from '../errors.js';
+import type { GatewayDeps } from '../deps.js';
+import type { TenantVariables } from '../middleware/api-key-auth.js';
+
+export function modelsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVariables }> {
+  const app = new Hono<{ Variables: TenantVariables }>();
+  const model = { id: deps.model.name, object: 'model', created: deps.model.createdS, owned_by: 'csa2' };
+  app.get('/models', (c) => c.json({ object: 'list', data: [model] }));
+  app.get('/models/:id{.+}', (c) => {
+    const id = c.req.param('id');
+    if (id !== deps.model.name) throw new ApiError(404, `The model '${id}' does not exist`, { param: 'model', code: 'model_not_found' });
+    return c.json(model);
+  });
+  return app;
+}

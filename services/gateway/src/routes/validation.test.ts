@@ -1,0 +1,188 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { DECODE_JOB_NAME, documentJobId, PREFILL_JOB_NAME, type DecodeJob, type PrefillJob } from '@csa2/jobs';
+import { KEY_A, KEY_B, MODEL_NAME, TENANT_A, get, post, startHarness, writeManifest, type Harness } from '../testing/harness.js';
+
+interface ErrorBody {
+  error: { message: string; type: string; param: string | null; code: string | null };
+}
+
+/** Asserts an OpenAI-shaped error with `status` and the given fields; returns it. */
+async function expectError(res: Response, status: number, fields: Partial<ErrorBody['error']> = {}): Promise<ErrorBody['error']> {
+  const text = await res.text();
+  assert.equal(res.status, status, text);
+  assert.match(res.headers.get('content-type') ?? '', /application\/json/);
+  const body = JSON.parse(text) as ErrorBody;
+  assert.deepEqual(Object.keys(body.error).sort(), ['code', 'message', 'param', 'type']);
+  assert.equal(typeof body.error.message, 'string');
+  assert.ok(body.error.message.length > 0);
+  for (const [k, v] of Object.entries(fields)) assert.equal(body.error[k as keyof ErrorBody['error']], v, `error.${k}`);
+  return body.error;
+}
+
+describe('request validation (no worker: nothing may be enqueued)', () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness({ CSA2_MAX_QUEUE_DEPTH: '3' });
+  });
+  after(async () => {
+    await h.close();
+  });
+
+  const completion = (body: unknown, key: string | null = KEY_A) => h.app.request(...post('/v1/completions', body, key));
+  const chat = (body: unknown) => h.app.request(...post('/v1/chat/completions', body));
+
+  test('malformed JSON → 400 invalid_json', async () => {
+    await expectError(await completion('{"model": "tiny-a", "prompt": '), 400, { type: 'invalid_request_error', code: 'invalid_json', param: null });
+    await expectError(await completion(''), 400, { code: 'invalid_json' });
+    await expectError(await completion('[1, 2]'), 400, { type: 'invalid_request_error' });
+  });
+
+  test("unknown model → 400 with param 'model'", async () => {
+    const e = await expectError(await completion({ model: 'gpt-4', prompt: 'hi' }), 400, { param: 'model', code: 'model_not_found' });
+    assert.match(e.message, /gpt-4/);
+    await expectError(await chat({ model: 'nope', messages: [{ role: 'user', content: 'hi' }] }), 400, { param: 'model' });
+    await expectError(await completion({ prompt: 'hi' }), 400, { param: 'model' });
+  });
+
+  test('negative, zero, fractional or huge max_tokens → 400 naming the parameter', async () => {
+    for (const max_tokens of [-1, 0, 1.5, 65, 1e9]) {
+      await expectError(await completion({ model: MODEL_NAME, prompt: 'hi', max_tokens }), 400, { param: 'max_tokens' });
+    }
+    await expectError(await chat({ model: MODEL_NAME, messages: [{ role: 'user', content: 'hi' }], max_completion_tokens: 1000 }), 400, { param: 'max_completion_tokens' });
+    // within CSA2_MAX_TOKENS but past the model's context (256 tokens): the prompt plus completion do not fit
+    await expectError(await completion({ model: MODEL_NAME, prompt: 'x'.repeat(230), max_tokens: 64 }), 400, { param: 'max_tokens', code: 'context_length_exceeded' });
+  });
+
+  test('a prompt over the prompt limit → 400 context_length_exceeded', async () => {
+    await expectError(await completion({ model: MODEL_NAME, prompt: 'x'.repeat(300) }), 400, { param: 'prompt', code: 'context_length_exceeded' });
+    await expectError(await chat({ model: MODEL_NAME, messages: [{ role: 'user', content: 'x'.repeat(300) }] }), 400, { param: 'messages', code: 'context_length_exceeded' });
+  });
+
+  test('several prompts, empty prompts and bad token ids → 400 on prompt', async () => {
+    const e = await expectError(await completion({ model: MODEL_NAME, prompt: ['one', 'two'] }), 400, { param: 'prompt', code: 'multiple_prompts_unsupported' });
+    assert.match(e.message, /2 prompts/);
+    await expectError(await completion({ model: MODEL_NAME, prompt: [[1, 2], [3]] }), 400, { param: 'prompt' });
+    await expectError(await completion({ model: MODEL_NAME, prompt: [] }), 400, { param: 'prompt' });
+    await expectError(await completion({ model: MODEL_NAME, prompt: '' }), 400, { param: 'prompt' });
+    await expectError(await completion({ model: MODEL_NAME, prompt: [1, 256] }), 400, { param: 'prompt' });
+    await expectError(await completion({ model: MODEL_NAME, prompt: [1, -2] }), 400, { param: 'prompt[1]' });
+    await expectError(await completion({ model: MODEL_NAME, prompt: 42 }), 400, { param: 'prompt' });
+  });
+
+  test('bad sampling fields and unsupported options → 400 naming the field', async () => {
+    const cases: [Record<string, unknown>, string][] = [
+      [{ temperature: -0.1 }, 'temperature'],
+      [{ temperature: 2.5 }, 'temperature'],
+      [{ top_p: 0 }, 'top_p'],
+      [{ top_p: 1.5 }, 'top_p'],
+      [{ seed: 1.5 }, 'seed'],
+      [{ stop: ['a', 'b', 'c', 'd', 'e'] }, 'stop'],
+      [{ stop: [''] }, 'stop'],
+      [{ n: 2 }, 'n'],
+      [{ echo: true }, 'echo'],
+      [{ logprobs: 3 }, 'logprobs'],
+      [{ presence_penalty: 0.5 }, 'presence_penalty'],
+      [{ stream_options: { include_usage: true } }, 'stream_options'],
+      [{ document_id: 'no/slashes' }, 'document_id'],
+    ];
+    for (const [fields, param] of cases) {
+      await expectError(await completion({ model: MODEL_NAME, prompt: 'hi', ...fields }), 400, { param });
+    }
+    await expectError(await chat({ model: MODEL_NAME, messages: [] }), 400, { param: 'messages' });
+    await expectError(await chat({ model: MODEL_NAME, messages: [{ role: 'tool', content: 'x' }] }), 400, { param: 'messages[0].role' });
+    await expectError(await chat({ model: MODEL_NAME, messages: [{ role: 'user', content: 'x' }], tools: [{ type: 'function' }] }), 400, { param: 'tools' });
+  });
+
+  test('a body over CSA2_MAX_BODY_BYTES → 413', async () => {
+    const big = JSON.stringify({ model: MODEL_NAME, prompt: 'x'.repeat(70_000) });
+    await expectError(await completion(big), 413, { code: 'request_too_large' });
+    // also when the length is only known while reading (no Content-Length)
+    const [url, init] = post('/v1/completions', '');
+    const stream = new ReadableStream<Uint8Array>({
+      start(c) {
+        c.enqueue(new TextEncoder().encode(big));
+        c.close();
+      },
+    });
+    await expectError(await h.app.request(url, { ...init, body: stream, duplex: 'half' } as RequestInit), 413);
+    await expectError(await h.app.request(...post('/v1/documents', { text: 'y'.repeat(70_000) })), 413);
+  });
+
+  test('a missing or bad API key → 401 (before the body is looked at)', async () => {
+    await expectError(await completion({ model: MODEL_NAME, prompt: 'hi' }, null), 401, { code: 'missing_api_key' });
+    await expectError(await completion({ model: MODEL_NAME, prompt: 'hi' }, 'sk-not-a-key-at-all'), 401, { code: 'invalid_api_key' });
+    await expectError(await completion('not json', 'sk-not-a-key-at-all'), 401);
+    const [url, init] = post('/v1/completions', {}, null);
+    const basic = await h.app.request(url, { ...init, headers: { ...(init.headers as Record<string, string>), authorization: `Basic ${KEY_A}` } });
+    await expectError(basic, 401, { code: 'invalid_api_key' });
+    const res = await h.app.request(...get('/v1/models', null));
+    assert.equal(res.status, 401);
+    assert.equal(res.headers.get('www-authenticate'), 'Bearer');
+  });
+
+  test("another tenant's document → 404; a document still encoding → 409", async () => {
+    await writeManifest(h, TENANT_A, 'private-doc', 10);
+    await expectError(await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: 'q', document_id: 'private-doc' }, KEY_B)), 404, {
+      param: 'document_id',
+      code: 'document_not_found',
+    });
+    await expectError(await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: 'q', document_id: 'never-posted' })), 404, { param: 'document_id' });
+    const data: PrefillJob = { v: 1, kind: 'document', tenant: TENANT_A, documentId: 'pending-doc', model: MODEL_NAME, input: { tokenIds: [1, 2, 3] }, acceptedAtMs: Date.now() };
+    await h.deps.queues.prefill.add(PREFILL_JOB_NAME, data, { jobId: documentJobId(TENANT_A, 'pending-doc') });
+    const e = await expectError(await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: 'q', document_id: 'pending-doc' })), 409, {
+      param: 'document_id',
+      code: 'document_not_ready',
+    });
+    assert.match(e.message, /queued/);
+    // a document prompt + its document must fit the prompt limit (255 tokens)
+    await writeManifest(h, TENANT_A, 'big-doc', 250);
+    await expectError(await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: 'x'.repeat(10), document_id: 'big-doc' })), 400, { code: 'context_length_exceeded' });
+    await h.deps.queues.prefill.obliterate({ force: true });
+  });
+
+  test('unknown URLs → 404 in the OpenAI shape', async () => {
+    await expectError(await h.app.request(...get('/v1/nothing-here')), 404, { code: 'unknown_url' });
+    await expectError(await h.app.request(...get('/v1/models/gpt-4')), 404, { code: 'model_not_found' });
+  });
+
+  test('GET /v1/models lists the one served model', async () => {
+    const res = await h.app.request(...get('/v1/models'));
+    assert.equal(res.status, 200);
+    const body = (await res.json()) as { object: string; data: { id: string; object: string; owned_by: string }[] };
+    assert.equal(body.object, 'list');
+    assert.deepEqual(body.data.map((m) => [m.id, m.object]), [[MODEL_NAME, 'model']]);
+    const one = await h.app.request(...get(`/v1/models/${MODEL_NAME}`));
+    assert.equal(((await one.json()) as { id: string }).id, MODEL_NAME);
+  });
+
+  test('none of the refused requests above was enqueued', async () => {
+    const jobs = await h.deps.queues.decode.getJobs(['wait', 'prioritized', 'delayed', 'active', 'completed', 'failed']);
+    assert.deepEqual(jobs.map((j) => j.id), []);
+  });
+
+  test('a decode backlog at CSA2_MAX_QUEUE_DEPTH → 429 with Retry-After, and nothing is enqueued', async () => {
+    const filler = (i: number): DecodeJob => ({
+      v: 1,
+      requestId: `filler-${i}`,
+      tenant: TENANT_A,
+      model: MODEL_NAME,
+      promptIds: [1],
+      documentId: null,
+      sampling: { temperature: 0, topP: 1, seed: 1 },
+      maxTokens: 1,
+      stop: [],
+      ignoreEos: false,
+      replayTokens: null,
+      acceptedAtMs: Date.now(),
+    });
+    for (let i = 0; i < 3; i++) await h.deps.queues.decode.add(DECODE_JOB_NAME, filler(i), { jobId: `filler-${i}` });
+    const res = await completion({ model: MODEL_NAME, prompt: 'hi' });
+    assert.equal(res.headers.get('retry-after'), '1');
+    await expectError(res, 429, { type: 'rate_limit_error', code: 'queue_full' });
+    assert.equal(await h.deps.queues.decode.count(), 3);
+    await expectError(await h.app.request(...post('/v1/documents', { documents: [{ text: 'a' }, { text: 'b' }, { text: 'c' }, { text: 'd' }] })), 429);
+    await h.deps.queues.decode.obliterate({ force: true });
+  });
+
+});
