@@ -1,0 +1,244 @@
+/**
+ * The pipeline as users run it: real Redis, the gateway, an encoder and a decoder worker as separate
+ * processes, a filesystem store, and the official `openai` npm client.
+ */
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import OpenAI from 'openai';
+import { Queue, PREFILL_QUEUE, connectRedis } from '@csa2/jobs';
+import { API_KEY, OTHER_API_KEY, Pipeline, REPO_ROOT } from '../harness/pipeline.js';
+
+let pipe: Pipeline;
+let client: OpenAI;
+
+before(async () => {
+  pipe = await Pipeline.start();
+  client = new OpenAI({ apiKey: API_KEY, baseURL: `${pipe.url}/v1`, maxRetries: 0, timeout: 60_000 });
+});
+after(async () => {
+  await pipe?.stop();
+});
+
+/** A test whose failure also prints the processes' recent output. */
+function e2e(name: string, fn: () => Promise<void>): void {
+  test(name, async () => {
+    try {
+      await fn();
+    } catch (err) {
+      pipe.dumpLogs();
+      throw err;
+    }
+  });
+}
+
+const PROMPT = 'The pipeline streams tokens; ';
+const SAMPLING = { temperature: 0.8, top_p: 0.95, seed: 1234 } as const;
+
+/** `csa2 generate` in one process (the CLI), same model, prompt and sampling: its stdout text. */
+function cliGenerate(prompt: string, maxTokens: number): string {
+  const r = spawnSync(
+    process.execPath,
+    [join(REPO_ROOT, 'packages/csa2-engine/bin/csa2.js'), 'generate', '--model', pipe.modelDir, '--prompt', prompt, '--max-tokens', String(maxTokens),
+      '--temperature', String(SAMPLING.temperature), '--top-p', String(SAMPLING.top_p), '--seed', String(SAMPLING.seed)],
+    { encoding: 'utf8' },
+  );
+  assert.equal(r.status, 0, r.stderr);
+  return r.stdout.replace(/\n$/, '');
+}
+
+e2e('completions: streamed text = non-streamed text = csa2 generate in one process', async () => {
+  const body = { model: 'tiny', prompt: PROMPT, max_tokens: 24, ...SAMPLING };
+  const plain = await client.completions.create(body);
+  assert.equal(plain.object, 'text_completion');
+  assert.equal(plain.choices[0]?.finish_reason, 'length');
+  assert.equal(plain.usage?.completion_tokens, 24);
+  assert.equal(plain.usage?.prompt_tokens, Buffer.byteLength(PROMPT));
+
+  const stream = await client.completions.create({ ...body, stream: true, stream_options: { include_usage: true } });
+  let streamed = '';
+  let usage: OpenAI.CompletionUsage | null | undefined;
+  let finish: string | null | undefined;
+  for await (const chunk of stream) {
+    for (const c of chunk.choices) {
+      streamed += c.text;
+      if (c.finish_reason !== null) finish = c.finish_reason;
+    }
+    if (chunk.usage) usage = chunk.usage;
+  }
+  assert.equal(streamed, plain.choices[0]?.text);
+  assert.equal(finish, 'length');
+  assert.equal(usage?.completion_tokens, 24);
+  assert.equal(cliGenerate(PROMPT, 24), plain.choices[0]?.text);
+});
+
+e2e('chat completions, streamed and not, agree', async () => {
+  const body = { model: 'tiny', messages: [{ role: 'user' as const, content: 'Hello there' }], max_tokens: 16, ...SAMPLING };
+  const plain = await client.chat.completions.create(body);
+  assert.equal(plain.object, 'chat.completion');
+  assert.equal(plain.choices[0]?.message.role, 'assistant');
+  const stream = await client.chat.completions.create({ ...body, stream: true });
+  let text = '';
+  for await (const chunk of stream) text += chunk.choices[0]?.delta.content ?? '';
+  assert.equal(text, plain.choices[0]?.message.content);
+});
+
+e2e('models lists the served model; bad requests get OpenAI-shaped errors with the right status', async () => {
+  const models = await client.models.list();
+  assert.deepEqual(models.data.map((m) => m.id), ['tiny']);
+  const status = async (p: Promise<unknown>) => {
+    try {
+      await p;
+      return 0;
+    } catch (err) {
+      assert.ok(err instanceof OpenAI.APIError, String(err));
+      assert.equal(typeof (err.error as { message?: unknown } | undefined)?.message, 'string', 'OpenAI error shape');
+      return err.status;
+    }
+  };
+  assert.equal(await status(client.completions.create({ model: 'nope', prompt: 'x', max_tokens: 2 })), 400);
+  assert.equal(await status(client.completions.create({ model: 'tiny', prompt: 'x', max_tokens: -1 })), 400);
+  assert.equal(await status(client.completions.create({ model: 'tiny', prompt: 'x', max_tokens: 10_000_000 })), 400);
+  assert.equal(await status(new OpenAI({ apiKey: 'wrong-key-xxxxxx', baseURL: `${pipe.url}/v1`, maxRetries: 0 }).models.list()), 401);
+  const raw = await fetch(`${pipe.url}/v1/completions`, { method: 'POST', headers: { authorization: `Bearer ${API_KEY}`, 'content-type': 'application/json' }, body: '{"model": "tiny", ' });
+  assert.equal(raw.status, 400);
+  assert.equal(typeof ((await raw.json()) as { error: { message: string } }).error.message, 'string');
+  const huge = await fetch(`${pipe.url}/v1/completions`, { method: 'POST', headers: { authorization: `Bearer ${API_KEY}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'tiny', prompt: 'x'.repeat(20 * 1024 * 1024) }) });
+  assert.equal(huge.status, 413);
+});
+
+e2e('a document is ingested once and queried twice; the second query runs no prefill and reports cached tokens', async () => {
+  const text = 'A long document about sparse attention. '.repeat(40);
+  const created = await fetch(`${pipe.url}/v1/documents`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${API_KEY}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ text, id: 'doc-e2e' }),
+  });
+  assert.equal(created.status, 202, await created.clone().text());
+  let doc: { status: string; tokens?: number } = { status: 'queued' };
+  const deadline = Date.now() + 60_000;
+  while (doc.status !== 'ready' && Date.now() < deadline) {
+    const r = await fetch(`${pipe.url}/v1/documents/doc-e2e`, { headers: { authorization: `Bearer ${API_KEY}` } });
+    doc = (await r.json()) as typeof doc;
+    assert.notEqual(doc.status, 'failed', JSON.stringify(doc));
+    if (doc.status !== 'ready') await new Promise((r2) => setTimeout(r2, 100));
+  }
+  assert.equal(doc.status, 'ready');
+  assert.equal(doc.tokens, Buffer.byteLength(text));
+
+  const prefill = new Queue(PREFILL_QUEUE, { connection: connectRedis(pipe.redis.url) });
+  try {
+    const ask = () =>
+      client.completions.create({ model: 'tiny', prompt: ' Question: what is it about?', max_tokens: 8, ...SAMPLING, document_id: 'doc-e2e' } as OpenAI.CompletionCreateParamsNonStreaming);
+    const first = await ask();
+    const jobsAfterFirst = await prefill.getJobCounts();
+    const second = await ask();
+    const jobsAfterSecond = await prefill.getJobCounts();
+    assert.deepEqual(jobsAfterSecond, jobsAfterFirst, 'the second query enqueued no prefill job');
+    assert.equal(second.choices[0]?.text, first.choices[0]?.text);
+    const details = second.usage?.prompt_tokens_details as { cached_tokens?: number } | undefined;
+    assert.equal(details?.cached_tokens, doc.tokens);
+    // another tenant cannot see it
+    const other = new OpenAI({ apiKey: OTHER_API_KEY, baseURL: `${pipe.url}/v1`, maxRetries: 0 });
+    await assert.rejects(
+      other.completions.create({ model: 'tiny', prompt: 'x', max_tokens: 2, document_id: 'doc-e2e' } as OpenAI.CompletionCreateParamsNonStreaming),
+      (err: unknown) => err instanceof OpenAI.APIError && err.status === 404,
+    );
+  } finally {
+    await prefill.close();
+  }
+});
+
+e2e('20 concurrent requests all complete', async () => {
+  const outs = await Promise.all(
+    Array.from({ length: 20 }, (_, i) => client.completions.create({ model: 'tiny', prompt: `request ${i}: `, max_tokens: 6, temperature: 0, seed: i })),
+  );
+  for (const o of outs) {
+    assert.equal(o.choices[0]?.finish_reason, 'length');
+    assert.equal(o.usage?.completion_tokens, 6);
+  }
+});
+
+e2e('SIGKILL of the decoder mid-generation: a restarted worker finishes and the stream has no duplicate or missing token', async () => {
+  const body = { model: 'tiny', prompt: 'kill test ', max_tokens: 160, temperature: 0.7, seed: 99 };
+  const reference = await client.completions.create(body);
+  const stream = await client.completions.create({ ...body, stream: true, stream_options: { include_usage: true } });
+  let text = '';
+  let chunks = 0;
+  let killed = false;
+  let usage: OpenAI.CompletionUsage | null | undefined;
+  for await (const chunk of stream) {
+    for (const c of chunk.choices) text += c.text;
+    if (chunk.usage) usage = chunk.usage;
+    if (++chunks === 20 && !killed) {
+      killed = true;
+      await pipe.kill('decoder', 'SIGKILL');
+      void pipe.startService('decoder');
+    }
+  }
+  assert.ok(killed);
+  assert.equal(text, reference.choices[0]?.text, 'same text as an undisturbed run');
+  assert.equal(usage?.completion_tokens, 160);
+});
+
+e2e('SIGKILL of the encoder mid-document: the document still becomes ready after a restart', async () => {
+  const text = 'Encoder crash test document. '.repeat(130); // ~3800 tokens: several seconds of encoding
+  const created = await fetch(`${pipe.url}/v1/documents`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${API_KEY}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ text, id: 'doc-crash' }),
+  });
+  assert.equal(created.status, 202);
+  const get = async () => (await (await fetch(`${pipe.url}/v1/documents/doc-crash`, { headers: { authorization: `Bearer ${API_KEY}` } })).json()) as { status: string; tokens?: number };
+  let state = await get();
+  const deadline = Date.now() + 30_000;
+  while (state.status !== 'encoding' && state.status !== 'ready' && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 20));
+    state = await get();
+  }
+  assert.equal(state.status, 'encoding', 'caught the encoder at work');
+  await pipe.kill('encoder', 'SIGKILL');
+  await pipe.startService('encoder');
+  const readyBy = Date.now() + 90_000;
+  while (state.status !== 'ready' && Date.now() < readyBy) {
+    assert.notEqual(state.status, 'failed', JSON.stringify(state));
+    await new Promise((r) => setTimeout(r, 200));
+    state = await get();
+  }
+  assert.equal(state.status, 'ready');
+  assert.equal(state.tokens, Buffer.byteLength(text));
+});
+
+e2e('Redis down: readiness and completions answer 503 promptly; service resumes when Redis is back', async () => {
+  const port = pipe.redis.port;
+  const redisProc = pipe.redis.process;
+  await new Promise<void>((resolve) => {
+    redisProc.once('exit', () => resolve());
+    redisProc.kill('SIGKILL');
+  });
+  const t0 = Date.now();
+  const ready = await fetch(`${pipe.url}/readyz`);
+  assert.equal(ready.status, 503);
+  const completion = await fetch(`${pipe.url}/v1/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${API_KEY}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'tiny', prompt: 'x', max_tokens: 2 }),
+  });
+  assert.equal(completion.status, 503);
+  assert.ok(Date.now() - t0 < 12_000, `503s took ${Date.now() - t0} ms`);
+  const { startLocalRedis } = await import('@csa2/jobs');
+  mkdirSync(join(pipe.dir, 'redis-2'), { recursive: true });
+  const again = await startLocalRedis({ port, dir: join(pipe.dir, 'redis-2') });
+  Object.assign(pipe, { redis: again });
+  const deadline = Date.now() + 30_000;
+  let ok = false;
+  while (!ok && Date.now() < deadline) {
+    ok = (await fetch(`${pipe.url}/readyz`)).ok;
+    if (!ok) await new Promise((r) => setTimeout(r, 200));
+  }
+  assert.ok(ok, 'ready again');
+  const out = await client.completions.create({ model: 'tiny', prompt: 'back again ', max_tokens: 4, temperature: 0, seed: 1 });
+  assert.equal(out.usage?.completion_tokens, 4);
+});
