@@ -24,7 +24,7 @@ after(async () => {
 
 /** A test whose failure also prints the processes' recent output. */
 function e2e(name: string, fn: () => Promise<void>): void {
-  test(name, async () => {
+  test(name, { timeout: 180_000 }, async () => {
     try {
       await fn();
     } catch (err) {
@@ -102,10 +102,10 @@ e2e('models lists the served model; bad requests get OpenAI-shaped errors with t
   assert.equal(await status(client.completions.create({ model: 'tiny', prompt: 'x', max_tokens: -1 })), 400);
   assert.equal(await status(client.completions.create({ model: 'tiny', prompt: 'x', max_tokens: 10_000_000 })), 400);
   assert.equal(await status(new OpenAI({ apiKey: 'wrong-key-xxxxxx', baseURL: `${pipe.url}/v1`, maxRetries: 0 }).models.list()), 401);
-  const raw = await fetch(`${pipe.url}/v1/completions`, { method: 'POST', headers: { authorization: `Bearer ${API_KEY}`, 'content-type': 'application/json' }, body: '{"model": "tiny", ' });
+  const raw = await fetch(`${pipe.url}/v1/completions`, { method: 'POST', signal: AbortSignal.timeout(20_000), headers: { authorization: `Bearer ${API_KEY}`, 'content-type': 'application/json' }, body: '{"model": "tiny", ' });
   assert.equal(raw.status, 400);
   assert.equal(typeof ((await raw.json()) as { error: { message: string } }).error.message, 'string');
-  const huge = await fetch(`${pipe.url}/v1/completions`, { method: 'POST', headers: { authorization: `Bearer ${API_KEY}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'tiny', prompt: 'x'.repeat(20 * 1024 * 1024) }) });
+  const huge = await fetch(`${pipe.url}/v1/completions`, { method: 'POST', signal: AbortSignal.timeout(20_000), headers: { authorization: `Bearer ${API_KEY}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'tiny', prompt: 'x'.repeat(20 * 1024 * 1024) }) });
   assert.equal(huge.status, 413);
 });
 
@@ -113,6 +113,7 @@ e2e('a document is ingested once and queried twice; the second query runs no pre
   const text = 'A long document about sparse attention. '.repeat(40);
   const created = await fetch(`${pipe.url}/v1/documents`, {
     method: 'POST',
+    signal: AbortSignal.timeout(20_000),
     headers: { authorization: `Bearer ${API_KEY}`, 'content-type': 'application/json' },
     body: JSON.stringify({ text, id: 'doc-e2e' }),
   });
@@ -120,7 +121,7 @@ e2e('a document is ingested once and queried twice; the second query runs no pre
   let doc: { status: string; tokens?: number } = { status: 'queued' };
   const deadline = Date.now() + 60_000;
   while (doc.status !== 'ready' && Date.now() < deadline) {
-    const r = await fetch(`${pipe.url}/v1/documents/doc-e2e`, { headers: { authorization: `Bearer ${API_KEY}` } });
+    const r = await fetch(`${pipe.url}/v1/documents/doc-e2e`, { headers: { authorization: `Bearer ${API_KEY}` }, signal: AbortSignal.timeout(20_000) });
     doc = (await r.json()) as typeof doc;
     assert.notEqual(doc.status, 'failed', JSON.stringify(doc));
     if (doc.status !== 'ready') await new Promise((r2) => setTimeout(r2, 100));
@@ -128,7 +129,8 @@ e2e('a document is ingested once and queried twice; the second query runs no pre
   assert.equal(doc.status, 'ready');
   assert.equal(doc.tokens, Buffer.byteLength(text));
 
-  const prefill = new Queue(PREFILL_QUEUE, { connection: connectRedis(pipe.redis.url) });
+  const prefillRedis = connectRedis(pipe.redis.url);
+  const prefill = new Queue(PREFILL_QUEUE, { connection: prefillRedis });
   try {
     const ask = () =>
       client.completions.create({ model: 'tiny', prompt: ' Question: what is it about?', max_tokens: 8, ...SAMPLING, document_id: 'doc-e2e' } as OpenAI.CompletionCreateParamsNonStreaming);
@@ -148,6 +150,7 @@ e2e('a document is ingested once and queried twice; the second query runs no pre
     );
   } finally {
     await prefill.close();
+    prefillRedis.disconnect();
   }
 });
 
@@ -187,11 +190,12 @@ e2e('SIGKILL of the encoder mid-document: the document still becomes ready after
   const text = 'Encoder crash test document. '.repeat(130); // ~3800 tokens: several seconds of encoding
   const created = await fetch(`${pipe.url}/v1/documents`, {
     method: 'POST',
+    signal: AbortSignal.timeout(20_000),
     headers: { authorization: `Bearer ${API_KEY}`, 'content-type': 'application/json' },
     body: JSON.stringify({ text, id: 'doc-crash' }),
   });
   assert.equal(created.status, 202);
-  const get = async () => (await (await fetch(`${pipe.url}/v1/documents/doc-crash`, { headers: { authorization: `Bearer ${API_KEY}` } })).json()) as { status: string; tokens?: number };
+  const get = async () => (await (await fetch(`${pipe.url}/v1/documents/doc-crash`, { headers: { authorization: `Bearer ${API_KEY}` }, signal: AbortSignal.timeout(20_000) })).json()) as { status: string; tokens?: number };
   let state = await get();
   const deadline = Date.now() + 30_000;
   while (state.status !== 'encoding' && state.status !== 'ready' && Date.now() < deadline) {
@@ -219,10 +223,11 @@ e2e('Redis down: readiness and completions answer 503 promptly; service resumes 
     redisProc.kill('SIGKILL');
   });
   const t0 = Date.now();
-  const ready = await fetch(`${pipe.url}/readyz`);
+  const ready = await fetch(`${pipe.url}/readyz`, { signal: AbortSignal.timeout(20_000) });
   assert.equal(ready.status, 503);
   const completion = await fetch(`${pipe.url}/v1/completions`, {
     method: 'POST',
+    signal: AbortSignal.timeout(20_000),
     headers: { authorization: `Bearer ${API_KEY}`, 'content-type': 'application/json' },
     body: JSON.stringify({ model: 'tiny', prompt: 'x', max_tokens: 2 }),
   });
@@ -235,7 +240,7 @@ e2e('Redis down: readiness and completions answer 503 promptly; service resumes 
   const deadline = Date.now() + 30_000;
   let ok = false;
   while (!ok && Date.now() < deadline) {
-    ok = (await fetch(`${pipe.url}/readyz`)).ok;
+    ok = (await fetch(`${pipe.url}/readyz`, { signal: AbortSignal.timeout(20_000) })).ok;
     if (!ok) await new Promise((r) => setTimeout(r, 200));
   }
   assert.ok(ok, 'ready again');

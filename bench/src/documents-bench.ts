@@ -1,0 +1,134 @@
+/**
+ * @module documents-bench
+ * Time to first token for a question on a stored (ingested) document against prefilling the same
+ * tokens from scratch, side by side in one run (issue "cache artifacts", Measure): ingest once, then
+ *   - stored, fresh reader: manifest + chunks fetched from the filesystem store and verified, encoder
+ *     replay of the last R document tokens + the question, decoder replay of the last R tokens;
+ *   - stored, cached chunks: the same with the engine's chunk cache warm (a decoder worker's repeat case);
+ *   - cold CED prefill: encoder over all tokens + decoder replay of the last R (no artifact);
+ *   - cold exact prefill: every layer over all tokens, as the official code does.
+ * Model: a seeded 40-layer checkpoint with the released layer schedule at width 256 (the released head
+ * and index widths are reduced so that a 32K-token exact prefill finishes in minutes on 2 cores; the
+ * ratios are what this measures), bench/configs/v41-bench-256-long.json.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { Engine } from '@csa2/engine';
+import { ensureSeededCheckpoint } from './checkpoint-cache.js';
+import { seededTokenIds } from './model-bench.js';
+import type { BenchIo, BenchSuite, OptionValues } from './suite.js';
+import { UsageError } from './suite.js';
+import { fmtDuration, markdownTable } from './table.js';
+
+const BENCH_DIR = join(dirname(fileURLToPath(import.meta.url)), '..');
+export const DOCUMENTS_BENCH_CONFIG = join(BENCH_DIR, 'configs', 'v41-bench-256-long.json');
+
+export interface DocumentsBenchOptions {
+  readonly docTokens: number;
+  readonly questionTokens: number;
+  readonly replayTokens: number;
+  readonly cacheRoot: string;
+  readonly skipExact: boolean;
+}
+
+interface Row {
+  readonly path: string;
+  readonly ttftMs: number;
+}
+
+export async function runDocumentsBench(opts: DocumentsBenchOptions, io: BenchIo): Promise<string> {
+  const ckpt = await ensureSeededCheckpoint(DOCUMENTS_BENCH_CONFIG, { seed: 1, cacheRoot: opts.cacheRoot, log: io.log });
+  const storeDir = mkdtempSync(join(tmpdir(), 'csa2-bench-docs-'));
+  const engine = await Engine.open({ modelDir: ckpt.dir, store: pathToFileURL(storeDir).href });
+  try {
+    const V = engine.model.config.vocabSize;
+    const doc = seededTokenIds(7, opts.docTokens, V);
+    const question = seededTokenIds(8, opts.questionTokens, V);
+    const greedy = { temperature: 0, topP: 1, seed: 0 };
+    io.log(`documents: ingesting ${opts.docTokens} tokens`);
+    const t0 = performance.now();
+    let lastLog = 0;
+    const ing = await engine.ingest(
+      { tenant: 'bench', documentId: 'doc', tokenIds: doc },
+      {
+        onProgress: (p) => {
+          if (performance.now() - lastLog > 10_000) {
+            lastLog = performance.now();
+            io.log(`  encoded ${p.tokensDone}/${p.tokensTotal}`);
+          }
+        },
+      },
+    );
+    const ingestMs = performance.now() - t0;
+    const rows: Row[] = [];
+    const first = async (req: Omit<Parameters<Engine['generate']>[0], 'maxTokens' | 'sampling'>) => (await engine.generate({ ...req, maxTokens: 1, sampling: greedy, ignoreEos: true })).timings.prefillMs;
+
+    // a fresh engine has an empty chunk cache: the first stored query fetches and verifies every chunk
+    const fresh = await Engine.open({ modelDir: ckpt.dir, store: pathToFileURL(storeDir).href });
+    try {
+      io.log('documents: stored document, fresh reader');
+      rows.push({ path: 'stored document, chunks fetched + verified', ttftMs: (await fresh.generate({ promptIds: question, document: { tenant: 'bench', documentId: 'doc' }, maxTokens: 1, sampling: greedy, replayTokens: opts.replayTokens, ignoreEos: true })).timings.prefillMs });
+      io.log('documents: stored document, cached chunks');
+      rows.push({ path: 'stored document, chunk cache warm', ttftMs: (await fresh.generate({ promptIds: question, document: { tenant: 'bench', documentId: 'doc' }, maxTokens: 1, sampling: greedy, replayTokens: opts.replayTokens, ignoreEos: true })).timings.prefillMs });
+    } finally {
+      await fresh.close();
+    }
+    io.log('documents: cold CED prefill (encoder over everything + decoder replay)');
+    rows.push({ path: 'cold prefill, encoder + decoder replay', ttftMs: await first({ promptIds: [...doc, ...question], replayTokens: opts.replayTokens }) });
+    if (!opts.skipExact) {
+      io.log('documents: cold exact prefill (every layer over everything)');
+      rows.push({ path: 'cold prefill, exact (all layers)', ttftMs: await first({ promptIds: [...doc, ...question], exact: true }) });
+    }
+    const base = rows.at(-1) as Row;
+    const table = markdownTable(
+      [{ header: 'time to first token', align: 'left' }, { header: 'TTFT' }, { header: `vs ${base.path.replace('cold prefill, ', '')}` }],
+      rows.map((r) => [r.path, fmtDuration(r.ttftMs), `${(base.ttftMs / r.ttftMs).toFixed(1)}x faster`]),
+    );
+    return [
+      `### Documents: a ${opts.questionTokens}-token question on a ${opts.docTokens}-token document (40 layers, released schedule, dim 256; replay R = ${opts.replayTokens})`,
+      '',
+      `ingest: ${fmtDuration(ingestMs)} (${((opts.docTokens * 1000) / ingestMs).toFixed(0)} tokens/s), ${ing.artifactBytes.toLocaleString('en-US')} bytes on the store (${(ing.artifactBytes / ing.tokens).toFixed(1)} per token; global cache ${ing.bytesPerToken} per token at this width)`,
+      '',
+      table,
+    ].join('\n');
+  } finally {
+    await engine.close();
+    rmSync(storeDir, { recursive: true, force: true });
+  }
+}
+
+export function parseDocumentsBenchOptions(values: OptionValues, cacheRoot: string): DocumentsBenchOptions {
+  const int = (name: string, fallback: number): number => {
+    const v = values[name];
+    if (v === undefined) return fallback;
+    const n = Number(v);
+    if (typeof v !== 'string' || !Number.isSafeInteger(n) || n < 1) throw new UsageError(`--${name} must be a positive integer, got ${String(v)}`);
+    return n;
+  };
+  const quick = values['quick'] === true;
+  return {
+    docTokens: int('doc-tokens', quick ? 2048 : 32768),
+    questionTokens: int('question-tokens', 32),
+    replayTokens: int('replay', 128),
+    cacheRoot,
+    skipExact: values['skip-exact'] === true,
+  };
+}
+
+export const documentsSuite: BenchSuite = {
+  name: 'documents',
+  summary: 'time to first token for a question on a stored document vs cold prefill of the same tokens',
+  options: {
+    'doc-tokens': { type: 'string', description: 'document length in tokens', defaultText: '32768 (2048 with --quick)', valueName: 'N' },
+    'question-tokens': { type: 'string', description: 'question length in tokens', defaultText: '32', valueName: 'N' },
+    replay: { type: 'string', description: 'bounded replay R', defaultText: '128', valueName: 'R' },
+    'skip-exact': { type: 'boolean', description: 'leave out the cold exact prefill (the slowest row)' },
+  },
+  async run(values, io) {
+    const cacheRoot = join(BENCH_DIR, '..', '.csa2', 'bench');
+    io.out(await runDocumentsBench(parseDocumentsBenchOptions(values, cacheRoot), io));
+  },
+};
+

@@ -1,0 +1,171 @@
+/**
+ * @module pipeline-bench
+ * Overhead of the pipeline (issue "pipeline", Measure), side by side in one run:
+ *   1. a 1-token completion through gateway + queue + decoder worker (HTTP, official request shape)
+ *      against the same generation in one process (Engine on this thread): p50/p99 and the ratio;
+ *   2. N concurrent short completions through the pipeline: throughput and p99 latency;
+ *   3. time to first token for a question on an ingested document against sending the document's
+ *      whole text as the prompt (routed through an encoder worker as a long prompt).
+ * Processes: a private redis-server, the gateway, one encoder and one decoder worker (the test harness
+ * of @csa2/test), on a seeded tiny model (v41-tiny config, byte vocabulary, context 40960).
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Engine } from '@csa2/engine';
+import { API_KEY, Pipeline, seededTestModel } from '@csa2/test';
+import type { BenchIo, BenchSuite, OptionValues } from './suite.js';
+import { UsageError } from './suite.js';
+import { fmtDuration, markdownTable } from './table.js';
+
+export interface PipelineBenchOptions {
+  readonly samples: number;
+  readonly concurrency: number;
+  readonly docTokens: number;
+}
+
+function percentile(xs: readonly number[], p: number): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))] as number;
+}
+
+async function completion(url: string, body: Record<string, unknown>): Promise<{ ms: number; ttftMs: number; json: Record<string, unknown> }> {
+  const t0 = performance.now();
+  const r = await fetch(`${url}/v1/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${API_KEY}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'tiny', ...body }),
+  });
+  if (!r.ok) throw new Error(`completion failed: ${r.status} ${await r.text()}`);
+  if (body['stream'] !== true) {
+    const json = (await r.json()) as Record<string, unknown>;
+    const ms = performance.now() - t0;
+    return { ms, ttftMs: ms, json };
+  }
+  const reader = (r.body as ReadableStream<Uint8Array>).getReader();
+  let ttftMs = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    if (ttftMs === 0 && value !== undefined && new TextDecoder().decode(value).includes('"text"')) ttftMs = performance.now() - t0;
+  }
+  return { ms: performance.now() - t0, ttftMs, json: {} };
+}
+
+export async function runPipelineBench(opts: PipelineBenchOptions, io: BenchIo): Promise<string> {
+  const dir = mkdtempSync(join(tmpdir(), 'csa2-bench-pipe-'));
+  const modelDir = await seededTestModel(dir, 40960);
+  io.log('pipeline: starting redis, gateway, encoder and decoder workers');
+  const pipe = await Pipeline.start({ modelDir, env: { CSA2_LOG_LEVEL: 'info', CSA2_PREFILL_THRESHOLD_TOKENS: '2048', CSA2_MAX_TOKENS: '4096' } });
+  const engine = await Engine.open({ modelDir, runtime: { intraOpThreads: 1 } });
+  const out: string[] = [];
+  try {
+    // 1. one token: pipeline vs in-process
+    const prompt = 'Overhead probe: ';
+    const ids = engine.tokenize(prompt);
+    for (let i = 0; i < 3; i++) await completion(pipe.url, { prompt, max_tokens: 1, temperature: 0 }); // warm-up
+    await engine.generate({ promptIds: ids, maxTokens: 1, sampling: { temperature: 0, topP: 1, seed: 0 } });
+    const viaPipe: number[] = [];
+    const local: number[] = [];
+    io.log(`pipeline: ${opts.samples} one-token completions each way`);
+    for (let i = 0; i < opts.samples; i++) {
+      viaPipe.push((await completion(pipe.url, { prompt, max_tokens: 1, temperature: 0 })).ms);
+      const t0 = performance.now();
+      await engine.generate({ promptIds: ids, maxTokens: 1, sampling: { temperature: 0, topP: 1, seed: 0 } });
+      local.push(performance.now() - t0);
+    }
+    out.push(
+      `### Pipeline overhead: a 1-token completion (${ids.length}-token prompt), ${opts.samples} samples`,
+      '',
+      markdownTable(
+        [{ header: 'path', align: 'left' }, { header: 'p50' }, { header: 'p99' }],
+        [
+          ['gateway → queue → decoder worker → stream → HTTP', fmtDuration(percentile(viaPipe, 50)), fmtDuration(percentile(viaPipe, 99))],
+          ['same generation in one process', fmtDuration(percentile(local, 50)), fmtDuration(percentile(local, 99))],
+          ['ratio', `${(percentile(viaPipe, 50) / percentile(local, 50)).toFixed(1)}x`, `${(percentile(viaPipe, 99) / percentile(local, 99)).toFixed(1)}x`],
+        ],
+      ),
+      '',
+    );
+
+    // 2. N concurrent short completions
+    io.log(`pipeline: ${opts.concurrency} concurrent 8-token completions`);
+    const t0 = performance.now();
+    const lat = await Promise.all(Array.from({ length: opts.concurrency }, (_, i) => completion(pipe.url, { prompt: `request ${i}: `, max_tokens: 8, temperature: 0 }).then((r) => r.ms)));
+    const wallMs = performance.now() - t0;
+    out.push(
+      `### ${opts.concurrency} concurrent 8-token completions (one decoder worker, concurrency 1)`,
+      '',
+      markdownTable(
+        [{ header: 'requests/s' }, { header: 'tokens/s' }, { header: 'p50 latency' }, { header: 'p99 latency' }],
+        [[((opts.concurrency * 1000) / wallMs).toFixed(1), ((opts.concurrency * 8 * 1000) / wallMs).toFixed(0), fmtDuration(percentile(lat, 50)), fmtDuration(percentile(lat, 99))]],
+      ),
+      '',
+    );
+
+    // 3. a question on an ingested document vs the whole text as the prompt
+    const text = Array.from({ length: Math.ceil(opts.docTokens / 32) }, (_, i) => `Section ${i} of the long document. `.padEnd(32, '.')).join('').slice(0, opts.docTokens);
+    io.log(`pipeline: ingesting a ${text.length}-token document`);
+    const created = await fetch(`${pipe.url}/v1/documents`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${API_KEY}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ id: 'bench-doc', text }),
+    });
+    if (created.status !== 202) throw new Error(`ingest failed: ${created.status} ${await created.text()}`);
+    const tIngest = performance.now();
+    for (;;) {
+      const st = (await (await fetch(`${pipe.url}/v1/documents/bench-doc`, { headers: { authorization: `Bearer ${API_KEY}` } })).json()) as { status: string };
+      if (st.status === 'ready') break;
+      if (st.status === 'failed') throw new Error(`document failed: ${JSON.stringify(st)}`);
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    const ingestMs = performance.now() - tIngest;
+    const question = ' Question: what does section 3 say?';
+    io.log('pipeline: question on the stored document');
+    const stored = await completion(pipe.url, { prompt: question, max_tokens: 4, temperature: 0, stream: true, document_id: 'bench-doc' });
+    io.log('pipeline: the whole text as the prompt');
+    const whole = await completion(pipe.url, { prompt: text + question, max_tokens: 4, temperature: 0, stream: true });
+    out.push(
+      `### Time to first token: a question on a ${text.length}-token document (ingested in ${fmtDuration(ingestMs)})`,
+      '',
+      markdownTable(
+        [{ header: 'request', align: 'left' }, { header: 'TTFT' }],
+        [
+          ['question with document_id (artifact reused)', fmtDuration(stored.ttftMs)],
+          ['whole text + question as the prompt (encoded by the encoder worker first)', fmtDuration(whole.ttftMs)],
+          ['ratio', `${(whole.ttftMs / stored.ttftMs).toFixed(1)}x`],
+        ],
+      ),
+    );
+    return out.join('\n');
+  } finally {
+    await engine.close();
+    await pipe.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+export function parsePipelineBenchOptions(values: OptionValues): PipelineBenchOptions {
+  const int = (name: string, fallback: number): number => {
+    const v = values[name];
+    if (v === undefined) return fallback;
+    const n = Number(v);
+    if (typeof v !== 'string' || !Number.isSafeInteger(n) || n < 1) throw new UsageError(`--${name} must be a positive integer, got ${String(v)}`);
+    return n;
+  };
+  const quick = values['quick'] === true;
+  return { samples: int('samples', quick ? 10 : 50), concurrency: int('concurrency', 20), docTokens: int('pipeline-doc-tokens', quick ? 2048 : 32768) };
+}
+
+export const pipelineSuite: BenchSuite = {
+  name: 'pipeline',
+  summary: 'gateway + queue + worker overhead against one process, concurrent throughput, TTFT on an ingested document',
+  options: {
+    samples: { type: 'string', description: 'one-token completions per path', defaultText: '50 (10 with --quick)', valueName: 'N' },
+    concurrency: { type: 'string', description: 'concurrent completions', defaultText: '20', valueName: 'N' },
+    'pipeline-doc-tokens': { type: 'string', description: 'document length (byte tokens)', defaultText: '32768 (2048 with --quick)', valueName: 'N' },
+  },
+  async run(values, io) {
+    io.out(await runPipelineBench(parsePipelineBenchOptions(values), io));
+  },
+};
