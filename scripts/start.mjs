@@ -37,12 +37,12 @@ const { findRedisServer, startLocalRedis } = await import(pathToFileURL(join(roo
 // --- model ---
 let modelDir = process.env.CSA2_MODEL_DIR;
 if (modelDir === undefined || modelDir === '') {
-  modelDir = join(root, '.csa2/models/v41-tiny-seed1');
+  modelDir = join(root, '.csa2/models/v41-tiny-16k-seed1');
   if (!existsSync(join(modelDir, 'model.safetensors'))) {
     say(`making a seeded tiny model in ${modelDir}`);
     const r = spawnSync(
       node,
-      [join(root, 'packages/csa2-engine/bin/csa2.js'), 'init-model', '--config', join(root, 'packages/csa2-core/configs/v41-tiny.json'), '--seed', '1', '--out', modelDir],
+      [join(root, 'packages/csa2-engine/bin/csa2.js'), 'init-model', '--config', join(root, 'packages/csa2-core/configs/v41-tiny-16k.json'), '--seed', '1', '--out', modelDir],
       { cwd: root, stdio: 'inherit' },
     );
     if (r.status !== 0) fail('could not make the tiny model');

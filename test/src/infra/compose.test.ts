@@ -105,7 +105,7 @@ test('every csa2 image is built from infra/docker/Dockerfile at a stage that exi
   }
   // the one-shot model-init runs the csa2 CLI and a config the runtime image carries
   const modelInit = (services['model-init'] as JsonObject)['command'] as string[];
-  for (const path of ['packages/csa2-engine/bin/csa2.js', 'packages/csa2-core/configs/v41-tiny.json']) {
+  for (const path of ['packages/csa2-engine/bin/csa2.js', 'packages/csa2-core/configs/v41-tiny-16k.json']) {
     assert.ok(modelInit.join(' ').includes(path), path);
     assert.ok(existsSync(join(REPO_ROOT, path)), `${path} exists`);
     assert.ok(DOCKERFILE.includes(`COPY --from=build /app/${path.split('/').slice(0, 3).join('/')}/`), `the runtime image copies ${path}`);
