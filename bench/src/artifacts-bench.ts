@@ -34,7 +34,7 @@ import {
 import { startS3Server } from '@csa2/artifacts/testing';
 import { buildLayerPlan, fakeQuantFp4E4m3Block16, fakeQuantFp4Ue8m0Block32, fixturesRoot, parseModelConfig, SeededRandom } from '@csa2/core';
 import type { BenchIo, BenchSuite, OptionValues } from './suite.js';
-import { UsageError } from './suite.js';
+import { UsageError, positiveIntOption } from './suite.js';
 import { markdownTable } from './table.js';
 
 const MIB = 1024 * 1024;
@@ -218,13 +218,7 @@ export async function runArtifactsBench(opts: ArtifactsBenchOptions, io: BenchIo
 }
 
 export function parseArtifactsBenchOptions(values: OptionValues): ArtifactsBenchOptions {
-  const int = (name: string, fallback: number): number => {
-    const v = values[name];
-    if (v === undefined) return fallback;
-    const n = Number(v);
-    if (typeof v !== 'string' || !Number.isSafeInteger(n) || n < 1) throw new UsageError(`--${name} must be a positive integer, got ${String(v)}`);
-    return n;
-  };
+  const int = (name: string, fallback: number): number => positiveIntOption(values, name, fallback);
   const stores = typeof values['stores'] === 'string' ? values['stores'].split(',') : DEFAULT_ARTIFACTS_BENCH_OPTIONS.stores;
   for (const s of stores) if (s !== 'fs' && s !== 's3') throw new UsageError(`--stores takes fs and/or s3, got "${s}"`);
   const quick = values['quick'] === true;

@@ -19,7 +19,7 @@ import { Engine } from '@csa2/engine';
 import { ensureSeededCheckpoint } from './checkpoint-cache.js';
 import { seededTokenIds } from './model-bench.js';
 import type { BenchIo, BenchSuite, OptionValues } from './suite.js';
-import { UsageError } from './suite.js';
+import { positiveIntOption } from './suite.js';
 import { fmtDuration, markdownTable } from './table.js';
 
 const BENCH_DIR = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -100,13 +100,7 @@ export async function runDocumentsBench(opts: DocumentsBenchOptions, io: BenchIo
 }
 
 export function parseDocumentsBenchOptions(values: OptionValues, cacheRoot: string): DocumentsBenchOptions {
-  const int = (name: string, fallback: number): number => {
-    const v = values[name];
-    if (v === undefined) return fallback;
-    const n = Number(v);
-    if (typeof v !== 'string' || !Number.isSafeInteger(n) || n < 1) throw new UsageError(`--${name} must be a positive integer, got ${String(v)}`);
-    return n;
-  };
+  const int = (name: string, fallback: number): number => positiveIntOption(values, name, fallback);
   const quick = values['quick'] === true;
   return {
     docTokens: int('doc-tokens', quick ? 2048 : 32768),
