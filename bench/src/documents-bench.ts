@@ -7,9 +7,10 @@
  *   - stored, cached chunks: the same with the engine's chunk cache warm (a decoder worker's repeat case);
  *   - cold CED prefill: encoder over all tokens + decoder replay of the last R (no artifact);
  *   - cold exact prefill: every layer over all tokens, as the official code does.
- * Model: a seeded 40-layer checkpoint with the released layer schedule at width 256 (the released head
- * and index widths are reduced so that a 32K-token exact prefill finishes in minutes on 2 cores; the
- * ratios are what this measures), bench/configs/v41-bench-256-long.json.
+ * Models (`--doc-model`): `256`, a seeded 40-layer checkpoint with the released layer schedule at width
+ * 256 (bench/configs/v41-bench-256-long.json; the released head and index widths are reduced, the ratios
+ * are what this measures), or `tiny`, the 6-layer tiny-a architecture with a 40K context
+ * (bench/configs/v41-tiny-40k.json), where a 32K-token exact prefill takes seconds rather than hours.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -19,11 +20,16 @@ import { Engine } from '@csa2/engine';
 import { ensureSeededCheckpoint } from './checkpoint-cache.js';
 import { seededTokenIds } from './model-bench.js';
 import type { BenchIo, BenchSuite, OptionValues } from './suite.js';
-import { positiveIntOption } from './suite.js';
+import { UsageError, positiveIntOption } from './suite.js';
 import { fmtDuration, markdownTable } from './table.js';
 
 const BENCH_DIR = join(dirname(fileURLToPath(import.meta.url)), '..');
-export const DOCUMENTS_BENCH_CONFIG = join(BENCH_DIR, 'configs', 'v41-bench-256-long.json');
+/** The models this suite can run: the released schedule at width 256, or the 6-layer tiny architecture. */
+export const DOCUMENTS_BENCH_MODELS = {
+  '256': { config: join(BENCH_DIR, 'configs', 'v41-bench-256-long.json'), label: '40 layers, released schedule, dim 256' },
+  tiny: { config: join(BENCH_DIR, 'configs', 'v41-tiny-40k.json'), label: '6 layers (tiny-a architecture), dim 64' },
+} as const;
+export type DocumentsBenchModel = keyof typeof DOCUMENTS_BENCH_MODELS;
 
 export interface DocumentsBenchOptions {
   readonly docTokens: number;
@@ -31,6 +37,7 @@ export interface DocumentsBenchOptions {
   readonly replayTokens: number;
   readonly cacheRoot: string;
   readonly skipExact: boolean;
+  readonly model: DocumentsBenchModel;
 }
 
 interface Row {
@@ -39,7 +46,7 @@ interface Row {
 }
 
 export async function runDocumentsBench(opts: DocumentsBenchOptions, io: BenchIo): Promise<string> {
-  const ckpt = await ensureSeededCheckpoint(DOCUMENTS_BENCH_CONFIG, { seed: 1, cacheRoot: opts.cacheRoot, log: io.log });
+  const ckpt = await ensureSeededCheckpoint(DOCUMENTS_BENCH_MODELS[opts.model].config, { seed: 1, cacheRoot: opts.cacheRoot, log: io.log });
   const storeDir = mkdtempSync(join(tmpdir(), 'csa2-bench-docs-'));
   const engine = await Engine.open({ modelDir: ckpt.dir, store: pathToFileURL(storeDir).href });
   try {
@@ -87,7 +94,7 @@ export async function runDocumentsBench(opts: DocumentsBenchOptions, io: BenchIo
       rows.map((r) => [r.path, fmtDuration(r.ttftMs), `${(base.ttftMs / r.ttftMs).toFixed(1)}x faster`]),
     );
     return [
-      `### Documents: a ${opts.questionTokens}-token question on a ${opts.docTokens}-token document (40 layers, released schedule, dim 256; replay R = ${opts.replayTokens})`,
+      `### Documents: a ${opts.questionTokens}-token question on a ${opts.docTokens}-token document (${DOCUMENTS_BENCH_MODELS[opts.model].label}; replay R = ${opts.replayTokens})`,
       '',
       `ingest: ${fmtDuration(ingestMs)} (${((opts.docTokens * 1000) / ingestMs).toFixed(0)} tokens/s), ${ing.artifactBytes.toLocaleString('en-US')} bytes on the store (${(ing.artifactBytes / ing.tokens).toFixed(1)} per token; global cache ${ing.bytesPerToken} per token at this width)`,
       '',
@@ -102,7 +109,10 @@ export async function runDocumentsBench(opts: DocumentsBenchOptions, io: BenchIo
 export function parseDocumentsBenchOptions(values: OptionValues, cacheRoot: string): DocumentsBenchOptions {
   const int = (name: string, fallback: number): number => positiveIntOption(values, name, fallback);
   const quick = values['quick'] === true;
+  const model = (values['doc-model'] ?? '256') as string;
+  if (!(model in DOCUMENTS_BENCH_MODELS)) throw new UsageError(`--doc-model takes ${Object.keys(DOCUMENTS_BENCH_MODELS).join(' or ')}, got "${model}"`);
   return {
+    model: model as DocumentsBenchModel,
     docTokens: int('doc-tokens', quick ? 2048 : 32768),
     questionTokens: int('question-tokens', 32),
     replayTokens: int('replay', 128),
@@ -119,6 +129,7 @@ export const documentsSuite: BenchSuite = {
     'question-tokens': { type: 'string', description: 'question length in tokens', defaultText: '32', valueName: 'N' },
     replay: { type: 'string', description: 'bounded replay R', defaultText: '128', valueName: 'R' },
     'skip-exact': { type: 'boolean', description: 'leave out the cold exact prefill (the slowest row)' },
+    'doc-model': { type: 'string', description: 'model: 256 (40 layers, released schedule) or tiny (6 layers)', defaultText: '256', valueName: 'M' },
   },
   async run(values, io) {
     const cacheRoot = join(BENCH_DIR, '..', '.csa2', 'bench');
