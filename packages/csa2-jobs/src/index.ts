@@ -1,7 +1,9 @@
 /**
  * @module @csa2/jobs
  * The contracts between the gateway and the workers: queue and key names, job payloads with their
- * parsers, and the token stream format.
+ * parsers, and the token stream format; and what the two engine workers share: their common settings
+ * (worker-config), the worker and process scaffolding (worker-runtime) and the failure policy of
+ * their processors (job-failure).
  */
 export * from './queues.js';
 export * from './payloads.js';
@@ -15,3 +17,6 @@ export * from './bullmq-reexports.js';
 export * from './log-line.js';
 export * from './queue-test-support.js';
 export * from './backlog.js';
+export * from './worker-config.js';
+export * from './worker-runtime.js';
+export * from './job-failure.js';

@@ -3,7 +3,8 @@
  * The workers' logger: one JSON object per line on stderr ({ time, level, service, msg, …fields }),
  * what log collectors expect from a container. Tests pass `silentLogger`.
  */
-export type LogLevel = 'debug' | 'info' | 'warn' | 'error';
+export const LOG_LEVELS = ['debug', 'info', 'warn', 'error'] as const;
+export type LogLevel = (typeof LOG_LEVELS)[number];
 export type Logger = (level: LogLevel, msg: string, fields?: Readonly<Record<string, unknown>>) => void;
 
 const RANK: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 40 };

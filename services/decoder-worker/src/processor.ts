@@ -15,54 +15,51 @@
  * 5. the final entry: finish_reason, usage (prompt_tokens_details.cached_tokens = document tokens),
  *    the tail text and the attempt's timing.
  *
- * Failures: deterministic codes (see DETERMINISTIC_ERROR_CODES) → error entry + UnrecoverableError;
- * anything else → thrown as is, so BullMQ retries with backoff — on the job's last attempt the error
- * entry is written first, so the client is never left waiting. When BullMQ aborts `signal` (shutdown
- * past its grace period) the job stops and is handed back to the queue without using an attempt.
+ * Failures follow the workers' common policy (@csa2/jobs job-failure): deterministic codes (see
+ * DETERMINISTIC_ERROR_CODES) → error entry + UnrecoverableError; anything else → thrown as is, so
+ * BullMQ retries with backoff — on the job's last attempt the error entry is written first, so the
+ * client is never left waiting. When BullMQ aborts `signal` (shutdown past its grace period) the job
+ * stops and is handed back to the queue without using an attempt.
  */
 import type { GenerateHooks, GenerateOutcome, GenerateRequest, TokenEvent } from '@csa2/engine';
 import {
-  DelayedError,
-  JobPayloadError,
+  HandBackError,
   UnrecoverableError,
   appendStreamEntry,
   cancelKey,
-  errorCodeOf,
-  errorFields,
+  failJob,
+  followJobSignal,
   formatFailure,
-  isDeterministicError,
+  handJobBack,
   parseDecodeJob,
+  parseJobPayload,
   readStreamState,
+  readableRequestId,
   silentLogger,
-  ID_PATTERN,
+  writeErrorEntry,
+  type Closable,
   type DecodeJob,
   type DecodeResult,
+  type EngineJobDeps,
   type Job,
-  type Logger,
   type Redis,
   type StreamEntry,
   type StreamState,
 } from '@csa2/jobs';
 
 /** What the processor needs from the engine (EngineHost satisfies it). */
-export interface DecodeEngine {
-  readonly alive: boolean;
+export interface DecodeEngine extends Closable {
   generate(req: GenerateRequest, hooks?: GenerateHooks): Promise<GenerateOutcome>;
-  close(): Promise<void>;
 }
 
-export interface DecodeDeps {
-  /** A non-blocking connection for stream appends and cancel polls. */
-  readonly redis: Redis;
-  /** The live engine (restarted when its thread died). */
-  readonly engine: () => Promise<DecodeEngine>;
+/** `redis` (stream appends, cancel polls), `engine` and `log`, plus the decoder's settings. */
+export interface DecodeDeps extends EngineJobDeps<DecodeEngine> {
   /** Replay length for jobs that leave it null; undefined = the engine's default. */
   readonly replayTokens?: number;
   /** How often a running job checks its cancel key. @defaultValue 50 */
   readonly cancelPollMs?: number;
   /** Stream TTL, refreshed on every append. @defaultValue STREAM_TTL_MS (1 h) */
   readonly streamTtlMs?: number;
-  readonly log?: Logger;
 }
 
 export type DecodeProcessor = (job: Job<unknown, DecodeResult>, token: string | undefined, signal: AbortSignal | undefined) => Promise<DecodeResult>;
@@ -83,16 +80,6 @@ class EngineAbortedError extends Error {
     super('the engine stopped the generation (engine closing or restarting)');
     this.name = 'EngineAbortedError';
   }
-}
-
-/** BullMQ aborted the job (worker shutting down past its grace period): hand it back. */
-class HandBack extends Error {}
-
-/** The request id of a payload that failed to parse, when it is there and well-formed. */
-function readableRequestId(data: unknown): string | null {
-  if (typeof data !== 'object' || data === null) return null;
-  const id = (data as { requestId?: unknown }).requestId;
-  return typeof id === 'string' && ID_PATTERN.test(id) ? id : null;
 }
 
 function resultFromEnd(end: Extract<StreamEntry, { kind: 'final' }>): DecodeResult {
@@ -169,14 +156,7 @@ function watchCancel(redis: Redis, requestId: string, everyMs: number, onCancel:
 export function createDecodeProcessor(deps: DecodeDeps): DecodeProcessor {
   const log = deps.log ?? silentLogger;
   const cancelPollMs = deps.cancelPollMs ?? 50;
-
-  async function writeError(requestId: string, code: string, message: string): Promise<void> {
-    try {
-      await appendStreamEntry(deps.redis, requestId, { kind: 'error', code, message }, deps.streamTtlMs);
-    } catch (err) {
-      log('error', 'could not write the error entry', { requestId, code, ...errorFields(err) });
-    }
-  }
+  const writeError = (requestId: string, code: string, message: string) => writeErrorEntry(deps.redis, log, requestId, code, message, deps.streamTtlMs);
 
   async function run(data: DecodeJob, job: Job<unknown, DecodeResult>, signal: AbortSignal | undefined, startedAtMs: number): Promise<DecodeResult> {
     const { requestId } = data;
@@ -200,12 +180,10 @@ export function createDecodeProcessor(deps: DecodeDeps): DecodeProcessor {
     let diverged: RetryDivergedError | null = null;
     const stop = () => abort.abort();
     const appender = new TokenAppender(deps, requestId, stop);
-    const onJobAbort = () => {
+    const unfollowJob = followJobSignal(signal, () => {
       handBack = true;
       stop();
-    };
-    signal?.addEventListener('abort', onJobAbort, { once: true });
-    if (signal?.aborted === true) onJobAbort();
+    });
     const stopWatching = watchCancel(deps.redis, requestId, cancelPollMs, () => {
       cancelled = true;
       stop();
@@ -246,7 +224,7 @@ export function createDecodeProcessor(deps: DecodeDeps): DecodeProcessor {
       outcome = await engine.generate(req, { onToken, signal: abort.signal });
     } finally {
       stopWatching();
-      signal?.removeEventListener('abort', onJobAbort);
+      unfollowJob();
       await appender.drain();
     }
 
@@ -257,7 +235,7 @@ export function createDecodeProcessor(deps: DecodeDeps): DecodeProcessor {
       if (now.end?.kind === 'final') return resultFromEnd(now.end);
       throw new UnrecoverableError(formatFailure(now.end?.code ?? 'stream-invalid', now.end?.message ?? 'the stream ended elsewhere'));
     }
-    if (handBack) throw new HandBack();
+    if (handBack) throw new HandBackError();
     if (outcome.finishReason === 'cancelled' && !cancelled) {
       // nobody here asked for it: the engine was closed or its thread is going away — retry
       throw new EngineAbortedError();
@@ -286,33 +264,14 @@ export function createDecodeProcessor(deps: DecodeDeps): DecodeProcessor {
 
   return async function processDecodeJob(job, token, signal) {
     const startedAtMs = Date.now();
-    let data: DecodeJob;
-    try {
-      data = parseDecodeJob(job.data);
-    } catch (err) {
-      if (!(err instanceof JobPayloadError)) throw err;
-      const requestId = readableRequestId(job.data);
-      log('warn', 'malformed decode job', { jobId: job.id, requestId, issues: err.issues });
-      if (requestId !== null) await writeError(requestId, 'payload-invalid', err.message);
-      throw new UnrecoverableError(formatFailure('payload-invalid', err.message));
-    }
+    const data = await parseJobPayload(job, parseDecodeJob, { what: 'decode', log, requestIdOf: readableRequestId, writeError });
+    const { requestId } = data;
     try {
       return await run(data, job, signal, startedAtMs);
     } catch (err) {
       if (err instanceof UnrecoverableError) throw err;
-      if (err instanceof HandBack) {
-        log('info', 'handing the job back (shutting down)', { requestId: data.requestId, jobId: job.id });
-        await job.moveToDelayed(Date.now(), token);
-        throw new DelayedError();
-      }
-      const code = errorCodeOf(err) ?? 'runtime';
-      const message = err instanceof Error ? err.message : String(err);
-      const deterministic = isDeterministicError(err);
-      const lastAttempt = job.attemptsMade + 1 >= (job.opts.attempts ?? 1);
-      log(deterministic || lastAttempt ? 'error' : 'warn', 'decode failed', { requestId: data.requestId, jobId: job.id, code, deterministic, attempt: job.attemptsMade + 1, ...errorFields(err) });
-      if (deterministic || lastAttempt) await writeError(data.requestId, code, message);
-      if (deterministic) throw new UnrecoverableError(formatFailure(code, message));
-      throw new Error(formatFailure(code, message), { cause: err });
+      if (err instanceof HandBackError) throw await handJobBack(job, token, log, { requestId, jobId: job.id });
+      throw await failJob(err, job, { log, msg: 'decode failed', fields: { requestId, jobId: job.id }, requestId, writeError });
     }
   };
 }

@@ -1,43 +1,23 @@
 /**
  * @module config
- * The encoder worker's settings, read once from the environment (see README.md for the table).
+ * The encoder worker's settings, read once from the environment (see README.md for the table): the
+ * engine workers' common ones (WorkerConfig, @csa2/jobs worker-config) plus the encoder's own.
  * A bad value fails start with an EnvConfigError naming the variable.
  */
-import { envChoice, envInt, envOptionalInt, envOptionalString, envRedisUrl, envString, type Env } from '@csa2/jobs';
+import { EXECUTION_PROVIDERS, LOG_LEVELS, envChoice, envInt, envOptionalInt, envRedisUrl, envString, envThreads, type Env, type WorkerConfig } from '@csa2/jobs';
 
-export interface EncoderConfig {
-  /** REDIS_URL: the queues, request streams and cancel flags. */
-  readonly redisUrl: string;
-  /** CSA2_MODEL_DIR: checkpoint directory (config.json + model.safetensors). */
-  readonly modelDir: string;
+export interface EncoderConfig extends WorkerConfig {
   /** CSA2_STORE_URL: where artifacts are written (file:///… or s3://…). Required. */
   readonly storeUrl: string;
-  /** CSA2_PREFILL_CONCURRENCY: jobs one worker runs at once (they share one engine thread). @defaultValue 1 */
-  readonly concurrency: number;
   /** CSA2_CHUNK_TOKENS: tokens per artifact chunk. @defaultValue the engine's (4096) */
   readonly chunkTokens?: number;
-  /** CSA2_CHUNK_CACHE_BYTES: verified chunks kept in memory (re-used prefixes). @defaultValue the engine's (256 MiB) */
-  readonly chunkCacheBytes?: number;
-  /** CSA2_LOCK_DURATION_MS: BullMQ job lock; a dead worker's job is picked up again after it expires. @defaultValue 30000 */
-  readonly lockDurationMs: number;
-  /** CSA2_STALLED_INTERVAL_MS: how often this worker looks for stalled jobs. @defaultValue 30000 */
-  readonly stalledIntervalMs: number;
-  /** CSA2_THREADS: onnxruntime intra-op threads, a number or 'auto'. @defaultValue 'auto' */
-  readonly threads: number | 'auto';
-  /** CSA2_PROVIDER: onnxruntime execution provider. @defaultValue 'cpu' */
-  readonly provider: 'cpu' | 'cuda';
-  /** CSA2_SHUTDOWN_GRACE_MS: on SIGTERM, how long running jobs may take before they are handed back. @defaultValue 20000 */
-  readonly shutdownGraceMs: number;
   /** CSA2_PROGRESS_INTERVAL_MS: least time between two job.updateProgress calls of one job. @defaultValue 200 */
   readonly progressIntervalMs: number;
-  /** CSA2_LOG_LEVEL: debug | info | warn | error. @defaultValue 'info' */
-  readonly logLevel: 'debug' | 'info' | 'warn' | 'error';
 }
 
 export function loadEncoderConfig(env: Env = process.env): EncoderConfig {
   const chunkTokens = envOptionalInt(env, 'CSA2_CHUNK_TOKENS', { min: 1 });
   const chunkCacheBytes = envOptionalInt(env, 'CSA2_CHUNK_CACHE_BYTES', { min: 0 });
-  const threads = envOptionalString(env, 'CSA2_THREADS');
   return {
     redisUrl: envRedisUrl(env),
     modelDir: envString(env, 'CSA2_MODEL_DIR', 'a checkpoint directory with config.json and model.safetensors'),
@@ -47,10 +27,10 @@ export function loadEncoderConfig(env: Env = process.env): EncoderConfig {
     ...(chunkCacheBytes !== undefined ? { chunkCacheBytes } : {}),
     lockDurationMs: envInt(env, 'CSA2_LOCK_DURATION_MS', 30_000, { min: 1000 }),
     stalledIntervalMs: envInt(env, 'CSA2_STALLED_INTERVAL_MS', 30_000, { min: 1000 }),
-    threads: threads === undefined || threads === 'auto' ? 'auto' : envInt(env, 'CSA2_THREADS', 1, { min: 1, max: 1024 }),
-    provider: envChoice(env, 'CSA2_PROVIDER', ['cpu', 'cuda'], 'cpu'),
+    threads: envThreads(env, 'CSA2_THREADS'),
+    provider: envChoice(env, 'CSA2_PROVIDER', EXECUTION_PROVIDERS, 'cpu'),
     shutdownGraceMs: envInt(env, 'CSA2_SHUTDOWN_GRACE_MS', 20_000, { min: 0 }),
     progressIntervalMs: envInt(env, 'CSA2_PROGRESS_INTERVAL_MS', 200, { min: 0 }),
-    logLevel: envChoice(env, 'CSA2_LOG_LEVEL', ['debug', 'info', 'warn', 'error'], 'info'),
+    logLevel: envChoice(env, 'CSA2_LOG_LEVEL', LOG_LEVELS, 'info'),
   };
 }

@@ -14,72 +14,58 @@
  *   cancel key is set, is not encoded (a cancelled one gets its final 'cancelled' entry here, since
  *   no decode job will write it).
  *
- * Failures: deterministic codes → UnrecoverableError `[code] message`; other errors are thrown so
- * BullMQ retries with backoff. For 'prompt' jobs the request's stream gets an error entry when the
- * failure is final (deterministic, or the last attempt), so the client is not left waiting.
+ * Failures follow the workers' common policy (@csa2/jobs job-failure): deterministic codes →
+ * UnrecoverableError `[code] message`; other errors are thrown so BullMQ retries with backoff. For
+ * 'prompt' jobs the request's stream gets an error entry when the failure is final (deterministic, or
+ * the last attempt), so the client is not left waiting. When BullMQ aborts `signal` (shutdown past its
+ * grace period) the ingest stops and the job is handed back to the queue without using an attempt.
  */
 import type { IngestHooks, IngestOutcome, IngestRequest } from '@csa2/engine';
 import {
   DECODE_JOB_NAME,
   DEFAULT_DECODE_JOB_OPTIONS,
-  DelayedError,
-  ID_PATTERN,
+  HandBackError,
   JobPayloadError,
-  UnrecoverableError,
   appendStreamEntry,
   cancelKey,
-  errorCodeOf,
-  errorFields,
-  formatFailure,
-  isDeterministicError,
+  failJob,
+  followJobSignal,
+  handJobBack,
+  parseJobPayload,
   parsePrefillJob,
   promptDocumentId,
   readStreamState,
+  readableRequestId,
   requestDecodeJobId,
   silentLogger,
+  writeErrorEntry,
+  type Closable,
   type DecodeJob,
   type DocumentPrefillJob,
+  type EngineJobDeps,
   type Job,
-  type Logger,
-  type PrefillJob,
   type PrefillProgress,
   type PrefillResult,
   type PromptPrefillJob,
   type Queue,
-  type Redis,
 } from '@csa2/jobs';
 
 /** What the processor needs from the engine (EngineHost satisfies it). */
-export interface EncodeEngine {
-  readonly alive: boolean;
+export interface EncodeEngine extends Closable {
   ingest(req: IngestRequest, hooks?: IngestHooks): Promise<IngestOutcome>;
-  close(): Promise<void>;
 }
 
-export interface EncodeDeps {
-  /** A non-blocking connection for request streams and cancel keys. */
-  readonly redis: Redis;
+/** `redis` (request streams, cancel keys), `engine` and `log`, plus the encoder's own. */
+export interface EncodeDeps extends EngineJobDeps<EncodeEngine> {
   /** The decode queue, where 'prompt' jobs hand their request on. */
   readonly decodeQueue: Queue;
-  /** The live engine (restarted when its thread died). */
-  readonly engine: () => Promise<EncodeEngine>;
   /** Tokens per chunk; undefined = the engine's default. */
   readonly chunkTokens?: number;
   /** Least time between two progress updates of one job. @defaultValue 200 */
   readonly progressIntervalMs?: number;
-  readonly log?: Logger;
 }
 
 export type EncodeProcessor = (job: Job<unknown, PrefillResult>, token: string | undefined, signal: AbortSignal | undefined) => Promise<PrefillResult>;
-
-class HandBack extends Error {}
-
-/** A prompt job's request id when the payload says it is one and the id is well-formed. */
-function readablePromptRequestId(data: unknown): string | null {
-  if (typeof data !== 'object' || data === null) return null;
-  const d = data as { kind?: unknown; requestId?: unknown };
-  return d.kind === 'prompt' && typeof d.requestId === 'string' && ID_PATTERN.test(d.requestId) ? d.requestId : null;
-}
 
 /** Forwards progress to the job, at most every `intervalMs` (always the last one), in order. */
 function progressForwarder(job: Job<unknown, PrefillResult>, intervalMs: number) {
@@ -113,27 +99,26 @@ function toResult(out: IngestOutcome): PrefillResult {
 export function createEncodeProcessor(deps: EncodeDeps): EncodeProcessor {
   const log = deps.log ?? silentLogger;
   const progressIntervalMs = deps.progressIntervalMs ?? 200;
+  const writeError = (requestId: string, code: string, message: string) => writeErrorEntry(deps.redis, log, requestId, code, message);
 
   async function ingest(job: Job<unknown, PrefillResult>, req: IngestRequest, signal: AbortSignal | undefined): Promise<IngestOutcome> {
     const engine = await deps.engine();
     const progress = progressForwarder(job, progressIntervalMs);
     const abort = new AbortController();
     let handBack = false;
-    const onJobAbort = () => {
+    const unfollowJob = followJobSignal(signal, () => {
       handBack = true;
       abort.abort();
-    };
-    signal?.addEventListener('abort', onJobAbort, { once: true });
-    if (signal?.aborted === true) onJobAbort();
+    });
     try {
       const out = await engine.ingest(req, { onProgress: (p) => progress.onProgress(p), signal: abort.signal });
       progress.onProgress({ tokensDone: out.tokens, tokensTotal: out.tokens });
       return out;
     } catch (err) {
-      if (handBack) throw new HandBack();
+      if (handBack) throw new HandBackError();
       throw err;
     } finally {
-      signal?.removeEventListener('abort', onJobAbort);
+      unfollowJob();
       await progress.flush();
     }
   }
@@ -185,41 +170,14 @@ export function createEncodeProcessor(deps: EncodeDeps): EncodeProcessor {
   }
 
   return async function processPrefillJob(job, token, signal) {
-    let data: PrefillJob;
-    try {
-      data = parsePrefillJob(job.data);
-    } catch (err) {
-      if (!(err instanceof JobPayloadError)) throw err;
-      const requestId = readablePromptRequestId(job.data);
-      log('warn', 'malformed prefill job', { jobId: job.id, requestId, issues: err.issues });
-      if (requestId !== null) await writeError(requestId, 'payload-invalid', err.message);
-      throw new UnrecoverableError(formatFailure('payload-invalid', err.message));
-    }
+    // only a prompt job has a request stream to write the error entry to
+    const data = await parseJobPayload(job, parsePrefillJob, { what: 'prefill', log, requestIdOf: (d) => readableRequestId(d, 'prompt'), writeError });
     const requestId = data.kind === 'prompt' ? data.requestId : null;
     try {
       return data.kind === 'document' ? await runDocument(job, data, signal) : await runPrompt(job, data, signal);
     } catch (err) {
-      if (err instanceof HandBack) {
-        log('info', 'handing the job back (shutting down)', { jobId: job.id });
-        await job.moveToDelayed(Date.now(), token);
-        throw new DelayedError();
-      }
-      const code = err instanceof JobPayloadError ? 'payload-invalid' : (errorCodeOf(err) ?? 'runtime');
-      const message = err instanceof Error ? err.message : String(err);
-      const deterministic = err instanceof JobPayloadError || isDeterministicError(err);
-      const lastAttempt = job.attemptsMade + 1 >= (job.opts.attempts ?? 1);
-      log(deterministic || lastAttempt ? 'error' : 'warn', 'prefill failed', { jobId: job.id, kind: data.kind, requestId, code, deterministic, attempt: job.attemptsMade + 1, ...errorFields(err) });
-      if (requestId !== null && (deterministic || lastAttempt)) await writeError(requestId, code, message);
-      if (deterministic) throw new UnrecoverableError(formatFailure(code, message));
-      throw new Error(formatFailure(code, message), { cause: err });
+      if (err instanceof HandBackError) throw await handJobBack(job, token, log, { jobId: job.id });
+      throw await failJob(err, job, { log, msg: 'prefill failed', fields: { jobId: job.id, kind: data.kind, requestId }, requestId, writeError });
     }
   };
-
-  async function writeError(requestId: string, code: string, message: string): Promise<void> {
-    try {
-      await appendStreamEntry(deps.redis, requestId, { kind: 'error', code, message });
-    } catch (err) {
-      log('error', 'could not write the error entry', { requestId, code, ...errorFields(err) });
-    }
-  }
 }

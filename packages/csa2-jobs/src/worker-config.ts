@@ -1,0 +1,48 @@
+/**
+ * @module worker-config
+ * The settings both engine workers (encoder, decoder) share, with the same variables, bounds and
+ * defaults: Redis, the checkpoint, how many jobs run at once, BullMQ locking, the onnxruntime
+ * runtime, the shutdown grace period and the log level.
+ *
+ * Each service's `config.ts` extends `WorkerConfig` with its own settings and still reads every
+ * variable itself (with `env*(env, 'NAME', …)`): that file is the one list of what a service reads,
+ * which its README table and the infra tests are checked against.
+ */
+import { envInt, envOptionalString, type Env } from './env-config.js';
+import type { LogLevel } from './log-line.js';
+
+/** onnxruntime execution providers a worker can run on (CSA2_PROVIDER). */
+export const EXECUTION_PROVIDERS = ['cpu', 'cuda'] as const;
+export type ExecutionProvider = (typeof EXECUTION_PROVIDERS)[number];
+
+export interface WorkerConfig {
+  /** REDIS_URL: the queues, request streams and cancel flags. */
+  readonly redisUrl: string;
+  /** CSA2_MODEL_DIR: checkpoint directory (config.json + model.safetensors). */
+  readonly modelDir: string;
+  /**
+   * The service's own variable (CSA2_DECODE_CONCURRENCY, CSA2_PREFILL_CONCURRENCY): jobs one worker
+   * runs at once (they share one engine thread). @defaultValue 1
+   */
+  readonly concurrency: number;
+  /** CSA2_LOCK_DURATION_MS: BullMQ job lock; a dead worker's job is picked up again after it expires. @defaultValue 30000 */
+  readonly lockDurationMs: number;
+  /** CSA2_STALLED_INTERVAL_MS: how often this worker looks for stalled jobs. @defaultValue 30000 */
+  readonly stalledIntervalMs: number;
+  /** CSA2_CHUNK_CACHE_BYTES: verified artifact chunks kept in memory (re-used prefixes). @defaultValue the engine's (256 MiB) */
+  readonly chunkCacheBytes?: number;
+  /** CSA2_THREADS: onnxruntime intra-op threads, a number or 'auto'. @defaultValue 'auto' */
+  readonly threads: number | 'auto';
+  /** CSA2_PROVIDER: onnxruntime execution provider. @defaultValue 'cpu' */
+  readonly provider: ExecutionProvider;
+  /** CSA2_SHUTDOWN_GRACE_MS: on SIGTERM, how long the running jobs may take to finish before they are handed back. @defaultValue 20000 */
+  readonly shutdownGraceMs: number;
+  /** CSA2_LOG_LEVEL: debug | info | warn | error. @defaultValue 'info' */
+  readonly logLevel: LogLevel;
+}
+
+/** A thread count: unset, blank or 'auto' → 'auto'; otherwise an integer in [1, 1024]. */
+export function envThreads(env: Env, name: string): number | 'auto' {
+  const v = envOptionalString(env, name);
+  return v === undefined || v === 'auto' ? 'auto' : envInt(env, name, 1, { min: 1, max: 1024 });
+}
