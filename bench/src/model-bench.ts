@@ -74,12 +74,11 @@ export interface ModelBenchOptions {
 }
 
 /**
- * 2^22 gathered attention values per attention run, a quarter of csa2-core's default (2^24). Every layer's
- * attention graph is its own ORT session whose CPU arena keeps its peak size, so at 2^24 the 40-layer
- * dim-1024 model reached 20 GiB RSS prefilling 1K tokens on this 24 GiB machine (9 GiB at 2^22).
- * `--attention-budget 16777216` measures csa2-core's default.
+ * 2^22 gathered attention values per attention run: csa2-core's default. Every layer's attention graph is
+ * its own ORT session whose CPU arena keeps its peak size, so at 2^24 the 40-layer dim-1024 model reached
+ * 20 GiB RSS prefilling 1K tokens on this 24 GiB machine (9 GiB at 2^22).
  */
-export const BENCH_ATTENTION_BUDGET_VALUES = 1 << 22;
+export const BENCH_ATTENTION_BUDGET_VALUES = DEFAULT_MODEL_OPTIONS.attentionBudgetValues;
 
 export const DEFAULT_MODEL_BENCH_OPTIONS: ModelBenchOptions = Object.freeze({
   models: ['tiny', '1024'] as const,
@@ -363,9 +362,8 @@ async function benchModel(spec: BenchModelSpec, opts: ModelBenchOptions, ceiling
         contexts.filter((c) => c.capped).map((c) => `${fmtTokens(c.requested)} → ${c.context}`).join(', ')
       : null;
 
-    // warm-up: first runs of every session (allocator arenas, thread pools) are not measured. One window
-    // of tokens: shorter prompts than 65 fail in the SWA layers of schedules whose window exceeds 64
-    // (csa2-core's attention pads ratio-0 layers' columns to blocks of 64 only when the prompt fills them).
+    // warm-up: first runs of every session (allocator arenas, thread pools) are not measured; one window of
+    // tokens, so that every window slot and attention block has been used once
     t0 = performance.now();
     const w = Math.min(config.windowSize, cap);
     const warmIds = seededTokenIds(opts.seed + 1, w, config.vocabSize);
