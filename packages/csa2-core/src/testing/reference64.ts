@@ -488,34 +488,16 @@ export function sparseAttention64(
 ): Float64Array {
   const numHeads = sink.length;
   const headDim = q.length / numHeads;
-  expectLength('sparseAttention64.q', q, [numHeads, headDim]);
-  const numRows = kvRows.length / headDim;
-  expectLength('sparseAttention64.kvRows', kvRows, [numRows, headDim]);
-  const valid: number[] = [];
-  for (let c = 0; c < idx.length; c++) {
-    const row = idx[c]!;
-    if (row === -1) continue;
-    if (!Number.isInteger(row) || row < 0 || row >= numRows) {
-      throw new ShapeError('sparseAttention64.idx', [`-1 or 0..${numRows - 1}`], [row]);
-    }
-    valid.push(row);
-  }
+  const probs = sparseAttentionProbs64(q, kvRows, idx, sink, scale);
+  const columns = idx.length;
   const out = new Float64Array(numHeads * headDim);
   for (let h = 0; h < numHeads; h++) {
-    const logits = valid.map((row) => {
-      let dot = 0;
-      for (let c = 0; c < headDim; c++) dot += q[h * headDim + c]! * kvRows[row * headDim + c]!;
-      return dot * scale;
-    });
-    const max = Math.max(sink[h]!, ...logits);
-    let denominator = Math.exp(sink[h]! - max);
-    for (let i = 0; i < valid.length; i++) {
-      const p = Math.exp(logits[i]! - max);
-      denominator += p;
-      const row = valid[i]!;
-      for (let c = 0; c < headDim; c++) out[h * headDim + c] = out[h * headDim + c]! + p * kvRows[row * headDim + c]!;
+    for (let c = 0; c < columns; c++) {
+      const p = probs[h * columns + c]!;
+      if (p === 0) continue;
+      const row = idx[c]!;
+      for (let i = 0; i < headDim; i++) out[h * headDim + i] = out[h * headDim + i]! + p * kvRows[row * headDim + i]!;
     }
-    for (let c = 0; c < headDim; c++) out[h * headDim + c] = out[h * headDim + c]! / denominator;
   }
   return out;
 }
