@@ -20,17 +20,14 @@ import {
   emptySequence,
   syntheticSequence,
   withStore,
+  TEST_LAYOUT,
+  TEST_CHUNK_TOKENS,
+  TEST_DOC_TOKENS,
 } from './testing/artifact-test-support.js';
 
-const LAYOUT = createArtifactLayout({
-  modelId: 'model-a',
-  headDim: 32,
-  indexHeadDim: 32,
-  kvSources: [{ layer: 1, ratio: 2 }, { layer: 3, ratio: 1 }],
-  candidateBlockTokens: 4,
-});
-const C = 64;
-const DOC_TOKENS = 3 * C + 37;
+const LAYOUT = TEST_LAYOUT;
+const C = TEST_CHUNK_TOKENS;
+const DOC_TOKENS = TEST_DOC_TOKENS;
 const TENANT = 'acme';
 
 async function writeDoc(store: ObjectStore, documentId: string, seed: number, tokens = DOC_TOKENS): Promise<{ seq: ReturnType<typeof syntheticSequence>; manifest: DocumentManifest }> {

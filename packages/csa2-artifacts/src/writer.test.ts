@@ -25,17 +25,14 @@ import {
   sequencePrefix,
   syntheticSequence,
   withStore,
+  TEST_LAYOUT,
+  TEST_CHUNK_TOKENS,
+  TEST_DOC_TOKENS,
 } from './testing/artifact-test-support.js';
 
-const LAYOUT = createArtifactLayout({
-  modelId: 'model-a',
-  headDim: 32,
-  indexHeadDim: 32,
-  kvSources: [{ layer: 1, ratio: 2 }, { layer: 3, ratio: 1 }],
-  candidateBlockTokens: 4,
-});
-const C = 64;
-const DOC_TOKENS = 3 * C + 37; // odd: the last ratio-2 group stays open
+const LAYOUT = TEST_LAYOUT;
+const C = TEST_CHUNK_TOKENS;
+const DOC_TOKENS = TEST_DOC_TOKENS;
 const TENANT = 'acme';
 const FIXED_NOW = (): Date => new Date('2025-03-01T12:00:00.000Z');
 

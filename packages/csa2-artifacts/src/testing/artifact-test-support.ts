@@ -13,7 +13,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ObjectNotFoundError } from '../errors.js';
-import type { ArtifactLayout } from '../layout.js';
+import { createArtifactLayout, type ArtifactLayout } from '../layout.js';
 import { FsObjectStore } from '../store/fs-store.js';
 import { checkRange, validateKey, validatePrefix } from '../store/keys.js';
 import type { ByteRange, ObjectInfo, ObjectStore, PutOptions } from '../store/object-store.js';
@@ -307,3 +307,20 @@ export class TrackingStore implements ObjectStore {
 export async function bytesUnder(store: ObjectStore, prefix: string): Promise<number> {
   return (await store.list(prefix)).reduce((sum, o) => sum + o.sizeBytes, 0);
 }
+
+/**
+ * The small layout the writer and reader tests share: ratios 2 and 1, C = 64, and a document of
+ * 3·C + 37 tokens (odd, so the last ratio-2 group stays open).
+ */
+export const TEST_LAYOUT: ArtifactLayout = createArtifactLayout({
+  modelId: 'model-a',
+  headDim: 32,
+  indexHeadDim: 32,
+  kvSources: [
+    { layer: 1, ratio: 2 },
+    { layer: 3, ratio: 1 },
+  ],
+  candidateBlockTokens: 4,
+});
+export const TEST_CHUNK_TOKENS = 64;
+export const TEST_DOC_TOKENS = 3 * TEST_CHUNK_TOKENS + 37;
