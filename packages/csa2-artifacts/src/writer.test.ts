@@ -111,6 +111,24 @@ for (const factory of STORE_FACTORIES) {
       const stats = await reader.loadChunkPrefix(resumed, { tenant: TENANT, tokenIds: docB.tokens, chunkTokens: C, chunkCount: 3 });
       assert.equal(stats.tokensLoaded, 3 * C);
       assertSequencePrefix(resumed, docB, LAYOUT, 3 * C);
+      // ...then adopts those chunks instead of packing them again, and writes the rest
+      const writerC = new ArtifactWriter({ store, layout: LAYOUT, tenant: TENANT, documentId: 'doc-c', chunkTokens: C });
+      await writerC.adoptStoredChunks(resumed, 3);
+      await assert.rejects(writerC.adoptStoredChunks(resumed, 1), /before any other write/);
+      const c = await new ArtifactWriter({ store, layout: LAYOUT, tenant: TENANT, documentId: 'doc-c2', chunkTokens: C }).adoptStoredChunks(emptySequence(LAYOUT), 1).then(
+        () => 'adopted',
+        (error: unknown) => String(error),
+      );
+      assert.match(c, /cannot adopt 1 chunks/);
+      const writerD = new ArtifactWriter({ store, layout: LAYOUT, tenant: TENANT, documentId: 'doc-d', chunkTokens: C });
+      await writerD.adoptStoredChunks(resumed, 3);
+      growTo(resumed, docB, LAYOUT, docB.length);
+      const d = await writerD.finish(resumed);
+      assert.deepEqual(d.chunks, b.chunks, 'the same manifest chunks as writing everything');
+      assert.deepEqual([writerD.stats.chunksSkipped, writerD.stats.chunksWritten], [5, 0]);
+      // a chunk that is not stored cannot be adopted
+      const other = syntheticSequence(LAYOUT, 2 * C, 9);
+      await assert.rejects(new ArtifactWriter({ store, layout: LAYOUT, tenant: TENANT, documentId: 'doc-e', chunkTokens: C }).adoptStoredChunks(other, 1), /not found/);
     });
   });
 

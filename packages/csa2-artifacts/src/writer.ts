@@ -16,6 +16,7 @@
  */
 import type { Sequence } from '@csa2/core';
 import type { ObjectStore } from './store/object-store.js';
+import { ObjectNotFoundError } from './errors.js';
 import { DEFAULT_CHUNK_TOKENS, validateChunkTokens, type ArtifactLayout } from './layout.js';
 import { Semaphore } from './format/bounded-concurrency.js';
 import { CHUNK_CHECKSUM_BYTES, decodeChunk, encodeChunk, type EncodedChunk } from './format/chunk-codec.js';
@@ -125,6 +126,42 @@ export class ArtifactWriter {
     return this.enqueue(async () => {
       this.checkOpen();
       await this.writeChunksUpTo(seq, Math.min(uptoToken, seq.length), false);
+    });
+  }
+
+  /**
+   * Takes the first `chunkCount` full chunks of `seq` as already stored (an encoder that loaded them
+   * with ArtifactReader.loadChunkPrefix, which verified them): records their keys, sizes and
+   * checksums for the manifest from the store (head + the 32-byte trailer) without packing them
+   * again. Must come before any other write. Throws ObjectNotFoundError when one is missing.
+   */
+  adoptStoredChunks(seq: Sequence, chunkCount: number): Promise<void> {
+    return this.enqueue(async () => {
+      this.checkOpen();
+      if (this.nextStartToken !== 0) throw new SequenceStateError('adoptStoredChunks must come before any other write');
+      const C = this.chunkTokens;
+      if (!Number.isSafeInteger(chunkCount) || chunkCount < 0 || chunkCount * C > seq.length) {
+        throw new SequenceStateError(`cannot adopt ${chunkCount} chunks of ${C} tokens from a sequence of ${seq.length} tokens`);
+      }
+      const keys = fullChunkKeys(this.layout.modelId, seq.tokens, C, chunkCount);
+      const entries = await Promise.all(
+        keys.map((key) =>
+          this.puts.run(async () => {
+            const objectKey = chunkObjectKey(this.tenant, key);
+            const info = await this.store.head(objectKey);
+            if (info === null) throw new ObjectNotFoundError(objectKey, 'stored chunk');
+            const trailer = await this.store.getRange(objectKey, { offset: info.sizeBytes - CHUNK_CHECKSUM_BYTES, length: CHUNK_CHECKSUM_BYTES });
+            return { sizeBytes: info.sizeBytes, sha256: Buffer.from(trailer).toString('hex') };
+          }),
+        ),
+      );
+      entries.forEach((e, i) => {
+        this.chunks.push({ key: keys[i] as string, startToken: i * C, endToken: (i + 1) * C, ...e });
+        this.s.chunksSkipped++;
+        this.s.chunkBytesSkipped += e.sizeBytes;
+      });
+      this.previousKey = keys.at(-1) ?? null;
+      this.nextStartToken = chunkCount * C;
     });
   }
 

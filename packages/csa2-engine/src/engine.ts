@@ -368,6 +368,7 @@ export class Engine {
     if (reusedChunks > 0) {
       const reader = new ArtifactReader({ store, layout: this.layout, cache: this.cache });
       await reader.loadChunkPrefix(seq, { tenant: req.tenant, tokenIds: ids, chunkTokens, chunkCount: reusedChunks });
+      await writer.adoptStoredChunks(seq, reusedChunks); // verified by the reader: not packed again
     }
     const segmentStart = reusedTokens === 0 ? 0 : Math.max(0, reusedTokens - Math.max(1, replayTokens));
     const total = ids.length;
