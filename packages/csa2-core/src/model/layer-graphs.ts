@@ -216,17 +216,18 @@ function candidateBlocks(g: GraphBuilder, scores: string, clen: string, nLen: st
 }
 
 /**
- * attnOut: sparse attention + output projection + hc_post, then the FFN sublayer's mixes, its input
- * and the MoE gate. Inputs: q [S,H,D], wkv [Nw,D] + widx [S,Wc] (window rows), ckv [Nc,D] + cidx
- * [S,Cc] (compressed rows; only when ratio > 0), Wc + Cc = attentionColumns; X [S,n,d]; a_pre,
- * a_post [S,n]; a_comb [S,n,n]; cos/sin [S,rd/2]. Index -1 = no key.
+ * attention: the sparse attention of one layer kind, shared by every layer of that kind (it has no
+ * weights: the sink comes in as an input), so all layers use one session and one memory arena.
+ * `compressed` false: window-only layers (ratio 0); true: window + compressed columns. Inputs: q
+ * [S,H,D], wkv [Nw,D] + widx [S,Wc] (window rows), ckv [Nc,D] + cidx [S,Cc] (compressed rows; only
+ * when compressed), sink [H]; Wc (+ Cc) = attentionColumns. Index -1 = no key. Output att [S,H,D]
+ * (bf16 values in bf16 mode, so handing it to attnOut is lossless).
  */
-export function buildAttnOutGraph(ctx: GraphContext, e: LayerPlanEntry): Uint8Array {
-  const { config: c, weights: w } = ctx;
-  const p = `layers.${e.layer}`;
-  const g = new GraphBuilder(`attn_out_${e.layer}`);
+export function buildAttentionGraph(ctx: GraphContext, compressed: boolean): Uint8Array {
+  const { config: c } = ctx;
+  const g = new GraphBuilder(compressed ? 'attention_compressed' : 'attention_window');
   const o = new GraphOps(g, ctx.mode);
-  const { hcMult: n, dim: d, headDim: D, ropeHeadDim: rd, numHeads: H, oGroups: G, oLoraRank: R } = c;
+  const { headDim: D, numHeads: H } = c;
   const q = g.input('q', 'float32', ['S', H, D]);
   const wkv = g.input('wkv', 'float32', ['Nw', D]);
   const widx = g.input('widx', 'int32', ['S', 'Wc']);
@@ -235,12 +236,30 @@ export function buildAttnOutGraph(ctx: GraphContext, e: LayerPlanEntry): Uint8Ar
   let rows = gatherRows(wkv, widx);
   const zero32 = g.const('int32', [0], []);
   let valid = g.greaterOrEqual(widx, zero32);
-  if (e.compressRatio > 0) {
+  if (compressed) {
     const ckv = g.input('ckv', 'float32', ['Nc', D]);
     const cidx = g.input('cidx', 'int32', ['S', 'Cc']);
     rows = g.concat([rows, gatherRows(ckv, cidx)], 1);
     valid = g.concat([valid, g.greaterOrEqual(cidx, zero32)], 1);
   }
+  const sink = g.input('sink', 'float32', [H]);
+  const att = o.sparseAttention(q, rows, valid, sink, D ** -0.5, attentionColumns(c, compressed ? 1 : 0));
+  g.output(att, 'att', 'float32', ['S', H, D]);
+  return g.toBytes();
+}
+
+/**
+ * attnOut: inverse RoPE of the attention output, output projection + hc_post, then the FFN sublayer's
+ * mixes, its input and the MoE gate. Inputs: att [S,H,D] (from the attention graph); X [S,n,d];
+ * a_pre, a_post [S,n]; a_comb [S,n,n]; cos/sin [S,rd/2].
+ */
+export function buildAttnOutGraph(ctx: GraphContext, e: LayerPlanEntry): Uint8Array {
+  const { config: c, weights: w } = ctx;
+  const p = `layers.${e.layer}`;
+  const g = new GraphBuilder(`attn_out_${e.layer}`);
+  const o = new GraphOps(g, ctx.mode);
+  const { hcMult: n, dim: d, headDim: D, ropeHeadDim: rd, numHeads: H, oGroups: G, oLoraRank: R } = c;
+  const attIn = g.input('att', 'float32', ['S', H, D]);
   const X = g.input('X', 'float32', ['S', n, d]);
   const aPre = g.input('a_pre', 'float32', ['S', n]);
   const aPost = g.input('a_post', 'float32', ['S', n]);
@@ -248,9 +267,7 @@ export function buildAttnOutGraph(ctx: GraphContext, e: LayerPlanEntry): Uint8Ar
   const cos = g.input('cos', 'float32', ['S', rd / 2]);
   const sin = g.input('sin', 'float32', ['S', rd / 2]);
 
-  const sink = g.weight('attn_sink', w.get(`${p}.attn.attn_sink`), [H]);
-  let att = o.sparseAttention(q, rows, valid, sink, D ** -0.5, attentionColumns(c, e.compressRatio));
-  att = o.rope(att, 3, D, rd, cos, sin, true);
+  const att = o.rope(attIn, 3, D, rd, cos, sin, true);
   // grouped low-rank output projection: einsum("sgd,grd->sgr") then wo_b
   const perGroup = g.transpose(g.reshape(att, [0, G, (H / G) * D]), [1, 0, 2]); // [G, S, HD/G]
   const woA = w.get(`${p}.attn.wo_a.weight`); // [G*R, HD/G] viewed [G, R, HD/G]

@@ -36,6 +36,7 @@ import {
 import type { NumericsMode } from './graph-ops.js';
 import {
   attentionColumns,
+  buildAttentionGraph,
   buildAttnInGraph,
   buildAttnOutGraph,
   buildCompressGraph,
@@ -89,6 +90,8 @@ interface SharedSlots {
 interface LayerSessions {
   attnIn: GraphSession;
   attnOut: GraphSession;
+  /** The layer's attention sink logits [H] (input of the shared attention graph). */
+  sink: Float32Array;
   moe: GraphSession;
   compress: GraphSession | null;
   indexer: GraphSession | null;
@@ -122,6 +125,8 @@ export class Csa2Model {
     private readonly layers: LayerSessions[],
     private readonly head: GraphSession,
     private readonly compressOnly: GraphSession | null,
+    /** Sparse attention, one session per layer kind shared by all layers: [window-only, window + compressed]. */
+    private readonly attention: readonly [GraphSession, GraphSession],
     private readonly freqsPlain: Float32Array,
     private readonly freqsCompress: Float32Array,
   ) {}
@@ -137,12 +142,14 @@ export class Csa2Model {
       layers.push({
         attnIn: await open(`attn_in_${e.layer}`, buildAttnInGraph(ctx, e)),
         attnOut: await open(`attn_out_${e.layer}`, buildAttnOutGraph(ctx, e)),
+        sink: weights.get(`layers.${e.layer}.attn.attn_sink`),
         moe: await open(`moe_${e.layer}`, buildMoeGraph(ctx, e)),
         compress: e.isKvSource ? await open(`compress_${e.layer}`, buildCompressGraph(ctx, e)) : null,
         indexer: e.isIndexSource ? await open(`indexer_${e.layer}`, buildIndexerGraph(ctx, e)) : null,
       });
     }
     const head = await open('head', buildHeadGraph(ctx));
+    const attention = [await open('attention_window', buildAttentionGraph(ctx, false)), await open('attention_compressed', buildAttentionGraph(ctx, true))] as const;
     const dec = plan.decoderStart;
     const compressOnly =
       dec === null ? null : await open(`attn_in_${dec}_compress`, buildAttnInGraph(ctx, plan.entries[dec] as LayerPlanEntry, { compressOnly: true }));
@@ -156,7 +163,7 @@ export class Csa2Model {
           ? { originalSeqLen: config.originalSeqLen, factor: config.ropeFactor, betaFast: config.betaFast, betaSlow: config.betaSlow }
           : null,
     });
-    return new Csa2Model(config, plan, opts, weights.get('embed.weight'), layers, head, compressOnly, freqsPlain, freqsCompress);
+    return new Csa2Model(config, plan, opts, weights.get('embed.weight'), layers, head, compressOnly, attention, freqsPlain, freqsCompress);
   }
 
   async dispose(): Promise<void> {
@@ -165,6 +172,7 @@ export class Csa2Model {
     }
     await this.head.dispose();
     if (this.compressOnly !== null) await this.compressOnly.dispose();
+    for (const s of this.attention) await s.dispose();
   }
 
   createSequence(): Sequence {
@@ -436,12 +444,7 @@ export class Csa2Model {
     const feeds: Record<string, HostTensor> = {
       q: a['q'] as HostTensor,
       wkv: f32(wkv, [wRows, D]),
-      X: f32(X, [S, n, d]),
-      a_pre: a['a_pre'] as HostTensor,
-      a_post: a['a_post'] as HostTensor,
-      a_comb: a['a_comb'] as HostTensor,
-      cos: rope.cos,
-      sin: rope.sin,
+      sink: f32(sessions.sink, [c.numHeads]),
     };
     if (m > 0) {
       const src = seq.cache(e.kvSource as number);
@@ -457,7 +460,16 @@ export class Csa2Model {
       feeds['ckv'] = f32(ckv, [rows, D]);
       feeds['cidx'] = i32(cidx, [S, Cc]);
     }
-    const attn = await this.runAttnOut(sessions.attnOut, feeds, S, C - Wc, Wc, widx);
+    const att = await this.runAttention(this.attention[m > 0 ? 1 : 0], feeds, S, C - Wc, Wc, widx);
+    const attn = await sessions.attnOut.run({
+      att,
+      X: f32(X, [S, n, d]),
+      a_pre: a['a_pre'] as HostTensor,
+      a_post: a['a_post'] as HostTensor,
+      a_comb: a['a_comb'] as HostTensor,
+      cos: rope.cos,
+      sin: rope.sin,
+    });
 
     // 4. MoE: group rows by expert (ascending expert id, rows ascending), then experts + shared + hc_post
     const experts = (attn['experts'] as HostTensor).data as Int32Array;
@@ -491,32 +503,30 @@ export class Csa2Model {
     return { X: (moe['X2'] as HostTensor).data as Float32Array, pre: (attn['f_pre'] as HostTensor).data as Float32Array };
   }
 
-  /** attnOut over row blocks small enough for the attention memory budget; outputs concatenated by row. */
-  private async runAttnOut(
+  /** The shared attention graph over row blocks small enough for the attention memory budget; `att` concatenated by row. */
+  private async runAttention(
     session: GraphSession,
     feeds: Record<string, HostTensor>,
     S: number,
     Cc: number,
     Wc: number,
     widx: Int32Array,
-  ): Promise<Record<string, HostTensor>> {
+  ): Promise<HostTensor> {
     const c = this.config;
     const perRow = (Wc + Cc) * c.headDim;
     const block = Math.max(1, Math.floor(this.options.attentionBudgetValues / perRow));
-    if (block >= S) return session.run({ ...feeds, widx: i32(widx, [S, Wc]) });
-    const parts: Record<string, HostTensor>[] = [];
+    if (block >= S) return (await session.run({ ...feeds, widx: i32(widx, [S, Wc]) }))['att'] as HostTensor;
+    const parts: HostTensor[] = [];
     for (let r0 = 0; r0 < S; r0 += block) {
       const r1 = Math.min(S, r0 + block);
       const sub: Record<string, HostTensor> = {};
       for (const [name, t] of Object.entries(feeds)) {
-        sub[name] = name === 'wkv' || name === 'ckv' ? t : sliceRows(t, r0, r1);
+        sub[name] = name === 'wkv' || name === 'ckv' || name === 'sink' ? t : sliceRows(t, r0, r1);
       }
       sub['widx'] = i32(widx.subarray(r0 * Wc, r1 * Wc), [r1 - r0, Wc]);
-      parts.push(await session.run(sub));
+      parts.push((await session.run(sub))['att'] as HostTensor);
     }
-    const out: Record<string, HostTensor> = {};
-    for (const name of Object.keys(parts[0] as Record<string, HostTensor>)) out[name] = concatRows(parts.map((p) => p[name] as HostTensor));
-    return out;
+    return concatRows(parts);
   }
 
   /** Feeds this chunk's compressor inputs into the KV source's groups; completed groups become cache rows. */
