@@ -15,6 +15,7 @@ export const SUITES: Readonly<Record<string, () => Promise<BenchSuite>>> = {
   artifacts: async () => (await import('./artifacts-bench.js')).artifactsSuite,
   documents: async () => (await import('./documents-bench.js')).documentsSuite,
   pipeline: async () => (await import('./pipeline-bench.js')).pipelineSuite,
+  replay: async () => (await import('./replay-bench.js')).replaySuite,
 };
 
 const HELP_OPTION: SuiteOption = { type: 'boolean', description: 'list the suites and their options' };

@@ -1,0 +1,149 @@
+/**
+ * @module replay-bench
+ * Replay fidelity (DESIGN §8): how far bounded replay over the last R tokens lands from exact
+ * generation, as R varies, on a released-schedule model. A document is ingested once; for each R a
+ * question is answered from the stored document (encoder replay of the last R cached tokens + the
+ * question, decoder replay of the last R tokens) with the exact run's tokens forced at every step, and
+ * the next-token distributions are compared with the exact run's: mean and max KL(exact ‖ replay),
+ * max |Δlogit|, and how often the greedy token agrees. Time to first token is printed beside it.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { Engine } from '@csa2/engine';
+import { ensureSeededCheckpoint } from './checkpoint-cache.js';
+import { DOCUMENTS_BENCH_MODELS, type DocumentsBenchModel } from './documents-bench.js';
+import { DEFAULT_CACHE_ROOT, seededTokenIds } from './model-bench.js';
+import type { BenchIo, BenchSuite, OptionValues } from './suite.js';
+import { UsageError, positiveIntOption } from './suite.js';
+import { fmtDuration, markdownTable } from './table.js';
+
+export interface ReplayBenchOptions {
+  readonly docTokens: number;
+  readonly questionTokens: number;
+  readonly steps: number;
+  readonly replays: readonly number[];
+  readonly model: DocumentsBenchModel;
+  readonly cacheRoot: string;
+}
+
+/** KL(p ‖ q) of the softmax distributions of two logit rows, in nats. */
+export function klDivergence(p: Float32Array, q: Float32Array): number {
+  const lse = (x: Float32Array) => {
+    let m = -Infinity;
+    for (const v of x) m = Math.max(m, v);
+    let s = 0;
+    for (const v of x) s += Math.exp(v - m);
+    return m + Math.log(s);
+  };
+  const lp = lse(p);
+  const lq = lse(q);
+  let kl = 0;
+  for (let i = 0; i < p.length; i++) {
+    const logP = (p[i] as number) - lp;
+    kl += Math.exp(logP) * (logP - ((q[i] as number) - lq));
+  }
+  return Math.max(0, kl);
+}
+
+function argmax(x: Float32Array): number {
+  let best = 0;
+  for (let i = 1; i < x.length; i++) if ((x[i] as number) > (x[best] as number)) best = i;
+  return best;
+}
+
+export async function runReplayBench(opts: ReplayBenchOptions, io: BenchIo): Promise<string> {
+  const spec = DOCUMENTS_BENCH_MODELS[opts.model];
+  const ckpt = await ensureSeededCheckpoint(spec.config, { seed: 1, cacheRoot: opts.cacheRoot, log: io.log });
+  const storeDir = mkdtempSync(join(tmpdir(), 'csa2-bench-replay-'));
+  const engine = await Engine.open({ modelDir: ckpt.dir, store: pathToFileURL(storeDir).href });
+  try {
+    const V = engine.model.config.vocabSize;
+    const doc = seededTokenIds(11, opts.docTokens, V);
+    const question = seededTokenIds(12, opts.questionTokens, V);
+    const greedy = { temperature: 0, topP: 1, seed: 0 };
+    io.log(`replay: ingesting ${opts.docTokens} tokens`);
+    await engine.ingest({ tenant: 'bench', documentId: 'doc', tokenIds: doc });
+    io.log('replay: exact generation over document + question');
+    const exact = await engine.generate({ promptIds: [...doc, ...question], maxTokens: opts.steps, sampling: greedy, exact: true, keepLogits: true, ignoreEos: true });
+    const rows: string[][] = [];
+    for (const R of opts.replays) {
+      io.log(`replay: R = ${R}`);
+      // a warm-up query first, so the TTFT column does not include one-time session growth
+      await engine.generate({ promptIds: question, document: { tenant: 'bench', documentId: 'doc' }, maxTokens: 1, sampling: greedy, replayTokens: R, ignoreEos: true });
+      const r = await engine.generate({
+        promptIds: question,
+        document: { tenant: 'bench', documentId: 'doc' },
+        maxTokens: opts.steps,
+        sampling: greedy,
+        replayTokens: R,
+        keepLogits: true,
+        ignoreEos: true,
+        forceIds: exact.tokens,
+      });
+      const kls = r.logits.map((row, i) => klDivergence(exact.logits[i] as Float32Array, row));
+      let maxDiff = 0;
+      r.logits.forEach((row, i) => row.forEach((v, j) => (maxDiff = Math.max(maxDiff, Math.abs(v - ((exact.logits[i] as Float32Array)[j] as number))))));
+      const agree = r.logits.filter((row, i) => argmax(row) === argmax(exact.logits[i] as Float32Array)).length;
+      rows.push([
+        String(R),
+        (kls.reduce((a, b) => a + b, 0) / kls.length).toExponential(2),
+        Math.max(...kls).toExponential(2),
+        maxDiff.toExponential(2),
+        `${agree}/${kls.length}`,
+        fmtDuration(r.timings.prefillMs),
+      ]);
+    }
+    return [
+      `### Replay fidelity: ${opts.questionTokens}-token question on a stored ${opts.docTokens}-token document, ${opts.steps} teacher-forced steps (${spec.label})`,
+      '',
+      `exact generation: time to first token ${fmtDuration(exact.timings.prefillMs)}`,
+      '',
+      markdownTable(
+        [{ header: 'R' }, { header: 'mean KL (nats)' }, { header: 'max KL' }, { header: 'max |Δlogit|' }, { header: 'greedy agrees' }, { header: 'TTFT' }],
+        rows,
+      ),
+    ].join('\n');
+  } finally {
+    await engine.close();
+    rmSync(storeDir, { recursive: true, force: true });
+  }
+}
+
+export function parseReplayBenchOptions(values: OptionValues, cacheRoot: string): ReplayBenchOptions {
+  const quick = values['quick'] === true;
+  const model = (values['doc-model'] ?? '256') as string;
+  if (!(model in DOCUMENTS_BENCH_MODELS)) throw new UsageError(`--doc-model takes ${Object.keys(DOCUMENTS_BENCH_MODELS).join(' or ')}, got "${model}"`);
+  const replaysText = values['replays'];
+  const replays =
+    typeof replaysText === 'string'
+      ? replaysText.split(',').map((t) => positiveIntOption({ replays: t }, 'replays', 1))
+      : quick
+        ? [32, 128]
+        : [32, 128, 512, 2048];
+  return {
+    docTokens: positiveIntOption(values, 'doc-tokens', quick ? 1024 : 4096),
+    questionTokens: positiveIntOption(values, 'question-tokens', 32),
+    steps: positiveIntOption(values, 'steps', 8),
+    replays,
+    model: model as DocumentsBenchModel,
+    cacheRoot,
+  };
+}
+
+export const replaySuite: BenchSuite = {
+  name: 'replay',
+  summary: 'replay fidelity: KL of next-token distributions, bounded replay vs exact, as R varies',
+  options: {
+    replays: { type: 'string', description: 'replay lengths R to compare', defaultText: '32,128,512,2048 (32,128 with --quick)', valueName: 'R,R,...' },
+    steps: { type: 'string', description: 'teacher-forced steps compared', defaultText: '8', valueName: 'N' },
+    'doc-tokens': { type: 'string', description: 'document length in tokens', defaultText: 'replay: 4096 (1024 with --quick)', valueName: 'N' },
+    'question-tokens': { type: 'string', description: 'question length in tokens', defaultText: '32', valueName: 'N' },
+    'doc-model': { type: 'string', description: 'model: 256 (40 layers, released schedule) or tiny (6 layers)', defaultText: '256', valueName: 'M' },
+    quick: { type: 'boolean', description: 'smaller document and fewer R for a smoke run' },
+  },
+  async run(values, io) {
+    io.out(await runReplayBench(parseReplayBenchOptions(values, DEFAULT_CACHE_ROOT), io));
+  },
+};
