@@ -101,7 +101,7 @@ export async function runReplayBench(opts: ReplayBenchOptions, io: BenchIo): Pro
       `exact generation: time to first token ${fmtDuration(exact.timings.prefillMs)}`,
       '',
       markdownTable(
-        [{ header: 'R' }, { header: 'mean KL (nats)' }, { header: 'max KL' }, { header: 'max |Δlogit|' }, { header: 'greedy agrees' }, { header: 'TTFT' }],
+        [{ header: 'R' }, { header: 'mean KL (nats)' }, { header: 'max KL' }, { header: 'max abs Δlogit' }, { header: 'greedy agrees' }, { header: 'TTFT' }],
         rows,
       ),
     ].join('\n');
