@@ -62,7 +62,7 @@ export interface DocumentRef {
 export interface IngestRequest {
   readonly tenant: string;
   readonly documentId: string;
-  /** The document as token ids, or as text to tokenize (exactly one). */
+  /** The document as token ids, or as text to tokenize (exactly one; text gets the tokenizer's BOS first). */
   readonly tokenIds?: readonly number[];
   readonly text?: string;
   /** Tokens per chunk. @defaultValue the engine's chunkTokens */
@@ -356,7 +356,9 @@ export class Engine {
   async ingest(req: IngestRequest, hooks: IngestHooks = {}): Promise<IngestOutcome> {
     const store = this.requireStore();
     if ((req.tokenIds === undefined) === (req.text === undefined)) throw new InputError('give the document as exactly one of tokenIds and text');
-    const ids = req.tokenIds !== undefined ? [...req.tokenIds] : this.tokenize(req.text as string);
+    // a text document starts with the tokenizer's BOS, as the gateway sends it
+    const bos = this.tokenizer.bosId;
+    const ids = req.tokenIds !== undefined ? [...req.tokenIds] : [...(bos !== null ? [bos] : []), ...this.tokenize(req.text as string)];
     if (ids.length === 0) throw new InputError(`document ${req.documentId} is empty`);
     const chunkTokens = req.chunkTokens ?? this.options.chunkTokens ?? DEFAULT_CHUNK_TOKENS;
     const replayTokens = req.replayTokens ?? DEFAULT_REPLAY_TOKENS;

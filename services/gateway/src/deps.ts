@@ -22,6 +22,7 @@ import {
   type PrefillResult,
   type Redis,
 } from '@csa2/jobs';
+import { OffThreadTokenizer } from './tokenize-pool.js';
 import { DEFAULT_TENANT, generateApiKey, resolveLimits, type GatewayConfig, type GatewayLimits } from './config.js';
 import { withTimeout } from './errors.js';
 import { Inflight } from './inflight.js';
@@ -48,6 +49,8 @@ export interface GatewayDeps {
   readonly limits: GatewayLimits;
   readonly model: ServedModel;
   readonly tokenizer: Tokenizer;
+  /** The same tokenizer, off the event loop for long texts. */
+  readonly tokenize: OffThreadTokenizer;
   /** Commands (fails fast when Redis is down). */
   readonly redis: Redis;
   readonly readers: ReaderPool;
@@ -141,6 +144,7 @@ export async function connectGatewayDeps(config: GatewayConfig, options: Connect
     limits,
     model: { name: config.modelName, createdS: Math.floor(Date.now() / 1000), vocabSize: modelConfig.vocabSize },
     tokenizer,
+    tokenize: new OffThreadTokenizer(tokenizer, { modelDir: config.modelDir, vocabSize: modelConfig.vocabSize }),
     redis,
     readers,
     queues,
@@ -160,6 +164,7 @@ export async function connectGatewayDeps(config: GatewayConfig, options: Connect
       await Promise.allSettled([queues.prefill.close(), queues.decode.close()]);
       redis.disconnect();
       await store.close();
+      await deps.tokenize.close();
     },
   };
 }

@@ -59,7 +59,7 @@ export function completionsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVa
     const prompt = normalizePrompt(body.prompt);
     let promptIds: number[];
     if (prompt.kind === 'text') {
-      promptIds = tokenizer.encode(prompt.text);
+      promptIds = await deps.tokenize.encode(prompt.text);
       if (tokenizer.bosId !== null && documentId === null) promptIds.unshift(tokenizer.bosId);
     } else {
       promptIds = [...prompt.ids];
@@ -86,7 +86,7 @@ export function completionsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVa
     const body = parseRequest(ChatRequestSchema, await readJson(c));
     checkChatUnsupported(body);
     const documentId = body.document_id ?? null;
-    const promptIds = tokenizer.applyChatTemplate(normalizeMessages(body.messages));
+    const promptIds = await deps.tokenize.applyChatTemplate(normalizeMessages(body.messages));
     if (documentId !== null && tokenizer.bosId !== null && promptIds[0] === tokenizer.bosId) promptIds.shift();
     const useCompletionTokens = body.max_completion_tokens !== null && body.max_completion_tokens !== undefined;
     return generate(c, deps, {

@@ -36,7 +36,7 @@ interface PreparedDocument {
   readonly tokenIds: number[];
 }
 
-function prepare(deps: GatewayDeps, input: DocumentInput, param: (field: string) => string): PreparedDocument {
+async function prepare(deps: GatewayDeps, input: DocumentInput, param: (field: string) => string): Promise<PreparedDocument> {
   const { tokenizer, limits } = deps;
   if (input.model !== undefined && input.model !== deps.model.name) {
     throw new ApiError(400, `The model '${input.model}' does not exist; this server serves '${deps.model.name}'`, { param: param('model'), code: 'model_not_found' });
@@ -49,7 +49,7 @@ function prepare(deps: GatewayDeps, input: DocumentInput, param: (field: string)
   }
   let tokenIds: number[];
   if (input.text !== undefined) {
-    tokenIds = tokenizer.encode(input.text);
+    tokenIds = await deps.tokenize.encode(input.text);
     if (tokenizer.bosId !== null) tokenIds.unshift(tokenizer.bosId);
   } else {
     tokenIds = input.token_ids ?? [];
@@ -82,14 +82,17 @@ export function documentsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVari
     let docs: PreparedDocument[];
     if (batch) {
       const body = parseRequest(BatchSchema, raw);
-      docs = body.documents.map((d, i) => prepare(deps, { ...d, ...(d.model === undefined && body.model !== undefined ? { model: body.model } : {}) }, (f) => `documents[${i}].${f}`));
+      docs = [];
+      for (const [i, d] of body.documents.entries()) {
+        docs.push(await prepare(deps, { ...d, ...(d.model === undefined && body.model !== undefined ? { model: body.model } : {}) }, (f) => `documents[${i}].${f}`));
+      }
       const seen = new Set<string>();
       for (const [i, d] of docs.entries()) {
         if (seen.has(d.id)) throw invalidRequest(`Invalid value for 'documents[${i}].id': the id '${d.id}' appears twice`, `documents[${i}].id`, 'invalid_value');
         seen.add(d.id);
       }
     } else {
-      docs = [prepare(deps, parseRequest(DocumentInputSchema, raw), (f) => f)];
+      docs = [await prepare(deps, parseRequest(DocumentInputSchema, raw), (f) => f)];
     }
     if (!deps.inflight.isAccepting) throw new ApiError(503, 'the server is shutting down', { code: 'shutting_down', headers: { 'retry-after': '1' } });
     const acceptedAtMs = Date.now();
