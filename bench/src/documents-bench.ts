@@ -106,13 +106,18 @@ export async function runDocumentsBench(opts: DocumentsBenchOptions, io: BenchIo
   }
 }
 
+/** The `--doc-model` option (default '256'); UsageError for an unknown model. */
+export function parseDocModel(values: OptionValues): DocumentsBenchModel {
+  const model = (values['doc-model'] ?? '256') as string;
+  if (!(model in DOCUMENTS_BENCH_MODELS)) throw new UsageError(`--doc-model takes ${Object.keys(DOCUMENTS_BENCH_MODELS).join(' or ')}, got "${model}"`);
+  return model as DocumentsBenchModel;
+}
+
 export function parseDocumentsBenchOptions(values: OptionValues, cacheRoot: string): DocumentsBenchOptions {
   const int = (name: string, fallback: number): number => positiveIntOption(values, name, fallback);
   const quick = values['quick'] === true;
-  const model = (values['doc-model'] ?? '256') as string;
-  if (!(model in DOCUMENTS_BENCH_MODELS)) throw new UsageError(`--doc-model takes ${Object.keys(DOCUMENTS_BENCH_MODELS).join(' or ')}, got "${model}"`);
   return {
-    model: model as DocumentsBenchModel,
+    model: parseDocModel(values),
     docTokens: int('doc-tokens', quick ? 2048 : 32768),
     questionTokens: int('question-tokens', 32),
     replayTokens: int('replay', 128),

@@ -1,7 +1,8 @@
 /** klDivergence against hand-computed values, and the replay suite's option parsing. */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { klDivergence, parseReplayBenchOptions } from './replay-bench.js';
+import { klDivergence } from '@csa2/core';
+import { parseReplayBenchOptions } from './replay-bench.js';
 
 test('KL of softmax distributions: zero for equal rows, invariant to a shift, the closed form for two classes', () => {
   const p = Float32Array.from([0.3, -1.2, 2.0]);

@@ -11,9 +11,10 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { argmax, klDivergence } from '@csa2/core';
 import { Engine } from '@csa2/engine';
 import { ensureSeededCheckpoint } from './checkpoint-cache.js';
-import { DOCUMENTS_BENCH_MODELS, type DocumentsBenchModel } from './documents-bench.js';
+import { DOCUMENTS_BENCH_MODELS, parseDocModel, type DocumentsBenchModel } from './documents-bench.js';
 import { DEFAULT_CACHE_ROOT, seededTokenIds } from './model-bench.js';
 import type { BenchIo, BenchSuite, OptionValues } from './suite.js';
 import { UsageError, positiveIntOption } from './suite.js';
@@ -26,31 +27,6 @@ export interface ReplayBenchOptions {
   readonly replays: readonly number[];
   readonly model: DocumentsBenchModel;
   readonly cacheRoot: string;
-}
-
-/** KL(p ‖ q) of the softmax distributions of two logit rows, in nats. */
-export function klDivergence(p: Float32Array, q: Float32Array): number {
-  const lse = (x: Float32Array) => {
-    let m = -Infinity;
-    for (const v of x) m = Math.max(m, v);
-    let s = 0;
-    for (const v of x) s += Math.exp(v - m);
-    return m + Math.log(s);
-  };
-  const lp = lse(p);
-  const lq = lse(q);
-  let kl = 0;
-  for (let i = 0; i < p.length; i++) {
-    const logP = (p[i] as number) - lp;
-    kl += Math.exp(logP) * (logP - ((q[i] as number) - lq));
-  }
-  return Math.max(0, kl);
-}
-
-function argmax(x: Float32Array): number {
-  let best = 0;
-  for (let i = 1; i < x.length; i++) if ((x[i] as number) > (x[best] as number)) best = i;
-  return best;
 }
 
 export async function runReplayBench(opts: ReplayBenchOptions, io: BenchIo): Promise<string> {
@@ -113,8 +89,6 @@ export async function runReplayBench(opts: ReplayBenchOptions, io: BenchIo): Pro
 
 export function parseReplayBenchOptions(values: OptionValues, cacheRoot: string): ReplayBenchOptions {
   const quick = values['quick'] === true;
-  const model = (values['doc-model'] ?? '256') as string;
-  if (!(model in DOCUMENTS_BENCH_MODELS)) throw new UsageError(`--doc-model takes ${Object.keys(DOCUMENTS_BENCH_MODELS).join(' or ')}, got "${model}"`);
   const replaysText = values['replays'];
   const replays =
     typeof replaysText === 'string'
@@ -127,7 +101,7 @@ export function parseReplayBenchOptions(values: OptionValues, cacheRoot: string)
     questionTokens: positiveIntOption(values, 'question-tokens', 32),
     steps: positiveIntOption(values, 'steps', 8),
     replays,
-    model: model as DocumentsBenchModel,
+    model: parseDocModel(values),
     cacheRoot,
   };
 }

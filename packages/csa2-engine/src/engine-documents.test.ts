@@ -8,7 +8,7 @@ import { mkdtempSync, readdirSync, readFileSync, writeFileSync, statSync } from 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { fixturesRoot, SeededRandom } from '@csa2/core';
+import { fixturesRoot, klDivergence, SeededRandom } from '@csa2/core';
 import { Engine } from './engine.js';
 
 const TINY = join(fixturesRoot(), 'deepseek-v41-tiny-a');
@@ -61,19 +61,6 @@ test('continuing a stored document with R >= its length equals exact generation 
   assert.equal(stored.promptTokens, 159);
   stored.logits.forEach((row, i) => assert.ok(maxAbsDiff(row, exact.logits[i] as Float32Array) <= 1e-6, `logits row ${i}`));
 });
-
-/** KL(p || q) of the softmax distributions of two logit rows. */
-function klDivergence(a: Float32Array, b: Float32Array): number {
-  const softmax = (x: Float32Array) => {
-    const m = Math.max(...x);
-    const e = Array.from(x, (v) => Math.exp(v - m));
-    const s = e.reduce((u, v) => u + v, 0);
-    return e.map((v) => v / s);
-  };
-  const p = softmax(a);
-  const q = softmax(b);
-  return p.reduce((k, pi, i) => (pi > 0 ? k + pi * Math.log(pi / (q[i] as number)) : k), 0);
-}
 
 test('bounded replay: deviation from exact generation as R varies (reported), none once R covers the receptive field', async (t) => {
   // tiny-a: window 8, encoder layers 0-2 and decoder layers 3-5. The decoder's last row sees at most

@@ -22,6 +22,29 @@ export function validateSampling(p: SamplingParams): void {
   if (!Number.isSafeInteger(p.seed)) throw new InputError(`seed must be an integer, got ${p.seed}`);
 }
 
+/**
+ * KL(p ‖ q) in nats between the softmax distributions of two logit rows (float64 log-sum-exp), e.g.
+ * an exact run's next-token distribution against a bounded-replay one. 0 for equal rows and for rows
+ * that differ by a constant.
+ */
+export function klDivergence(pLogits: ArrayLike<number>, qLogits: ArrayLike<number>): number {
+  const lse = (x: ArrayLike<number>) => {
+    let m = -Infinity;
+    for (let i = 0; i < x.length; i++) m = Math.max(m, x[i] as number);
+    let s = 0;
+    for (let i = 0; i < x.length; i++) s += Math.exp((x[i] as number) - m);
+    return m + Math.log(s);
+  };
+  const lp = lse(pLogits);
+  const lq = lse(qLogits);
+  let kl = 0;
+  for (let i = 0; i < pLogits.length; i++) {
+    const logP = (pLogits[i] as number) - lp;
+    kl += Math.exp(logP) * (logP - ((qLogits[i] as number) - lq));
+  }
+  return Math.max(0, kl);
+}
+
 export function argmax(logits: ArrayLike<number>, limit = logits.length): number {
   let best = 0;
   for (let i = 1; i < limit; i++) if ((logits[i] as number) > (logits[best] as number)) best = i;
