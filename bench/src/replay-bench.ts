@@ -17,7 +17,7 @@ import { ensureSeededCheckpoint } from './checkpoint-cache.js';
 import { DOCUMENTS_BENCH_MODELS, parseDocModel, type DocumentsBenchModel } from './documents-bench.js';
 import { DEFAULT_CACHE_ROOT, seededTokenIds } from './model-bench.js';
 import type { BenchIo, BenchSuite, OptionValues } from './suite.js';
-import { UsageError, positiveIntOption } from './suite.js';
+import { positiveIntOption } from './suite.js';
 import { fmtDuration, markdownTable } from './table.js';
 
 export interface ReplayBenchOptions {
