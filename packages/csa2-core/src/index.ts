@@ -42,3 +42,4 @@ export { generate, prefill, continueGeneration, DEFAULT_REPLAY_TOKENS } from './
 export { loadModel } from './model/load-model.js';
 export { fixturesRoot, goldenFixtures } from './testing/fixtures.js';
 export { modelFingerprint } from './weights/fingerprint.js';
+export { seededUniform } from './weights/init-model.js';

@@ -31,20 +31,10 @@ import {
   windowKvRowBytes,
 } from './formats.js';
 import { ShapeError } from '../errors.js';
+import { seededUniform } from '../weights/init-model.js';
 
 // ---------------------------------------------------------------------------------------------
 // helpers: deterministic random bf16 rows and an independent float64 brute-force oracle
-
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function gaussian(rand: () => number): number {
   const u = Math.max(rand(), 1e-12);
@@ -53,7 +43,7 @@ function gaussian(rand: () => number): number {
 
 /** Rows of bf16 values mixing magnitudes, all-zero blocks, tiny values, outliers and negative zeros. */
 function randomBf16Rows(seed: number, rows: number, rowLength: number, blockElements: number): Float32Array {
-  const rand = mulberry32(seed);
+  const rand = seededUniform(seed);
   const magnitudes = [1e-38, 1e-30, 1e-7, 1e-3, 0.05, 1, 3, 10, 300, 1e5, 1e30];
   const out = new Float32Array(rows * rowLength);
   for (let start = 0; start < out.length; start += blockElements) {
@@ -182,7 +172,7 @@ test('e2m1 rounding: every tie of csa2-reference §2.3 goes to the even code', (
 });
 
 test('e2m1 encoding equals a brute-force nearest search with ties to even', () => {
-  const rand = mulberry32(7);
+  const rand = seededUniform(7);
   for (let n = 0; n < 20000; n++) {
     const v = n % 4 === 0 ? (Math.round(rand() * 48) - 24) / 4 : Math.fround((rand() * 2 - 1) * 6);
     assert.equal(encodeE2m1(v), bruteForceE2m1(v), `${v}`);
@@ -255,7 +245,7 @@ test('every finite e4m3 byte round-trips and the grid is monotonic', () => {
 });
 
 test('e4m3 encoding equals a brute-force nearest search with ties to even', () => {
-  const rand = mulberry32(11);
+  const rand = seededUniform(11);
   for (let n = 0; n < 20000; n++) {
     let x: number;
     if (n % 3 === 0) {
@@ -420,7 +410,7 @@ function e4m3StepAt(a: number): number {
 }
 
 test('property: |dequant - x| is at most half a quantization step of the block (plus clamp excess)', () => {
-  const rand = mulberry32(2024);
+  const rand = seededUniform(2024);
   for (const { kind, block, fake } of CODECS) {
     for (let trial = 0; trial < 200; trial++) {
       const magnitude = 2 ** (rand() * 60 - 30);

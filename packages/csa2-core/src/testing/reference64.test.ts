@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ShapeError } from '../errors.js';
+import { seededUniform } from '../weights/init-model.js';
 import {
   V41_YARN,
   applyRope64,
@@ -38,17 +39,6 @@ function assertClose(actual: ArrayLike<number>, expected: ArrayLike<number>, tol
   }
 }
 
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 function randomArray(rand: () => number, length: number, amplitude = 1): Float64Array {
   return F.from({ length }, () => (rand() * 2 - 1) * amplitude);
 }
@@ -79,7 +69,7 @@ test('RoPE rotates the interleaved pairs of the last ropeDim dims, and inverse u
   const heads = applyRope64(new F([1, 0, 2, 0, 1, 0, 0, 3]), 4, 2, 2, table.cos, table.sin, false);
   assertClose(heads, [1, 0, 2, 0, 0, 1, -3, 0], 1e-15, 'grouped');
   // Random round trip at real sizes.
-  const rand = mulberry32(5);
+  const rand = seededUniform(5);
   const freqs = ropeFreqs64(64, 160000, V41_YARN);
   const big = ropeCosSin64(freqs, [0, 1, 1000, 1048575]);
   const v = randomArray(rand, 4 * 512);
@@ -144,7 +134,7 @@ test('fp32 RoPE table follows the reference fp32 arithmetic', () => {
 test('hc sinkhorn: pre/post sigmoids and a doubly stochastic comb after many iterations', () => {
   const n = 4;
   const m = (2 + n) * n;
-  const rand = mulberry32(9);
+  const rand = seededUniform(9);
   const mixes = randomArray(rand, m, 3);
   const base = randomArray(rand, m, 1);
   const scale = new F([0.5, 1.5, 2]);
@@ -183,7 +173,7 @@ test('hcMixes64 scales fn·x by the stream RMS', () => {
   const n = 2;
   const d = 3;
   const m = (2 + n) * n;
-  const rand = mulberry32(3);
+  const rand = seededUniform(3);
   const stream = randomArray(rand, n * d);
   const fn = randomArray(rand, m * n * d);
   const scale = new F([1, 1, 1]);

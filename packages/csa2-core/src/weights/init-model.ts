@@ -119,6 +119,12 @@ export class SeededRandom {
   }
 }
 
+/** A uniform [0, 1) source on SeededRandom, for tests and benchmarks that only need `() => number`. */
+export function seededUniform(seed: number): () => number {
+  const rng = new SeededRandom(seed);
+  return () => rng.nextUniform();
+}
+
 /** value = offset + scale * z for one tensor, by its state_dict name and shape. */
 export function initRecipe(name: string, shape: readonly number[]): { offset: number; scale: number } {
   if (name === 'embed.weight') return { offset: 0, scale: 1 };
