@@ -265,15 +265,18 @@ export function fakeQuantFp8Ue8m0Block32(
   return valuesF32;
 }
 
-/** `fp4_act_quant(x, 16, inplace=True, scale_dtype=float8_e4m3fn)` (§2.3 A): e2m1 with an e4m3 scale per 16. */
-export function fakeQuantFp4E4m3Block16(
+/** Fake-quantizes FP4 blocks in place: e2m1 codes under each block's scale, times the scale. */
+function fakeQuantFp4Blocks(
+  label: string,
   valuesF32: Float32Array,
-  rowLength = Math.max(valuesF32.length, MAIN_KV_BLOCK_ELEMENTS),
+  rowLength: number,
+  blockElements: number,
+  scaleOf: (values: Float32Array, start: number, end: number) => number,
 ): Float32Array {
-  checkRows('fakeQuantFp4E4m3Block16', valuesF32.length, rowLength, MAIN_KV_BLOCK_ELEMENTS);
-  for (let start = 0; start < valuesF32.length; start += MAIN_KV_BLOCK_ELEMENTS) {
-    const end = start + MAIN_KV_BLOCK_ELEMENTS;
-    const scale = decodeE4m3(scaleByteFp4E4m3(valuesF32, start, end));
+  checkRows(label, valuesF32.length, rowLength, blockElements);
+  for (let start = 0; start < valuesF32.length; start += blockElements) {
+    const end = start + blockElements;
+    const scale = scaleOf(valuesF32, start, end);
     for (let i = start; i < end; i++) {
       valuesF32[i] = decodeE2m1(e2m1CodeScaled(valuesF32[i] ?? 0, scale)) * scale;
     }
@@ -281,20 +284,22 @@ export function fakeQuantFp4E4m3Block16(
   return valuesF32;
 }
 
+/** `fp4_act_quant(x, 16, inplace=True, scale_dtype=float8_e4m3fn)` (§2.3 A): e2m1 with an e4m3 scale per 16. */
+export function fakeQuantFp4E4m3Block16(
+  valuesF32: Float32Array,
+  rowLength = Math.max(valuesF32.length, MAIN_KV_BLOCK_ELEMENTS),
+): Float32Array {
+  return fakeQuantFp4Blocks('fakeQuantFp4E4m3Block16', valuesF32, rowLength, MAIN_KV_BLOCK_ELEMENTS, (v, start, end) =>
+    decodeE4m3(scaleByteFp4E4m3(v, start, end)),
+  );
+}
+
 /** `fp4_act_quant(x, 32, inplace=True)` (§2.3 B, MXFP4): e2m1 with a ue8m0 scale per 32, in place. */
 export function fakeQuantFp4Ue8m0Block32(
   valuesF32: Float32Array,
   rowLength = Math.max(valuesF32.length, INDEX_K_BLOCK_ELEMENTS),
 ): Float32Array {
-  checkRows('fakeQuantFp4Ue8m0Block32', valuesF32.length, rowLength, INDEX_K_BLOCK_ELEMENTS);
-  for (let start = 0; start < valuesF32.length; start += INDEX_K_BLOCK_ELEMENTS) {
-    const end = start + INDEX_K_BLOCK_ELEMENTS;
-    const scale = scaleFp4Ue8m0(valuesF32, start, end);
-    for (let i = start; i < end; i++) {
-      valuesF32[i] = decodeE2m1(e2m1CodeScaled(valuesF32[i] ?? 0, scale)) * scale;
-    }
-  }
-  return valuesF32;
+  return fakeQuantFp4Blocks('fakeQuantFp4Ue8m0Block32', valuesF32, rowLength, INDEX_K_BLOCK_ELEMENTS, scaleFp4Ue8m0);
 }
 
 // ---------------------------------------------------------------------------------------------
