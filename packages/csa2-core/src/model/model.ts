@@ -334,10 +334,20 @@ export class Csa2Model {
     compressLayer: number | null,
   ): Promise<StreamRows> {
     const shared: SharedSlots = { topk: null, kk: 0, candidates: null };
+    // the chunk's RoPE rows, computed once per table (plain, compress) and shared by every layer
+    const positions = Int32Array.from({ length: p1 - p0 }, (_, i) => p0 + i);
+    const ropes = new Map<boolean, { cos: HostTensor; sin: HostTensor }>();
+    const ropeOf = (e: LayerPlanEntry) => {
+      const key = e.compressRatio > 0;
+      let r = ropes.get(key);
+      if (r === undefined) ropes.set(key, (r = this.ropeFor(e, positions)));
+      return r;
+    };
     let X = input.X;
     let pre = input.pre;
     for (let l = l0; l < l1; l++) {
-      const out = await this.runLayer(seq, this.plan.entries[l] as LayerPlanEntry, layout, p0, p1, X, pre, shared);
+      const e = this.plan.entries[l] as LayerPlanEntry;
+      const out = await this.runLayer(seq, e, layout, p0, p1, X, pre, shared, ropeOf(e));
       X = out.X;
       pre = out.pre;
       this.observer?.layerOutput?.(l, p0, p1 - p0, X, pre);
@@ -369,13 +379,12 @@ export class Csa2Model {
     X: Float32Array,
     pre: Float32Array,
     shared: SharedSlots,
+    rope: { cos: HostTensor; sin: HostTensor },
   ): Promise<{ X: Float32Array; pre: Float32Array }> {
     const c = this.config;
     const { hcMult: n, dim: d, headDim: D } = c;
     const S = p1 - p0;
     const sessions = this.layers[e.layer] as LayerSessions;
-    const positions = Int32Array.from({ length: S }, (_, i) => p0 + i);
-    const rope = this.ropeFor(e, positions);
     const a = await sessions.attnIn.run({ X: f32(X, [S, n, d]), pre: f32(pre, [S, n]), cos: rope.cos, sin: rope.sin });
 
     // 1. the KV source compresses this chunk's completed groups before anyone attends (csa2 §3.4)
