@@ -18,6 +18,7 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { ensureRedisServer } from './lib/ensure-redis.mjs';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const node = process.execPath;
@@ -32,7 +33,7 @@ const fail = (line) => {
   const r = spawnSync(node, [join(root, 'node_modules/typescript/bin/tsc'), '-b'], { cwd: root, stdio: 'inherit' });
   if (r.status !== 0) fail('the build failed (tsc -b); fix it or run `npm ci` first');
 }
-const { findRedisServer, startLocalRedis } = await import(pathToFileURL(join(root, 'packages/csa2-jobs/dist/index.js')).href);
+const { startLocalRedis } = await import(pathToFileURL(join(root, 'packages/csa2-jobs/dist/index.js')).href);
 
 // --- model ---
 let modelDir = process.env.CSA2_MODEL_DIR;
@@ -61,21 +62,7 @@ if (storeUrl === undefined || storeUrl === '') {
 let redis = null; // our own redis-server, when we started one
 let redisUrl = process.env.REDIS_URL;
 if (redisUrl === undefined || redisUrl === '') {
-  if (findRedisServer() === null) {
-    if (process.platform === 'linux' && process.getuid?.() === 0 && spawnSync('apt-get', ['--version']).status === 0) {
-      say('redis-server is not installed: installing it (apt-get install -y redis-server)');
-      const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
-      const update = spawnSync('apt-get', ['update'], { stdio: 'inherit', env });
-      const install = update.status === 0 ? spawnSync('apt-get', ['install', '-y', 'redis-server'], { stdio: 'inherit', env }) : update;
-      if (install.status !== 0 || findRedisServer() === null) fail('installing redis-server failed; install it yourself or set REDIS_URL');
-    } else {
-      fail(
-        'redis-server is not installed. Either install it (Debian/Ubuntu: sudo apt-get install -y redis-server; ' +
-          'it is not started as a service, npm start runs its own) or set REDIS_URL=redis://host:port to a running Redis ' +
-          '(maxmemory-policy noeviction).',
-      );
-    }
-  }
+  if (!ensureRedisServer({ log: say })) fail('redis-server is needed (npm start runs its own on a free port), or set REDIS_URL=redis://host:port to a running Redis (maxmemory-policy noeviction)');
   redis = await startLocalRedis({ detached: true });
   redisUrl = redis.url;
 }
