@@ -1,5 +1,5 @@
 /**
- * Unit tests of GraphOps.sparseAttention (csa2 §2.5: one softmax over the gathered keys with the sink
+ * Unit tests of GraphOps.sparseAttention (csa2 §2.5: one softmax over the indexed keys with the sink
  * in the denominator, V = K, computed as the kernel does: an online softmax over blocks of 64 columns,
  * running max floored at -1e30, probabilities rounded to bf16 before the PV product in bf16 mode)
  * against sparseAttention64 / sparseAttentionProbs64.
@@ -20,7 +20,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ATTENTION_BLOCK } from './graph-ops.js';
-import { bool, f32, type HostTensor } from '../runtime/ort-session.js';
+import { f32, i32, type HostTensor } from '../runtime/ort-session.js';
 import { SeededRandom } from '../weights/init-model.js';
 import { sparseAttention64, sparseAttentionProbs64 } from '../testing/reference64.js';
 import {
@@ -45,23 +45,16 @@ interface Case {
   readonly sink: Float32Array; // [H]
 }
 
-/** Gathers the key rows like buildAttnOutGraph (index -1 reads row 0 and is masked out). */
+/** The attention graph's feeds: the key table and the index list as they are (the op gathers per block). */
 function feedsOf(k: Case, H: number, D: number, C: number): Record<string, HostTensor> {
   const rows = k.idx.length / C;
-  const kv = new Float32Array(rows * C * D);
-  const valid = new Uint8Array(rows * C);
-  for (let i = 0; i < rows * C; i++) {
-    const row = k.idx[i]!;
-    kv.set(k.table.subarray(Math.max(row, 0) * D, (Math.max(row, 0) + 1) * D), i * D);
-    valid[i] = row >= 0 ? 1 : 0;
-  }
-  return { q: f32(k.q, [rows, H, D]), kv: f32(kv, [rows, C, D]), valid: bool(valid, [rows, C]), sink: f32(k.sink, [H]) };
+  return { q: f32(k.q, [rows, H, D]), kv: f32(k.table, [k.table.length / D, D]), idx: i32(k.idx, [rows, C]), sink: f32(k.sink, [H]) };
 }
 
 function openAttention(mode: NumericsMode, feeds: Record<string, HostTensor>, rows: number, H: number, D: number, C: number): Promise<GraphSession> {
   return openEmitterGraph(`sparse_attention_${mode}_${C}`, mode, feeds, (c) => {
-    const { q, kv, valid, sink } = c.inputs as Record<string, string>;
-    c.output('o', c.ops.sparseAttention(q!, kv!, valid!, sink!, D ** -0.5, C), [rows, H, D]);
+    const { q, kv, idx, sink } = c.inputs as Record<string, string>;
+    c.output('o', c.ops.sparseAttention(q!, kv!, idx!, sink!, D ** -0.5, C), [rows, H, D]);
   });
 }
 
@@ -208,8 +201,8 @@ test('sparseAttention (bf16) rounds each probability to bf16 relative to the run
     for (const { label, k, bf16 } of cases) {
       const feeds = feedsOf(k, 1, Dk, C);
       const session = await openEmitterGraph(`attention_rounding_${mode}`, mode, feeds, (c) => {
-        const { q: qq, kv, valid, sink: ss } = c.inputs as Record<string, string>;
-        c.output('o', c.ops.sparseAttention(qq!, kv!, valid!, ss!, Dk ** -0.5, C), [1, 1, Dk]);
+        const { q: qq, kv, idx, sink: ss } = c.inputs as Record<string, string>;
+        c.output('o', c.ops.sparseAttention(qq!, kv!, idx!, ss!, Dk ** -0.5, C), [1, 1, Dk]);
       });
       const o = outF32(await session.run(feeds), 'o');
       await session.dispose();

@@ -208,24 +208,32 @@ export class GraphOps {
   }
 
   /**
-   * Sparse attention with a sink (csa2 §2.5; the kernel's online softmax over blocks of 64 indices):
-   * q [rows, H, D], kv [rows, C, D] (gathered rows, C a multiple of 64), valid [rows, C] bool.
-   * Probabilities are rounded to bf16 before the PV product, relative to the running max, as the
-   * kernel does. Returns o [rows, H, D] (bf16 in bf16 mode).
+   * Sparse attention (csa2 §2.5) as the kernel computes it: per query row, the index list `idx` [rows, C]
+   * (-1 = no key) into the key table `table` [N, D] (V = K) is walked in blocks of ATTENTION_BLOCK
+   * columns with a running max floored at -1e30; probabilities are rounded to bf16 before the PV product
+   * (bf16 mode); the sink adds exp(sink - max) to the denominator only. q [rows, H, D], sink [H] →
+   * [rows, H, D] (bf16 values in bf16 mode); C = `columns`, a multiple of ATTENTION_BLOCK. Each block's keys are gathered from the table just before
+   * they are used, so no [rows, C, D] tensor is ever materialized (the gathered keys are C·D values per
+   * row: 1.3 MB at the released shape, and copying them dominated the attention time).
    */
-  sparseAttention(q: string, kv: string, valid: string, sink: string, scale: number, columns: number): string {
+  sparseAttention(q: string, table: string, idx: string, sink: string, scale: number, columns: number): string {
     const g = this.g;
     const negInf = g.scalar(-Infinity);
     const scaleT = g.scalar(Math.fround(scale));
+    const idx64 = g.cast(idx, 'int64');
+    const rowOf = g.max(idx64, g.const('int64', [0], [])); // -1 reads row 0, masked out below
+    const valid = g.greaterOrEqual(idx64, g.const('int64', [0], []));
+    const qT = g.transpose(q, [0, 2, 1]); // [rows, D, H]
     let runMax = '';
     let sumExp = '';
     let acc = '';
     for (let b = 0; b * ATTENTION_BLOCK < columns; b++) {
       const lo = b * ATTENTION_BLOCK;
       const hi = lo + ATTENTION_BLOCK;
-      const kb = g.slice(kv, [1], [lo], [hi]); // [rows, 64, D]
+      const kb = g.gather(table, g.slice(rowOf, [1], [lo], [hi])); // [rows, 64, D]
       const vb = g.unsqueeze(g.slice(valid, [1], [lo], [hi]), [1]); // [rows, 1, 64]
-      const s = g.mul(g.where(vb, g.matmul(q, g.transpose(kb, [0, 2, 1])), negInf), scaleT); // [rows, H, 64]
+      const logits = g.transpose(g.matmul(kb, qT), [0, 2, 1]); // [rows, H, 64]: q·k per key, fp32
+      const s = g.mul(g.where(vb, logits, negInf), scaleT);
       const prevMax = b === 0 ? g.scalar(-1e30) : runMax;
       runMax = g.max(prevMax, g.reduceMax(s, [-1], false)); // [rows, H]
       const rescale = g.exp(g.sub(prevMax, runMax));

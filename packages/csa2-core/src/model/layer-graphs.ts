@@ -219,31 +219,22 @@ function candidateBlocks(g: GraphBuilder, scores: string, clen: string, nLen: st
  * attention: the sparse attention of one layer kind, shared by every layer of that kind (it has no
  * weights: the sink comes in as an input), so all layers use one session and one memory arena.
  * `compressed` false: window-only layers (ratio 0); true: window + compressed columns. Inputs: q
- * [S,H,D], wkv [Nw,D] + widx [S,Wc] (window rows), ckv [Nc,D] + cidx [S,Cc] (compressed rows; only
- * when compressed), sink [H]; Wc (+ Cc) = attentionColumns. Index -1 = no key. Output att [S,H,D]
- * (bf16 values in bf16 mode, so handing it to attnOut is lossless).
+ * [S,H,D]; kv [N,D], the key rows this chunk can see (the caller lays out compressed entries and window
+ * rows in one table); idx [S,C] with C = attentionColumns, the reference's column order (window columns,
+ * then compressed ones) as rows of kv, -1 = no key; sink [H]. Output att [S,H,D] (bf16 values in bf16
+ * mode, so handing it to attnOut is lossless).
  */
 export function buildAttentionGraph(ctx: GraphContext, compressed: boolean): Uint8Array {
   const { config: c } = ctx;
   const g = new GraphBuilder(compressed ? 'attention_compressed' : 'attention_window');
   const o = new GraphOps(g, ctx.mode);
   const { headDim: D, numHeads: H } = c;
+  const C = attentionColumns(c, compressed ? 1 : 0);
   const q = g.input('q', 'float32', ['S', H, D]);
-  const wkv = g.input('wkv', 'float32', ['Nw', D]);
-  const widx = g.input('widx', 'int32', ['S', 'Wc']);
-  const zero = g.const('int64', [0], []);
-  const gatherRows = (table: string, idx: string) => g.gather(table, g.max(g.cast(idx, 'int64'), zero));
-  let rows = gatherRows(wkv, widx);
-  const zero32 = g.const('int32', [0], []);
-  let valid = g.greaterOrEqual(widx, zero32);
-  if (compressed) {
-    const ckv = g.input('ckv', 'float32', ['Nc', D]);
-    const cidx = g.input('cidx', 'int32', ['S', 'Cc']);
-    rows = g.concat([rows, gatherRows(ckv, cidx)], 1);
-    valid = g.concat([valid, g.greaterOrEqual(cidx, zero32)], 1);
-  }
+  const kv = g.input('kv', 'float32', ['N', D]);
+  const idx = g.input('idx', 'int32', ['S', C]);
   const sink = g.input('sink', 'float32', [H]);
-  const att = o.sparseAttention(q, rows, valid, sink, D ** -0.5, attentionColumns(c, compressed ? 1 : 0));
+  const att = o.sparseAttention(q, kv, idx, sink, D ** -0.5, C);
   g.output(att, 'att', 'float32', ['S', H, D]);
   return g.toBytes();
 }

@@ -33,7 +33,7 @@ import {
   type RuntimeOptions,
   DEFAULT_RUNTIME_OPTIONS,
 } from '../runtime/ort-session.js';
-import type { NumericsMode } from './graph-ops.js';
+import { ATTENTION_BLOCK, type NumericsMode } from './graph-ops.js';
 import {
   attentionColumns,
   buildAttentionGraph,
@@ -56,9 +56,8 @@ export interface ModelOptions {
   /** Token rows per forward chunk (prefill, encode, replay). @defaultValue 256 */
   readonly chunkTokens: number;
   /**
-   * Upper bound on gathered attention values per attention graph run. It bounds memory: every session
-   * keeps an arena at its peak, so a 40-layer dim-1024 model reached ~20 GiB at 2^24 and 7.7 GiB at
-   * 2^22 (1K context). @defaultValue 2^22
+   * Upper bound on the float32 values live in one attention graph run (one block's gathered keys and the
+   * accumulators, (64 + 3·heads)·head_dim per query row); longer chunks run in row blocks. @defaultValue 2^24
    */
   readonly attentionBudgetValues: number;
 }
@@ -67,7 +66,7 @@ export const DEFAULT_MODEL_OPTIONS: ModelOptions = {
   numerics: 'bf16',
   runtime: DEFAULT_RUNTIME_OPTIONS,
   chunkTokens: 256,
-  attentionBudgetValues: 1 << 22,
+  attentionBudgetValues: 1 << 24,
 };
 
 /** The residual stream of some rows entering a layer: X [rows, n, d] and the collapse mix pre [rows, n]. */
@@ -403,13 +402,11 @@ export class Csa2Model {
     const kvw = (a['kvw'] as HostTensor).data as Float32Array;
     const C = attentionColumns(c, m);
     let wkv: Float32Array;
-    let wRows: number;
     let Wc: number;
     let widx: Int32Array;
     if (layout.kind === 'step') {
       ring.write(p0, kvw);
       wkv = ring.rows;
-      wRows = c.windowSize;
       Wc = c.windowSize;
       widx = new Int32Array(Wc);
       const oldest = (p0 % Wc) + 1;
@@ -420,8 +417,7 @@ export class Csa2Model {
     } else {
       const win = c.windowSize;
       const first = Math.max(layout.start, p0 - win + 1);
-      wRows = p1 - first;
-      wkv = new Float32Array(wRows * D);
+      wkv = new Float32Array((p1 - first) * D);
       for (let pos = first; pos < p0; pos++) {
         const row = ring.get(pos);
         if (row === null) throw new Csa2Error('runtime', `layer ${e.layer}: window row of position ${pos} is missing`);
@@ -450,26 +446,32 @@ export class Csa2Model {
       Wc = C;
     }
 
-    const feeds: Record<string, HostTensor> = {
-      q: a['q'] as HostTensor,
-      wkv: f32(wkv, [wRows, D]),
-      sink: f32(sessions.sink, [c.numHeads]),
-    };
+    // one key table per chunk: [compressed entries of the KV source | window rows]; idx holds the
+    // reference's column order (window columns, then the top-k entries) as rows of that table
+    let kv = wkv;
+    let idx = widx;
     if (m > 0) {
       const src = seq.cache(e.kvSource as number);
-      const Cc = C - Wc;
-      const cidx = new Int32Array(S * Cc).fill(-1);
+      const Nc = src.entries;
+      kv = src.mainKv.withTrailing(wkv);
+      idx = new Int32Array(S * C).fill(-1);
       const kk = shared.kk;
-      if (kk > 0) {
-        const topk = shared.topk as Int32Array;
-        for (let r = 0; r < S; r++) for (let j = 0; j < kk; j++) cidx[r * Cc + j] = topk[r * kk + j] as number;
+      const topk = shared.topk as Int32Array;
+      for (let r = 0; r < S; r++) {
+        const o = r * C;
+        for (let col = 0; col < Wc; col++) {
+          const w = widx[r * Wc + col] as number;
+          idx[o + col] = w >= 0 ? Nc + w : -1;
+        }
+        for (let j = 0; j < kk; j++) idx[o + Wc + j] = topk[r * kk + j] as number;
       }
-      const rows = Math.max(1, src.entries);
-      const ckv = src.entries > 0 ? src.mainKv.view() : new Float32Array(D);
-      feeds['ckv'] = f32(ckv, [rows, D]);
-      feeds['cidx'] = i32(cidx, [S, Cc]);
     }
-    const att = await this.runAttention(this.attention[m > 0 ? 1 : 0], feeds, S, C - Wc, Wc, widx);
+    const feeds: Record<string, HostTensor> = {
+      q: a['q'] as HostTensor,
+      kv: f32(kv, [kv.length / D, D]),
+      sink: f32(sessions.sink, [c.numHeads]),
+    };
+    const att = await this.runAttention(this.attention[m > 0 ? 1 : 0], feeds, S, C, idx);
     const attn = await sessions.attnOut.run({
       att,
       X: f32(X, [S, n, d]),
@@ -513,27 +515,17 @@ export class Csa2Model {
   }
 
   /** The shared attention graph over row blocks small enough for the attention memory budget; `att` concatenated by row. */
-  private async runAttention(
-    session: GraphSession,
-    feeds: Record<string, HostTensor>,
-    S: number,
-    Cc: number,
-    Wc: number,
-    widx: Int32Array,
-  ): Promise<HostTensor> {
+  private async runAttention(session: GraphSession, feeds: Record<string, HostTensor>, S: number, C: number, idx: Int32Array): Promise<HostTensor> {
     const c = this.config;
-    const perRow = (Wc + Cc) * c.headDim;
+    // live per row while one block runs: its gathered keys [64, D] and ~3 [H, D] accumulators
+    const perRow = (ATTENTION_BLOCK + 3 * c.numHeads) * c.headDim;
     const block = Math.max(1, Math.floor(this.options.attentionBudgetValues / perRow));
-    if (block >= S) return (await session.run({ ...feeds, widx: i32(widx, [S, Wc]) }))['att'] as HostTensor;
+    if (block >= S) return (await session.run({ ...feeds, idx: i32(idx, [S, C]) }))['att'] as HostTensor;
     const parts: HostTensor[] = [];
     for (let r0 = 0; r0 < S; r0 += block) {
       const r1 = Math.min(S, r0 + block);
-      const sub: Record<string, HostTensor> = {};
-      for (const [name, t] of Object.entries(feeds)) {
-        sub[name] = name === 'wkv' || name === 'ckv' || name === 'sink' ? t : sliceRows(t, r0, r1);
-      }
-      sub['widx'] = i32(widx.subarray(r0 * Wc, r1 * Wc), [r1 - r0, Wc]);
-      parts.push((await session.run(sub))['att'] as HostTensor);
+      const q = feeds['q'] as HostTensor;
+      parts.push((await session.run({ ...feeds, q: sliceRows(q, r0, r1), idx: i32(idx.subarray(r0 * C, r1 * C), [r1 - r0, C]) }))['att'] as HostTensor);
     }
     return concatRows(parts);
   }

@@ -22,16 +22,32 @@ export class RowStore {
   append(rows: Float32Array): void {
     const count = rows.length / this.width;
     if (!Number.isInteger(count)) throw new Error(`RowStore.append: ${rows.length} values is not a multiple of ${this.width}`);
-    const need = (this.n + count) * this.width;
-    if (need > this.buf.length) {
-      let cap = this.buf.length;
-      while (cap < need) cap *= 2;
-      const next = new Float32Array(cap);
-      next.set(this.buf.subarray(0, this.n * this.width));
-      this.buf = next;
-    }
+    this.reserve(this.n + count);
     this.buf.set(rows, this.n * this.width);
     this.n += count;
+  }
+
+  /**
+   * The stored rows followed by `extra` rows, as one view, without copying the stored ones: `extra` is
+   * written into the spare capacity after them (grown if needed). The extra rows are not part of the
+   * store; the next append or withTrailing overwrites them. Valid until then.
+   */
+  withTrailing(extra: Float32Array): Float32Array {
+    const count = extra.length / this.width;
+    if (!Number.isInteger(count)) throw new Error(`RowStore.withTrailing: ${extra.length} values is not a multiple of ${this.width}`);
+    this.reserve(this.n + count);
+    this.buf.set(extra, this.n * this.width);
+    return this.buf.subarray(0, (this.n + count) * this.width);
+  }
+
+  private reserve(rows: number): void {
+    const need = rows * this.width;
+    if (need <= this.buf.length) return;
+    let cap = this.buf.length;
+    while (cap < need) cap *= 2;
+    const next = new Float32Array(cap);
+    next.set(this.buf.subarray(0, this.n * this.width));
+    this.buf = next;
   }
 
   /** A view of rows [0, count) (no copy; valid until the next append). */
