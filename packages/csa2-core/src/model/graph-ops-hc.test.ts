@@ -1,8 +1,9 @@
 /**
  * Unit tests of the hyper-connection emitters (trunk §2.3–2.4) against the float64 references:
- * hcMixes (hc_mixes + hc_split_sinkhorn) ↔ hcMixes64, hcPre ↔ hcPre64, hcPost ↔ hcPost64.
+ * the hc mixes (GraphOps.hcMixLogits, then hc_split_sinkhorn in TypeScript: hcSplitSinkhorn) ↔ hcMixes64,
+ * hcPre ↔ hcPre64, hcPost ↔ hcPost64.
  *
- * hcMixes is fp32 in both modes (the reference's hc parameters and Sinkhorn are fp32), so both
+ * The mixes are fp32 in both modes (the reference's hc parameters and Sinkhorn are fp32), so both
  * modes must give the same bits. Its error bound, per token, with u = 2^-24, γ_k = k·u/(1 - k·u):
  *   mixes_i = (fn_i·x)·r: the dot product (γ_{nd}·Σ|fn_i·x|), r = rsqrt(mean(x²) + eps) (≈ nd/2 + 4
  *     roundings, relative) and the product: δm_i = γ_{2nd}·r·Σ_j|fn_ij·x_j|;
@@ -32,6 +33,7 @@ import {
   runEmitter,
 } from '../testing/graph-harness.js';
 import type { NumericsMode } from './graph-ops.js';
+import { hcSplitSinkhorn } from './hc-sinkhorn.js';
 
 const MODES: readonly NumericsMode[] = ['bf16', 'fp32'];
 const gamma = (k: number): number => (k * U32) / (1 - k * U32);
@@ -51,16 +53,15 @@ function hcParams(rng: SeededRandom, scale: readonly number[]): HcParams {
   return { fn: normalF32(rng, M * n * d, (n * d) ** -0.5), base: normalF32(rng, M, 0.5), scale: Float32Array.from(scale) };
 }
 
-/** Runs hcMixes on X [rows, n, d] in `mode`; returns pre [rows, n], post [rows, n], comb [rows, n, n]. */
+/** The model's hc mixes on X [rows, n, d] in `mode`: GraphOps.hcMixLogits in ONNX, then hcSplitSinkhorn;
+ *  returns pre [rows, n], post [rows, n], comb [rows, n, n]. */
 async function runMixes(mode: NumericsMode, X: Float32Array, p: HcParams, iters: number): Promise<Record<string, Float32Array>> {
   const rows = X.length / (n * d);
-  const out = await runEmitter(`hc_mixes_${mode}_${iters}`, mode, { X: f32(X, [rows, n, d]) }, (c) => {
-    const r = c.ops.hcMixes(c.inputs['X']!, 'hc', p, { n, d, iters, hcEps: HC_EPS, normEps: NORM_EPS });
-    c.output('pre', r.pre, [rows, n]);
-    c.output('post', r.post, [rows, n]);
-    c.output('comb', r.comb, [rows, n, n]);
+  const out = await runEmitter(`hc_mixes_${mode}`, mode, { X: f32(X, [rows, n, d]) }, (c) => {
+    c.output('mixes', c.ops.hcMixLogits(c.inputs['X']!, 'hc_fn', p.fn, { n, d, normEps: NORM_EPS }), [rows, M]);
   });
-  return { pre: outF32(out, 'pre'), post: outF32(out, 'post'), comb: outF32(out, 'comb') };
+  const split = hcSplitSinkhorn(outF32(out, 'mixes'), { n, iters, eps: HC_EPS, scale: p.scale, base: p.base });
+  return { pre: split.pre, post: split.post, comb: split.comb };
 }
 
 /** Reference per row, plus the error bounds of the module comment. */
@@ -95,7 +96,7 @@ function checkMixes(got: Record<string, Float32Array>, want: ReturnType<typeof e
   }
 }
 
-test('hcMixes: pre/post/comb match hcMixes64 (T = 20) for random, zero, large and saturating streams; mode-independent', async () => {
+test('hc mixes: pre/post/comb match hcMixes64 (T = 20) for random, zero, large and saturating streams; mode-independent', async () => {
   const rng = new SeededRandom(2001);
   const rows = 6;
   const X = normalF32(rng, rows * n * d);
@@ -133,7 +134,7 @@ test('hcMixes: pre/post/comb match hcMixes64 (T = 20) for random, zero, large an
   }
 });
 
-test('hcMixes: exactly T Sinkhorn iterations (T = 1, 2, 3 each match their reference and reject T ± 1)', async () => {
+test('hc mixes: exactly T Sinkhorn iterations (T = 1, 2, 3 each match their reference and reject T ± 1)', async () => {
   const rng = new SeededRandom(2002);
   const rows = 3;
   const X = normalF32(rng, rows * n * d);

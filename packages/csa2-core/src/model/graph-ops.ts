@@ -143,39 +143,16 @@ export class GraphOps {
   }
 
   /**
-   * hc_mixes + hc_split_sinkhorn (trunk §2.3) for X [rows, n, d] → pre [rows, n], post [rows, n],
-   * comb [rows, n, n] (comb[j][k]: from copy j into copy k). All fp32.
+   * hc_mixes (trunk §2.3) for X [rows, n, d] → mixes [rows, (2 + n)·n] = (fn · flatten(x))·r with
+   * r = rsqrt(mean(x²) + norm_eps), all fp32. hc_split_sinkhorn of the mixes runs in TypeScript
+   * (model/hc-sinkhorn).
    */
-  hcMixes(
-    x: string,
-    prefix: string,
-    p: { fn: Float32Array; base: Float32Array; scale: Float32Array },
-    dims: { n: number; d: number; iters: number; hcEps: number; normEps: number },
-  ): { pre: string; post: string; comb: string } {
+  hcMixLogits(x: string, name: string, fn: Float32Array, dims: { n: number; d: number; normEps: number }): string {
     const g = this.g;
     const { n, d } = dims;
-    const m = (2 + n) * n;
     const flat = g.reshape(x, [0, n * d]);
     const r = g.div(g.scalar(1), g.sqrt(g.add(g.reduceMean(g.mul(flat, flat), [-1], true), g.scalar(dims.normEps))));
-    const mixes = g.mul(this.linearF32(flat, `${prefix}_fn`, p.fn, m, n * d), r);
-    const base = g.weight(`${prefix}_base`, p.base, [m]);
-    const scaleAt = (i: number) => g.const('float32', [p.scale[i] as number], []);
-    const part = (lo: number, hi: number) => ({ m: g.slice(mixes, [-1], [lo], [hi]), b: g.slice(base, [0], [lo], [hi]) });
-    const eps = g.scalar(dims.hcEps);
-    const pr = part(0, n);
-    const pre = g.add(g.sigmoid(g.add(g.mul(pr.m, scaleAt(0)), pr.b)), eps);
-    const po = part(n, 2 * n);
-    const post = g.mul(g.scalar(2), g.sigmoid(g.add(g.mul(po.m, scaleAt(1)), po.b)));
-    const co = part(2 * n, m);
-    let comb = g.reshape(g.add(g.mul(co.m, scaleAt(2)), co.b), [0, n, n]);
-    comb = g.exp(g.sub(comb, g.reduceMax(comb, [-1], true)));
-    comb = g.add(g.div(comb, g.reduceSum(comb, [-1], true)), eps);
-    comb = g.div(comb, g.add(g.reduceSum(comb, [-2], true), eps));
-    for (let i = 0; i < dims.iters - 1; i++) {
-      comb = g.div(comb, g.add(g.reduceSum(comb, [-1], true), eps));
-      comb = g.div(comb, g.add(g.reduceSum(comb, [-2], true), eps));
-    }
-    return { pre, post, comb };
+    return g.mul(this.linearF32(flat, name, fn, (2 + n) * n, n * d), r);
   }
 
   /** hc_pre: Σ_j pre[j]·X[j] in fp32, rounded to the stream dtype. X [rows, n, d], pre [rows, n] → [rows, d]. */

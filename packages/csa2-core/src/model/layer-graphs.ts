@@ -39,20 +39,14 @@ export function attentionColumns(config: ModelConfig, ratio: number): number {
   return Math.ceil(raw / ATTENTION_BLOCK) * ATTENTION_BLOCK;
 }
 
-function hcParams(w: WeightSource, prefix: string, which: 'attn' | 'ffn') {
-  return {
-    fn: w.get(`${prefix}.hc_${which}_fn`),
-    base: w.get(`${prefix}.hc_${which}_base`),
-    scale: w.get(`${prefix}.hc_${which}_scale`),
-  };
-}
-
-function hcDims(c: ModelConfig) {
-  return { n: c.hcMult, d: c.dim, iters: c.hcSinkhornIters, hcEps: c.hcEps, normEps: c.normEps };
+/** The mixes of one hc parameter set (`which`: 'attn' or 'ffn') of the block at `prefix`. */
+function hcMixLogits(o: GraphOps, c: ModelConfig, w: WeightSource, prefix: string, which: 'attn' | 'ffn', X: string): string {
+  return o.hcMixLogits(X, `hc_${which}_fn`, w.get(`${prefix}.hc_${which}_fn`), { n: c.hcMult, d: c.dim, normEps: c.normEps });
 }
 
 /**
- * attnIn: the attention sublayer up to the sparse-attention call.
+ * attnIn: the attention sublayer up to the sparse-attention call, and the attention mixes (a_mix, before
+ * hc_split_sinkhorn, which model/hc-sinkhorn runs).
  * `compressOnly` builds just the compressor inputs (used to extend the first decoder KV source's cache
  * from the encoder output in encode mode).
  */
@@ -66,10 +60,7 @@ export function buildAttnInGraph(ctx: GraphContext, e: LayerPlanEntry, opts: { c
   const preIn = g.input('pre', 'float32', ['S', n]);
 
   if (!opts.compressOnly) {
-    const mix = o.hcMixes(X, 'hc_attn', hcParams(w, p, 'attn'), hcDims(c));
-    g.output(mix.pre, 'a_pre', 'float32', ['S', n]);
-    g.output(mix.post, 'a_post', 'float32', ['S', n]);
-    g.output(mix.comb, 'a_comb', 'float32', ['S', n, n]);
+    g.output(hcMixLogits(o, c, w, p, 'attn', X), 'a_mix', 'float32', ['S', (2 + n) * n]);
   }
   const x = o.rmsNorm(o.hcPre(X, preIn), 'attn_norm', w.get(`${p}.attn_norm.weight`), c.normEps); // [S, d] bf16
 
@@ -241,7 +232,8 @@ export function buildAttentionGraph(ctx: GraphContext, compressed: boolean): Uin
 
 /**
  * attnOut: inverse RoPE of the attention output, output projection + hc_post, then the FFN sublayer's
- * mixes, its input and the MoE gate. Inputs: att [S,H,D] (from the attention graph); X [S,n,d];
+ * mixes (f_mix, before hc_split_sinkhorn, which model/hc-sinkhorn runs), its input and the MoE gate
+ * logits (routing: model/moe-gate). Inputs: att [S,H,D] (from the attention graph); X [S,n,d];
  * a_pre, a_post [S,n]; a_comb [S,n,n]; cos/sin [S,rd/2].
  */
 export function buildAttnOutGraph(ctx: GraphContext, e: LayerPlanEntry): Uint8Array {
@@ -275,28 +267,12 @@ export function buildAttnOutGraph(ctx: GraphContext, e: LayerPlanEntry): Uint8Ar
   const X1 = o.hcPost(y, X, aPost, aComb);
   g.output(X1, 'X1', 'float32', ['S', n, d]);
 
-  const mix = o.hcMixes(X1, 'hc_ffn', hcParams(w, p, 'ffn'), hcDims(c));
-  g.output(mix.pre, 'f_pre', 'float32', ['S', n]);
-  g.output(mix.post, 'f_post', 'float32', ['S', n]);
-  g.output(mix.comb, 'f_comb', 'float32', ['S', n, n]);
+  g.output(hcMixLogits(o, c, w, p, 'ffn', X1), 'f_mix', 'float32', ['S', (2 + n) * n]);
   const xf = o.rmsNorm(o.hcPre(X1, aPre), 'ffn_norm', w.get(`${p}.ffn_norm.weight`), c.normEps);
   g.output(xf, 'xf', 'float32', ['S', d]);
 
-  // MoE gate (trunk §3.1): fp32 scores, bias for selection only
-  const E = c.numRoutedExperts;
-  let scores = o.linearF32(xf, 'gate_w', w.get(`${p}.ffn.gate.weight`), E, d);
-  if (c.gateTemp !== 1) scores = g.div(scores, g.scalar(c.gateTemp));
-  if (c.scoreFunc === 'sqrtsoftplus') scores = g.sqrt(o.softplus(scores));
-  else if (c.scoreFunc === 'sigmoid') scores = g.sigmoid(scores);
-  else scores = g.op('Softmax', [scores], { axis: -1 });
-  const biased = g.add(scores, g.weight('gate_bias', w.get(`${p}.ffn.gate.bias`), [E]));
-  const k = c.numActivatedExperts;
-  const [, experts] = g.node('TopK', [biased, g.const('int64', [k])], { axis: -1, largest: 1, sorted: 1 }, 2) as [string, string];
-  let weights = g.op('GatherElements', [scores, experts], { axis: -1 });
-  if (c.normTopKProb && k > 1) weights = g.div(weights, g.add(g.reduceSum(weights, [-1], true), g.scalar(1e-20)));
-  weights = g.mul(weights, g.scalar(Math.fround(c.routeScale)));
-  g.output(g.cast(experts, 'int32'), 'experts', 'int32', ['S', k]);
-  g.output(weights, 'expert_weights', 'float32', ['S', k]);
+  // MoE gate logits (trunk §3.1): x·W^T in fp32; scoring and routing run in model/moe-gate
+  g.output(o.linearF32(xf, 'gate_w', w.get(`${p}.ffn.gate.weight`), c.numRoutedExperts, d), 'gate_logits', 'float32', ['S', c.numRoutedExperts]);
   return g.toBytes();
 }
 

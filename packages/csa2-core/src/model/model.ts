@@ -48,6 +48,8 @@ import {
 } from './layer-graphs.js';
 import { ropeFrequencies, ropeRows } from './rope.js';
 import { Sequence, type KvSourceCache } from './sequence.js';
+import { hcSplitSinkhorn, type HcSplitParams } from './hc-sinkhorn.js';
+import { moeGate, type MoeGateParams } from './moe-gate.js';
 
 export interface ModelOptions {
   /** 'bf16' follows the reference's bf16 execution; 'fp32' is plain float32. @defaultValue 'bf16' */
@@ -92,6 +94,10 @@ interface LayerSessions {
   /** The layer's attention sink logits [H] (input of the shared attention graph). */
   sink: Float32Array;
   moe: GraphSession;
+  /** hc_split_sinkhorn parameters of the attention and FFN mixes. */
+  hcAttn: HcSplitParams;
+  hcFfn: HcSplitParams;
+  gate: MoeGateParams;
   compress: GraphSession | null;
   indexer: GraphSession | null;
 }
@@ -143,6 +149,16 @@ export class Csa2Model {
         attnOut: await open(`attn_out_${e.layer}`, buildAttnOutGraph(ctx, e)),
         sink: weights.get(`layers.${e.layer}.attn.attn_sink`),
         moe: await open(`moe_${e.layer}`, buildMoeGraph(ctx, e)),
+        hcAttn: hcSplitParams(config, weights, e.layer, 'attn'),
+        hcFfn: hcSplitParams(config, weights, e.layer, 'ffn'),
+        gate: {
+          scoreFunc: config.scoreFunc,
+          gateTemp: config.gateTemp,
+          normTopKProb: config.normTopKProb,
+          routeScale: config.routeScale,
+          k: config.numActivatedExperts,
+          bias: weights.get(`layers.${e.layer}.ffn.gate.bias`),
+        },
         compress: e.isKvSource ? await open(`compress_${e.layer}`, buildCompressGraph(ctx, e)) : null,
         indexer: e.isIndexSource ? await open(`indexer_${e.layer}`, buildIndexerGraph(ctx, e)) : null,
       });
@@ -471,20 +487,20 @@ export class Csa2Model {
       kv: f32(kv, [kv.length / D, D]),
       sink: f32(sessions.sink, [c.numHeads]),
     };
+    const aMix = hcSplitSinkhorn((a['a_mix'] as HostTensor).data as Float32Array, sessions.hcAttn);
     const att = await this.runAttention(this.attention[m > 0 ? 1 : 0], feeds, S, C, idx);
     const attn = await sessions.attnOut.run({
       att,
       X: f32(X, [S, n, d]),
-      a_pre: a['a_pre'] as HostTensor,
-      a_post: a['a_post'] as HostTensor,
-      a_comb: a['a_comb'] as HostTensor,
+      a_pre: f32(aMix.pre, [S, n]),
+      a_post: f32(aMix.post, [S, n]),
+      a_comb: f32(aMix.comb, [S, n, n]),
       cos: rope.cos,
       sin: rope.sin,
     });
 
     // 4. MoE: group rows by expert (ascending expert id, rows ascending), then experts + shared + hc_post
-    const experts = (attn['experts'] as HostTensor).data as Int32Array;
-    const weights = (attn['expert_weights'] as HostTensor).data as Float32Array;
+    const { experts, weights } = moeGate((attn['gate_logits'] as HostTensor).data as Float32Array, sessions.gate);
     this.observer?.routing?.(e.layer, p0, S, (attn['xf'] as HostTensor).data as Float32Array, experts, weights);
     const k = c.numActivatedExperts;
     const E = c.numRoutedExperts;
@@ -497,11 +513,12 @@ export class Csa2Model {
         (wOf[ex] as number[]).push(weights[r * k + j] as number);
       }
     }
+    const fMix = hcSplitSinkhorn((attn['f_mix'] as HostTensor).data as Float32Array, sessions.hcFfn);
     const moeFeeds: Record<string, HostTensor> = {
       xf: attn['xf'] as HostTensor,
       X1: attn['X1'] as HostTensor,
-      f_post: attn['f_post'] as HostTensor,
-      f_comb: attn['f_comb'] as HostTensor,
+      f_post: f32(fMix.post, [S, n]),
+      f_comb: f32(fMix.comb, [S, n, n]),
     };
     for (let ex = 0; ex < E; ex++) {
       const rws = rowsOf[ex] as number[];
@@ -511,7 +528,7 @@ export class Csa2Model {
       moeFeeds[`w_${ex}`] = f32(Float32Array.from(order.map((i) => (wOf[ex] as number[])[i] as number)), [rws.length, 1]);
     }
     const moe = await sessions.moe.run(moeFeeds);
-    return { X: (moe['X2'] as HostTensor).data as Float32Array, pre: (attn['f_pre'] as HostTensor).data as Float32Array };
+    return { X: (moe['X2'] as HostTensor).data as Float32Array, pre: fMix.pre };
   }
 
   /** The shared attention graph over row blocks small enough for the attention memory budget; `att` concatenated by row. */
@@ -630,6 +647,16 @@ export class Csa2Model {
       this.observer?.candidates?.(e.layer, p0, S, nVis, shared.candidates);
     }
   }
+}
+
+function hcSplitParams(c: ModelConfig, w: WeightSource, layer: number, which: 'attn' | 'ffn'): HcSplitParams {
+  return {
+    n: c.hcMult,
+    iters: c.hcSinkhornIters,
+    eps: c.hcEps,
+    scale: w.get(`layers.${layer}.hc_${which}_scale`),
+    base: w.get(`layers.${layer}.hc_${which}_base`),
+  };
 }
 
 function concat(parts: readonly Float32Array[]): Float32Array {

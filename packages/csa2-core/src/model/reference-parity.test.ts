@@ -1,9 +1,17 @@
 /**
  * Parity with the official reference on every golden fixture (../shared/fixtures/*): exact mode,
- * greedy, layer by layer. Tolerances: block outputs within one bf16 ulp of the reference streams; every
- * top-k list, candidate mask, window ring and cache row identical; generated ids identical; logits
- * within 1e-3 except rows where one bf16 rounding of an fp32 sum lands on the other side (see the
- * per-row report printed by the test).
+ * greedy, layer by layer. Block outputs within one bf16 ulp of the reference streams; every top-k list,
+ * candidate mask, window ring and cache row identical; generated ids identical.
+ *
+ * Logits. The official run is on a GPU, whose expf and sigmoid are not correctly rounded (measured on an
+ * H200: 30% of expf results are 1–2 ulp off). The hc mixes and the gate compute their float32
+ * transcendental functions correctly rounded, as the official code does on a CPU. One ulp in one exp of
+ * the hc Sinkhorn can move a bf16 rounding and with it the window KV, so a faithful CPU execution follows
+ * the GPU run only up to the first such flip. The fixture measures that spread itself: the official code
+ * re-run on a CPU (`xcheck.logits_bf16_cpu`) differs from `logits` by up to 0.0238. So the logits must be
+ * within that spread of the official GPU logits on every row, equal to them (1e-6) on the prefill row, and
+ * within 1e-6 of the official CPU run on every row but at most one. Fixtures without the CPU cross-check
+ * are held to 1e-3 against the official logits.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -15,7 +23,10 @@ import { Csa2Model } from './model.js';
 import { argmax } from './sampler.js';
 import { BF16_ULP } from '../numerics/bf16.js';
 
+/** Logits tolerance where no second official execution measures the spread. */
 const LOGITS_ATOL = 1e-3;
+/** Last-place float32 differences of logits of magnitude ~4. */
+const LOGITS_EXACT = 1e-6;
 
 function maxAbsDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
   assert.equal(a.length, b.length);
@@ -74,14 +85,16 @@ for (const dir of goldenFixtures()) {
     // free-running greedy decode
     decoding = true;
     const ids: number[] = [];
-    const rowDiffs: number[] = [];
+    const rows: Float32Array[] = [];
     for (let t = 0; t < expectedIds.length; t++) {
-      rowDiffs.push(maxAbsDiff(logits, refLogits.subarray(t * V, (t + 1) * V)));
+      rows.push(logits);
       const id = argmax(logits);
       ids.push(id);
       if (t + 1 < expectedIds.length) logits = await model.step(seq, id);
     }
-    console.log(`${name}: logits max |diff| per row: ${rowDiffs.map((x) => x.toExponential(1)).join(' ')}`);
+    const rowDiffs = (ref: Float32Array) => rows.map((r, t) => maxAbsDiff(r, ref.subarray(t * V, (t + 1) * V)));
+    const official = rowDiffs(refLogits);
+    console.log(`${name}: logits max |diff| per row vs the official (GPU) run: ${official.map((x) => x.toExponential(1)).join(' ')}`);
     assert.deepEqual(ids, expectedIds, 'generated ids');
     for (const e of ckpt.plan.entries) {
       if (!e.isIndexSource) continue;
@@ -95,9 +108,20 @@ for (const dir of goldenFixtures()) {
       assert.equal(maxAbsDiff(c.mainKv.view(), golden.readTensorF32(`cache.layer${e.layer}.compress_kv`).subarray(0, c.mainKv.view().length)), 0, `layer ${e.layer} main KV cache`);
       assert.equal(maxAbsDiff(c.indexK.view(), golden.readTensorF32(`cache.layer${e.layer}.index_k`).subarray(0, c.indexK.view().length)), 0, `layer ${e.layer} index K cache`);
     }
-    // logits: 1e-3 on every row but at most one (a single bf16 flip in the last block moves a row by ~1e-2)
-    const over = rowDiffs.filter((x) => x > LOGITS_ATOL);
-    assert.ok(over.length <= 1 && Math.max(...rowDiffs) < 2e-2, `logits rows over ${LOGITS_ATOL}: ${over.join(', ')}`);
+    // logits (see the module comment)
+    if (golden.tensors.has('xcheck.logits_bf16_cpu')) {
+      const cpuRef = golden.readTensorF32('xcheck.logits_bf16_cpu');
+      let spread = 0;
+      for (let i = 0; i < cpuRef.length; i++) spread = Math.max(spread, Math.abs((cpuRef[i] as number) - (refLogits[i] as number)));
+      const cpu = rowDiffs(cpuRef);
+      console.log(`${name}: logits max |diff| per row vs the official code on a CPU: ${cpu.map((x) => x.toExponential(1)).join(' ')}; GPU–CPU spread ${spread.toExponential(2)}`);
+      assert.ok((official[0] as number) <= LOGITS_EXACT, `prefill logits differ from the official ones by ${official[0]}`);
+      official.forEach((x, t) => assert.ok(x <= spread + LOGITS_EXACT, `logits row ${t} differs from the official run by ${x}, more than the official GPU–CPU spread ${spread}`));
+      const off = cpu.filter((x) => x > LOGITS_EXACT);
+      assert.ok(off.length <= 1 && Math.max(...cpu) <= spread + LOGITS_EXACT, `logits rows off the official CPU run: ${off.join(', ')}`);
+    } else {
+      official.forEach((x, t) => assert.ok(x <= LOGITS_ATOL, `logits row ${t} differs from the official run by ${x}`));
+    }
     ckpt.close();
     golden.close();
     await model.dispose();
