@@ -74,9 +74,9 @@ export interface ModelBenchOptions {
 }
 
 /**
- * 2^22 gathered attention values per attention run: csa2-core's default. Every layer's attention graph is
- * its own ORT session whose CPU arena keeps its peak size, so at 2^24 the 40-layer dim-1024 model reached
- * 20 GiB RSS prefilling 1K tokens on this 24 GiB machine (9 GiB at 2^22).
+ * csa2-core's default bound on the float32 values live in one attention graph run (2^24: a whole 256-row
+ * chunk of the 1024 model in one run). The attention graphs are two sessions shared by all layers and
+ * gather one block of 64 keys at a time, so this bounds ~64 MiB per arena, not per layer.
  */
 export const BENCH_ATTENTION_BUDGET_VALUES = DEFAULT_MODEL_OPTIONS.attentionBudgetValues;
 
@@ -583,7 +583,7 @@ export const modelSuite: BenchSuite = {
     'attention-budget': {
       type: 'string',
       valueName: 'N',
-      description: `gathered attention values per attention graph run (csa2-core's default ${DEFAULT_MODEL_OPTIONS.attentionBudgetValues} needs ~20 GiB for the 1024 model)`,
+      description: `float32 values live in one attention graph run (csa2-core's default ${DEFAULT_MODEL_OPTIONS.attentionBudgetValues}); longer chunks run in row blocks`,
       defaultText: String(BENCH_ATTENTION_BUDGET_VALUES),
     },
     replay: { type: 'string', valueName: 'R', description: 'decoder replay tokens of the CED column', defaultText: '128' },
