@@ -362,17 +362,16 @@ async function benchModel(spec: BenchModelSpec, opts: ModelBenchOptions, ceiling
         contexts.filter((c) => c.capped).map((c) => `${fmtTokens(c.requested)} → ${c.context}`).join(', ')
       : null;
 
-    // warm-up: first runs of every session (allocator arenas, thread pools) are not measured; one window of
-    // tokens, so that every window slot and attention block has been used once
+    // warm-up: first runs of every session at full chunk size (allocator arenas, thread pools) are not
+    // measured: csa2-core's own warm-up (one chunk through exact prefill, a decode step and encode), then
+    // one decoder replay (the CED column's path)
     t0 = performance.now();
-    const w = Math.min(config.windowSize, cap);
-    const warmIds = seededTokenIds(opts.seed + 1, w, config.vocabSize);
-    const ws = model.createSequence();
-    const wl = await model.prefillExact(ws, warmIds);
-    await model.step(ws, argmax(wl));
+    await model.warmUp();
     if (plan.decoderStart !== null) {
-      const ws2 = model.createSequence();
-      await model.decoderReplay(ws2, await model.encode(ws2, warmIds, { replayTokens: w, keepRows: w }));
+      const w = Math.min(opts.replayTokens, cap);
+      const warmIds = seededTokenIds(opts.seed + 1, w, config.vocabSize);
+      const ws = model.createSequence();
+      await model.decoderReplay(ws, await model.encode(ws, warmIds, { replayTokens: w, keepRows: w }));
     }
     const warmupMs = performance.now() - t0;
 

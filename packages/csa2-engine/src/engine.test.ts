@@ -1,7 +1,9 @@
-/** StopMatcher (stop sequences over streamed text) and Engine's stop handling. */
+/** StopMatcher (stop sequences over streamed text), Engine's stop handling and its warm-up. */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { StopMatcher } from './engine.js';
+import { join } from 'node:path';
+import { fixturesRoot } from '@csa2/core';
+import { Engine, StopMatcher } from './engine.js';
 
 function feed(stops: string[], pieces: string[]): { out: string; stopped: boolean } {
   const m = new StopMatcher(stops);
@@ -29,4 +31,23 @@ test('text that only looks like the start of a stop sequence is released', () =>
 test('without stop sequences text passes through; empty stop strings are refused', () => {
   assert.deepEqual(feed([], ['a', 'b']), { out: 'ab', stopped: false });
   assert.throws(() => new StopMatcher(['']), /non-empty/);
+});
+
+test('warmUp: the engine reports how long its warm-up took, and a warmed-up engine generates exactly what a cold one does', async () => {
+  const modelDir = join(fixturesRoot(), 'deepseek-v41-tiny-a');
+  const cold = await Engine.open({ modelDir });
+  const warm = await Engine.open({ modelDir, warmUp: true });
+  try {
+    assert.equal(cold.info().warmUpMs, null);
+    const ms = warm.info().warmUpMs;
+    assert.ok(ms !== null && ms > 0, `warm-up time ${ms}`);
+    const req = { promptIds: [1, 40, 41, 42, 43, 7, 9], maxTokens: 6, sampling: { temperature: 0, topP: 1, seed: 0 }, exact: true, ignoreEos: true, keepLogits: true };
+    const a = await cold.generate(req);
+    const b = await warm.generate(req);
+    assert.deepEqual(b.tokens, a.tokens);
+    b.logits.forEach((row, i) => assert.deepEqual(Array.from(row), Array.from(a.logits[i]!), `logits row ${i}`));
+  } finally {
+    await cold.close();
+    await warm.close();
+  }
 });

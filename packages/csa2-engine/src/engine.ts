@@ -51,6 +51,12 @@ export interface EngineOptions {
   readonly chunkCacheBytes?: number;
   /** Tokens per artifact chunk for documents this engine writes. @defaultValue 4096 */
   readonly chunkTokens?: number;
+  /**
+   * Run one chunk of placeholder tokens through the model before open() returns (Csa2Model.warmUp), so
+   * the first request does not pay for memory-arena growth. Serving workers turn it on; one-shot CLI
+   * runs leave it off. @defaultValue false
+   */
+  readonly warmUp?: boolean;
 }
 
 /** A stored document whose tokens precede the prompt. */
@@ -154,6 +160,8 @@ export interface ModelInfo {
   /** The artifacts' model id: the checkpoint fingerprint (+ '-fp32' in fp32 numerics). */
   readonly modelId: string;
   readonly bytesPerToken: number;
+  /** How long the warm-up at open took (ms), null when the engine was opened without one. */
+  readonly warmUpMs: number | null;
 }
 
 /** Holds back text that might be the start of a stop sequence; reports where a stop sequence begins. */
@@ -211,6 +219,7 @@ export class Engine {
     readonly layout: ArtifactLayout,
     private readonly store: ObjectStore | null,
     private readonly options: EngineOptions,
+    private readonly warmUpMs: number | null,
   ) {
     this.cache = new ChunkCache({ maxBytes: options.chunkCacheBytes ?? 256 * 1024 * 1024 });
   }
@@ -224,7 +233,8 @@ export class Engine {
       const modelId = (await modelFingerprint(options.modelDir)) + (numerics === 'fp32' ? '-fp32' : '');
       const layout = artifactLayout(model.config, model.plan, modelId);
       store = options.store === undefined ? null : openStore(options.store);
-      return new Engine(model, tokenizer, options.modelDir, layout, store, options);
+      const warmUpMs = options.warmUp === true ? await model.warmUp() : null;
+      return new Engine(model, tokenizer, options.modelDir, layout, store, options, warmUpMs);
     } catch (err) {
       await store?.close();
       await model.dispose();
@@ -243,6 +253,7 @@ export class Engine {
       eosIds: this.tokenizer.eosIds,
       modelId: this.layout.modelId,
       bytesPerToken: bytesPerToken(this.layout),
+      warmUpMs: this.warmUpMs,
     };
   }
 

@@ -25,18 +25,25 @@ export function decoderEngineOptions(config: DecoderConfig): EngineOptions {
   return {
     modelDir: config.modelDir,
     runtime: { intraOpThreads: config.threads, executionProvider: config.provider },
+    // one chunk through the model before taking jobs, so the first job does not pay for arena growth
+    warmUp: true,
     ...(config.storeUrl !== undefined ? { store: config.storeUrl } : {}),
     ...(config.chunkCacheBytes !== undefined ? { chunkCacheBytes: config.chunkCacheBytes } : {}),
   };
 }
 
 export async function startDecoderWorker(config: DecoderConfig, options: DecoderWorkerOptions = {}): Promise<DecoderWorker> {
+  const log = options.log ?? jsonLogger('decoder-worker', config.logLevel);
   return startEngineWorker({
     name: 'decoder worker',
     queue: DECODE_QUEUE,
     config,
-    log: options.log ?? jsonLogger('decoder-worker', config.logLevel),
-    startEngine: () => EngineHost.start(decoderEngineOptions(config)),
+    log,
+    startEngine: async () => {
+      const host = await EngineHost.start(decoderEngineOptions(config));
+      log('info', 'model loaded and warmed up', { warmUpMs: Math.round(host.info.warmUpMs ?? 0) });
+      return host;
+    },
     setup: (deps) => ({
       processor: createDecodeProcessor({
         ...deps,

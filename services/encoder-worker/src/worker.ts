@@ -26,6 +26,8 @@ export function encoderEngineOptions(config: EncoderConfig): EngineOptions {
   return {
     modelDir: config.modelDir,
     runtime: { intraOpThreads: config.threads, executionProvider: config.provider },
+    // one chunk through the model before taking jobs, so the first job does not pay for arena growth
+    warmUp: true,
     store: config.storeUrl,
     ...(config.chunkTokens !== undefined ? { chunkTokens: config.chunkTokens } : {}),
     ...(config.chunkCacheBytes !== undefined ? { chunkCacheBytes: config.chunkCacheBytes } : {}),
@@ -33,12 +35,17 @@ export function encoderEngineOptions(config: EncoderConfig): EngineOptions {
 }
 
 export async function startEncoderWorker(config: EncoderConfig, options: EncoderWorkerOptions = {}): Promise<EncoderWorker> {
+  const log = options.log ?? jsonLogger('encoder-worker', config.logLevel);
   return startEngineWorker({
     name: 'encoder worker',
     queue: PREFILL_QUEUE,
     config,
-    log: options.log ?? jsonLogger('encoder-worker', config.logLevel),
-    startEngine: () => EngineHost.start(encoderEngineOptions(config)),
+    log,
+    startEngine: async () => {
+      const host = await EngineHost.start(encoderEngineOptions(config));
+      log('info', 'model loaded and warmed up', { warmUpMs: Math.round(host.info.warmUpMs ?? 0) });
+      return host;
+    },
     setup: (deps) => {
       const decodeQueue = new Queue(DECODE_QUEUE, { connection: deps.redis });
       const processor = createEncodeProcessor({

@@ -221,6 +221,24 @@ export class Csa2Model {
 
   // ---------------------------------------------------------------- entry points
 
+  /**
+   * Runs one full chunk of placeholder tokens through every session (exact prefill, a decode step and,
+   * with an encoder–decoder split, an encode) on throwaway sequences. A session's first run at a given
+   * size grows its memory arena and touches the weights for the first time: at dim 1024 the first
+   * 256-token chunk took ~3× as long as later ones. Serving processes call this before reporting ready
+   * so that the first request does not pay for it. Returns the time taken in ms.
+   */
+  async warmUp(): Promise<number> {
+    const t0 = performance.now();
+    const n = Math.max(1, Math.min(this.options.chunkTokens, this.config.maxSeqLen - 1));
+    const ids = Array.from({ length: n }, (_, i) => i % this.config.vocabSize);
+    const seq = this.createSequence();
+    await this.prefillExact(seq, ids);
+    await this.step(seq, 0);
+    if (this.plan.decoderStart !== null) await this.encode(this.createSequence(), ids, { replayTokens: 0, keepRows: 1 });
+    return performance.now() - t0;
+  }
+
   /** Exact prefill: the whole prompt through every layer as one segment (the official code's prefill). */
   async prefillExact(seq: Sequence, ids: readonly number[], onProgress?: ProgressCallback): Promise<Float32Array> {
     if (seq.length !== 0) throw new InputError('prefillExact needs an empty sequence');
