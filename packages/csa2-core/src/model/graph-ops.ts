@@ -169,15 +169,6 @@ export class GraphOps {
     return this.bf(g.add(expanded, mixed));
   }
 
-  /** softplus like torch (threshold 20), with an accurate log1p: log1p(u) = log(1+u)·u/((1+u)−1). */
-  softplus(x: string): string {
-    const g = this.g;
-    const u = g.exp(x);
-    const w = g.add(g.scalar(1), u);
-    const log1p = g.where(g.equal(w, g.scalar(1)), u, g.div(g.mul(g.log(w), u), g.sub(w, g.scalar(1))));
-    return g.where(g.greater(x, g.scalar(20)), x, log1p);
-  }
-
   /** F.silu as torch computes it: x / (1 + exp(-x)). */
   silu(x: string): string {
     const g = this.g;
