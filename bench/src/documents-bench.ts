@@ -2,8 +2,9 @@
  * @module documents-bench
  * Time to first token for a question on a stored (ingested) document against prefilling the same
  * tokens from scratch, side by side in one run (issue "cache artifacts", Measure): ingest once, then
- *   - stored, fresh reader: manifest + chunks fetched from the filesystem store and verified, encoder
- *     replay of the last R document tokens + the question, decoder replay of the last R tokens;
+ *   - stored, fresh reader: a newly started engine, warmed up as a decoder worker is before it takes
+ *     jobs; manifest + chunks fetched from the filesystem store and verified, encoder replay of the last
+ *     R document tokens + the question, decoder replay of the last R tokens;
  *   - stored, cached chunks: the same with the engine's chunk cache warm (a decoder worker's repeat case);
  *   - cold CED prefill: encoder over all tokens + decoder replay of the last R (no artifact);
  *   - cold exact prefill: every layer over all tokens, as the official code does.
@@ -72,8 +73,9 @@ export async function runDocumentsBench(opts: DocumentsBenchOptions, io: BenchIo
     const rows: Row[] = [];
     const first = async (req: Omit<Parameters<Engine['generate']>[0], 'maxTokens' | 'sampling'>) => (await engine.generate({ ...req, maxTokens: 1, sampling: greedy, ignoreEos: true })).timings.prefillMs;
 
-    // a fresh engine has an empty chunk cache: the first stored query fetches and verifies every chunk
-    const fresh = await Engine.open({ modelDir: ckpt.dir, store: pathToFileURL(storeDir).href });
+    // a fresh engine (warmed up, as a decoder worker is) has an empty chunk cache: the first stored query
+    // fetches and verifies every chunk
+    const fresh = await Engine.open({ modelDir: ckpt.dir, store: pathToFileURL(storeDir).href, warmUp: true });
     try {
       io.log('documents: stored document, fresh reader');
       rows.push({ path: 'stored document, chunks fetched + verified', ttftMs: (await fresh.generate({ promptIds: question, document: { tenant: 'bench', documentId: 'doc' }, maxTokens: 1, sampling: greedy, replayTokens: opts.replayTokens, ignoreEos: true })).timings.prefillMs });
