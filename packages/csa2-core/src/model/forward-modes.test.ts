@@ -114,3 +114,16 @@ test('windows wider than one attention block: short prompts run, and are exact (
     r.forEach((row, i) => assert.ok(row.every(Number.isFinite), `window ${[64, 128][w]} row ${i}: finite logits`));
   }
 });
+
+test('attention run in row blocks (a small attention budget) gives the same prefill and decode logits as one run per chunk', async () => {
+  const whole = await open();
+  // (64 + 3·heads)·head_dim values per row: this budget leaves 3 rows per attention run
+  const c = ckpt.config;
+  const blocked = await open({ attentionBudgetValues: 3 * (64 + 3 * c.numHeads) * c.headDim });
+  const a = whole.createSequence();
+  const b = blocked.createSequence();
+  same(await blocked.prefillExact(b, prompt), await whole.prefillExact(a, prompt), 'prefill logits');
+  same(await blocked.step(b, 7), await whole.step(a, 7), 'decode logits');
+  await whole.dispose();
+  await blocked.dispose();
+});

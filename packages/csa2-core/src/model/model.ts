@@ -549,20 +549,20 @@ export class Csa2Model {
     return { X: (moe['X2'] as HostTensor).data as Float32Array, pre: fMix.pre };
   }
 
-  /** The shared attention graph over row blocks small enough for the attention memory budget; `att` concatenated by row. */
+  /** The shared attention graph over row blocks small enough for the attention memory budget; `att` [S, H, D]. */
   private async runAttention(session: GraphSession, feeds: Record<string, HostTensor>, S: number, C: number, idx: Int32Array): Promise<HostTensor> {
-    const c = this.config;
+    const { numHeads: H, headDim: D } = this.config;
     // live per row while one block runs: its gathered keys [64, D] and ~3 [H, D] accumulators
-    const perRow = (ATTENTION_BLOCK + 3 * c.numHeads) * c.headDim;
-    const block = Math.max(1, Math.floor(this.options.attentionBudgetValues / perRow));
+    const block = Math.max(1, Math.floor(this.options.attentionBudgetValues / ((ATTENTION_BLOCK + 3 * H) * D)));
     if (block >= S) return (await session.run({ ...feeds, idx: i32(idx, [S, C]) }))['att'] as HostTensor;
-    const parts: HostTensor[] = [];
+    const q = (feeds['q'] as HostTensor).data as Float32Array;
+    const att = new Float32Array(S * H * D);
     for (let r0 = 0; r0 < S; r0 += block) {
       const r1 = Math.min(S, r0 + block);
-      const q = feeds['q'] as HostTensor;
-      parts.push((await session.run({ ...feeds, q: sliceRows(q, r0, r1), idx: i32(idx.subarray(r0 * C, r1 * C), [r1 - r0, C]) }))['att'] as HostTensor);
+      const out = await session.run({ ...feeds, q: f32(q.subarray(r0 * H * D, r1 * H * D), [r1 - r0, H, D]), idx: i32(idx.subarray(r0 * C, r1 * C), [r1 - r0, C]) });
+      att.set((out['att'] as HostTensor).data as Float32Array, r0 * H * D);
     }
-    return concatRows(parts);
+    return f32(att, [S, H, D]);
   }
 
   /** Feeds this chunk's compressor inputs into the KV source's groups; completed groups become cache rows. */
@@ -686,40 +686,4 @@ function concat(parts: readonly Float32Array[]): Float32Array {
     o += p.length;
   }
   return out;
-}
-
-function sliceRows(t: HostTensor, r0: number, r1: number): HostTensor {
-  const per = t.dims.slice(1).reduce((a, b) => a * b, 1);
-  const dims = [r1 - r0, ...t.dims.slice(1)];
-  switch (t.type) {
-    case 'float32':
-      return f32(t.data.subarray(r0 * per, r1 * per), dims);
-    case 'int32':
-      return i32(t.data.subarray(r0 * per, r1 * per), dims);
-    case 'int64':
-      return i64(t.data.subarray(r0 * per, r1 * per), dims);
-    case 'bool':
-      return bool(t.data.subarray(r0 * per, r1 * per), dims);
-  }
-}
-
-function concatRows(parts: readonly HostTensor[]): HostTensor {
-  const first = parts[0] as HostTensor;
-  const rows = parts.reduce((s, p) => s + (p.dims[0] as number), 0);
-  const dims = [rows, ...first.dims.slice(1)];
-  switch (first.type) {
-    case 'float32':
-      return f32(concat(parts.map((p) => p.data as Float32Array)), dims);
-    case 'int32': {
-      const out = new Int32Array(parts.reduce((s, p) => s + p.data.length, 0));
-      let o = 0;
-      for (const p of parts) {
-        out.set(p.data as Int32Array, o);
-        o += p.data.length;
-      }
-      return i32(out, dims);
-    }
-    default:
-      throw new Error(`concatRows: unsupported ${first.type}`);
-  }
 }
