@@ -6,6 +6,7 @@
  * The best GFLOP/s over the shapes is "the ceiling" that model figures are reported against.
  */
 import { DEFAULT_RUNTIME_OPTIONS, GraphBuilder, SeededRandom, f32, openGraphSession, type RuntimeOptions } from '@csa2/core';
+import { median } from './stats.js';
 
 export interface MatmulShape {
   readonly m: number;
@@ -43,12 +44,6 @@ export interface CeilingResult {
   readonly shapes: readonly ShapeResult[];
   /** The shape with the highest GFLOP/s. */
   readonly best: ShapeResult;
-}
-
-function median(values: readonly number[]): number {
-  const s = [...values].sort((a, b) => a - b);
-  const mid = Math.floor(s.length / 2);
-  return s.length % 2 === 1 ? (s[mid] as number) : ((s[mid - 1] as number) + (s[mid] as number)) / 2;
 }
 
 function randomMatrix(rng: SeededRandom, count: number): Float32Array {

@@ -36,6 +36,7 @@ import { machineFacts, peakRssBytes, type MachineFacts } from './machine.js';
 import { progressReporter } from './progress.js';
 import { UsageError, type BenchIo, type BenchSuite, type OptionValues } from './suite.js';
 import { fmtDuration, fmtGiB, fmtPercent, fmtSig, fmtTokens, markdownTable, type Column } from './table.js';
+import { median } from './stats.js';
 
 /** bench/ (this file runs from bench/dist/). */
 const BENCH_DIR = fileURLToPath(new URL('../', import.meta.url));
@@ -209,12 +210,6 @@ export interface ModelBenchResult {
 }
 
 // ------------------------------------------------------------------ running
-
-function median(values: readonly number[]): number {
-  const s = [...values].sort((a, b) => a - b);
-  const mid = Math.floor(s.length / 2);
-  return s.length % 2 === 1 ? (s[mid] as number) : ((s[mid - 1] as number) + (s[mid] as number)) / 2;
-}
 
 function phase(tokens: number, ms: number, flops: number, ceiling: CeilingResult): PhaseResult {
   const gflops = flops / (ms * 1e6);

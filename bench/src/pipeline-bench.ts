@@ -16,17 +16,13 @@ import { Engine } from '@csa2/engine';
 import { API_KEY, OTHER_API_KEY, Pipeline, seededTestModel } from '@csa2/test';
 import type { BenchIo, BenchSuite, OptionValues } from './suite.js';
 import { positiveIntOption } from './suite.js';
+import { percentile } from './stats.js';
 import { fmtDuration, markdownTable } from './table.js';
 
 export interface PipelineBenchOptions {
   readonly samples: number;
   readonly concurrency: number;
   readonly docTokens: number;
-}
-
-function percentile(xs: readonly number[], p: number): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))] as number;
 }
 
 async function completion(url: string, body: Record<string, unknown>, apiKey = API_KEY): Promise<{ ms: number; ttftMs: number; json: Record<string, unknown> }> {
