@@ -46,15 +46,36 @@ interface Row {
   readonly ttftMs: number;
 }
 
-export async function runDocumentsBench(opts: DocumentsBenchOptions, io: BenchIo): Promise<string> {
-  const ckpt = await ensureSeededCheckpoint(DOCUMENTS_BENCH_MODELS[opts.model].config, { seed: 1, cacheRoot: opts.cacheRoot, log: io.log });
+/** Greedy sampling, for the suites that compare prefill paths. */
+export const GREEDY = { temperature: 0, topP: 1, seed: 0 } as const;
+
+/**
+ * Runs `fn` with an engine on the seeded checkpoint of `model` and a temporary filesystem store (its URL
+ * is passed on, for more engines on the same store); closes the engine and removes the store after.
+ */
+export async function withDocumentsEngine<T>(
+  model: DocumentsBenchModel,
+  cacheRoot: string,
+  io: BenchIo,
+  fn: (engine: Engine, env: { readonly modelDir: string; readonly storeUrl: string }) => Promise<T>,
+): Promise<T> {
+  const ckpt = await ensureSeededCheckpoint(DOCUMENTS_BENCH_MODELS[model].config, { seed: 1, cacheRoot, log: io.log });
   const storeDir = mkdtempSync(join(tmpdir(), 'csa2-bench-docs-'));
-  const engine = await Engine.open({ modelDir: ckpt.dir, store: pathToFileURL(storeDir).href });
+  const storeUrl = pathToFileURL(storeDir).href;
+  const engine = await Engine.open({ modelDir: ckpt.dir, store: storeUrl });
   try {
+    return await fn(engine, { modelDir: ckpt.dir, storeUrl });
+  } finally {
+    await engine.close();
+    rmSync(storeDir, { recursive: true, force: true });
+  }
+}
+
+export async function runDocumentsBench(opts: DocumentsBenchOptions, io: BenchIo): Promise<string> {
+  return withDocumentsEngine(opts.model, opts.cacheRoot, io, async (engine, { modelDir, storeUrl }) => {
     const V = engine.model.config.vocabSize;
     const doc = seededTokenIds(7, opts.docTokens, V);
     const question = seededTokenIds(8, opts.questionTokens, V);
-    const greedy = { temperature: 0, topP: 1, seed: 0 };
     io.log(`documents: ingesting ${opts.docTokens} tokens`);
     const t0 = performance.now();
     let lastLog = 0;
@@ -71,24 +92,26 @@ export async function runDocumentsBench(opts: DocumentsBenchOptions, io: BenchIo
     );
     const ingestMs = performance.now() - t0;
     const rows: Row[] = [];
-    const first = async (req: Omit<Parameters<Engine['generate']>[0], 'maxTokens' | 'sampling'>) => (await engine.generate({ ...req, maxTokens: 1, sampling: greedy, ignoreEos: true })).timings.prefillMs;
+    const first = async (on: Engine, req: Omit<Parameters<Engine['generate']>[0], 'maxTokens' | 'sampling'>) =>
+      (await on.generate({ ...req, maxTokens: 1, sampling: GREEDY, ignoreEos: true })).timings.prefillMs;
+    const stored = { promptIds: question, document: { tenant: 'bench', documentId: 'doc' }, replayTokens: opts.replayTokens };
 
     // a fresh engine (warmed up, as a decoder worker is) has an empty chunk cache: the first stored query
     // fetches and verifies every chunk
-    const fresh = await Engine.open({ modelDir: ckpt.dir, store: pathToFileURL(storeDir).href, warmUp: true });
+    const fresh = await Engine.open({ modelDir, store: storeUrl, warmUp: true });
     try {
       io.log('documents: stored document, fresh reader');
-      rows.push({ path: 'stored document, chunks fetched + verified', ttftMs: (await fresh.generate({ promptIds: question, document: { tenant: 'bench', documentId: 'doc' }, maxTokens: 1, sampling: greedy, replayTokens: opts.replayTokens, ignoreEos: true })).timings.prefillMs });
+      rows.push({ path: 'stored document, chunks fetched + verified', ttftMs: await first(fresh, stored) });
       io.log('documents: stored document, cached chunks');
-      rows.push({ path: 'stored document, chunk cache warm', ttftMs: (await fresh.generate({ promptIds: question, document: { tenant: 'bench', documentId: 'doc' }, maxTokens: 1, sampling: greedy, replayTokens: opts.replayTokens, ignoreEos: true })).timings.prefillMs });
+      rows.push({ path: 'stored document, chunk cache warm', ttftMs: await first(fresh, stored) });
     } finally {
       await fresh.close();
     }
     io.log('documents: cold CED prefill (encoder over everything + decoder replay)');
-    rows.push({ path: 'cold prefill, encoder + decoder replay', ttftMs: await first({ promptIds: [...doc, ...question], replayTokens: opts.replayTokens }) });
+    rows.push({ path: 'cold prefill, encoder + decoder replay', ttftMs: await first(engine, { promptIds: [...doc, ...question], replayTokens: opts.replayTokens }) });
     if (!opts.skipExact) {
       io.log('documents: cold exact prefill (every layer over everything)');
-      rows.push({ path: 'cold prefill, exact (all layers)', ttftMs: await first({ promptIds: [...doc, ...question], exact: true }) });
+      rows.push({ path: 'cold prefill, exact (all layers)', ttftMs: await first(engine, { promptIds: [...doc, ...question], exact: true }) });
     }
     const base = rows.at(-1) as Row;
     const table = markdownTable(
@@ -102,10 +125,7 @@ export async function runDocumentsBench(opts: DocumentsBenchOptions, io: BenchIo
       '',
       table,
     ].join('\n');
-  } finally {
-    await engine.close();
-    rmSync(storeDir, { recursive: true, force: true });
-  }
+  });
 }
 
 /** The `--doc-model` option (default '256'); UsageError for an unknown model. */

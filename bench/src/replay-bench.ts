@@ -7,14 +7,8 @@
  * the next-token distributions are compared with the exact run's: mean and max KL(exact ‖ replay),
  * max |Δlogit|, and how often the greedy token agrees. Time to first token is printed beside it.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { pathToFileURL } from 'node:url';
 import { argmax, klDivergence } from '@csa2/core';
-import { Engine } from '@csa2/engine';
-import { ensureSeededCheckpoint } from './checkpoint-cache.js';
-import { DOCUMENTS_BENCH_MODELS, parseDocModel, type DocumentsBenchModel } from './documents-bench.js';
+import { DOCUMENTS_BENCH_MODELS, GREEDY, parseDocModel, withDocumentsEngine, type DocumentsBenchModel } from './documents-bench.js';
 import { DEFAULT_CACHE_ROOT, seededTokenIds } from './model-bench.js';
 import type { BenchIo, BenchSuite, OptionValues } from './suite.js';
 import { positiveIntOption } from './suite.js';
@@ -31,28 +25,24 @@ export interface ReplayBenchOptions {
 
 export async function runReplayBench(opts: ReplayBenchOptions, io: BenchIo): Promise<string> {
   const spec = DOCUMENTS_BENCH_MODELS[opts.model];
-  const ckpt = await ensureSeededCheckpoint(spec.config, { seed: 1, cacheRoot: opts.cacheRoot, log: io.log });
-  const storeDir = mkdtempSync(join(tmpdir(), 'csa2-bench-replay-'));
-  const engine = await Engine.open({ modelDir: ckpt.dir, store: pathToFileURL(storeDir).href });
-  try {
+  return withDocumentsEngine(opts.model, opts.cacheRoot, io, async (engine) => {
     const V = engine.model.config.vocabSize;
     const doc = seededTokenIds(11, opts.docTokens, V);
     const question = seededTokenIds(12, opts.questionTokens, V);
-    const greedy = { temperature: 0, topP: 1, seed: 0 };
     io.log(`replay: ingesting ${opts.docTokens} tokens`);
     await engine.ingest({ tenant: 'bench', documentId: 'doc', tokenIds: doc });
     io.log('replay: exact generation over document + question');
-    const exact = await engine.generate({ promptIds: [...doc, ...question], maxTokens: opts.steps, sampling: greedy, exact: true, keepLogits: true, ignoreEos: true });
+    const exact = await engine.generate({ promptIds: [...doc, ...question], maxTokens: opts.steps, sampling: GREEDY, exact: true, keepLogits: true, ignoreEos: true });
     const rows: string[][] = [];
     for (const R of opts.replays) {
       io.log(`replay: R = ${R}`);
       // a warm-up query first, so the TTFT column does not include one-time session growth
-      await engine.generate({ promptIds: question, document: { tenant: 'bench', documentId: 'doc' }, maxTokens: 1, sampling: greedy, replayTokens: R, ignoreEos: true });
+      await engine.generate({ promptIds: question, document: { tenant: 'bench', documentId: 'doc' }, maxTokens: 1, sampling: GREEDY, replayTokens: R, ignoreEos: true });
       const r = await engine.generate({
         promptIds: question,
         document: { tenant: 'bench', documentId: 'doc' },
         maxTokens: opts.steps,
-        sampling: greedy,
+        sampling: GREEDY,
         replayTokens: R,
         keepLogits: true,
         ignoreEos: true,
@@ -81,10 +71,7 @@ export async function runReplayBench(opts: ReplayBenchOptions, io: BenchIo): Pro
         rows,
       ),
     ].join('\n');
-  } finally {
-    await engine.close();
-    rmSync(storeDir, { recursive: true, force: true });
-  }
+  });
 }
 
 export function parseReplayBenchOptions(values: OptionValues, cacheRoot: string): ReplayBenchOptions {
