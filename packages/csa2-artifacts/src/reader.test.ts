@@ -20,15 +20,12 @@ import {
   emptySequence,
   syntheticSequence,
   withStore,
-  TEST_LAYOUT,
-  TEST_CHUNK_TOKENS,
-  TEST_DOC_TOKENS,
+  TEST_LAYOUT as LAYOUT,
+  TEST_CHUNK_TOKENS as C,
+  TEST_DOC_TOKENS as DOC_TOKENS,
+  TEST_TENANT as TENANT,
 } from './testing/artifact-test-support.js';
 
-const LAYOUT = TEST_LAYOUT;
-const C = TEST_CHUNK_TOKENS;
-const DOC_TOKENS = TEST_DOC_TOKENS;
-const TENANT = 'acme';
 
 async function writeDoc(store: ObjectStore, documentId: string, seed: number, tokens = DOC_TOKENS): Promise<{ seq: ReturnType<typeof syntheticSequence>; manifest: DocumentManifest }> {
   const seq = syntheticSequence(LAYOUT, tokens, seed);

@@ -25,15 +25,12 @@ import {
   sequencePrefix,
   syntheticSequence,
   withStore,
-  TEST_LAYOUT,
-  TEST_CHUNK_TOKENS,
-  TEST_DOC_TOKENS,
+  TEST_LAYOUT as LAYOUT,
+  TEST_CHUNK_TOKENS as C,
+  TEST_DOC_TOKENS as DOC_TOKENS,
+  TEST_TENANT as TENANT,
 } from './testing/artifact-test-support.js';
 
-const LAYOUT = TEST_LAYOUT;
-const C = TEST_CHUNK_TOKENS;
-const DOC_TOKENS = TEST_DOC_TOKENS;
-const TENANT = 'acme';
 const FIXED_NOW = (): Date => new Date('2025-03-01T12:00:00.000Z');
 
 for (const factory of STORE_FACTORIES) {

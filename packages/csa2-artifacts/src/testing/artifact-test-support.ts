@@ -324,3 +324,5 @@ export const TEST_LAYOUT: ArtifactLayout = createArtifactLayout({
 });
 export const TEST_CHUNK_TOKENS = 64;
 export const TEST_DOC_TOKENS = 3 * TEST_CHUNK_TOKENS + 37;
+/** The tenant the artifact tests write under. */
+export const TEST_TENANT = 'acme';
