@@ -40,6 +40,8 @@ export interface EngineWorkerSpec<E extends Closable, R> {
   readonly log: Logger;
   /** Starts an engine; called again whenever the last one's thread died. */
   readonly startEngine: () => Promise<E>;
+  /** Fields for the 'engine ready' line logged after every engine (re)start (e.g. its warm-up time). */
+  readonly describeEngine?: (engine: E) => Readonly<Record<string, unknown>>;
   /**
    * Builds the processor once the engine is up. `close`, when given, releases what `setup` opened:
    * it runs after the BullMQ Worker closed and before the engine closes; its failure is ignored.
@@ -66,7 +68,12 @@ export interface EngineWorker<E, R> {
 /** The engine, the Redis connections and a BullMQ Worker on `spec.queue`, in this process. */
 export async function startEngineWorker<E extends Closable, R>(spec: EngineWorkerSpec<E, R>): Promise<EngineWorker<E, R>> {
   const { config, log } = spec;
-  const engine = new Restartable(spec.startEngine, (n) => log('warn', 'engine thread restarted', { starts: n }));
+  const startEngine = async (): Promise<E> => {
+    const e = await spec.startEngine();
+    log('info', 'engine ready', { ...spec.describeEngine?.(e) });
+    return e;
+  };
+  const engine = new Restartable(startEngine, (n) => log('warn', 'engine thread restarted', { starts: n }));
   // a model that cannot load fails start (with its own error), not the first job
   await engine.get().catch((err: unknown) => {
     throw err instanceof StartFailedError ? err.cause : err;

@@ -33,17 +33,13 @@ export function decoderEngineOptions(config: DecoderConfig): EngineOptions {
 }
 
 export async function startDecoderWorker(config: DecoderConfig, options: DecoderWorkerOptions = {}): Promise<DecoderWorker> {
-  const log = options.log ?? jsonLogger('decoder-worker', config.logLevel);
   return startEngineWorker({
     name: 'decoder worker',
     queue: DECODE_QUEUE,
     config,
-    log,
-    startEngine: async () => {
-      const host = await EngineHost.start(decoderEngineOptions(config));
-      log('info', 'model loaded and warmed up', { warmUpMs: Math.round(host.info.warmUpMs ?? 0) });
-      return host;
-    },
+    log: options.log ?? jsonLogger('decoder-worker', config.logLevel),
+    startEngine: () => EngineHost.start(decoderEngineOptions(config)),
+    describeEngine: (host) => ({ warmUpMs: Math.round(host.info.warmUpMs ?? 0) }),
     setup: (deps) => ({
       processor: createDecodeProcessor({
         ...deps,

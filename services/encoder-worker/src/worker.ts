@@ -35,17 +35,13 @@ export function encoderEngineOptions(config: EncoderConfig): EngineOptions {
 }
 
 export async function startEncoderWorker(config: EncoderConfig, options: EncoderWorkerOptions = {}): Promise<EncoderWorker> {
-  const log = options.log ?? jsonLogger('encoder-worker', config.logLevel);
   return startEngineWorker({
     name: 'encoder worker',
     queue: PREFILL_QUEUE,
     config,
-    log,
-    startEngine: async () => {
-      const host = await EngineHost.start(encoderEngineOptions(config));
-      log('info', 'model loaded and warmed up', { warmUpMs: Math.round(host.info.warmUpMs ?? 0) });
-      return host;
-    },
+    log: options.log ?? jsonLogger('encoder-worker', config.logLevel),
+    startEngine: () => EngineHost.start(encoderEngineOptions(config)),
+    describeEngine: (host) => ({ warmUpMs: Math.round(host.info.warmUpMs ?? 0) }),
     setup: (deps) => {
       const decodeQueue = new Queue(DECODE_QUEUE, { connection: deps.redis });
       const processor = createEncodeProcessor({
