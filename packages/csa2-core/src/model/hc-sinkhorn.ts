@@ -8,7 +8,7 @@
  * ~240 of a layer's ~800 nodes (20 Sinkhorn iterations, twice per layer), i.e. per-node overhead on
  * every decode step for a few hundred flops.
  */
-import { sigmoidF32 as sigmoid } from './moe-gate.js';
+import { sigmoidF32 as sigmoid } from '../numerics/f32.js';
 
 const f = Math.fround;
 

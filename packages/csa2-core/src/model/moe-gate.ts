@@ -8,6 +8,7 @@
  * the routing is needed in TypeScript anyway, to group rows by expert.
  */
 import type { ScoreFunc } from '../config/model-config.js';
+import { sigmoidF32, softplusF32 } from '../numerics/f32.js';
 
 const f = Math.fround;
 
@@ -27,16 +28,6 @@ export interface MoeRouting {
   readonly experts: Int32Array;
   /** [rows, k] routing weights (fp32). */
   readonly weights: Float32Array;
-}
-
-/** torch's softplus (beta 1, threshold 20), on a float32 input, each step rounded to float32. */
-export function softplusF32(x: number): number {
-  return x > 20 ? x : f(Math.log1p(f(Math.exp(x))));
-}
-
-/** torch's float sigmoid, op by op: 1 / (1 + exp(-x)), each result rounded to float32. */
-export function sigmoidF32(x: number): number {
-  return f(1 / f(1 + f(Math.exp(-x))));
 }
 
 /** Routes rows of gate logits [rows, E] (fp32 x·W^T) to k experts each. */
