@@ -15,7 +15,7 @@ import type { ObjectStore } from './store/object-store.js';
 import type { ChunkCache } from './chunk-cache.js';
 import { validateChunkTokens, type ArtifactLayout } from './layout.js';
 import { chunkHeaderBytes, decodeChunk, type DecodedChunk } from './format/chunk-codec.js';
-import { chunkKey, fullChunkKeys } from './format/chunk-key.js';
+import { chunkKey, fullChunkKeys, type TokenIds } from './format/chunk-key.js';
 import { chunkObjectKey, manifestObjectKey, validateDocumentId, validateTenant } from './format/keys.js';
 import { ManifestFieldError, parseManifest, type DocumentManifest } from './format/manifest.js';
 import { SequenceStateError, appendChunk, checkSequenceLayout, isSequenceEmpty } from './format/sequence-rows.js';
@@ -41,7 +41,7 @@ export interface LoadOptions {
 /** Leading full chunks of a token sequence, addressed by content (see loadChunkPrefix). */
 export interface ChunkPrefix {
   readonly tenant: string;
-  readonly tokenIds: readonly number[];
+  readonly tokenIds: TokenIds;
   readonly chunkTokens: number;
   /** Leading full chunks to load (e.g. what existingChunkPrefix found). */
   readonly chunkCount: number;

@@ -50,7 +50,7 @@ for (const factory of STORE_FACTORIES) {
       const manifest = await writer.finish(seq);
       assert.equal(manifest.tokenCount, DOC_TOKENS);
       assert.deepEqual(manifest.chunks.map((c) => [c.startToken, c.endToken]), [[0, 64], [64, 128], [128, 192], [192, 229]]);
-      assert.deepEqual(manifest.chunks.slice(0, 3).map((c) => c.key), fullChunkKeys('model-a', full.tokens, C));
+      assert.deepEqual(manifest.chunks.slice(0, 3).map((c) => c.key), fullChunkKeys('model-a', full.tokens.view(), C));
       for (const c of manifest.chunks) {
         const bytes = await store.get(chunkObjectKey(TENANT, c.key));
         assert.equal(c.sizeBytes, bytes.length);
@@ -91,13 +91,13 @@ for (const factory of STORE_FACTORIES) {
       const docB = syntheticSequence(LAYOUT, 300, 3);
       const docA = sequencePrefix(docB, LAYOUT, DOC_TOKENS);
       const a = await new ArtifactWriter({ store, layout: LAYOUT, tenant: TENANT, documentId: 'doc-a', chunkTokens: C }).finish(docA);
-      assert.equal(await existingChunkPrefix(store, LAYOUT, TENANT, docB.tokens, C), 3);
-      assert.equal(await existingChunkPrefix(store, LAYOUT, 'other-tenant', docB.tokens, C), 0, 'chunks are shared within a tenant only');
+      assert.equal(await existingChunkPrefix(store, LAYOUT, TENANT, docB.tokens.view(), C), 3);
+      assert.equal(await existingChunkPrefix(store, LAYOUT, 'other-tenant', docB.tokens.view(), C), 0, 'chunks are shared within a tenant only');
       const writerB = new ArtifactWriter({ store, layout: LAYOUT, tenant: TENANT, documentId: 'doc-b', chunkTokens: C });
       const b = await writerB.finish(docB);
       assert.deepEqual([writerB.stats.chunksSkipped, writerB.stats.chunksWritten], [3, 2]);
       assert.deepEqual(b.chunks.slice(0, 3), a.chunks.slice(0, 3));
-      assert.equal(await existingChunkPrefix(store, LAYOUT, TENANT, docB.tokens, C), 4);
+      assert.equal(await existingChunkPrefix(store, LAYOUT, TENANT, docB.tokens.view(), C), 4);
 
       const reader = new ArtifactReader({ store, layout: LAYOUT });
       const loadedB = emptySequence(LAYOUT);
@@ -105,7 +105,7 @@ for (const factory of STORE_FACTORIES) {
       assertSequencePrefix(loadedB, docB, LAYOUT);
       // The encoder's reuse path: load the existing prefix by content key, no manifest involved.
       const resumed = emptySequence(LAYOUT);
-      const stats = await reader.loadChunkPrefix(resumed, { tenant: TENANT, tokenIds: docB.tokens, chunkTokens: C, chunkCount: 3 });
+      const stats = await reader.loadChunkPrefix(resumed, { tenant: TENANT, tokenIds: docB.tokens.view(), chunkTokens: C, chunkCount: 3 });
       assert.equal(stats.tokensLoaded, 3 * C);
       assertSequencePrefix(resumed, docB, LAYOUT, 3 * C);
       // ...then adopts those chunks instead of packing them again, and writes the rest

@@ -20,7 +20,7 @@ import { ObjectNotFoundError } from './errors.js';
 import { DEFAULT_CHUNK_TOKENS, validateChunkTokens, type ArtifactLayout } from './layout.js';
 import { Semaphore } from './format/bounded-concurrency.js';
 import { CHUNK_CHECKSUM_BYTES, decodeChunk, encodeChunk, type EncodedChunk } from './format/chunk-codec.js';
-import { chunkKey, fullChunkKeys } from './format/chunk-key.js';
+import { chunkKey, fullChunkKeys, type TokenIds } from './format/chunk-key.js';
 import { chunkObjectKey, manifestObjectKey, validateDocumentId, validateTenant } from './format/keys.js';
 import { MANIFEST_FORMAT_VERSION, encodeManifest, parseManifest, type DocumentManifest, type ManifestChunk } from './format/manifest.js';
 import { SequenceStateError, checkSequenceLayout, chunkContentOf } from './format/sequence-rows.js';
@@ -143,7 +143,7 @@ export class ArtifactWriter {
       if (!Number.isSafeInteger(chunkCount) || chunkCount < 0 || chunkCount * C > seq.length) {
         throw new SequenceStateError(`cannot adopt ${chunkCount} chunks of ${C} tokens from a sequence of ${seq.length} tokens`);
       }
-      const keys = fullChunkKeys(this.layout.modelId, seq.tokens, C, chunkCount);
+      const keys = fullChunkKeys(this.layout.modelId, seq.tokens.view(), C, chunkCount);
       const entries = await Promise.all(
         keys.map((key) =>
           this.puts.run(async () => {
@@ -252,7 +252,7 @@ export class ArtifactWriter {
   }
 
   /** Stores one chunk (ifAbsent); returns the size and checksum of the object now stored under its key. */
-  private async putChunk(key: string, bytesU8: Uint8Array, checksumHex: string, tokenIds: readonly number[]): Promise<{ sizeBytes: number; sha256: string }> {
+  private async putChunk(key: string, bytesU8: Uint8Array, checksumHex: string, tokenIds: TokenIds): Promise<{ sizeBytes: number; sha256: string }> {
     const objectKey = chunkObjectKey(this.tenant, key);
     if (await this.store.put(objectKey, bytesU8, { ifAbsent: true })) {
       this.s.chunksWritten++;
@@ -284,7 +284,7 @@ export class ArtifactWriter {
     return { sizeBytes: bytesU8.length, sha256: checksumHex };
   }
 
-  private async storedChunkIsValid(objectKey: string, tokenIds: readonly number[]): Promise<boolean> {
+  private async storedChunkIsValid(objectKey: string, tokenIds: TokenIds): Promise<boolean> {
     try {
       const chunk = decodeChunk(this.layout, objectKey, await this.store.get(objectKey));
       return chunk.tokenIds.length === tokenIds.length && chunk.tokenIds.every((id, i) => id === tokenIds[i]);
@@ -332,7 +332,7 @@ export async function existingChunkPrefix(
   store: ObjectStore,
   layout: ArtifactLayout,
   tenant: string,
-  tokenIds: readonly number[],
+  tokenIds: TokenIds,
   chunkTokens: number,
 ): Promise<number> {
   validateChunkTokens(layout, chunkTokens);

@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { InputError, ShapeError } from '@csa2/core';
+import { InputError, ShapeError, dequantizeIndexKRows, dequantizeMainKvRows } from '@csa2/core';
 import { ArtifactCorruptError, ModelMismatchError, UnsupportedVersionError } from '../errors.js';
 import { chunkEntryRange, createArtifactLayout, type ArtifactLayout } from '../layout.js';
 import { CHUNK_FORMAT_VERSION, chunkHeaderBytes, chunkObjectBytes, chunkTrailerHex, decodeChunk, encodeChunk } from './chunk-codec.js';
@@ -41,7 +41,7 @@ test('round trip: a full chunk and a trailing partial chunk (ratio-2 group left 
     assert.equal(chunk.modelId, 'model-a');
     assert.equal(chunk.layoutId, LAYOUT.layoutId);
     assert.deepEqual([chunk.startToken, chunk.endToken], [start, end]);
-    assert.deepEqual([...chunk.tokenIds], seq.tokens.slice(start, end));
+    assert.deepEqual([...chunk.tokenIds], Array.from(seq.tokens.view(start, end)));
     assert.equal(chunk.checksumHex, encoded.checksumHex);
     for (const [i, s] of LAYOUT.kvSources.entries()) {
       const src = chunk.sources[i];
@@ -49,8 +49,8 @@ test('round trip: a full chunk and a trailing partial chunk (ratio-2 group left 
       const { firstEntry, entryCount } = chunkEntryRange(s.ratio, start, end);
       assert.deepEqual([src.layer, src.ratio, src.firstEntry, src.entryCount], [s.layer, s.ratio, firstEntry, entryCount]);
       const cache = seq.cache(s.layer);
-      assertSameBits(src.mainKvF32, cache.mainKv.view(firstEntry + entryCount).subarray(firstEntry * 32), `layer ${s.layer} main KV`);
-      assertSameBits(src.indexKF32, cache.indexK.view(firstEntry + entryCount).subarray(firstEntry * 32), `layer ${s.layer} index K`);
+      assertSameBits(src.mainKvF32, dequantizeMainKvRows(cache.mainKv.range(firstEntry, entryCount), 32), `layer ${s.layer} main KV`);
+      assertSameBits(src.indexKF32, dequantizeIndexKRows(cache.indexK.range(firstEntry, entryCount), 32), `layer ${s.layer} index K`);
     }
     if (end === 85) assert.equal(chunk.sources[0]?.entryCount, 10, 'tokens [64, 85) complete ratio-2 entries 32..41; token 84 opens entry 42');
   }
@@ -76,12 +76,12 @@ test('the byte table: magic, version, header length, token range, dims, ids, sou
   const table = 30 + M + L;
   assert.deepEqual([view.getUint16(table, true), view.getUint16(table + 2, true), view.getUint32(table + 4, true), view.getUint32(table + 8, true)], [1, 2, 8, 9]);
   assert.deepEqual([view.getUint16(table + 12, true), view.getUint16(table + 14, true), view.getUint32(table + 16, true), view.getUint32(table + 20, true)], [3, 1, 16, 19]);
-  for (let i = 0; i < 19; i++) assert.equal(view.getUint32(H + 4 * i, true), seq.tokens[16 + i]);
+  for (let i = 0; i < 19; i++) assert.equal(view.getUint32(H + 4 * i, true), seq.tokens.at(16 + i));
   // rows: layer 1 main (9 × 18 B), layer 1 index (9 × 17 B), layer 3 main (19 × 18 B), layer 3 index (19 × 17 B)
   assert.equal(bytes.length, H + 4 * 19 + 9 * (18 + 17) + 19 * (18 + 17) + 32);
   // The first main-KV row of layer 1 (entry 8): 16 payload bytes, even element in the low nibble, then 2 E4M3 scales.
   const rowsAt = H + 4 * 19;
-  const firstRow = seq.cache(1).mainKv.row(8);
+  const firstRow = dequantizeMainKvRows(seq.cache(1).mainKv.row(8), 32);
   const payload = bytes[rowsAt] ?? 0;
   const scale0 = bytes[rowsAt + 16] ?? 0;
   const e4m3 = (b: number): number => (((b >> 3) & 15) === 0 ? (b & 7) * 2 ** -9 : (8 + (b & 7)) * 2 ** (((b >> 3) & 15) - 10));
@@ -158,8 +158,7 @@ test('encode refuses token ids outside [0, 2^32), wrong row counts and rows that
   const seq = syntheticSequence(LAYOUT, 16, 3);
   const content = chunkContentOf(seq, LAYOUT, 0, 16);
   for (const bad of [2 ** 32, -1, 1.5, Number.NaN]) {
-    const tokenIds = content.tokenIds as number[];
-    const ids = tokenIds.slice();
+    const ids = Array.from(content.tokenIds); // a plain array: a Uint32Array could not hold the bad ids
     ids[5] = bad;
     assert.throws(() => encodeChunk(LAYOUT, { ...content, tokenIds: ids }), (e: unknown) => e instanceof InputError && /index 5/.test(e.message) && /2\^32/.test(e.message));
   }

@@ -54,6 +54,9 @@ export function tokenIdsToBytes(tokenIds: ArrayLike<number>, label = 'token ids'
   return out;
 }
 
+/** Token ids as a plain array or a typed array (a Sequence's are a Uint32Array view). */
+export type TokenIds = readonly number[] | Uint32Array | Int32Array;
+
 /**
  * Content key of a chunk (64 lowercase hex chars).
  *
@@ -81,7 +84,7 @@ export function chunkKey(modelId: string, previousKey: string | null, tokenIds: 
  * Keys of the full chunks of a token sequence: chunk i covers [i·C, (i+1)·C); a trailing partial
  * chunk is not included (`maxChunks` stops early).
  */
-export function fullChunkKeys(modelId: string, tokenIds: readonly number[], chunkTokens: number, maxChunks = Infinity): string[] {
+export function fullChunkKeys(modelId: string, tokenIds: TokenIds, chunkTokens: number, maxChunks = Infinity): string[] {
   const keys: string[] = [];
   let previous: string | null = null;
   for (let start = 0; start + chunkTokens <= tokenIds.length && keys.length < maxChunks; start += chunkTokens) {

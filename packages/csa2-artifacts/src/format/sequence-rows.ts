@@ -4,7 +4,8 @@
  * KV-source layer of ratio m the rows of entries [floor(start/m), floor(end/m)) in
  * `seq.cache(layer).mainKv` / `.indexK` (dequantized float32, one row per compressed entry).
  */
-import { Csa2Error, type Sequence } from '@csa2/core';
+import { Csa2Error, dequantizeIndexKRows, dequantizeMainKvRows, type Sequence } from '@csa2/core';
+import { packIndexKRows, packMainKvRows } from './row-packing.js';
 import { chunkEntryRange, type ArtifactLayout } from '../layout.js';
 import type { ChunkContent, DecodedChunk } from './chunk-codec.js';
 
@@ -25,9 +26,9 @@ export function checkSequenceLayout(seq: Sequence, layout: ArtifactLayout): void
   if (want !== have) throw new SequenceStateError(`sequence KV sources (layer:ratio) ${have || '(none)'} differ from the artifact layout's ${want}`);
   for (const s of layout.kvSources) {
     const cache = seq.cache(s.layer);
-    if (cache.mainKv.width !== layout.headDim || cache.indexK.width !== layout.indexHeadDim) {
+    if (cache.mainKv.rowBytes !== layout.mainKvRowBytes || cache.indexK.rowBytes !== layout.indexKRowBytes) {
       throw new SequenceStateError(
-        `layer ${s.layer}: sequence rows are ${cache.mainKv.width} / ${cache.indexK.width} wide, the layout's ${layout.headDim} / ${layout.indexHeadDim}`,
+        `layer ${s.layer}: sequence rows are ${cache.mainKv.rowBytes} / ${cache.indexK.rowBytes} bytes, the layout's ${layout.mainKvRowBytes} / ${layout.indexKRowBytes}`,
       );
     }
   }
@@ -55,10 +56,11 @@ export function chunkContentOf(seq: Sequence, layout: ArtifactLayout, startToken
         `layer ${s.layer} (ratio ${s.ratio}) has ${cache.mainKv.rows} main-KV / ${cache.indexK.rows} index-K rows; chunk [${startToken}, ${endToken}) needs ${end}`,
       );
     }
+    // TEMPORARY adapter: the sequence holds packed rows, the codec still takes their values
     return {
       layer: s.layer,
-      mainKvF32: cache.mainKv.view(end).subarray(firstEntry * layout.headDim),
-      indexKF32: cache.indexK.view(end).subarray(firstEntry * layout.indexHeadDim),
+      mainKvF32: dequantizeMainKvRows(cache.mainKv.range(firstEntry, entryCount), layout.headDim),
+      indexKF32: dequantizeIndexKRows(cache.indexK.range(firstEntry, entryCount), layout.indexHeadDim),
     };
   });
   return { startToken, endToken, tokenIds: seq.tokens.slice(startToken, endToken), sources };
@@ -82,9 +84,9 @@ export function appendChunk(seq: Sequence, layout: ArtifactLayout, chunk: Decode
   for (const s of chunk.sources) {
     const rows = chunkEntryRange(s.ratio, chunk.startToken, upto).entryCount;
     const cache = seq.cache(s.layer);
-    cache.mainKv.append(s.mainKvF32.subarray(0, rows * layout.headDim));
-    cache.indexK.append(s.indexKF32.subarray(0, rows * layout.indexHeadDim));
+    // TEMPORARY adapter: back to packed rows (exact: the values came from packed rows)
+    cache.mainKv.append(packMainKvRows(s.mainKvF32.subarray(0, rows * layout.headDim), layout.headDim).bytesU8);
+    cache.indexK.append(packIndexKRows(s.indexKF32.subarray(0, rows * layout.indexHeadDim), layout.indexHeadDim).bytesU8);
   }
-  const ids = chunk.tokenIds.subarray(0, upto - chunk.startToken);
-  for (const id of ids) seq.tokens.push(id);
+  seq.tokens.append(chunk.tokenIds.subarray(0, upto - chunk.startToken));
 }

@@ -8,7 +8,8 @@
 import assert from 'node:assert/strict';
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Sequence, SeededRandom, fakeQuantFp4E4m3Block16, fakeQuantFp4Ue8m0Block32 } from '@csa2/core';
+import { Sequence, SeededRandom, dequantizeIndexKRows, dequantizeMainKvRows, fakeQuantFp4E4m3Block16, fakeQuantFp4Ue8m0Block32 } from '@csa2/core';
+import { packIndexKRows, packMainKvRows } from '../format/row-packing.js';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -136,8 +137,8 @@ export function syntheticSequence(layout: ArtifactLayout, tokenCount: number, se
   for (let i = 0; i < tokenCount; i++) seq.tokens.push(i % 7 === 3 ? 2 ** 32 - 1 - (rng.nextU32() % 1000) : rng.nextU32() % 130000);
   for (const s of layout.kvSources) {
     const rows = Math.floor(tokenCount / s.ratio);
-    seq.cache(s.layer).mainKv.append(randomFakeQuantRows(rng, rows, layout.headDim, 'main-kv'));
-    seq.cache(s.layer).indexK.append(randomFakeQuantRows(rng, rows, layout.indexHeadDim, 'index-k'));
+    seq.cache(s.layer).mainKv.append(packMainKvRows(randomFakeQuantRows(rng, rows, layout.headDim, 'main-kv'), layout.headDim).bytesU8);
+    seq.cache(s.layer).indexK.append(packIndexKRows(randomFakeQuantRows(rng, rows, layout.indexHeadDim, 'index-k'), layout.indexHeadDim).bytesU8);
   }
   return seq;
 }
@@ -151,7 +152,7 @@ export function emptySequence(layout: ArtifactLayout): Sequence {
 /** A new Sequence with the first `tokenCount` tokens of `seq` and the rows they complete (copies). */
 export function sequencePrefix(seq: Sequence, layout: ArtifactLayout, tokenCount: number): Sequence {
   const out = emptySequence(layout);
-  out.tokens.push(...seq.tokens.slice(0, tokenCount));
+  out.tokens.append(seq.tokens.view(0, tokenCount));
   for (const s of layout.kvSources) {
     const rows = Math.floor(tokenCount / s.ratio);
     out.cache(s.layer).mainKv.append(seq.cache(s.layer).mainKv.view(rows).slice());
@@ -176,13 +177,15 @@ export function assertSameBits(actual: Float32Array, expected: Float32Array, lab
 
 /** Asserts `actual` holds exactly `expected`'s first `tokenCount` tokens and the rows they complete, bit for bit. */
 export function assertSequencePrefix(actual: Sequence, expected: Sequence, layout: ArtifactLayout, tokenCount = expected.length): void {
-  assert.deepEqual(actual.tokens, expected.tokens.slice(0, tokenCount), 'tokens');
+  assert.deepEqual(Array.from(actual.tokens.view()), Array.from(expected.tokens.view(0, tokenCount)), 'tokens');
   for (const s of layout.kvSources) {
     const rows = Math.floor(tokenCount / s.ratio);
     assert.equal(actual.cache(s.layer).mainKv.rows, rows, `layer ${s.layer} main-KV rows`);
     assert.equal(actual.cache(s.layer).indexK.rows, rows, `layer ${s.layer} index-K rows`);
-    assertSameBits(actual.cache(s.layer).mainKv.view(), expected.cache(s.layer).mainKv.view(rows), `layer ${s.layer} main KV`);
-    assertSameBits(actual.cache(s.layer).indexK.view(), expected.cache(s.layer).indexK.view(rows), `layer ${s.layer} index K`);
+    const main = (q: Sequence, n = q.cache(s.layer).mainKv.rows) => dequantizeMainKvRows(q.cache(s.layer).mainKv.view(n), layout.headDim);
+    const index = (q: Sequence, n = q.cache(s.layer).indexK.rows) => dequantizeIndexKRows(q.cache(s.layer).indexK.view(n), layout.indexHeadDim);
+    assertSameBits(main(actual), main(expected, rows), `layer ${s.layer} main KV`);
+    assertSameBits(index(actual), index(expected, rows), `layer ${s.layer} index K`);
   }
 }
 
@@ -191,12 +194,12 @@ export function assertSequencePrefix(actual: Sequence, expected: Sequence, layou
  * complete, as an encoder does.
  */
 export function growTo(seq: Sequence, full: Sequence, layout: ArtifactLayout, tokenCount: number): void {
-  seq.tokens.push(...full.tokens.slice(seq.tokens.length, tokenCount));
+  seq.tokens.append(full.tokens.view(seq.tokens.length, tokenCount));
   for (const s of layout.kvSources) {
     const have = seq.cache(s.layer).mainKv.rows;
     const want = Math.floor(tokenCount / s.ratio);
-    seq.cache(s.layer).mainKv.append(full.cache(s.layer).mainKv.view(want).slice(have * layout.headDim));
-    seq.cache(s.layer).indexK.append(full.cache(s.layer).indexK.view(want).slice(have * layout.indexHeadDim));
+    seq.cache(s.layer).mainKv.append(full.cache(s.layer).mainKv.range(have, want - have));
+    seq.cache(s.layer).indexK.append(full.cache(s.layer).indexK.range(have, want - have));
   }
 }
 

@@ -18,7 +18,7 @@ const prompt = Array.from(golden.readTensorI32('prompt_ids'));
 const weights = { get: (n: string) => ckpt.tensor(n).data };
 const open = (o: Partial<ModelOptions> = {}) => Csa2Model.create(ckpt.config, ckpt.plan, weights, o);
 
-function same(a: Float32Array, b: Float32Array, label: string): void {
+function same(a: Float32Array | Uint8Array, b: Float32Array | Uint8Array, label: string): void {
   assert.equal(a.length, b.length, `${label}: length`);
   for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) assert.fail(`${label}: differs at ${i}: ${a[i]} vs ${b[i]}`);
 }

@@ -32,6 +32,13 @@ export function transposeMatrix(w: Float32Array, rows: number, cols: number): Fl
   return out;
 }
 
+/** An FP4 quantizer's blocks: scale [rows, blocks, 1], clamped input and its E2M1 rounding [rows, blocks, size]. */
+export interface Fp4Blocks {
+  readonly scale: string;
+  readonly clamped: string;
+  readonly rounded: string;
+}
+
 export class GraphOps {
   constructor(
     readonly g: GraphBuilder,
@@ -123,23 +130,39 @@ export class GraphOps {
     return g.reshape(g.mul(q, s), outDims);
   }
 
-  /** fp4_act_quant(x, 16, e4m3 scale): FP4 E2M1 with an E4M3 scale per 16 (main compressed KV, csa2 §2.3 A). */
-  fakeQuantFp4E4m3Block16(x: string, lastDim: number, outDims: readonly number[]): string {
+  /**
+   * fp4_act_quant(x, 16, e4m3 scale) up to the rounding (main compressed KV, csa2 §2.3 A): per block of 16,
+   * the E4M3 scale s [rows, D/16, 1] (amax/6 rounded to E4M3), the clamped input v = clip(x/s) and its
+   * E2M1 rounding q [rows, D/16, 16]. The fake-quantized value is q·s, exactly (≤ 6 significant bits).
+   */
+  fp4E4m3Block16(x: string, lastDim: number): Fp4Blocks {
     const g = this.g;
     const { grouped, amax } = this.blocks(x, lastDim, 16);
     const floor = g.max(amax, g.scalar(FP4_MAX * 2 ** -9));
     const s = g.cast(g.cast(g.clip(g.div(floor, g.scalar(FP4_MAX)), -FP8_MAX, FP8_MAX), 'float8e4m3fn'), 'float32');
     const v = g.clip(g.div(grouped, s), -FP4_MAX, FP4_MAX);
-    return g.reshape(g.mul(this.e2m1Round(v), s), outDims);
+    return { scale: s, clamped: v, rounded: this.e2m1Round(v) };
   }
 
-  /** fp4_act_quant(x, 32, ue8m0 scale): MXFP4, FP4 E2M1 with a power-of-two scale per 32 (index q/k, csa2 §2.3 B). */
-  fakeQuantFp4Ue8m0Block32(x: string, lastDim: number, outDims: readonly number[]): string {
+  /** fp4_act_quant(x, 16, e4m3 scale): FP4 E2M1 with an E4M3 scale per 16 (main compressed KV, csa2 §2.3 A). */
+  fakeQuantFp4E4m3Block16(x: string, lastDim: number, outDims: readonly number[]): string {
+    const b = this.fp4E4m3Block16(x, lastDim);
+    return this.g.reshape(this.g.mul(b.rounded, b.scale), outDims);
+  }
+
+  /** fp4_act_quant(x, 32, ue8m0 scale) up to the rounding (MXFP4: index q/k, csa2 §2.3 B); see fp4E4m3Block16. */
+  fp4Ue8m0Block32(x: string, lastDim: number): Fp4Blocks {
     const g = this.g;
     const { grouped, amax } = this.blocks(x, lastDim, 32);
     const s = this.pow2Ceil(g.mul(g.max(amax, g.scalar(FP4_MAX * 2 ** -126)), g.scalar(FP4_MAX_INV)));
     const v = g.clip(g.div(grouped, s), -FP4_MAX, FP4_MAX);
-    return g.reshape(g.mul(this.e2m1Round(v), s), outDims);
+    return { scale: s, clamped: v, rounded: this.e2m1Round(v) };
+  }
+
+  /** fp4_act_quant(x, 32, ue8m0 scale): MXFP4, FP4 E2M1 with a power-of-two scale per 32 (index q/k, csa2 §2.3 B). */
+  fakeQuantFp4Ue8m0Block32(x: string, lastDim: number, outDims: readonly number[]): string {
+    const b = this.fp4Ue8m0Block32(x, lastDim);
+    return this.g.reshape(this.g.mul(b.rounded, b.scale), outDims);
   }
 
   /**

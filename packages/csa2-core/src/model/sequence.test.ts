@@ -1,17 +1,81 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { RowStore } from './sequence.js';
+import { Sequence } from './sequence.js';
+import { PackedRowStore } from './packed-rows.js';
+import { TokenBuffer } from './token-buffer.js';
 
-test('RowStore.withTrailing lays extra rows after the stored ones without making them part of the store', () => {
-  const s = new RowStore(2, 1);
-  s.append(Float32Array.of(1, 2, 3, 4)); // grows past its initial capacity
-  const v = s.withTrailing(Float32Array.of(9, 9, 8, 8, 7, 7)); // grows again for the extra rows
-  assert.deepEqual(Array.from(v), [1, 2, 3, 4, 9, 9, 8, 8, 7, 7]);
+test('PackedRowStore appends whole rows, grows by a sixteenth, reserves exactly, views, gathers', () => {
+  const s = new PackedRowStore(3, 1);
+  s.append(Uint8Array.of(1, 2, 3, 4, 5, 6));
   assert.equal(s.rows, 2);
-  assert.deepEqual(Array.from(s.view()), [1, 2, 3, 4]);
-  // the next append overwrites the trailing rows
-  s.append(Float32Array.of(5, 6));
   assert.deepEqual(Array.from(s.view()), [1, 2, 3, 4, 5, 6]);
-  assert.deepEqual(Array.from(s.withTrailing(Float32Array.of(0, 0))), [1, 2, 3, 4, 5, 6, 0, 0]);
-  assert.throws(() => s.withTrailing(Float32Array.of(1, 2, 3)), /not a multiple of 2/);
+  assert.deepEqual(Array.from(s.row(1)), [4, 5, 6]);
+  assert.deepEqual(Array.from(s.range(1, 1)), [4, 5, 6]);
+  assert.deepEqual(Array.from(s.gather([1, 0, 1])), [4, 5, 6, 1, 2, 3, 4, 5, 6]);
+  const out = new Uint8Array(12).fill(9);
+  s.gather([0], out, 2);
+  assert.deepEqual(Array.from(out), [9, 9, 9, 9, 9, 9, 1, 2, 3, 9, 9, 9]);
+  assert.throws(() => s.append(Uint8Array.of(1, 2)), /not a whole number of 3-byte rows/);
+  assert.throws(() => s.gather([2]), /row 2 of 2/);
+  assert.throws(() => s.view(3), /3 rows asked, 2 stored/);
+
+  const big = new PackedRowStore(10, 1);
+  big.reserve(1000);
+  assert.equal(big.capacityBytes, 10_000, 'reserve is exact');
+  for (let i = 0; i < 1000; i++) big.append(new Uint8Array(10).fill(i & 0xff));
+  assert.equal(big.capacityBytes, 10_000, 'appends within the reservation do not grow it');
+  big.append(new Uint8Array(10));
+  assert.ok(big.capacityBytes <= 10_000 * 1.07, `grew to ${big.capacityBytes} bytes: by about a sixteenth, not doubling`);
+  assert.equal(big.row(999)[0], 999 & 0xff);
+  big.truncate(5);
+  assert.equal(big.rows, 5);
+});
+
+test('TokenBuffer appends without spreading (a million ids), views and slices', () => {
+  const t = new TokenBuffer(4);
+  t.push(7);
+  t.append([8, 9]);
+  t.append(Uint32Array.of(10));
+  assert.equal(t.length, 4);
+  assert.deepEqual(Array.from(t.view()), [7, 8, 9, 10]);
+  assert.deepEqual(Array.from(t.slice(1, 3)), [8, 9]);
+  assert.equal(t.at(3), 10);
+  assert.throws(() => t.at(4), /outside \[0, 4\)/);
+  const million = Uint32Array.from({ length: 1_048_576 }, (_, i) => i % 1000);
+  t.append(million);
+  t.append(Array.from(million.subarray(0, 200_000))); // a plain array above V8's argument limit
+  assert.equal(t.length, 4 + 1_048_576 + 200_000);
+  assert.equal(t.at(4 + 1_048_575), 1_048_575 % 1000);
+  t.truncate(2);
+  assert.deepEqual(Array.from(t.view()), [7, 8]);
+});
+
+test('Sequence.fork copies every piece of state; the copies evolve independently', () => {
+  const seq = new Sequence({ numLayers: 2, window: 4, headDim: 32, indexHeadDim: 32, kvSources: [{ layer: 1, ratio: 2 }] });
+  seq.tokens.append([1, 2, 3]);
+  seq.windows[0]!.write(2, new Float32Array(32).fill(0.5));
+  const c = seq.cache(1);
+  c.mainKv.append(new Uint8Array(c.mainKv.rowBytes).fill(3));
+  c.indexK.append(new Uint8Array(c.indexK.rowBytes).fill(4));
+  c.pendingGroup = 1;
+  c.pendingCount = 1;
+  c.pendingKv.fill(0.25);
+  seq.indexKSlot = 1;
+  const f = seq.fork();
+  assert.deepEqual(Array.from(f.tokens.view()), [1, 2, 3]);
+  assert.deepEqual(Array.from(f.windows[0]!.get(2)!), Array.from(seq.windows[0]!.get(2)!));
+  assert.deepEqual(Array.from(f.cache(1).mainKv.view()), Array.from(c.mainKv.view()));
+  assert.deepEqual(Array.from(f.cache(1).indexK.view()), Array.from(c.indexK.view()));
+  assert.equal(f.cache(1).pendingGroup, 1);
+  assert.equal(f.cache(1).pendingKv[5], 0.25);
+  assert.equal(f.indexKSlot, 1);
+  f.tokens.push(9);
+  f.cache(1).mainKv.append(new Uint8Array(c.mainKv.rowBytes));
+  f.windows[0]!.write(3, new Float32Array(32));
+  assert.equal(seq.length, 3);
+  assert.equal(seq.cache(1).entries, 1);
+  assert.equal(seq.windows[0]!.get(3), null);
+  assert.equal(seq.globalCacheBytes(), c.mainKv.rowBytes + c.indexK.rowBytes);
+  assert.ok(seq.residentBytes() > seq.globalCacheBytes());
+  assert.throws(() => seq.cache(0), /layer 0 is not a KV source/);
 });

@@ -1,68 +1,17 @@
 /**
  * @module model/sequence
  * The state one sequence carries between forward calls: its token ids, every layer's sliding-window
- * ring, and each KV source's global cache (main-KV rows, index-K rows) plus the compressor's partial
- * group. Rows are kept dequantized as float32 (their values are exactly the reference's bf16 values);
- * the packed FP4 forms are produced on demand for artifacts (cache/artifact codec).
+ * ring, and each KV source's global cache plus the compressor's open group.
+ *
+ * The global cache is packed (model/packed-rows): main-KV rows of D/2 + D/16 bytes (E2M1 + E4M3 per 16)
+ * and index-K rows of d/2 + d/32 bytes (MXFP4), exactly the bytes an artifact chunk holds, as the
+ * compressor graph emits them; the graphs unpack what they read. The windows hold their FP8 values as
+ * float32 (a fixed window × D per layer).
  */
-
-/** A float32 row store that grows by doubling. */
-export class RowStore {
-  private buf: Float32Array;
-  private n = 0;
-
-  constructor(readonly width: number, initialRows = 64) {
-    this.buf = new Float32Array(width * Math.max(1, initialRows));
-  }
-
-  get rows(): number {
-    return this.n;
-  }
-
-  append(rows: Float32Array): void {
-    const count = rows.length / this.width;
-    if (!Number.isInteger(count)) throw new Error(`RowStore.append: ${rows.length} values is not a multiple of ${this.width}`);
-    this.reserve(this.n + count);
-    this.buf.set(rows, this.n * this.width);
-    this.n += count;
-  }
-
-  /**
-   * The stored rows followed by `extra` rows, as one view, without copying the stored ones: `extra` is
-   * written into the spare capacity after them (grown if needed). The extra rows are not part of the
-   * store; the next append or withTrailing overwrites them. Valid until then.
-   */
-  withTrailing(extra: Float32Array): Float32Array {
-    const count = extra.length / this.width;
-    if (!Number.isInteger(count)) throw new Error(`RowStore.withTrailing: ${extra.length} values is not a multiple of ${this.width}`);
-    this.reserve(this.n + count);
-    this.buf.set(extra, this.n * this.width);
-    return this.buf.subarray(0, (this.n + count) * this.width);
-  }
-
-  private reserve(rows: number): void {
-    const need = rows * this.width;
-    if (need <= this.buf.length) return;
-    let cap = this.buf.length;
-    while (cap < need) cap *= 2;
-    const next = new Float32Array(cap);
-    next.set(this.buf.subarray(0, this.n * this.width));
-    this.buf = next;
-  }
-
-  /** A view of rows [0, count) (no copy; valid until the next append). */
-  view(count = this.n): Float32Array {
-    return this.buf.subarray(0, count * this.width);
-  }
-
-  row(i: number): Float32Array {
-    return this.buf.subarray(i * this.width, (i + 1) * this.width);
-  }
-
-  truncate(count: number): void {
-    this.n = Math.min(this.n, count);
-  }
-}
+import { Csa2Error } from '../errors.js';
+import { indexKRowBytes, mainKvRowBytes } from '../numerics/formats.js';
+import { PackedRowStore } from './packed-rows.js';
+import { TokenBuffer } from './token-buffer.js';
 
 /** One layer's sliding-window ring: slot `p % window` holds position p's KV row (-1 = empty). */
 export class WindowRing {
@@ -86,23 +35,29 @@ export class WindowRing {
     if (this.positions[slot] !== position) return null;
     return this.rows.subarray(slot * this.width, (slot + 1) * this.width);
   }
+
+  /** Copies another ring's contents into this one (same shape). */
+  copyFrom(other: WindowRing): void {
+    this.rows.set(other.rows);
+    this.positions.set(other.positions);
+  }
 }
 
-/** A KV-source layer's global cache and its compressor's open group. */
+/** A KV-source layer's global cache (packed rows) and its compressor's open group (fp32 state). */
 export class KvSourceCache {
-  /** Main-KV rows (RoPE'd, FP4/E4M3 dequantized), one per compressed entry. */
-  readonly mainKv: RowStore;
-  /** Index-K rows (RoPE'd, MXFP4 dequantized). */
-  readonly indexK: RowStore;
+  /** Main-KV rows (RoPE'd, FP4 E2M1 + E4M3 per 16), one per compressed entry. */
+  readonly mainKv: PackedRowStore;
+  /** Index-K rows (RoPE'd, MXFP4), one per compressed entry. */
+  readonly indexK: PackedRowStore;
   /** Group index of the open (partial) group, -1 when none. */
   pendingGroup = -1;
   pendingCount = 0;
   readonly pendingKv: Float32Array;
   readonly pendingScore: Float32Array;
 
-  constructor(readonly layer: number, readonly ratio: number, headDim: number, indexHeadDim: number) {
-    this.mainKv = new RowStore(headDim);
-    this.indexK = new RowStore(indexHeadDim);
+  constructor(readonly layer: number, readonly ratio: number, readonly headDim: number, readonly indexHeadDim: number) {
+    this.mainKv = new PackedRowStore(mainKvRowBytes(headDim));
+    this.indexK = new PackedRowStore(indexKRowBytes(indexHeadDim));
     this.pendingKv = new Float32Array(ratio * headDim);
     this.pendingScore = new Float32Array(ratio * headDim);
   }
@@ -111,10 +66,25 @@ export class KvSourceCache {
   get entries(): number {
     return this.mainKv.rows;
   }
+
+  /** Makes room for the entries of `tokens` tokens in all. */
+  reserveTokens(tokens: number): void {
+    const entries = Math.floor(tokens / this.ratio);
+    this.mainKv.reserve(entries);
+    this.indexK.reserve(entries);
+  }
+}
+
+export interface SequenceShape {
+  readonly numLayers: number;
+  readonly window: number;
+  readonly headDim: number;
+  readonly indexHeadDim: number;
+  readonly kvSources: ReadonlyArray<{ readonly layer: number; readonly ratio: number }>;
 }
 
 export class Sequence {
-  readonly tokens: number[] = [];
+  readonly tokens = new TokenBuffer();
   readonly windows: WindowRing[];
   readonly caches: Map<number, KvSourceCache>;
   /**
@@ -126,9 +96,9 @@ export class Sequence {
    */
   indexKSlot: number | null = null;
 
-  constructor(opts: { numLayers: number; window: number; headDim: number; indexHeadDim: number; kvSources: ReadonlyArray<{ layer: number; ratio: number }> }) {
-    this.windows = Array.from({ length: opts.numLayers }, () => new WindowRing(opts.window, opts.headDim));
-    this.caches = new Map(opts.kvSources.map((s) => [s.layer, new KvSourceCache(s.layer, s.ratio, opts.headDim, opts.indexHeadDim)]));
+  constructor(readonly shape: SequenceShape) {
+    this.windows = Array.from({ length: shape.numLayers }, () => new WindowRing(shape.window, shape.headDim));
+    this.caches = new Map(shape.kvSources.map((s) => [s.layer, new KvSourceCache(s.layer, s.ratio, shape.headDim, shape.indexHeadDim)]));
   }
 
   get length(): number {
@@ -137,7 +107,51 @@ export class Sequence {
 
   cache(layer: number): KvSourceCache {
     const c = this.caches.get(layer);
-    if (c === undefined) throw new Error(`layer ${layer} is not a KV source`);
+    if (c === undefined) throw new Csa2Error('runtime', `layer ${layer} is not a KV source`);
     return c;
+  }
+
+  /** Makes room for `tokens` tokens in all: token ids and every KV source's rows (exactly). */
+  reserveTokens(tokens: number): void {
+    this.tokens.reserve(tokens);
+    for (const c of this.caches.values()) c.reserveTokens(tokens);
+  }
+
+  /** Bytes of the packed global cache in use (rows stored, the artifact's row bytes). */
+  globalCacheBytes(): number {
+    let bytes = 0;
+    for (const c of this.caches.values()) bytes += c.mainKv.rows * c.mainKv.rowBytes + c.indexK.rows * c.indexK.rowBytes;
+    return bytes;
+  }
+
+  /** Bytes this sequence holds in memory: packed caches with their capacity, windows, token ids. */
+  residentBytes(): number {
+    let bytes = this.tokens.length * 4;
+    for (const c of this.caches.values()) bytes += c.mainKv.capacityBytes + c.indexK.capacityBytes + (c.pendingKv.byteLength + c.pendingScore.byteLength);
+    for (const w of this.windows) bytes += w.rows.byteLength + w.positions.byteLength;
+    return bytes;
+  }
+
+  /**
+   * An independent copy of this sequence (n > 1 choices from one prefill): token ids, windows, caches
+   * and the open groups. O(context) once, at the fork.
+   */
+  fork(): Sequence {
+    const s = new Sequence(this.shape);
+    s.tokens.append(this.tokens.view());
+    this.windows.forEach((w, l) => (s.windows[l] as WindowRing).copyFrom(w));
+    for (const [layer, c] of this.caches) {
+      const d = s.cache(layer);
+      d.mainKv.reserve(c.mainKv.rows);
+      d.indexK.reserve(c.indexK.rows);
+      d.mainKv.append(c.mainKv.view());
+      d.indexK.append(c.indexK.view());
+      d.pendingGroup = c.pendingGroup;
+      d.pendingCount = c.pendingCount;
+      d.pendingKv.set(c.pendingKv);
+      d.pendingScore.set(c.pendingScore);
+    }
+    s.indexKSlot = this.indexKSlot;
+    return s;
   }
 }

@@ -134,7 +134,7 @@ export function unpackNibbles(bytesU8: Uint8Array, count: number): Uint8Array {
 // e4m3fn (FP8)
 
 /** Value of every e4m3fn byte (0x7F and 0xFF are NaN). */
-const E4M3_VALUES: Float32Array = (() => {
+export const E4M3_VALUES: Float32Array = (() => {
   const table = new Float32Array(256);
   for (let byte = 0; byte < 256; byte++) {
     const exponent = (byte >> 3) & 0xf;

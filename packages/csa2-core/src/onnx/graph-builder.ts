@@ -111,7 +111,7 @@ export class GraphBuilder {
   }
 
   /** A constant tensor, deduplicated by value. */
-  const(type: 'float32' | 'int64' | 'int32', values: readonly number[], dims: readonly number[] = [values.length]): string {
+  const(type: 'float32' | 'int64' | 'int32' | 'uint8', values: readonly number[], dims: readonly number[] = [values.length]): string {
     const key = `${type}:${dims.join('x')}:${values.join(',')}`;
     const hit = this.constCache.get(key);
     if (hit !== undefined) return hit;
@@ -120,7 +120,9 @@ export class GraphBuilder {
         ? new Uint8Array(Float32Array.from(values).buffer)
         : type === 'int32'
           ? new Uint8Array(Int32Array.from(values).buffer)
-          : new Uint8Array(BigInt64Array.from(values.map((v) => BigInt(v))).buffer);
+          : type === 'uint8'
+            ? Uint8Array.from(values)
+            : new Uint8Array(BigInt64Array.from(values.map((v) => BigInt(v))).buffer);
     const name = this.initializer(this.fresh(`c_${type}`), type, dims, raw);
     this.constCache.set(key, name);
     return name;

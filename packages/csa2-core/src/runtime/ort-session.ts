@@ -59,17 +59,32 @@ export function resolveIntraOpThreads(options: RuntimeOptions, dim: number): num
   return dim < SINGLE_THREAD_BELOW_DIM ? 1 : availableParallelism();
 }
 
-/** A host-side tensor: float32, int32 or bool (as Uint8Array) data with its dims. */
-export type HostTensor =
-  | { readonly type: 'float32'; readonly data: Float32Array; readonly dims: readonly number[] }
-  | { readonly type: 'int32'; readonly data: Int32Array; readonly dims: readonly number[] }
-  | { readonly type: 'int64'; readonly data: BigInt64Array; readonly dims: readonly number[] }
-  | { readonly type: 'bool'; readonly data: Uint8Array; readonly dims: readonly number[] };
+/** The element types that cross the session boundary, and their typed arrays. */
+export interface TensorData {
+  readonly float32: Float32Array;
+  readonly int32: Int32Array;
+  readonly int64: BigInt64Array;
+  /** bool tensors travel as one byte per element (0 / 1) */
+  readonly bool: Uint8Array;
+  readonly uint8: Uint8Array;
+}
+export type TensorType = keyof TensorData;
 
-export const f32 = (data: Float32Array, dims: readonly number[]): HostTensor => ({ type: 'float32', data, dims });
-export const i32 = (data: Int32Array, dims: readonly number[]): HostTensor => ({ type: 'int32', data, dims });
-export const i64 = (data: BigInt64Array, dims: readonly number[]): HostTensor => ({ type: 'int64', data, dims });
-export const bool = (data: Uint8Array, dims: readonly number[]): HostTensor => ({ type: 'bool', data, dims });
+/** A host-side tensor of element type T with its dims. */
+export interface TensorOf<T extends TensorType> {
+  readonly type: T;
+  readonly data: TensorData[T];
+  readonly dims: readonly number[];
+}
+
+/** A host-side tensor of any of the session types. */
+export type HostTensor = { [T in TensorType]: TensorOf<T> }[TensorType];
+
+export const f32 = (data: Float32Array, dims: readonly number[]): TensorOf<'float32'> => ({ type: 'float32', data, dims });
+export const i32 = (data: Int32Array, dims: readonly number[]): TensorOf<'int32'> => ({ type: 'int32', data, dims });
+export const i64 = (data: BigInt64Array, dims: readonly number[]): TensorOf<'int64'> => ({ type: 'int64', data, dims });
+export const bool = (data: Uint8Array, dims: readonly number[]): TensorOf<'bool'> => ({ type: 'bool', data, dims });
+export const u8 = (data: Uint8Array, dims: readonly number[]): TensorOf<'uint8'> => ({ type: 'uint8', data, dims });
 
 export interface GraphSession {
   readonly name: string;
@@ -89,6 +104,8 @@ function toOrt(t: HostTensor): ort.Tensor {
       return new ort.Tensor('int64', t.data, t.dims);
     case 'bool':
       return new ort.Tensor('bool', t.data, t.dims);
+    case 'uint8':
+      return new ort.Tensor('uint8', t.data, t.dims);
   }
 }
 
@@ -103,6 +120,8 @@ function fromOrt(name: string, t: ort.Tensor): HostTensor {
       return { type: 'int64', data: t.data as BigInt64Array, dims };
     case 'bool':
       return { type: 'bool', data: t.data as Uint8Array, dims };
+    case 'uint8':
+      return { type: 'uint8', data: t.data as Uint8Array, dims };
     default:
       throw new Csa2Error('runtime', `graph output ${name} has unsupported type ${t.type}`);
   }

@@ -29,7 +29,7 @@ export interface EmitterContext {
 }
 
 /** Element type names of the host tensors, as ONNX element types. */
-const HOST_TYPE: Record<HostTensor['type'], ElemType> = { float32: 'float32', int32: 'int32', int64: 'int64', bool: 'bool' };
+const HOST_TYPE: Record<HostTensor['type'], ElemType> = { float32: 'float32', int32: 'int32', int64: 'int64', bool: 'bool', uint8: 'uint8' };
 
 /**
  * Builds a graph whose inputs have the types and dims of `feeds`, lets `build` wire emitters between

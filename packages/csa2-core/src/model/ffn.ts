@@ -1,0 +1,61 @@
+/**
+ * @module model/ffn
+ * A layer's MoE feed-forward over a batch of rows (trunk §3): the gate routes each row to k experts
+ * (model/moe-gate, TypeScript), rows are grouped by expert (ascending expert id, rows ascending within
+ * one), and the moe graph runs every expert on its rows plus the shared expert, then hc_post. Rows of
+ * different sequences share the experts' matrix products; each row's result does not depend on the
+ * others (per-row products, a fixed accumulation order).
+ */
+import type { ModelConfig } from '../config/model-config.js';
+import { f32, i64, type TensorOf } from '../runtime/ort-session.js';
+import { hcSplitSinkhorn } from './hc-sinkhorn.js';
+import { moeGate, type MoeRouting } from './moe-gate.js';
+import type { LayerGraphs } from './model-graphs.js';
+import type { ATTN_OUT } from './graphs/signatures.js';
+import type { OutputsOf } from './graph-io.js';
+
+export interface FfnOutput {
+  /** The stream after the layer [R, n, d]. */
+  readonly X: Float32Array;
+  /** The collapse mix for the next layer's input [R, n]. */
+  readonly pre: Float32Array;
+  readonly routing: MoeRouting;
+}
+
+export async function runFfn(config: ModelConfig, lg: LayerGraphs, rows: number, attn: OutputsOf<typeof ATTN_OUT>): Promise<FfnOutput> {
+  const { hcMult: n } = config;
+  const routing = moeGate(attn.gate_logits.data, lg.gate);
+  const { experts, weights } = routing;
+  const k = config.numActivatedExperts;
+  const E = config.numRoutedExperts;
+  const counts = new Int32Array(E);
+  for (let i = 0; i < rows * k; i++) counts[experts[i] as number] = (counts[experts[i] as number] as number) + 1;
+  // rows ascending within an expert: a row appears at most once per expert, so one pass in row order
+  const rowsOf = Array.from({ length: E }, (_, ex) => new BigInt64Array(counts[ex] as number));
+  const wOf = Array.from({ length: E }, (_, ex) => new Float32Array(counts[ex] as number));
+  const fill = new Int32Array(E);
+  for (let r = 0; r < rows; r++) {
+    for (let j = 0; j < k; j++) {
+      const ex = experts[r * k + j] as number;
+      const at = fill[ex] as number;
+      fill[ex] = at + 1;
+      (rowsOf[ex] as BigInt64Array)[at] = BigInt(r);
+      (wOf[ex] as Float32Array)[at] = weights[r * k + j] as number;
+    }
+  }
+  const fMix = hcSplitSinkhorn(attn.f_mix.data, lg.hcFfn);
+  const perExpert: Record<string, TensorOf<'int64'> | TensorOf<'float32'>> = {};
+  for (let ex = 0; ex < E; ex++) {
+    const count = counts[ex] as number;
+    perExpert[`rows_${ex}`] = i64(rowsOf[ex] as BigInt64Array, [count]);
+    perExpert[`w_${ex}`] = f32(wOf[ex] as Float32Array, [count, 1]);
+  }
+  const out = await lg.moe.run({
+    xf: attn.xf,
+    X1: attn.X1,
+    f_post: f32(fMix.post, [rows, n]),
+    f_comb: f32(fMix.comb, [rows, n, n]),
+    ...(perExpert as Record<`rows_${number}`, TensorOf<'int64'>> & Record<`w_${number}`, TensorOf<'float32'>>),
+  });
+  return { X: out.X2.data, pre: fMix.pre, routing };
+}

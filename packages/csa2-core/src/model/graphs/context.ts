@@ -1,0 +1,24 @@
+/**
+ * @module model/graphs/context
+ * What every graph builder takes: the config, the weights (by official state_dict name) and the
+ * numerics mode; plus the attention column count shared by builders and the model code.
+ */
+import type { ModelConfig } from '../../config/model-config.js';
+import { ATTENTION_BLOCK, type NumericsMode } from '../graph-ops.js';
+
+/** Weights by official state_dict name, as float32 (bf16 values widened exactly). */
+export interface WeightSource {
+  get(name: string): Float32Array;
+}
+
+export interface GraphContext {
+  readonly config: ModelConfig;
+  readonly weights: WeightSource;
+  readonly mode: NumericsMode;
+}
+
+/** Number of 64-entry attention blocks a layer's index list is padded to, in columns. */
+export function attentionColumns(config: ModelConfig, ratio: number): number {
+  const raw = config.windowSize + (ratio > 0 ? config.indexTopK : 0);
+  return Math.ceil(raw / ATTENTION_BLOCK) * ATTENTION_BLOCK;
+}

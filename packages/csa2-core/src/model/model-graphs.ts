@@ -1,0 +1,145 @@
+/**
+ * @module model/model-graphs
+ * Every graph of one model, built from its weights and opened as typed sessions, plus the per-layer
+ * parameters the TypeScript steps use (attention sink, hc Sinkhorn, MoE gate).
+ *
+ * Sessions per layer: attnIn, attnOut, moe; compress (KV sources); an indexer (index sources): a scan
+ * of every visible entry, or, for layers after the candidate source, a scan of the candidate pool
+ * only (`indexerPool`, the default) or of every entry masked to the pool (the official code's way).
+ * Shared by all layers: the two sparse-attention graphs (one per layer kind) and the head.
+ */
+import type { ModelConfig } from '../config/model-config.js';
+import type { LayerPlan, LayerPlanEntry } from '../config/layer-plan.js';
+import { resolveIntraOpThreads, type RuntimeOptions } from '../runtime/ort-session.js';
+import type { NumericsMode } from './graph-ops.js';
+import { TypedGraph, type GraphSignature, type Io } from './graph-io.js';
+import type { GraphContext, WeightSource } from './graphs/context.js';
+import { buildAttnInGraph, buildAttnOutGraph } from './graphs/attention-sublayer-graphs.js';
+import { buildAttentionGraph } from './graphs/attention-graphs.js';
+import { buildCompressGraph } from './graphs/compress-graph.js';
+import { buildHeadGraph, buildMoeGraph } from './graphs/ffn-graphs.js';
+import { buildIndexerPoolGraph, buildIndexerScanGraph } from './graphs/indexer-graphs.js';
+import {
+  ATTENTION_COMPRESSED,
+  ATTENTION_WINDOW,
+  ATTN_IN,
+  ATTN_IN_COMPRESS,
+  ATTN_OUT,
+  COMPRESS,
+  HEAD,
+  INDEXER_POOL,
+  INDEXER_SCAN,
+  moeSignature,
+  type MoeSignature,
+} from './graphs/signatures.js';
+import type { HcSplitParams } from './hc-sinkhorn.js';
+import type { MoeGateParams } from './moe-gate.js';
+
+/** A layer's indexer: a scan of all visible entries, or of its candidate pool (model/indexer). */
+export type LayerIndexer =
+  | { readonly kind: 'scan'; readonly graph: TypedGraph<typeof INDEXER_SCAN>; readonly maskedToCandidates: boolean }
+  | { readonly kind: 'pool'; readonly graph: TypedGraph<typeof INDEXER_POOL> };
+
+export interface LayerGraphs {
+  readonly entry: LayerPlanEntry;
+  readonly attnIn: TypedGraph<typeof ATTN_IN>;
+  readonly attnOut: TypedGraph<typeof ATTN_OUT>;
+  readonly moe: TypedGraph<MoeSignature>;
+  readonly compress: TypedGraph<typeof COMPRESS> | null;
+  readonly indexer: LayerIndexer | null;
+  /** The layer's attention sink logits [H] (input of the shared attention graph). */
+  readonly sink: Float32Array;
+  /** hc_split_sinkhorn parameters of the attention and FFN mixes. */
+  readonly hcAttn: HcSplitParams;
+  readonly hcFfn: HcSplitParams;
+  readonly gate: MoeGateParams;
+}
+
+export interface ModelGraphs {
+  readonly layers: readonly LayerGraphs[];
+  readonly head: TypedGraph<typeof HEAD>;
+  /** The first decoder KV source's compressor inputs from the encoder output (encode mode), if split. */
+  readonly compressOnly: TypedGraph<typeof ATTN_IN_COMPRESS> | null;
+  readonly attentionWindow: TypedGraph<typeof ATTENTION_WINDOW>;
+  readonly attentionCompressed: TypedGraph<typeof ATTENTION_COMPRESSED>;
+}
+
+export interface GraphBuildOptions {
+  readonly numerics: NumericsMode;
+  readonly runtime: RuntimeOptions;
+  /** Layers after the candidate source score only their candidate pool (true) or every entry, masked. */
+  readonly indexerPool: boolean;
+}
+
+function hcSplitParams(c: ModelConfig, w: WeightSource, layer: number, which: 'attn' | 'ffn'): HcSplitParams {
+  return {
+    n: c.hcMult,
+    iters: c.hcSinkhornIters,
+    eps: c.hcEps,
+    scale: w.get(`layers.${layer}.hc_${which}_scale`),
+    base: w.get(`layers.${layer}.hc_${which}_base`),
+  };
+}
+
+/** Builds every graph from the weights and opens the sessions; on failure, closes what was opened. */
+export async function openModelGraphs(config: ModelConfig, plan: LayerPlan, weights: WeightSource, options: GraphBuildOptions): Promise<ModelGraphs> {
+  const ctx: GraphContext = { config, weights, mode: options.numerics };
+  const threads = resolveIntraOpThreads(options.runtime, config.dim);
+  const opened: TypedGraph<GraphSignature<Io, Io, Io, Io>>[] = [];
+  const open = async <S extends GraphSignature<Io, Io, Io, Io>>(name: string, bytes: Uint8Array, signature: S): Promise<TypedGraph<S>> => {
+    const g = await TypedGraph.open(name, bytes, signature, options.runtime, threads);
+    opened.push(g as unknown as TypedGraph<GraphSignature<Io, Io, Io, Io>>);
+    return g;
+  };
+  try {
+    const moeSig = moeSignature(config.numRoutedExperts);
+    const layers: LayerGraphs[] = [];
+    for (const e of plan.entries) {
+      let indexer: LayerIndexer | null = null;
+      if (e.isIndexSource) {
+        indexer =
+          e.usesCandidates && options.indexerPool
+            ? { kind: 'pool', graph: await open(`indexer_pool_${e.layer}`, buildIndexerPoolGraph(ctx, e), INDEXER_POOL) }
+            : { kind: 'scan', graph: await open(`indexer_${e.layer}`, buildIndexerScanGraph(ctx, e), INDEXER_SCAN), maskedToCandidates: e.usesCandidates };
+      }
+      layers.push({
+        entry: e,
+        attnIn: await open(`attn_in_${e.layer}`, buildAttnInGraph(ctx, e), ATTN_IN),
+        attnOut: await open(`attn_out_${e.layer}`, buildAttnOutGraph(ctx, e), ATTN_OUT),
+        moe: await open(`moe_${e.layer}`, buildMoeGraph(ctx, e), moeSig),
+        compress: e.isKvSource ? await open(`compress_${e.layer}`, buildCompressGraph(ctx, e), COMPRESS) : null,
+        indexer,
+        sink: weights.get(`layers.${e.layer}.attn.attn_sink`),
+        hcAttn: hcSplitParams(config, weights, e.layer, 'attn'),
+        hcFfn: hcSplitParams(config, weights, e.layer, 'ffn'),
+        gate: {
+          scoreFunc: config.scoreFunc,
+          gateTemp: config.gateTemp,
+          normTopKProb: config.normTopKProb,
+          routeScale: config.routeScale,
+          k: config.numActivatedExperts,
+          bias: weights.get(`layers.${e.layer}.ffn.gate.bias`),
+        },
+      });
+    }
+    const dec = plan.decoderStart;
+    return {
+      layers,
+      head: await open('head', buildHeadGraph(ctx), HEAD),
+      compressOnly: dec === null ? null : await open(`attn_in_${dec}_compress`, buildAttnInGraph(ctx, plan.entries[dec] as LayerPlanEntry, { compressOnly: true }), ATTN_IN_COMPRESS),
+      attentionWindow: await open('attention_window', buildAttentionGraph(ctx, false), ATTENTION_WINDOW),
+      attentionCompressed: await open('attention_compressed', buildAttentionGraph(ctx, true), ATTENTION_COMPRESSED),
+    };
+  } catch (err) {
+    for (const g of opened) await g.dispose().catch(() => undefined);
+    throw err;
+  }
+}
+
+/** Releases every session. */
+export async function disposeModelGraphs(graphs: ModelGraphs): Promise<void> {
+  for (const l of graphs.layers) {
+    for (const g of [l.attnIn, l.attnOut, l.moe, l.compress, l.indexer?.graph ?? null]) if (g !== null) await g.dispose();
+  }
+  for (const g of [graphs.head, graphs.compressOnly, graphs.attentionWindow, graphs.attentionCompressed]) if (g !== null) await g.dispose();
+}
