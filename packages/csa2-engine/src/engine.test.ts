@@ -3,7 +3,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { fixturesRoot } from '@csa2/core';
-import { Engine, StopMatcher } from './engine.js';
+import { Engine } from './engine.js';
+import { StopMatcher } from './stop-matcher.js';
 
 function feed(stops: string[], pieces: string[]): { out: string; stopped: boolean } {
   const m = new StopMatcher(stops);

@@ -11,13 +11,18 @@ export type {
   TokenEvent,
   FinishReason,
   ModelInfo,
-  SerializedError,
   DocumentRef,
   IngestRequest,
   IngestOutcome,
   IngestProgress,
   IngestHooks,
-} from './engine.js';
-export { Engine, StopMatcher, serializeError } from './engine.js';
+  EngineStats,
+  Histogram,
+} from './types.js';
+export type { SerializedError } from './engine.js';
+export { Engine, serializeError } from './engine.js';
+export { StopMatcher } from './stop-matcher.js';
+export type { SchedulerPolicy } from './scheduler/scheduler-policy.js';
+export { DEFAULT_SCHEDULER_POLICY, resolvePolicy } from './scheduler/scheduler-policy.js';
 export { EngineHost, EngineError } from './host/engine-host.js';
 export { main as cliMain } from './cli/main.js';

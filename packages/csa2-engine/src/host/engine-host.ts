@@ -37,6 +37,8 @@ export class EngineHost {
   private nextId = 1;
   private readonly pending = new Map<number, Pending>();
   private exited = false;
+  /** close() was called: the host takes no new calls (and reads as not alive, so a restart starts a new one). */
+  private closing = false;
 
   private constructor(
     private readonly worker: Worker,
@@ -69,9 +71,9 @@ export class EngineHost {
     return new EngineHost(worker, info);
   }
 
-  /** False once the thread has exited (crashed or closed). */
+  /** False once the thread has exited (crashed or closed) or is closing. */
   get alive(): boolean {
-    return !this.exited;
+    return !this.exited && !this.closing;
   }
 
   generate(req: GenerateRequest, hooks: GenerateHooks = {}): Promise<GenerateOutcome> {
@@ -93,7 +95,7 @@ export class EngineHost {
 
   /** Sends a call to the thread; `signal` aborts it there (generation stops with 'cancelled'). */
   protected call(method: EngineMethod, args: unknown, onEvent?: (event: unknown) => void, signal?: AbortSignal): Promise<unknown> {
-    if (this.exited) return Promise.reject(new Csa2Error('runtime', 'the engine thread is not running'));
+    if (this.exited || this.closing) return Promise.reject(new Csa2Error('runtime', 'the engine thread is not running'));
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
       const onAbort = () => this.post({ type: 'abort', id });
@@ -150,6 +152,7 @@ export class EngineHost {
   /** Stops the thread after releasing the model; pending calls are aborted. */
   async close(): Promise<void> {
     if (this.exited) return;
+    this.closing = true;
     const exited = new Promise<void>((resolve) => this.worker.once('exit', () => resolve()));
     this.post({ type: 'close' });
     const timer = setTimeout(() => void this.worker.terminate(), 10_000);

@@ -1,0 +1,160 @@
+/**
+ * @module scheduler/ingest-work
+ * An ingest as scheduler work: a document (token ids, or text tokenized with the tokenizer's BOS first,
+ * as the gateway sends it) encoded into an artifact. Leading chunks that already exist in the tenant's
+ * store (an equal prefix ingested before) are loaded instead of encoded, and the encoder then replays
+ * the last R cached tokens with the rest; chunks are written as the encode completes them (the writes
+ * overlap the next steps), the manifest last. Re-running the same ingest rewrites nothing.
+ */
+import { ArtifactReader, ArtifactWriter, DEFAULT_CHUNK_TOKENS, bytesPerToken, encodeManifest, existingChunkPrefix } from '@csa2/artifacts';
+import { Csa2Error, DEFAULT_REPLAY_TOKENS, InputError, type Sequence, type Span, type SpanOutput } from '@csa2/core';
+import type { IngestHooks, IngestOutcome, IngestRequest } from '../types.js';
+import { SegmentRun } from './segment-run.js';
+import { sequenceBytes, type WorkContext } from './work-context.js';
+import type { NextRows, Work } from './work.js';
+
+export class IngestWork implements Work {
+  readonly kind = 'ingest';
+  readonly tenant: string;
+  readonly priority: number;
+  readonly submittedAtMs = performance.now();
+  kvBytes = 0;
+  finished = false;
+
+  private ids: Uint32Array = new Uint32Array(0);
+  private seq: Sequence | null = null;
+  private run: SegmentRun | null = null;
+  private writer: ArtifactWriter | null = null;
+  private pendingWrite: Promise<void> = Promise.resolve();
+  private reusedTokens = 0;
+  private readonly chunkTokens: number;
+  private readonly replayTokens: number;
+
+  constructor(
+    readonly id: number,
+    private readonly ctx: WorkContext,
+    private readonly req: IngestRequest,
+    private readonly hooks: IngestHooks,
+    private readonly settle: { resolve(o: IngestOutcome): void; reject(e: unknown): void },
+  ) {
+    ctx.requireStore();
+    if ((req.tokenIds === undefined) === (req.text === undefined)) throw new InputError('give the document as exactly one of tokenIds and text');
+    this.tenant = req.tenant;
+    this.priority = req.priority ?? 0;
+    this.chunkTokens = req.chunkTokens ?? ctx.chunkTokens ?? DEFAULT_CHUNK_TOKENS;
+    this.replayTokens = req.replayTokens ?? DEFAULT_REPLAY_TOKENS;
+    void ctx.model.decoderStart; // throws for schedules without an encoder–decoder split
+  }
+
+  get cancelled(): boolean {
+    return this.hooks.signal?.aborted === true;
+  }
+
+  async prepare(): Promise<void> {
+    const model = this.ctx.model;
+    if (this.req.tokenIds !== undefined) this.ids = Uint32Array.from(this.req.tokenIds);
+    else {
+      const text = this.ctx.tokenizer.encode(this.req.text as string);
+      const bos = this.ctx.tokenizer.bosId;
+      this.ids = new Uint32Array(text.length + (bos !== null ? 1 : 0));
+      if (bos !== null) this.ids[0] = bos;
+      this.ids.set(text, bos !== null ? 1 : 0);
+    }
+    if (this.ids.length === 0) throw new InputError(`document ${this.req.documentId} is empty`);
+    model.checkTokens(this.ids, model.createSequence(), `document ${this.req.documentId}`);
+    this.kvBytes = sequenceBytes(model, this.ids.length);
+  }
+
+  async load(): Promise<void> {
+    const { model, layout } = this.ctx;
+    const store = this.ctx.requireStore();
+    const ids = this.ids;
+    const C = this.chunkTokens;
+    this.writer = new ArtifactWriter({ store, layout, tenant: this.req.tenant, documentId: this.req.documentId, chunkTokens: C });
+    const seq = model.createSequence();
+    seq.reserveTokens(ids.length);
+    const reusedChunks = ids.length > C ? await existingChunkPrefix(store, layout, this.req.tenant, ids, C) : 0;
+    this.reusedTokens = reusedChunks * C;
+    if (reusedChunks > 0) {
+      const reader = new ArtifactReader({ store, layout, cache: this.ctx.cache });
+      await reader.loadChunkPrefix(seq, { tenant: this.req.tenant, tokenIds: ids, chunkTokens: C, chunkCount: reusedChunks });
+      await this.writer.adoptStoredChunks(seq, reusedChunks); // verified by the reader: not packed again
+    }
+    this.seq = seq;
+    this.hooks.onProgress?.({ tokensDone: this.reusedTokens, tokensTotal: ids.length });
+    if (this.reusedTokens >= ids.length) {
+      void this.finishIngest();
+      return;
+    }
+    const start = this.reusedTokens === 0 ? 0 : Math.max(0, this.reusedTokens - Math.max(1, this.replayTokens));
+    seq.tokens.append(ids.subarray(this.reusedTokens));
+    this.run = new SegmentRun(seq, { start, end: seq.length, l0: 0, l1: model.decoderStart, input: null, compressAtEnd: true, keepRows: 1 }, model.config);
+  }
+
+  next(): NextRows {
+    if (this.run === null || this.run.done || this.finished) return null;
+    return { kind: 'prefill', rows: this.run.remaining, layers: this.run.opts.l1 - this.run.opts.l0 };
+  }
+
+  span(rows: number): Span {
+    if (this.run === null) throw new Csa2Error('runtime', `ingest ${this.id} has no span to run`);
+    return this.run.span(rows);
+  }
+
+  took(span: Span, out: SpanOutput): void {
+    const run = this.run;
+    const writer = this.writer;
+    const seq = this.seq;
+    if (run === null || writer === null || seq === null) throw new Csa2Error('runtime', `ingest ${this.id} is not running`);
+    run.took(span, out);
+    const upto = span.p1;
+    // writes go one after another (the writer queues them) while the next steps compute
+    this.pendingWrite = writer.writeAvailable(seq, upto);
+    this.pendingWrite.catch(() => undefined); // surfaced by finish()
+    this.hooks.onProgress?.({ tokensDone: Math.max(this.reusedTokens, upto), tokensTotal: this.ids.length });
+    if (run.done) void this.finishIngest();
+  }
+
+  private async finishIngest(): Promise<void> {
+    const writer = this.writer;
+    const seq = this.seq;
+    if (writer === null || seq === null) return;
+    this.run = null;
+    try {
+      await this.pendingWrite.catch(() => undefined);
+      const manifest = await writer.finish(seq);
+      const stats = writer.stats;
+      const artifactBytes = manifest.chunks.reduce((a, c) => a + c.sizeBytes, 0) + encodeManifest(manifest).length;
+      this.done();
+      this.settle.resolve({
+        documentId: this.req.documentId,
+        tokens: manifest.tokenCount,
+        bytesWritten: stats.bytesWritten,
+        artifactBytes,
+        reusedTokens: this.reusedTokens,
+        chunksWritten: stats.chunksWritten,
+        chunksSkipped: stats.chunksSkipped,
+        bytesPerToken: bytesPerToken(this.ctx.layout),
+      });
+    } catch (err) {
+      this.fail(err);
+    }
+  }
+
+  private done(): void {
+    this.finished = true;
+    this.run = null;
+    this.seq = null;
+    this.ctx.wake(); // release its KV bytes now, even if nothing else runs
+  }
+
+  cancel(): void {
+    this.fail(new Csa2Error('runtime', `ingest of ${this.req.documentId} was cancelled`));
+  }
+
+  fail(err: unknown): void {
+    if (this.finished) return;
+    this.done();
+    this.settle.reject(err);
+  }
+}

@@ -1,0 +1,288 @@
+/**
+ * @module scheduler/scheduler
+ * Continuous batching: the work queues, admission under the KV budget, and the composition of each
+ * step (scheduler/scheduler-policy describes the policy it applies).
+ *
+ * Queues. Submitted work is `preparing` (its async prepare runs: a manifest read, tokenization), then
+ * `waiting` (admissible, ordered by priority then submission), then admitted: `loading` (its async
+ * load runs) and `active` (it has rows to run), until it finishes. Admission happens between steps
+ * and reserves the work's KV bytes until it finishes; a work whose bytes exceed the whole budget fails
+ * at once. Cancelled work leaves at the next step with its partial result.
+ *
+ * Cost model. Step times are measured: an exponential average of decode-only steps (per decode
+ * batch size class) and of the time per prefill row-layer in mixed steps. They predict how many
+ * prefill rows a step may run while sequences decode (policy.decodeLatencyFactor).
+ */
+import { InputError, type Span, type SpanOutput } from '@csa2/core';
+import type { EngineStats, Histogram } from '../types.js';
+import type { SchedulerPolicy } from './scheduler-policy.js';
+import type { Work } from './work.js';
+
+/** One planned step: the spans to run and the work each belongs to. */
+export interface StepPlan {
+  readonly spans: readonly Span[];
+  readonly works: readonly Work[];
+  readonly decodeRows: number;
+  readonly prefillRows: number;
+  /** Σ rows × layers of the prefill spans (the cost model's unit). */
+  readonly prefillRowLayers: number;
+}
+
+const STEP_MS_BOUNDS = [5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000];
+const ROW_BOUNDS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024];
+
+class HistogramCounter {
+  private readonly counts: number[];
+  private total = 0;
+  constructor(private readonly bounds: readonly number[]) {
+    this.counts = new Array<number>(bounds.length + 1).fill(0);
+  }
+  observe(v: number): void {
+    let i = this.bounds.findIndex((b) => v <= b);
+    if (i < 0) i = this.bounds.length;
+    this.counts[i] = (this.counts[i] as number) + 1;
+    this.total += v;
+  }
+  snapshot(): Histogram {
+    let acc = 0;
+    return { bounds: this.bounds, counts: this.counts.map((c) => (acc += c)), sum: this.total };
+  }
+}
+
+export class Scheduler {
+  private readonly preparing = new Set<Work>();
+  private readonly waiting: Work[] = [];
+  private readonly loading = new Set<Work>();
+  private readonly active: Work[] = [];
+  private kvInUse = 0;
+  private rrTenant = 0;
+  private readonly stepMs = new HistogramCounter(STEP_MS_BOUNDS);
+  private readonly batchRows = new HistogramCounter(ROW_BOUNDS);
+  private readonly decodeBatch = new HistogramCounter(ROW_BOUNDS);
+  private steps = 0;
+  private decodeTokens = 0;
+  private prefillTokens = 0;
+  private refused = 0;
+  /** EMA of decode-only step time (ms). */
+  private decodeStepMs: number | null = null;
+  /** EMA of ms per prefill row-layer in steps that ran prefill rows. */
+  private msPerRowLayer: number | null = null;
+
+  constructor(
+    readonly policy: SchedulerPolicy,
+    /** Called when a work becomes runnable (prepared, loaded) so that an idle loop wakes. */
+    private readonly wake: () => void,
+  ) {}
+
+  get idle(): boolean {
+    return this.preparing.size === 0 && this.waiting.length === 0 && this.loading.size === 0 && this.active.length === 0;
+  }
+
+  /** Takes new work: runs its prepare, then queues it for admission. */
+  submit(work: Work): void {
+    this.preparing.add(work);
+    work.prepare().then(
+      () => {
+        this.preparing.delete(work);
+        if (work.finished) return;
+        if (work.kvBytes > this.policy.kvBudgetBytes) {
+          this.refused++;
+          work.fail(
+            new InputError(
+              `this request needs ${work.kvBytes} bytes of KV memory and the engine's budget is ${this.policy.kvBudgetBytes} (CSA2_KV_BUDGET_BYTES); shorten it or raise the budget`,
+            ),
+          );
+          return;
+        }
+        insertByPriority(this.waiting, work);
+        this.wake();
+      },
+      (err: unknown) => {
+        this.preparing.delete(work);
+        work.fail(err);
+      },
+    );
+  }
+
+  /** Admits waiting work that fits (priority, then age), starting its load. */
+  private admit(): void {
+    while (this.waiting.length > 0) {
+      const w = this.waiting[0] as Work;
+      if (w.cancelled) {
+        this.waiting.shift();
+        w.cancel();
+        continue;
+      }
+      if (this.kvInUse + w.kvBytes > this.policy.kvBudgetBytes) break;
+      if (w.kind === 'generate' && this.admittedGenerations() >= this.policy.maxRunning) break;
+      this.waiting.shift();
+      this.kvInUse += w.kvBytes;
+      this.loading.add(w);
+      w.load().then(
+        () => {
+          this.loading.delete(w);
+          if (w.finished) this.release(w);
+          else this.active.push(w);
+          this.wake();
+        },
+        (err: unknown) => {
+          this.loading.delete(w);
+          w.fail(err);
+          this.release(w);
+          this.wake();
+        },
+      );
+    }
+  }
+
+  private admittedGenerations(): number {
+    let n = 0;
+    for (const w of this.active) if (w.kind === 'generate') n++;
+    for (const w of this.loading) if (w.kind === 'generate') n++;
+    return n;
+  }
+
+  private release(w: Work): void {
+    this.kvInUse -= w.kvBytes;
+  }
+
+  /** Drops finished and cancelled work, admits what fits, and plans the next step. */
+  plan(): StepPlan {
+    this.retire();
+    this.admit();
+    const spans: Span[] = [];
+    const works: Work[] = [];
+    let budget = this.policy.maxStepTokens;
+    let decodeRows = 0;
+    // 1. every decoding sequence gets its row
+    for (const w of this.active) {
+      if (decodeRows >= this.policy.maxRunning || budget === 0) break;
+      if (w.next()?.kind !== 'decode') continue;
+      spans.push(w.span(1));
+      works.push(w);
+      decodeRows++;
+      budget--;
+    }
+    // 2. prefill rows: round-robin across tenants, each tenant's best (priority, age) work first
+    let prefillRows = 0;
+    let prefillRowLayers = 0;
+    const prefill = this.active.filter((w) => w.next()?.kind === 'prefill');
+    if (prefill.length > 0 && budget > 0) {
+      let rowLayerBudget = Infinity;
+      if (decodeRows > 0) {
+        const f = this.policy.decodeLatencyFactor;
+        rowLayerBudget = this.decodeStepMs !== null && this.msPerRowLayer !== null ? ((f - 1) * this.decodeStepMs) / this.msPerRowLayer : 0;
+      }
+      const tenants = [...new Set(prefill.map((w) => w.tenant))].sort();
+      const start = this.rrTenant++ % tenants.length;
+      const order = tenants.slice(start).concat(tenants.slice(0, start));
+      const queues = new Map(order.map((t) => [t, prefill.filter((w) => w.tenant === t).sort(byPriorityThenAge)]));
+      let progressed = true;
+      while (budget > 0 && progressed) {
+        progressed = false;
+        for (const t of order) {
+          const w = (queues.get(t) as Work[]).shift();
+          if (w === undefined) continue;
+          const want = w.next();
+          if (want === null || want.kind !== 'prefill') continue;
+          let rows = Math.min(budget, this.policy.prefillChunkTokens, want.rows);
+          if (decodeRows > 0) {
+            const byCost = Math.floor(rowLayerBudget / want.layers);
+            const floor = prefillRows === 0 ? Math.min(this.policy.minPrefillTokens, want.rows) : 0;
+            rows = Math.min(rows, Math.max(byCost, floor));
+          }
+          if (rows <= 0) continue;
+          spans.push(w.span(rows));
+          works.push(w);
+          budget -= rows;
+          prefillRows += rows;
+          prefillRowLayers += rows * want.layers;
+          rowLayerBudget -= rows * want.layers;
+          progressed = true;
+          if (budget === 0) break;
+        }
+      }
+    }
+    return { spans, works, decodeRows, prefillRows, prefillRowLayers };
+  }
+
+  /** Hands each work its span's output and updates the cost model and the counters. */
+  complete(plan: StepPlan, outs: readonly SpanOutput[], ms: number): void {
+    plan.works.forEach((w, i) => {
+      if (w.finished) return;
+      try {
+        w.took(plan.spans[i] as Span, outs[i] as SpanOutput);
+      } catch (err) {
+        w.fail(err);
+      }
+    });
+    this.steps++;
+    this.decodeTokens += plan.decodeRows;
+    this.prefillTokens += plan.prefillRows;
+    this.stepMs.observe(ms);
+    this.batchRows.observe(plan.decodeRows + plan.prefillRows);
+    if (plan.decodeRows > 0) this.decodeBatch.observe(plan.decodeRows);
+    const ema = (old: number | null, v: number) => (old === null ? v : 0.8 * old + 0.2 * v);
+    if (plan.prefillRows === 0 && plan.decodeRows > 0) this.decodeStepMs = ema(this.decodeStepMs, ms);
+    else if (plan.prefillRowLayers > 0) {
+      const decodePart = plan.decodeRows > 0 ? (this.decodeStepMs ?? 0) : 0;
+      this.msPerRowLayer = ema(this.msPerRowLayer, Math.max(0, ms - decodePart) / plan.prefillRowLayers);
+    }
+    this.retire();
+  }
+
+  /** Fails every work of a step whose forward call threw (their sequences are in an unknown state). */
+  failStep(plan: StepPlan, err: unknown): void {
+    for (const w of plan.works) w.fail(err);
+    this.retire();
+  }
+
+  private retire(): void {
+    for (let i = this.active.length - 1; i >= 0; i--) {
+      const w = this.active[i] as Work;
+      if (!w.finished && w.cancelled) w.cancel();
+      if (w.finished) {
+        this.active.splice(i, 1);
+        this.release(w);
+      }
+    }
+    for (let i = this.waiting.length - 1; i >= 0; i--) {
+      const w = this.waiting[i] as Work;
+      if (w.cancelled && !w.finished) w.cancel();
+      if (w.finished) this.waiting.splice(i, 1);
+    }
+  }
+
+  /** Ends all work (the engine is closing). */
+  failAll(err: unknown): void {
+    for (const w of [...this.preparing, ...this.waiting, ...this.loading, ...this.active]) w.fail(err);
+    this.waiting.length = 0;
+    this.active.length = 0;
+  }
+
+  stats(): EngineStats {
+    return {
+      running: this.active.length + this.loading.size,
+      waiting: this.waiting.length + this.preparing.size,
+      kvBytesInUse: this.kvInUse,
+      kvBudgetBytes: this.policy.kvBudgetBytes,
+      steps: this.steps,
+      decodeTokens: this.decodeTokens,
+      prefillTokens: this.prefillTokens,
+      refused: this.refused,
+      stepMs: this.stepMs.snapshot(),
+      batchRows: this.batchRows.snapshot(),
+      decodeBatch: this.decodeBatch.snapshot(),
+    };
+  }
+}
+
+function byPriorityThenAge(a: Work, b: Work): number {
+  return a.priority - b.priority || a.submittedAtMs - b.submittedAtMs || a.id - b.id;
+}
+
+function insertByPriority(queue: Work[], w: Work): void {
+  let i = queue.length;
+  while (i > 0 && byPriorityThenAge(queue[i - 1] as Work, w) > 0) i--;
+  queue.splice(i, 0, w);
+}

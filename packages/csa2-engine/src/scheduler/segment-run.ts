@@ -1,0 +1,99 @@
+/**
+ * @module scheduler/segment-run
+ * One prefill phase of a sequence: the rows of a segment [start, end) through a layer range, run as
+ * chunks of whatever size the scheduler grants each step (chunking never changes the result: the
+ * segment, not the chunk, fixes the attention layout). Exact prefill is one run over every layer; a
+ * CED prefill is an encode run (the encoder layers plus the first decoder KV source's compressor,
+ * keeping the last R rows of the decoder-input stream) followed by a replay run over those rows.
+ */
+import { Csa2Error, type Sequence, type Span, type SpanOutput, type StreamRows } from '@csa2/core';
+
+export interface SegmentRunOptions {
+  readonly start: number;
+  readonly end: number;
+  readonly l0: number;
+  readonly l1: number;
+  /** The stream entering l0 (rows covering the segment); null: embed the tokens (l0 = 0). */
+  readonly input: StreamRows | null;
+  /** Extend the first decoder KV source's cache from the output (encode runs). */
+  readonly compressAtEnd?: boolean;
+  /** Keep the output stream of the last `keepRows` rows (encode runs, for the decoder replay). */
+  readonly keepRows?: number;
+  /** The last chunk asks for the next-token logits. */
+  readonly logits?: boolean;
+}
+
+export class SegmentRun {
+  private nextRow: number;
+  private readonly kept: { X: Float32Array; pre: Float32Array; start: number; rows: number } | null;
+
+  constructor(
+    private readonly seq: Sequence,
+    readonly opts: SegmentRunOptions,
+    dims: { readonly hcMult: number; readonly dim: number },
+  ) {
+    if (!(opts.start >= 0 && opts.end > opts.start && opts.end <= seq.length)) {
+      throw new Csa2Error('runtime', `segment [${opts.start}, ${opts.end}) does not fit a sequence of ${seq.length} tokens`);
+    }
+    this.nextRow = opts.start;
+    const keep = opts.keepRows === undefined ? 0 : Math.min(Math.max(1, opts.keepRows), opts.end - opts.start);
+    this.kept =
+      keep === 0
+        ? null
+        : { X: new Float32Array(keep * dims.hcMult * dims.dim), pre: new Float32Array(keep * dims.hcMult), start: opts.end - keep, rows: keep };
+  }
+
+  get remaining(): number {
+    return this.opts.end - this.nextRow;
+  }
+
+  get done(): boolean {
+    return this.nextRow >= this.opts.end;
+  }
+
+  /** Rows done so far (of the segment). */
+  get rowsDone(): number {
+    return this.nextRow - this.opts.start;
+  }
+
+  /** The span of the next chunk, at most `rows` rows. */
+  span(rows: number): Span {
+    if (this.done) throw new Csa2Error('runtime', 'segment run is complete');
+    const p0 = this.nextRow;
+    const p1 = Math.min(this.opts.end, p0 + Math.max(1, rows));
+    return {
+      seq: this.seq,
+      layout: { kind: 'segment', start: this.opts.start, end: this.opts.end },
+      p0,
+      p1,
+      l0: this.opts.l0,
+      l1: this.opts.l1,
+      input: this.opts.input,
+      compressAtEnd: this.opts.compressAtEnd === true,
+      logits: p1 === this.opts.end && this.opts.logits === true,
+    };
+  }
+
+  /** Takes the output of the span this run last gave; returns the logits when the run completed with them. */
+  took(span: Span, out: SpanOutput): Float32Array | null {
+    if (span.p0 !== this.nextRow) throw new Csa2Error('runtime', `segment run expected rows from ${this.nextRow}, got ${span.p0}`);
+    const k = this.kept;
+    if (k !== null) {
+      const nd = k.X.length / k.rows;
+      const n = k.pre.length / k.rows;
+      for (let t = Math.max(span.p0, k.start); t < span.p1; t++) {
+        const r = t - span.p0;
+        k.X.set(out.stream.X.subarray(r * nd, (r + 1) * nd), (t - k.start) * nd);
+        k.pre.set(out.stream.pre.subarray(r * n, (r + 1) * n), (t - k.start) * n);
+      }
+    }
+    this.nextRow = span.p1;
+    return this.done ? out.logits : null;
+  }
+
+  /** The kept output rows (complete once the run is done). */
+  keptStream(): StreamRows {
+    if (this.kept === null) throw new Csa2Error('runtime', 'this segment run keeps no rows');
+    return { start: this.kept.start, rows: this.kept.rows, X: this.kept.X, pre: this.kept.pre };
+  }
+}

@@ -1,0 +1,35 @@
+/**
+ * @module scheduler/work-context
+ * What work items need from their engine: the model, its tokenizer, the artifact layout, store and
+ * chunk cache, and the memory a sequence of a given length holds.
+ */
+import type { ArtifactLayout, ChunkCache, ObjectStore } from '@csa2/artifacts';
+import type { Csa2Model, Tokenizer } from '@csa2/core';
+
+export interface WorkContext {
+  readonly model: Csa2Model;
+  readonly tokenizer: Tokenizer;
+  readonly layout: ArtifactLayout;
+  readonly cache: ChunkCache;
+  /** The artifact store; throws InputError when the engine has none. */
+  requireStore(): ObjectStore;
+  /** Tokens per artifact chunk for documents this engine writes. */
+  readonly chunkTokens: number;
+  /** A work finished or became runnable outside a step (its I/O completed): let the loop look again. */
+  wake(): void;
+}
+
+/**
+ * Bytes a sequence of `tokens` tokens holds: the packed global cache of every KV source (the artifact's
+ * row bytes), every layer's window ring (float32 rows and their positions), the u32 token ids.
+ */
+export function sequenceBytes(model: Csa2Model, tokens: number): number {
+  const c = model.config;
+  let bytes = tokens * 4;
+  for (const e of model.plan.entries) {
+    if (!e.isKvSource) continue;
+    const entries = Math.floor(tokens / e.compressRatio);
+    bytes += entries * (c.headDim / 2 + c.headDim / 16 + c.indexHeadDim / 2 + c.indexHeadDim / 32) + 2 * e.compressRatio * c.headDim * 4;
+  }
+  return bytes + c.numLayers * c.windowSize * (c.headDim * 4 + 4);
+}

@@ -1,0 +1,173 @@
+/**
+ * @module types
+ * The engine's requests, results and events: what callers (the CLI, the workers, EngineHost) pass to
+ * Engine and get back.
+ */
+import type { NumericsMode, RuntimeOptions, SamplingParams, Tokenizer } from '@csa2/core';
+import type { SchedulerPolicy } from './scheduler/scheduler-policy.js';
+
+export interface EngineOptions {
+  /** Checkpoint directory (config.json + model.safetensors). */
+  readonly modelDir: string;
+  /** @defaultValue 'bf16' */
+  readonly numerics?: NumericsMode;
+  readonly runtime?: Partial<RuntimeOptions>;
+  /** Object store of the artifacts (file:///… or s3://bucket/prefix?…); documents need one. */
+  readonly store?: string;
+  /** Bytes of verified chunks kept in memory for repeated queries on the same documents. @defaultValue 256 MiB */
+  readonly chunkCacheBytes?: number;
+  /** Tokens per artifact chunk for documents this engine writes. @defaultValue 4096 */
+  readonly chunkTokens?: number;
+  /**
+   * Run one chunk of placeholder tokens through the model before open() returns (Csa2Model.warmUp), so
+   * the first request does not pay for memory-arena growth. Serving workers turn it on; one-shot CLI
+   * runs leave it off. @defaultValue false
+   */
+  readonly warmUp?: boolean;
+  /** How the engine batches (decode batch, step token budget, KV budget, …); see scheduler/scheduler-policy. */
+  readonly scheduler?: Partial<SchedulerPolicy>;
+}
+
+/** A stored document whose tokens precede the prompt. */
+export interface DocumentRef {
+  readonly tenant: string;
+  readonly documentId: string;
+}
+
+export interface IngestRequest {
+  readonly tenant: string;
+  /** Lower runs first (0: interactive, larger: batch work). @defaultValue 0 */
+  readonly priority?: number;
+  readonly documentId: string;
+  /** The document as token ids, or as text to tokenize (exactly one; text gets the tokenizer's BOS first). */
+  readonly tokenIds?: readonly number[];
+  readonly text?: string;
+  /** Tokens per chunk. @defaultValue the engine's chunkTokens */
+  readonly chunkTokens?: number;
+  /** Encoder replay when leading chunks are reused. @defaultValue 128 */
+  readonly replayTokens?: number;
+}
+
+export interface IngestProgress {
+  readonly tokensDone: number;
+  readonly tokensTotal: number;
+}
+
+export interface IngestOutcome {
+  readonly documentId: string;
+  readonly tokens: number;
+  /** Bytes this run put into the store (chunks that already existed are not rewritten). */
+  readonly bytesWritten: number;
+  /** Bytes of the whole artifact (every chunk + manifest). */
+  readonly artifactBytes: number;
+  /** Leading tokens whose chunks already existed and were loaded instead of encoded. */
+  readonly reusedTokens: number;
+  readonly chunksWritten: number;
+  readonly chunksSkipped: number;
+  /** Global-cache bytes per token of this model's layout (890 at the released configuration). */
+  readonly bytesPerToken: number;
+}
+
+export interface IngestHooks {
+  readonly onProgress?: (p: IngestProgress) => void;
+  readonly signal?: AbortSignal;
+}
+
+export interface GenerateRequest {
+  /** Who the request is for: scheduling is fair between tenants. @defaultValue the document's tenant, else 'default' */
+  readonly tenant?: string;
+  /** Lower runs first (0: interactive, larger: batch work). @defaultValue 0 */
+  readonly priority?: number;
+  /**
+   * Tokens an earlier attempt already produced (and streamed): they are fed at the first decode steps
+   * instead of being sampled and are not reported again; generation then continues from index
+   * resumeTokens.length exactly as an undisturbed run would (greedy, or seeded sampling, whose
+   * randomness depends on (seed, token index) only).
+   */
+  readonly resumeTokens?: readonly number[];
+  readonly promptIds: readonly number[];
+  readonly maxTokens: number;
+  readonly sampling: SamplingParams;
+  /** Decoder (and encoder) bounded replay over the last R tokens. @defaultValue 128 */
+  readonly replayTokens?: number;
+  /** Prefill every layer over the whole prompt, as the official code does (no replay). */
+  readonly exact?: boolean;
+  /** Stop after any of these ids (in addition to the tokenizer's EOS ids unless `ignoreEos`). */
+  readonly stopIds?: readonly number[];
+  /** Stop when the generated text contains any of these strings; the text is cut before it. */
+  readonly stopSequences?: readonly string[];
+  readonly ignoreEos?: boolean;
+  /** Teacher forcing: ids fed at the decode steps instead of the sampled ones. */
+  readonly forceIds?: readonly number[];
+  /** Return each step's logits (for --dump and parity tests). */
+  readonly keepLogits?: boolean;
+  /** Continue a stored document: its tokens precede promptIds (which may then be empty). */
+  readonly document?: DocumentRef;
+}
+
+/** One generated token and the text it completed (possibly '' while a UTF-8 character is split). */
+export interface TokenEvent {
+  readonly index: number;
+  readonly id: number;
+  readonly text: string;
+}
+
+export type FinishReason = 'length' | 'stop' | 'cancelled';
+
+export interface GenerateOutcome {
+  readonly tokens: number[];
+  readonly text: string;
+  readonly finishReason: FinishReason;
+  readonly promptTokens: number;
+  /** Prompt tokens served from a stored artifact instead of being encoded. */
+  readonly cachedTokens: number;
+  readonly timings: { readonly prefillMs: number; readonly decodeMs: number };
+  /** Row i: the logits token i was chosen from. Empty unless keepLogits. */
+  readonly logits: Float32Array[];
+}
+
+export interface GenerateHooks {
+  readonly onToken?: (event: TokenEvent) => void;
+  readonly signal?: AbortSignal;
+}
+
+export interface ModelInfo {
+  readonly modelDir: string;
+  readonly vocabSize: number;
+  readonly tokenizerVocabSize: number;
+  readonly tokenizerKind: Tokenizer['kind'];
+  readonly maxSeqLen: number;
+  readonly bosId: number | null;
+  readonly eosIds: readonly number[];
+  /** The artifacts' model id: the checkpoint fingerprint (+ '-fp32' in fp32 numerics). */
+  readonly modelId: string;
+  readonly bytesPerToken: number;
+  /** How long the warm-up at open took (ms), null when the engine was opened without one. */
+  readonly warmUpMs: number | null;
+}
+
+/** A snapshot of the engine's scheduler, for metrics (counters are totals since the engine opened). */
+export interface EngineStats {
+  /** Work admitted (holding KV bytes): decoding, prefilling or loading. */
+  readonly running: number;
+  /** Work waiting for admission (KV budget or decode batch full). */
+  readonly waiting: number;
+  readonly kvBytesInUse: number;
+  readonly kvBudgetBytes: number;
+  readonly steps: number;
+  readonly decodeTokens: number;
+  readonly prefillTokens: number;
+  /** Work refused at admission because it could not fit the KV budget even alone. */
+  readonly refused: number;
+  /** Histograms as cumulative bucket counts (Prometheus style): upper bounds and counts, plus sum. */
+  readonly stepMs: Histogram;
+  readonly batchRows: Histogram;
+  readonly decodeBatch: Histogram;
+}
+
+export interface Histogram {
+  readonly bounds: readonly number[];
+  /** counts[i]: observations ≤ bounds[i]; the last entry counts all (+Inf). */
+  readonly counts: readonly number[];
+  readonly sum: number;
+}
