@@ -40,7 +40,7 @@ export type { SequenceShape } from './model/sequence.js';
 export { PackedRowStore } from './model/packed-rows.js';
 export { TokenBuffer } from './model/token-buffer.js';
 export type { SamplingParams } from './model/sampler.js';
-export { Sampler, argmax, klDivergence, validateSampling } from './model/sampler.js';
+export { Sampler, TokenHistory, adjustLogits, argmax, klDivergence, sampleToken, uniformAt, validateSampling, GREEDY_TEMPERATURE, LOGIT_BIAS_LIMIT, PENALTY_LIMIT } from './model/sampler.js';
 export type { PrefillMode, GenerateOptions, GenerateResult } from './model/generate.js';
 export { generate, prefill, continueGeneration, DEFAULT_REPLAY_TOKENS } from './model/generate.js';
 export { loadModel } from './model/load-model.js';
