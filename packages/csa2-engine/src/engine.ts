@@ -19,7 +19,7 @@ import { GenerateWork } from './scheduler/generate-work.js';
 import { IngestWork } from './scheduler/ingest-work.js';
 import { Scheduler } from './scheduler/scheduler.js';
 import { resolvePolicy } from './scheduler/scheduler-policy.js';
-import type { WorkContext } from './scheduler/work-context.js';
+import { sequenceBytes, type WorkContext } from './scheduler/work-context.js';
 import type { Work } from './scheduler/work.js';
 import type {
   EngineOptions,
@@ -97,6 +97,9 @@ export class Engine {
       modelId: this.layout.modelId,
       bytesPerToken: bytesPerToken(this.layout),
       warmUpMs: this.warmUpMs,
+      scheduler: this.scheduler.policy,
+      sequenceBytesAtMaxContext: sequenceBytes(this.model, this.model.config.maxSeqLen),
+      batchCapacity: Math.max(1, Math.min(this.scheduler.policy.maxRunning, Math.floor(this.scheduler.policy.kvBudgetBytes / sequenceBytes(this.model, this.model.config.maxSeqLen)))),
     };
   }
 

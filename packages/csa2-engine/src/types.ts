@@ -144,6 +144,15 @@ export interface ModelInfo {
   readonly bytesPerToken: number;
   /** How long the warm-up at open took (ms), null when the engine was opened without one. */
   readonly warmUpMs: number | null;
+  /** The scheduler policy in force. */
+  readonly scheduler: SchedulerPolicy;
+  /** Bytes one sequence at max_seq_len holds (packed cache, windows, ids): what admission reserves at most. */
+  readonly sequenceBytesAtMaxContext: number;
+  /**
+   * Sequences the engine can run at once whatever their length: min(maxRunning, KV budget ÷ the
+   * bytes of a sequence at max_seq_len), at least 1. Workers take that many jobs by default.
+   */
+  readonly batchCapacity: number;
 }
 
 /** A snapshot of the engine's scheduler, for metrics (counters are totals since the engine opened). */

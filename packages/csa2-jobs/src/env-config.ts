@@ -47,6 +47,18 @@ export function envOptionalInt(env: Env, name: string, bounds: { min?: number; m
   return raw(env, name) === undefined ? undefined : envInt(env, name, 0, bounds);
 }
 
+/** An optional finite number in [min, max] (unset → undefined). */
+export function envOptionalNumber(env: Env, name: string, bounds: { min?: number; max?: number } = {}): number | undefined {
+  const v = raw(env, name);
+  if (v === undefined) return undefined;
+  const n = Number(v);
+  if (!Number.isFinite(n)) throw new EnvConfigError(name, `must be a number, got "${v}"`);
+  const min = bounds.min ?? -Infinity;
+  const max = bounds.max ?? Infinity;
+  if (n < min || n > max) throw new EnvConfigError(name, `must be between ${min} and ${max}, got ${n}`);
+  return n;
+}
+
 /** One of `choices`; unset → `fallback`. */
 export function envChoice<T extends string>(env: Env, name: string, choices: readonly T[], fallback: T): T {
   const v = raw(env, name);

@@ -63,7 +63,6 @@ export const DETERMINISTIC_ERROR_CODES: ReadonlySet<string> = new Set([
   'cache-format',
   // raised by the workers themselves:
   'stream-invalid', // the request's stream holds a gap or an entry no worker wrote (StreamStateError)
-  'retry-diverged', // a retried decode regenerated a token different from the one already streamed
 ]);
 
 /** The `code` of an error (Csa2Error and EngineError carry one), or null. */

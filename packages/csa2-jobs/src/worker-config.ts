@@ -8,7 +8,7 @@
  * variable itself (with `env*(env, 'NAME', …)`): that file is the one list of what a service reads,
  * which its README table and the infra tests are checked against.
  */
-import { envInt, envOptionalString, type Env } from './env-config.js';
+import { envInt, envOptionalInt, envOptionalNumber, envOptionalString, type Env } from './env-config.js';
 import type { LogLevel } from './log-line.js';
 
 /** onnxruntime execution providers a worker can run on (CSA2_PROVIDER). */
@@ -22,9 +22,12 @@ export interface WorkerConfig {
   readonly modelDir: string;
   /**
    * The service's own variable (CSA2_DECODE_CONCURRENCY, CSA2_PREFILL_CONCURRENCY): jobs one worker
-   * runs at once (they share one engine thread). @defaultValue 1
+   * takes at once; they run in one batching engine (their steps share forward calls). Unset: sized
+   * by the worker from its engine (see each service's config).
    */
-  readonly concurrency: number;
+  readonly concurrency?: number;
+  /** How the engine batches: the CSA2_* scheduler variables (see `envEngineScheduler`). */
+  readonly scheduler: EngineSchedulerSettings;
   /** CSA2_LOCK_DURATION_MS: BullMQ job lock; a dead worker's job is picked up again after it expires. @defaultValue 30000 */
   readonly lockDurationMs: number;
   /** CSA2_STALLED_INTERVAL_MS: how often this worker looks for stalled jobs. @defaultValue 30000 */
@@ -39,6 +42,34 @@ export interface WorkerConfig {
   readonly shutdownGraceMs: number;
   /** CSA2_LOG_LEVEL: debug | info | warn | error. @defaultValue 'info' */
   readonly logLevel: LogLevel;
+}
+
+/** The engine scheduler's settings (@csa2/engine SchedulerPolicy); unset ones keep the engine's defaults. */
+export interface EngineSchedulerSettings {
+  /** CSA2_MAX_BATCH_SEQUENCES: sequences decoding at once in one engine (the decode batch). @defaultValue 32 */
+  readonly maxRunning?: number;
+  /** CSA2_MAX_STEP_TOKENS: token rows one engine step may run, decode and prefill rows together. @defaultValue 512 */
+  readonly maxStepTokens?: number;
+  /** CSA2_PREFILL_CHUNK_TOKENS: rows of one prompt or document one step may prefill. @defaultValue 256 */
+  readonly prefillChunkTokens?: number;
+  /** CSA2_KV_BUDGET_BYTES: bytes the engine's admitted sequences may hold (packed cache, windows, ids). @defaultValue 4 GiB */
+  readonly kvBudgetBytes?: number;
+  /** CSA2_DECODE_LATENCY_FACTOR: a step mixing prefill rows into decoding may take this × a decode-only step. @defaultValue 2.5 */
+  readonly decodeLatencyFactor?: number;
+}
+
+/** Reads the CSA2_* scheduler variables (both engine workers use them). */
+export function envEngineScheduler(env: Env): EngineSchedulerSettings {
+  const fields = {
+    maxRunning: envOptionalInt(env, 'CSA2_MAX_BATCH_SEQUENCES', { min: 1, max: 4096 }),
+    maxStepTokens: envOptionalInt(env, 'CSA2_MAX_STEP_TOKENS', { min: 1, max: 1 << 20 }),
+    prefillChunkTokens: envOptionalInt(env, 'CSA2_PREFILL_CHUNK_TOKENS', { min: 1, max: 1 << 20 }),
+    kvBudgetBytes: envOptionalInt(env, 'CSA2_KV_BUDGET_BYTES', { min: 1 << 20 }),
+    decodeLatencyFactor: envOptionalNumber(env, 'CSA2_DECODE_LATENCY_FACTOR', { min: 1 }),
+  };
+  const out: Record<string, number> = {};
+  for (const [k, v] of Object.entries(fields)) if (v !== undefined) out[k] = v;
+  return out as EngineSchedulerSettings;
 }
 
 /** A thread count: unset, blank or 'auto' → 'auto'; otherwise an integer in [1, 1024]. */

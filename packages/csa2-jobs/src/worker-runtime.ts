@@ -42,6 +42,8 @@ export interface EngineWorkerSpec<E extends Closable, R> {
   readonly startEngine: () => Promise<E>;
   /** Fields for the 'engine ready' line logged after every engine (re)start (e.g. its warm-up time). */
   readonly describeEngine?: (engine: E) => Readonly<Record<string, unknown>>;
+  /** Jobs taken at once when the config leaves the concurrency unset, from the started engine. @defaultValue 1 */
+  readonly defaultConcurrency?: (engine: E) => number;
   /**
    * Builds the processor once the engine is up. `close`, when given, releases what `setup` opened:
    * it runs after the BullMQ Worker closed and before the engine closes; its failure is ignored.
@@ -84,9 +86,10 @@ export async function startEngineWorker<E extends Closable, R>(spec: EngineWorke
   workerConnection.on('error', (err) => log('warn', 'redis (worker)', errorFields(err)));
 
   const own = spec.setup({ redis, engine: () => engine.get(), log });
+  const concurrency = config.concurrency ?? spec.defaultConcurrency?.(await engine.get()) ?? 1;
   const worker = new Worker<unknown, R>(spec.queue, own.processor, {
     connection: workerConnection,
-    concurrency: config.concurrency,
+    concurrency,
     lockDuration: config.lockDurationMs,
     stalledInterval: config.stalledIntervalMs,
     // a worker killed mid-job (OOM, SIGKILL, node loss) makes its job stall; allow two such losses
@@ -95,7 +98,7 @@ export async function startEngineWorker<E extends Closable, R>(spec: EngineWorke
   worker.on('error', (err) => log('error', 'worker error', errorFields(err)));
   worker.on('failed', (job, err) => log('debug', 'job failed', { jobId: job?.id, ...errorFields(err) }));
   await worker.waitUntilReady();
-  log('info', `${spec.name} started`, { queue: spec.queue, concurrency: config.concurrency, modelDir: config.modelDir, ...spec.startedFields });
+  log('info', `${spec.name} started`, { queue: spec.queue, concurrency, modelDir: config.modelDir, ...spec.startedFields });
 
   let closing: Promise<void> | null = null;
   return {

@@ -6,12 +6,12 @@ import { loadDecoderConfig } from './config.js';
 
 const BASE = { REDIS_URL: 'redis://127.0.0.1:6379', CSA2_MODEL_DIR: '/models/tiny' };
 
-test('defaults: one job at a time, 30 s locks, 50 ms cancel polls, no store, engine defaults', () => {
+test('defaults: jobs at once sized by the engine (unset), 30 s locks, 50 ms cancel polls, no store, engine defaults', () => {
   const c = loadDecoderConfig(BASE);
   assert.deepEqual(c, {
     redisUrl: 'redis://127.0.0.1:6379',
     modelDir: '/models/tiny',
-    concurrency: 1,
+    scheduler: {},
     lockDurationMs: 30_000,
     stalledIntervalMs: 30_000,
     threads: 'auto',
@@ -52,4 +52,21 @@ test('a missing or bad value fails with an error naming the variable', () => {
   assert.throws(() => loadDecoderConfig({ ...BASE, CSA2_LOCK_DURATION_MS: '1.5' }), named('CSA2_LOCK_DURATION_MS'));
   assert.throws(() => loadDecoderConfig({ ...BASE, CSA2_THREADS: 'many' }), named('CSA2_THREADS'));
   assert.throws(() => loadDecoderConfig({ ...BASE, CSA2_PROVIDER: 'tpu' }), named('CSA2_PROVIDER'));
+});
+
+test('the engine scheduler variables are read, and a bad one names itself', () => {
+  const c = loadDecoderConfig({
+    ...BASE,
+    CSA2_DECODE_CONCURRENCY: '12',
+    CSA2_MAX_BATCH_SEQUENCES: '16',
+    CSA2_MAX_STEP_TOKENS: '384',
+    CSA2_PREFILL_CHUNK_TOKENS: '64',
+    CSA2_KV_BUDGET_BYTES: String(2 ** 31),
+    CSA2_DECODE_LATENCY_FACTOR: '1.5',
+  });
+  assert.equal(c.concurrency, 12);
+  assert.deepEqual(c.scheduler, { maxRunning: 16, maxStepTokens: 384, prefillChunkTokens: 64, kvBudgetBytes: 2 ** 31, decodeLatencyFactor: 1.5 });
+  for (const [name, bad] of [['CSA2_DECODE_LATENCY_FACTOR', '0.5'], ['CSA2_DECODE_LATENCY_FACTOR', 'fast'], ['CSA2_MAX_BATCH_SEQUENCES', '0'], ['CSA2_KV_BUDGET_BYTES', '1k']] as const) {
+    assert.throws(() => loadDecoderConfig({ ...BASE, [name]: bad }), (err: unknown) => err instanceof EnvConfigError && err.variable === name, `${name}=${bad}`);
+  }
 });

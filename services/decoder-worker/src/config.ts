@@ -4,8 +4,15 @@
  * engine workers' common ones (WorkerConfig, @csa2/jobs worker-config) plus the decoder's own.
  * A bad value fails start with an EnvConfigError naming the variable.
  */
-import { EXECUTION_PROVIDERS, LOG_LEVELS, envChoice, envInt, envOptionalInt, envOptionalString, envRedisUrl, envString, envThreads, type Env, type WorkerConfig } from '@csa2/jobs';
+import { EXECUTION_PROVIDERS, LOG_LEVELS, envChoice, envEngineScheduler, envInt, envOptionalInt, envOptionalString, envRedisUrl, envString, envThreads, type Env, type WorkerConfig } from '@csa2/jobs';
 
+const optional = <K extends string, V>(k: K, v: V | undefined): { [P in K]?: V } => (v === undefined ? {} : ({ [k]: v } as { [P in K]: V }));
+
+/**
+ * CSA2_DECODE_CONCURRENCY unset: the worker takes as many decode jobs at once as its engine can batch
+ * whatever their length (ModelInfo.batchCapacity: min(CSA2_MAX_BATCH_SEQUENCES, CSA2_KV_BUDGET_BYTES ÷
+ * the bytes of one sequence at max_seq_len)).
+ */
 export interface DecoderConfig extends WorkerConfig {
   /** CSA2_STORE_URL: artifact store (file:///… or s3://…); needed for jobs that name a document. */
   readonly storeUrl?: string;
@@ -23,7 +30,8 @@ export function loadDecoderConfig(env: Env = process.env): DecoderConfig {
     redisUrl: envRedisUrl(env),
     modelDir: envString(env, 'CSA2_MODEL_DIR', 'a checkpoint directory with config.json and model.safetensors'),
     ...(storeUrl !== undefined ? { storeUrl } : {}),
-    concurrency: envInt(env, 'CSA2_DECODE_CONCURRENCY', 1, { min: 1, max: 256 }),
+    ...optional('concurrency', envOptionalInt(env, 'CSA2_DECODE_CONCURRENCY', { min: 1, max: 4096 })),
+    scheduler: envEngineScheduler(env),
     lockDurationMs: envInt(env, 'CSA2_LOCK_DURATION_MS', 30_000, { min: 1000 }),
     stalledIntervalMs: envInt(env, 'CSA2_STALLED_INTERVAL_MS', 30_000, { min: 1000 }),
     ...(replayTokens !== undefined ? { replayTokens } : {}),

@@ -8,10 +8,12 @@
  * 1. parse the payload — malformed: error entry (when the request id is readable) + UnrecoverableError;
  * 2. read the stream — already ended (final or error entry): return at once, nothing regenerated;
  * 3. cancel key already set: final entry 'cancelled' at once;
- * 4. generate ([document tokens] + promptIds) in the engine thread; each token becomes a stream entry,
- *    except indexes the stream already holds (a retry regenerates them deterministically and checks
- *    they match instead of writing them again); the cancel key is polled every `cancelPollMs` and
- *    aborts generation (finish_reason 'cancelled');
+ * 4. generate ([document tokens] + promptIds) in the engine thread, which batches it with the other
+ *    jobs this worker runs; each token becomes a stream entry. A retry resumes: the tokens the stream
+ *    already holds are fed to the engine (resumeTokens) instead of being generated again, and
+ *    generation continues after them exactly as the undisturbed run would (greedy, or seeded
+ *    sampling, whose randomness depends on (seed, token index) only); the cancel key is polled every
+ *    `cancelPollMs` and aborts generation (finish_reason 'cancelled');
  * 5. the final entry: finish_reason, usage (prompt_tokens_details.cached_tokens = document tokens),
  *    the tail text and the attempt's timing.
  *
@@ -63,15 +65,6 @@ export interface DecodeDeps extends EngineJobDeps<DecodeEngine> {
 }
 
 export type DecodeProcessor = (job: Job<unknown, DecodeResult>, token: string | undefined, signal: AbortSignal | undefined) => Promise<DecodeResult>;
-
-/** A retry regenerated a different token than the one the client already has. */
-export class RetryDivergedError extends Error {
-  readonly code = 'retry-diverged';
-  constructor(index: number, streamed: number, regenerated: number) {
-    super(`token ${index}: the stream holds id ${streamed}, the retry generated ${regenerated} (non-deterministic numerics across workers?)`);
-    this.name = 'RetryDivergedError';
-  }
-}
 
 /** The engine stopped a generation nobody cancelled (it is closing): transient. */
 class EngineAbortedError extends Error {
@@ -177,7 +170,6 @@ export function createDecodeProcessor(deps: DecodeDeps): DecodeProcessor {
     const abort = new AbortController();
     let cancelled = false;
     let handBack = false;
-    let diverged: RetryDivergedError | null = null;
     const stop = () => abort.abort();
     const appender = new TokenAppender(deps, requestId, stop);
     const unfollowJob = followJobSignal(signal, () => {
@@ -197,20 +189,15 @@ export function createDecodeProcessor(deps: DecodeDeps): DecodeProcessor {
         return;
       }
       lastAtMs = Date.now();
-      if (t.index === 0) firstAtMs = lastAtMs;
-      if (t.index < streamed.length) {
-        const prev = streamed[t.index] as number;
-        if (prev !== t.id && diverged === null) {
-          diverged = new RetryDivergedError(t.index, prev, t.id);
-          stop();
-        }
-        return;
-      }
+      if (firstAtMs === 0) firstAtMs = lastAtMs;
       appender.append({ kind: 'token', index: t.index, id: t.id, text: t.text });
     };
 
     const replayTokens = data.replayTokens ?? deps.replayTokens;
     const req: GenerateRequest = {
+      tenant: data.tenant,
+      priority: job.opts.priority ?? 0,
+      ...(streamed.length > 0 ? { resumeTokens: streamed } : {}),
       promptIds: data.promptIds,
       maxTokens: data.maxTokens,
       sampling: data.sampling,
@@ -229,7 +216,6 @@ export function createDecodeProcessor(deps: DecodeDeps): DecodeProcessor {
     }
 
     if (appender.failure !== null) throw appender.failure;
-    if (diverged !== null) throw diverged;
     if (appender.endedElsewhere) {
       const now = await readStreamState(deps.redis, requestId);
       if (now.end?.kind === 'final') return resultFromEnd(now.end);

@@ -29,6 +29,7 @@ export function decoderEngineOptions(config: DecoderConfig): EngineOptions {
     warmUp: true,
     ...(config.storeUrl !== undefined ? { store: config.storeUrl } : {}),
     ...(config.chunkCacheBytes !== undefined ? { chunkCacheBytes: config.chunkCacheBytes } : {}),
+    scheduler: config.scheduler,
   };
 }
 
@@ -39,7 +40,8 @@ export async function startDecoderWorker(config: DecoderConfig, options: Decoder
     config,
     log: options.log ?? jsonLogger('decoder-worker', config.logLevel),
     startEngine: () => EngineHost.start(decoderEngineOptions(config)),
-    describeEngine: (host) => ({ warmUpMs: Math.round(host.info.warmUpMs ?? 0) }),
+    describeEngine: (host) => ({ warmUpMs: Math.round(host.info.warmUpMs ?? 0), batchCapacity: host.info.batchCapacity, kvBudgetBytes: host.info.scheduler.kvBudgetBytes }),
+    defaultConcurrency: (host) => host.info.batchCapacity,
     setup: (deps) => ({
       processor: createDecodeProcessor({
         ...deps,

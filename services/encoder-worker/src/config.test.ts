@@ -9,7 +9,8 @@ const BASE = { REDIS_URL: 'redis://127.0.0.1:6379', CSA2_MODEL_DIR: '/models/tin
 test('defaults, and every variable read', () => {
   const c = loadEncoderConfig(BASE);
   assert.equal(c.storeUrl, 'file:///srv/store');
-  assert.equal(c.concurrency, 1);
+  assert.equal(c.concurrency, undefined, 'unset: the worker sizes it from its engine');
+  assert.deepEqual(c.scheduler, {});
   assert.equal(c.chunkTokens, undefined);
   assert.equal(c.lockDurationMs, 30_000);
   assert.equal(c.progressIntervalMs, 200);

@@ -4,8 +4,17 @@
  * engine workers' common ones (WorkerConfig, @csa2/jobs worker-config) plus the encoder's own.
  * A bad value fails start with an EnvConfigError naming the variable.
  */
-import { EXECUTION_PROVIDERS, LOG_LEVELS, envChoice, envInt, envOptionalInt, envRedisUrl, envString, envThreads, type Env, type WorkerConfig } from '@csa2/jobs';
+import { EXECUTION_PROVIDERS, LOG_LEVELS, envChoice, envEngineScheduler, envInt, envOptionalInt, envRedisUrl, envString, envThreads, type Env, type WorkerConfig } from '@csa2/jobs';
 
+const optional = <K extends string, V>(k: K, v: V | undefined): { [P in K]?: V } => (v === undefined ? {} : ({ [k]: v } as { [P in K]: V }));
+
+/** Prefill jobs one encoder takes at once by default (their chunks interleave in its engine, round-robin across tenants). */
+export const DEFAULT_PREFILL_CONCURRENCY = 4;
+
+/**
+ * CSA2_PREFILL_CONCURRENCY unset: min(DEFAULT_PREFILL_CONCURRENCY, what the engine's KV budget holds at
+ * max_seq_len) jobs at once.
+ */
 export interface EncoderConfig extends WorkerConfig {
   /** CSA2_STORE_URL: where artifacts are written (file:///… or s3://…). Required. */
   readonly storeUrl: string;
@@ -22,7 +31,8 @@ export function loadEncoderConfig(env: Env = process.env): EncoderConfig {
     redisUrl: envRedisUrl(env),
     modelDir: envString(env, 'CSA2_MODEL_DIR', 'a checkpoint directory with config.json and model.safetensors'),
     storeUrl: envString(env, 'CSA2_STORE_URL', 'file:///path or s3://bucket/prefix?endpoint=…'),
-    concurrency: envInt(env, 'CSA2_PREFILL_CONCURRENCY', 1, { min: 1, max: 256 }),
+    ...optional('concurrency', envOptionalInt(env, 'CSA2_PREFILL_CONCURRENCY', { min: 1, max: 4096 })),
+    scheduler: envEngineScheduler(env),
     ...(chunkTokens !== undefined ? { chunkTokens } : {}),
     ...(chunkCacheBytes !== undefined ? { chunkCacheBytes } : {}),
     lockDurationMs: envInt(env, 'CSA2_LOCK_DURATION_MS', 30_000, { min: 1000 }),

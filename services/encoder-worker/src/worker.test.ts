@@ -68,6 +68,7 @@ before(async () => {
     modelDir: TINY,
     storeUrl: pathToFileURL(storeDir).href,
     concurrency: 1,
+  scheduler: {},
     chunkTokens: 32,
     lockDurationMs: 30_000,
     stalledIntervalMs: 30_000,

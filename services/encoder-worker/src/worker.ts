@@ -11,7 +11,7 @@
  */
 import { EngineHost, type EngineOptions } from '@csa2/engine';
 import { DECODE_QUEUE, PREFILL_QUEUE, Queue, jsonLogger, startEngineWorker, type EngineWorker, type Logger, type PrefillResult } from '@csa2/jobs';
-import type { EncoderConfig } from './config.js';
+import { DEFAULT_PREFILL_CONCURRENCY, type EncoderConfig } from './config.js';
 import { createEncodeProcessor } from './processor.js';
 
 /** The running worker: `worker`, `engine()`, `engineStarts()` and `close()` (see EngineWorker). */
@@ -31,6 +31,7 @@ export function encoderEngineOptions(config: EncoderConfig): EngineOptions {
     store: config.storeUrl,
     ...(config.chunkTokens !== undefined ? { chunkTokens: config.chunkTokens } : {}),
     ...(config.chunkCacheBytes !== undefined ? { chunkCacheBytes: config.chunkCacheBytes } : {}),
+    scheduler: config.scheduler,
   };
 }
 
@@ -41,7 +42,8 @@ export async function startEncoderWorker(config: EncoderConfig, options: Encoder
     config,
     log: options.log ?? jsonLogger('encoder-worker', config.logLevel),
     startEngine: () => EngineHost.start(encoderEngineOptions(config)),
-    describeEngine: (host) => ({ warmUpMs: Math.round(host.info.warmUpMs ?? 0) }),
+    describeEngine: (host) => ({ warmUpMs: Math.round(host.info.warmUpMs ?? 0), batchCapacity: host.info.batchCapacity, kvBudgetBytes: host.info.scheduler.kvBudgetBytes }),
+    defaultConcurrency: (host) => Math.min(DEFAULT_PREFILL_CONCURRENCY, host.info.batchCapacity),
     setup: (deps) => {
       const decodeQueue = new Queue(DECODE_QUEUE, { connection: deps.redis });
       const processor = createEncodeProcessor({

@@ -93,7 +93,6 @@ export const CSA2_ERROR_TO_HTTP_STATUS: Record<Csa2ErrorCode, ContentfulStatusCo
 const WORKER_ERROR_TO_HTTP_STATUS: Readonly<Record<string, ContentfulStatusCode>> = {
   'payload-invalid': 500,
   'stream-invalid': 500,
-  'retry-diverged': 500,
   'redis-unavailable': 503,
   'job-lost': 503,
   cancelled: 503,

@@ -9,7 +9,7 @@ import { goldenFixtures } from '../testing/fixtures.js';
 import { loadCheckpoint } from '../weights/checkpoint.js';
 import { openSafetensors } from '../weights/safetensors.js';
 import { Csa2Model, type ModelOptions } from './model.js';
-import { generate } from './generate.js';
+import { runGreedy } from '../testing/greedy.js';
 
 const dir = goldenFixtures().find((d) => d.endsWith('deepseek-v41-tiny-a')) ?? (goldenFixtures()[0] as string);
 const ckpt = await loadCheckpoint(dir);
@@ -44,15 +44,14 @@ test('encode is identical whatever the chunking (odd chunk sizes included)', asy
 
 test('decoder replay over at least the whole prompt equals exact prefill, token for token and logit for logit', async () => {
   const model = await open();
-  const common = { promptIds: prompt, maxTokens: 6, sampling: { temperature: 0, topP: 1, seed: 0 }, keepLogits: true } as const;
-  const exact = await generate(model, { ...common, mode: { kind: 'exact' } });
+  const exact = await runGreedy(model, prompt, { maxTokens: 6, mode: 'exact' });
   for (const replayTokens of [prompt.length, 1000]) {
-    const replay = await generate(model, { ...common, mode: { kind: 'replay', replayTokens } });
+    const replay = await runGreedy(model, prompt, { maxTokens: 6, mode: { replayTokens } });
     assert.deepEqual(replay.tokens, exact.tokens);
     replay.logits.forEach((row, i) => same(row, exact.logits[i]!, `replay ${replayTokens} logits row ${i}`));
   }
   // a short replay is an approximation: it must still run and produce in-vocabulary tokens
-  const short = await generate(model, { ...common, mode: { kind: 'replay', replayTokens: 4 } });
+  const short = await runGreedy(model, prompt, { maxTokens: 6, mode: { replayTokens: 4 } });
   assert.equal(short.tokens.length, 6);
   assert.ok(short.tokens.every((t) => t >= 0 && t < ckpt.config.vocabSize));
   await model.dispose();
@@ -75,14 +74,7 @@ test('fp32 numerics mode lands on the reference fp32 variant (logits_fp32) withi
   const ids = Array.from(golden.readTensorI32('generated_ids'));
   const ref = golden.readTensorF32('logits_fp32');
   const V = ckpt.config.vocabSize;
-  const run = await generate(model, {
-    promptIds: prompt,
-    maxTokens: ids.length,
-    sampling: { temperature: 0, topP: 1, seed: 0 },
-    mode: { kind: 'exact' },
-    forceIds: ids,
-    keepLogits: true,
-  });
+  const run = await runGreedy(model, prompt, { maxTokens: ids.length, mode: 'exact', forceIds: ids });
   run.logits.forEach((row, t) => {
     let d = 0;
     for (let v = 0; v < V; v++) d = Math.max(d, Math.abs((row[v] as number) - (ref[t * V + v] as number)));
@@ -103,7 +95,7 @@ test('windows wider than one attention block: short prompts run, and are exact (
   for (const windowSize of [8, 64, 128]) {
     const config = { ...ckpt.config, windowSize };
     const model = await Csa2Model.create(config, ckpt.plan, weights);
-    const out = await generate(model, { promptIds: ids, maxTokens: 5, sampling: { temperature: 0, topP: 1, seed: 0 }, mode: { kind: 'exact' }, keepLogits: true });
+    const out = await runGreedy(model, ids, { maxTokens: 5, mode: 'exact' });
     runs.push(out.logits);
     await model.dispose();
   }

@@ -25,6 +25,9 @@ import { ropeFrequencies } from './rope.js';
 import { Sequence } from './sequence.js';
 import type { ForwardObserver, ProgressCallback, Span, SpanOutput, StreamRows } from './span.js';
 
+/** Bounded replay: the decoder (and, on a stored prefix, the encoder) re-run the last R tokens (the report's 128). */
+export const DEFAULT_REPLAY_TOKENS = 128;
+
 export interface ModelOptions {
   /** 'bf16' follows the reference's bf16 execution; 'fp32' is plain float32. @defaultValue 'bf16' */
   readonly numerics: NumericsMode;

@@ -14,7 +14,7 @@
  */
 import { Worker } from 'node:worker_threads';
 import { Csa2Error, type Csa2ErrorCode } from '@csa2/core';
-import type { EngineOptions, GenerateHooks, GenerateOutcome, GenerateRequest, IngestHooks, IngestOutcome, IngestRequest, ModelInfo, SerializedError } from '../engine.js';
+import type { EngineOptions, EngineStats, GenerateHooks, GenerateOutcome, GenerateRequest, IngestHooks, IngestOutcome, IngestRequest, ModelInfo, SerializedError } from '../engine.js';
 import type { EngineMethod, FromThread, ThreadData, ToThread } from './protocol.js';
 
 /** An error raised inside the engine thread, re-created on the caller's side. */
@@ -83,6 +83,11 @@ export class EngineHost {
   /** Encodes a document into an artifact (see Engine.ingest); progress events stream back. */
   ingest(req: IngestRequest, hooks: IngestHooks = {}): Promise<IngestOutcome> {
     return this.call('ingest', req, hooks.onProgress as ((e: unknown) => void) | undefined, hooks.signal) as Promise<IngestOutcome>;
+  }
+
+  /** The engine scheduler's state and counters (running, waiting, KV bytes, step histograms). */
+  stats(): Promise<EngineStats> {
+    return this.call('stats', null) as Promise<EngineStats>;
   }
 
   tokenize(text: string): Promise<number[]> {

@@ -32,6 +32,8 @@ async function dispatch(id: number, method: string, args: unknown): Promise<unkn
       return engine.generate(args as Parameters<Engine['generate']>[0], { signal, onToken: onEvent });
     case 'ingest':
       return engine.ingest(args as Parameters<Engine['ingest']>[0], { signal, onProgress: onEvent });
+    case 'stats':
+      return engine.stats();
     case 'tokenize':
       return engine.tokenize(args as string);
     case 'detokenize':

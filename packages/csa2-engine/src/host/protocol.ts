@@ -5,7 +5,7 @@
  */
 import type { EngineOptions, ModelInfo, SerializedError } from '../engine.js';
 
-export type EngineMethod = 'generate' | 'ingest' | 'tokenize' | 'detokenize';
+export type EngineMethod = 'generate' | 'ingest' | 'tokenize' | 'detokenize' | 'stats';
 
 export type ToThread =
   | { readonly type: 'call'; readonly id: number; readonly method: EngineMethod; readonly args: unknown }

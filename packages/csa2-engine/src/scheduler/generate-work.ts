@@ -11,7 +11,7 @@
  * resumed or batched run samples what an undisturbed run samples.
  */
 import { ArtifactReader, type DocumentManifest } from '@csa2/artifacts';
-import { Csa2Error, DEFAULT_REPLAY_TOKENS, InputError, Sampler, validateSampling, type TokenDecodeStream, type Sequence, type Span, type SpanOutput } from '@csa2/core';
+import { Csa2Error, DEFAULT_REPLAY_TOKENS, InputError, Sampler, TokenHistory, validateSampling, type TokenDecodeStream, type Sequence, type Span, type SpanOutput } from '@csa2/core';
 import { StopMatcher } from '../stop-matcher.js';
 import type { FinishReason, GenerateHooks, GenerateOutcome, GenerateRequest } from '../types.js';
 import { SegmentRun } from './segment-run.js';
@@ -39,6 +39,8 @@ export class GenerateWork implements Work {
   private manifest: DocumentManifest | null = null;
   private readonly replayTokens: number;
   private readonly sampler: Sampler;
+  /** The penalties' view of the sequence: the prompt (everything before token 0) and the output. */
+  private history: TokenHistory | null = null;
   private readonly stopIds: Set<number>;
   private readonly stops: StopMatcher;
   private readonly decoder: TokenDecodeStream;
@@ -71,7 +73,7 @@ export class GenerateWork implements Work {
     this.replayTokens = req.replayTokens ?? DEFAULT_REPLAY_TOKENS;
     if (req.exact !== true && !(Number.isInteger(this.replayTokens) && this.replayTokens >= 1)) throw new InputError(`replay must be a positive integer, got ${this.replayTokens}`);
     if (req.exact !== true && req.document === undefined) void model.decoderStart; // throws for schedules without a split
-    validateSampling(req.sampling);
+    validateSampling(req.sampling, Math.min(ctx.tokenizer.vocabSize, model.config.vocabSize));
     const probe = model.createSequence();
     if (req.promptIds.length > 0) model.checkTokens(req.promptIds, probe, 'prompt');
     const resume = req.resumeTokens ?? [];
@@ -180,7 +182,10 @@ export class GenerateWork implements Work {
     else logits = out.logits;
     if (logits === null) return;
     if (p.kind !== 'decode') {
-      this.promptTokens = this.requireSeq().length;
+      const seq = this.requireSeq();
+      this.promptTokens = seq.length;
+      // prompt ids never change, so a view stays right even if the buffer is replaced later
+      this.history = new TokenHistory(seq.tokens.view(0, seq.length), seq.length);
       this.phase = { kind: 'decode' };
     }
     this.choose(logits);
@@ -190,8 +195,10 @@ export class GenerateWork implements Work {
   private choose(logits: Float32Array): void {
     const i = this.tokens.length;
     if (this.req.keepLogits === true) this.logitsRows.push(logits.slice());
-    const id = i < this.forced.length ? (this.forced[i] as number) : this.sampler.next(logits);
+    const history = this.history as TokenHistory;
+    const id = i < this.forced.length ? (this.forced[i] as number) : this.sampler.next(logits, history, i);
     this.tokens.push(id);
+    history.push(id);
     if (i === this.resumed) this.firstTokenAtMs = performance.now();
     const piece = this.stopIds.has(id) ? '' : this.decoder.push(id);
     const { emit, stopped } = this.stops.push(piece);

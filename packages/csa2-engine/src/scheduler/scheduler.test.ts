@@ -58,7 +58,7 @@ test('concurrent generations are batched into shared steps and equal the same ge
 
 test('a resumed generation feeds the tokens it was given, reports only the new ones and ends exactly like an undisturbed run', async () => {
   const engine = await Engine.open({ modelDir: TINY });
-  for (const sampling of [greedy]) {
+  for (const sampling of [greedy, { temperature: 0.8, topP: 0.9, seed: 12 }]) {
     const req: GenerateRequest = { promptIds: ids(30, 9), maxTokens: 14, sampling, ignoreEos: true };
     const full = await engine.generate(req);
     const seen: number[] = [];
