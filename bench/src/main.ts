@@ -16,6 +16,7 @@ export const SUITES: Readonly<Record<string, () => Promise<BenchSuite>>> = {
   documents: async () => (await import('./documents-bench.js')).documentsSuite,
   pipeline: async () => (await import('./pipeline-bench.js')).pipelineSuite,
   replay: async () => (await import('./replay-bench.js')).replaySuite,
+  batch: async () => (await import('./batch-bench.js')).batchSuite,
 };
 
 const HELP_OPTION: SuiteOption = { type: 'boolean', description: 'list the suites and their options' };

@@ -14,7 +14,7 @@ import { f32, i32, u8 } from '../runtime/ort-session.js';
 import { ATTENTION_BLOCK } from './graph-ops.js';
 import { attentionColumns } from './graphs/context.js';
 import type { ModelGraphs } from './model-graphs.js';
-import type { SpanState } from './span.js';
+import type { Selection, SelectionBlock, SpanState } from './span.js';
 
 /** A span's window keys: table rows [W, D] and, per row, its window columns as rows of that table. */
 interface WindowPart {
@@ -69,17 +69,24 @@ function windowPart(st: SpanState, e: LayerPlanEntry, c: ModelConfig, kvw: Float
   return { rows, cols, idx };
 }
 
-/** Rows [r0, r1) of one span in a run, with the entries they selected (ascending, unique). */
+/** Rows [r0, r1) of one span in a run, with their window keys and (compressed layers) their selection block. */
 interface RunMember {
   readonly st: SpanState;
   readonly batchRow: number;
   readonly r0: number;
   readonly r1: number;
   readonly window: WindowPart;
-  readonly entries: Int32Array;
+  readonly block: SelectionBlock | null;
 }
 
 function selectedEntries(topk: Int32Array, kk: number, r0: number, r1: number): Int32Array {
+  if (r1 - r0 === 1) {
+    // one row (a decode step): its list is ascending and unique already, -1s last
+    const row = topk.subarray(r0 * kk, r1 * kk);
+    let n = 0;
+    while (n < kk && (row[n] as number) >= 0) n++;
+    return row.slice(0, n);
+  }
   const set = new Set<number>();
   for (let i = r0 * kk; i < r1 * kk; i++) {
     const j = topk[i] as number;
@@ -107,6 +114,64 @@ export interface AttentionContext {
 }
 
 /**
+ * The span's selection for this layer: reused when the layer reads the same KV source and top-k list
+ * as the one that built it (an index source's Reuse layers), else made anew in row blocks whose rows
+ * and selected entries fit the budget (a decode row: one block of at most topk entries). New blocks
+ * have no values yet.
+ */
+function selectionFor(ctx: AttentionContext, e: LayerPlanEntry, st: SpanState, windowRows: number, perRow: number): { selection: Selection; fresh: boolean } {
+  const shared = st.shared;
+  const topk = shared.topk;
+  if (topk === null) throw new Csa2Error('runtime', `layer ${e.layer}: no top-k list for the span at ${st.span.p0}`);
+  const kvLayer = e.kvSource as number;
+  const old = shared.selection;
+  if (old !== null && old.topk === topk && old.kvLayer === kvLayer) return { selection: old, fresh: false };
+  const D = ctx.config.headDim;
+  const kk = shared.kk;
+  const whole = selectedEntries(topk, kk, 0, st.rows);
+  const values = st.rows * perRow + (whole.length + windowRows) * D;
+  const blocks: SelectionBlock[] = [];
+  if (values <= ctx.attentionBudgetValues) blocks.push({ r0: 0, r1: st.rows, entries: whole, values: new Float32Array(0) });
+  else {
+    const blockRows = Math.max(1, Math.floor((st.rows * ctx.attentionBudgetValues) / values));
+    for (let r0 = 0; r0 < st.rows; r0 += blockRows) {
+      const r1 = Math.min(st.rows, r0 + blockRows);
+      blocks.push({ r0, r1, entries: selectedEntries(topk, kk, r0, r1), values: new Float32Array(0) });
+    }
+  }
+  const selection = { kvLayer, topk, blocks };
+  shared.selection = selection;
+  return { selection, fresh: true };
+}
+
+/** Unpacks the entries of every fresh selection block (all spans of the layer) in one graph run. */
+async function unpackSelections(ctx: AttentionContext, e: LayerPlanEntry, fresh: ReadonlyArray<{ st: SpanState; selection: Selection }>): Promise<void> {
+  const D = ctx.config.headDim;
+  const R = D / 2 + D / 16;
+  let U = 0;
+  for (const f of fresh) for (const b of f.selection.blocks) U += b.entries.length;
+  if (U === 0) return;
+  const packed = new Uint8Array(U * R);
+  let row = 0;
+  for (const { st, selection } of fresh) {
+    const cache = st.span.seq.cache(selection.kvLayer).mainKv;
+    for (const b of selection.blocks) {
+      cache.gather(b.entries, packed, row);
+      row += b.entries.length;
+    }
+  }
+  const { kv } = await ctx.graphs.unpackMainKv.run({ packed: u8(packed, [U, R]) });
+  row = 0;
+  for (const { selection } of fresh) {
+    for (const b of selection.blocks) {
+      b.values = kv.data.subarray(row * D, (row + b.entries.length) * D);
+      row += b.entries.length;
+    }
+  }
+  if (row !== U) throw new Csa2Error('runtime', `layer ${e.layer}: unpacked ${row} of ${U} selected entries`);
+}
+
+/**
  * The attention of layer `e` for the batch's rows: q [R, H, D] and kvw [R, D] (attnIn outputs, batch row
  * order), spans with their batch row offsets. Returns att [R, H, D].
  */
@@ -125,33 +190,43 @@ export async function runAttention(
   const R = spans.reduce((s, a) => s + a.st.rows, 0);
   const perRow = (ATTENTION_BLOCK + 3 * H) * D;
 
-  // the runs: whole spans while they fit, a span too big alone in row blocks of its own
+  // window keys and selections; the selections' entries unpacked in one run
+  const parts: Array<{ st: SpanState; offset: number; window: WindowPart; selection: Selection | null }> = [];
+  const fresh: Array<{ st: SpanState; selection: Selection }> = [];
+  for (const { st, offset } of spans) {
+    const window = windowPart(st, e, c, kvw.subarray(offset * D, (offset + st.rows) * D));
+    let selection: Selection | null = null;
+    if (m > 0) {
+      const s = selectionFor(ctx, e, st, window.rows.length / D, perRow);
+      selection = s.selection;
+      if (s.fresh) fresh.push({ st, selection });
+    }
+    parts.push({ st, offset, window, selection });
+  }
+  if (fresh.length > 0) await unpackSelections(ctx, e, fresh);
+
+  // the runs: consecutive spans while they fit the budget; a span in several blocks, one run per block
   const runs: RunMember[][] = [];
   let current: RunMember[] = [];
   let currentValues = 0;
-  for (const { st, offset } of spans) {
-    const window = windowPart(st, e, c, kvw.subarray(offset * D, (offset + st.rows) * D));
-    const topk = m > 0 ? st.shared.topk : null;
-    if (m > 0 && topk === null) throw new Csa2Error('runtime', `layer ${e.layer}: no top-k list for the span at ${st.span.p0}`);
-    const kk = st.shared.kk;
-    const all: RunMember = { st, batchRow: offset, r0: 0, r1: st.rows, window, entries: topk !== null ? selectedEntries(topk, kk, 0, st.rows) : new Int32Array(0) };
-    const values = st.rows * perRow + (all.entries.length + window.rows.length / D) * D;
-    if (values <= ctx.attentionBudgetValues) {
-      if (current.length > 0 && currentValues + values > ctx.attentionBudgetValues) {
-        runs.push(current);
-        current = [];
-        currentValues = 0;
-      }
-      current.push(all);
-      currentValues += values;
+  for (const { st, offset, window, selection } of parts) {
+    const blocks = selection?.blocks ?? [null];
+    if (blocks.length > 1) {
+      if (current.length > 0) runs.push(current);
+      current = [];
+      currentValues = 0;
+      for (const b of blocks) runs.push([{ st, batchRow: offset + (b as SelectionBlock).r0, r0: (b as SelectionBlock).r0, r1: (b as SelectionBlock).r1, window, block: b }]);
       continue;
     }
-    const blockRows = Math.max(1, Math.floor((st.rows * ctx.attentionBudgetValues) / values));
-    for (let r0 = 0; r0 < st.rows; r0 += blockRows) {
-      const r1 = Math.min(st.rows, r0 + blockRows);
-      const entries = topk !== null ? selectedEntries(topk, kk, r0, r1) : new Int32Array(0);
-      runs.push([{ st, batchRow: offset + r0, r0, r1, window, entries }]);
+    const block = blocks[0] ?? null;
+    const values = st.rows * perRow + ((block?.entries.length ?? 0) + window.rows.length / D) * D;
+    if (current.length > 0 && currentValues + values > ctx.attentionBudgetValues) {
+      runs.push(current);
+      current = [];
+      currentValues = 0;
     }
+    current.push({ st, batchRow: offset, r0: 0, r1: st.rows, window, block });
+    currentValues += values;
   }
   if (current.length > 0) runs.push(current);
 
@@ -159,46 +234,43 @@ export async function runAttention(
   for (const run of runs) {
     const first = run[0] as RunMember;
     const rows = run.reduce((s, mbr) => s + (mbr.r1 - mbr.r0), 0);
-    const Ut = run.reduce((s, mbr) => s + mbr.entries.length, 0);
+    const Ut = run.reduce((s, mbr) => s + (mbr.block?.entries.length ?? 0), 0);
     const Wt = run.reduce((s, mbr) => s + mbr.window.rows.length / D, 0);
+    // the table: every member's selected entries, then every member's window rows
+    const table = new Float32Array((Ut + Wt) * D);
     const idx = new Int32Array(rows * C).fill(-1);
-    const win = new Float32Array(Wt * D);
-    const packedRowBytes = D / 2 + D / 16;
-    const Up = Math.max(1, Ut); // the packed input has at least one row (a zero row nothing points to)
-    const packed = new Uint8Array(Up * packedRowBytes);
     let row = 0;
     let uOff = 0;
-    let wOff = 0;
+    let wOff = Ut;
     for (const mbr of run) {
       const w = mbr.window;
-      win.set(w.rows, wOff * D);
-      const base = m > 0 ? Up : 0; // window rows follow the packed entries in the table
+      table.set(w.rows, wOff * D);
+      const block = mbr.block;
+      if (block !== null) table.set(block.values, uOff * D);
       const topk = mbr.st.shared.topk;
       const kk = mbr.st.shared.kk;
-      if (m > 0) mbr.st.span.seq.cache(e.kvSource as number).mainKv.gather(mbr.entries, packed, uOff);
       for (let r = mbr.r0; r < mbr.r1; r++, row++) {
         const o = row * C;
         const wr = w.idx.length === w.cols ? 0 : r; // a step has one window list
         for (let col = 0; col < w.cols; col++) {
           const j = w.idx[wr * w.cols + col] as number;
-          idx[o + col] = j >= 0 ? base + wOff + j : -1;
+          idx[o + col] = j >= 0 ? wOff + j : -1;
         }
-        if (topk !== null) {
+        if (block !== null && topk !== null) {
+          // a one-row block's entries are its own list: pick k is entry k
+          const own = block.r1 - block.r0 === 1;
           for (let k = 0; k < kk; k++) {
             const j = topk[r * kk + k] as number;
-            idx[o + w.cols + k] = j >= 0 ? uOff + indexOf(mbr.entries, j) : -1;
+            idx[o + w.cols + k] = j >= 0 ? uOff + (own ? k : indexOf(block.entries, j)) : -1;
           }
         }
       }
-      uOff += mbr.entries.length;
+      uOff += block?.entries.length ?? 0;
       wOff += w.rows.length / D;
     }
     const qRows = q.subarray(first.batchRow * H * D, (first.batchRow + rows) * H * D);
-    const common = { q: f32(qRows, [rows, H, D]), idx: i32(idx, [rows, C]), sink: f32(sink, [H]) };
-    const out =
-      m > 0
-        ? await ctx.graphs.attentionCompressed.run({ ...common, packed: u8(packed, [Up, packedRowBytes]), win: f32(win, [Wt, D]) })
-        : await ctx.graphs.attentionWindow.run({ ...common, kv: f32(win, [Wt, D]) });
+    const graph = m > 0 ? ctx.graphs.attentionCompressed : ctx.graphs.attentionWindow;
+    const out = await graph.run({ q: f32(qRows, [rows, H, D]), kv: f32(table, [Ut + Wt, D]), idx: i32(idx, [rows, C]), sink: f32(sink, [H]) });
     att.set(out.att.data, first.batchRow * H * D);
   }
   return att;

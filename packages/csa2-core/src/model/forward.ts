@@ -82,7 +82,7 @@ export async function forward(ctx: ForwardContext, spans: readonly Span[]): Prom
       X = span.input.X.subarray(a * n * d, (a + rows) * n * d);
       pre = span.input.pre.subarray(a * n, (a + rows) * n);
     }
-    return { span, rows, X, pre, shared: { topk: null, kk: 0, candidates: null, kb: 0 } };
+    return { span, rows, X, pre, shared: { topk: null, kk: 0, candidates: null, kb: 0, selection: null } };
   });
 
   const lMin = Math.min(...spans.map((s) => s.l0));

@@ -15,13 +15,12 @@ import type { NumericsMode } from './graph-ops.js';
 import { TypedGraph, type GraphSignature, type Io } from './graph-io.js';
 import type { GraphContext, WeightSource } from './graphs/context.js';
 import { buildAttnInGraph, buildAttnOutGraph } from './graphs/attention-sublayer-graphs.js';
-import { buildAttentionGraph } from './graphs/attention-graphs.js';
+import { buildAttentionGraph, buildUnpackMainKvGraph } from './graphs/attention-graphs.js';
 import { buildCompressGraph } from './graphs/compress-graph.js';
 import { buildHeadGraph, buildMoeGraph } from './graphs/ffn-graphs.js';
 import { buildIndexerPoolGraph, buildIndexerScanGraph } from './graphs/indexer-graphs.js';
 import {
-  ATTENTION_COMPRESSED,
-  ATTENTION_WINDOW,
+  ATTENTION,
   ATTN_IN,
   ATTN_IN_COMPRESS,
   ATTN_OUT,
@@ -29,6 +28,7 @@ import {
   HEAD,
   INDEXER_POOL,
   INDEXER_SCAN,
+  UNPACK_MAIN_KV,
   moeSignature,
   type MoeSignature,
 } from './graphs/signatures.js';
@@ -60,8 +60,10 @@ export interface ModelGraphs {
   readonly head: TypedGraph<typeof HEAD>;
   /** The first decoder KV source's compressor inputs from the encoder output (encode mode), if split. */
   readonly compressOnly: TypedGraph<typeof ATTN_IN_COMPRESS> | null;
-  readonly attentionWindow: TypedGraph<typeof ATTENTION_WINDOW>;
-  readonly attentionCompressed: TypedGraph<typeof ATTENTION_COMPRESSED>;
+  readonly attentionWindow: TypedGraph<typeof ATTENTION>;
+  readonly attentionCompressed: TypedGraph<typeof ATTENTION>;
+  /** Packed main-KV rows → values: the entries a span's rows selected, once per index source (model/attention). */
+  readonly unpackMainKv: TypedGraph<typeof UNPACK_MAIN_KV>;
 }
 
 export interface GraphBuildOptions {
@@ -127,8 +129,9 @@ export async function openModelGraphs(config: ModelConfig, plan: LayerPlan, weig
       layers,
       head: await open('head', buildHeadGraph(ctx), HEAD),
       compressOnly: dec === null ? null : await open(`attn_in_${dec}_compress`, buildAttnInGraph(ctx, plan.entries[dec] as LayerPlanEntry, { compressOnly: true }), ATTN_IN_COMPRESS),
-      attentionWindow: await open('attention_window', buildAttentionGraph(ctx, false), ATTENTION_WINDOW),
-      attentionCompressed: await open('attention_compressed', buildAttentionGraph(ctx, true), ATTENTION_COMPRESSED),
+      attentionWindow: await open('attention_window', buildAttentionGraph(ctx, false), ATTENTION),
+      attentionCompressed: await open('attention_compressed', buildAttentionGraph(ctx, true), ATTENTION),
+      unpackMainKv: await open('unpack_main_kv', buildUnpackMainKvGraph(ctx), UNPACK_MAIN_KV),
     };
   } catch (err) {
     for (const g of opened) await g.dispose().catch(() => undefined);
@@ -141,5 +144,5 @@ export async function disposeModelGraphs(graphs: ModelGraphs): Promise<void> {
   for (const l of graphs.layers) {
     for (const g of [l.attnIn, l.attnOut, l.moe, l.compress, l.indexer?.graph ?? null]) if (g !== null) await g.dispose();
   }
-  for (const g of [graphs.head, graphs.compressOnly, graphs.attentionWindow, graphs.attentionCompressed]) if (g !== null) await g.dispose();
+  for (const g of [graphs.head, graphs.compressOnly, graphs.attentionWindow, graphs.attentionCompressed, graphs.unpackMainKv]) if (g !== null) await g.dispose();
 }

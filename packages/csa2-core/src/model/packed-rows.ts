@@ -69,10 +69,13 @@ export class PackedRowStore {
   /** Copies the rows at `indices` into `out` (or a new buffer) as [indices.length, rowBytes]. */
   gather(indices: ArrayLike<number>, out = new Uint8Array(indices.length * this.rowBytes), outRow = 0): Uint8Array {
     const R = this.rowBytes;
+    // Buffer.copy moves a row without allocating a view per row
+    const src = Buffer.from(this.buf.buffer, this.buf.byteOffset, this.buf.byteLength);
+    const dst = Buffer.from(out.buffer, out.byteOffset, out.byteLength);
     for (let i = 0; i < indices.length; i++) {
       const j = indices[i] as number;
       if (!(j >= 0 && j < this.n)) throw new Csa2Error('runtime', `PackedRowStore.gather: row ${j} of ${this.n}`);
-      out.set(this.buf.subarray(j * R, (j + 1) * R), (outRow + i) * R);
+      src.copy(dst, (outRow + i) * R, j * R, (j + 1) * R);
     }
     return out;
   }

@@ -74,6 +74,27 @@ export interface SharedSlots {
   /** [rows, kb] candidate blocks kept by the candidate source (-1 = none). */
   candidates: Int32Array | null;
   kb: number;
+  /**
+   * The compressed entries `topk` selects, unpacked (model/attention), for the layers that share that
+   * list and KV source (an index source and the Reuse layers after it): built once, read by each.
+   */
+  selection: Selection | null;
+}
+
+/** Rows [r0, r1) of a span and the compressed entries they select: ascending, unique, and their values. */
+export interface SelectionBlock {
+  readonly r0: number;
+  readonly r1: number;
+  readonly entries: Int32Array;
+  /** [entries, D] the unpacked main-KV rows (filled by one unpack run for every span of the layer). */
+  values: Float32Array;
+}
+
+/** A span's unpacked selection for one (KV source, top-k list), in row blocks that fit the attention budget. */
+export interface Selection {
+  readonly kvLayer: number;
+  readonly topk: Int32Array;
+  readonly blocks: readonly SelectionBlock[];
 }
 
 /** A span in the middle of a forward call: its current stream and the slots its layers share. */

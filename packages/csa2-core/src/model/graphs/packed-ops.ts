@@ -38,13 +38,6 @@ function packNibbles(g: GraphBuilder, codes: string, width: number): string {
   return g.op('BitwiseOr', [lo, g.op('BitShift', [hi, g.const('uint8', [4], [])], { direction: 'LEFT' })]);
 }
 
-/** Bytes [rows, width/2] → codes [rows, width] (uint8). */
-function unpackNibbles(g: GraphBuilder, payload: string, width: number): string {
-  const lo = g.op('BitwiseAnd', [payload, g.const('uint8', [15], [])]);
-  const hi = g.op('BitShift', [payload, g.const('uint8', [4], [])], { direction: 'RIGHT' });
-  return g.reshape(g.concat([g.unsqueeze(lo, [-1]), g.unsqueeze(hi, [-1])], -1), [-1, width]);
-}
-
 /** Packs rows of one FP4 format: payload then the scale bytes [rows, width/block]. */
 function packRows(g: GraphBuilder, b: Fp4Blocks, width: number, block: number, scaleBytes: string): string {
   const payload = packNibbles(g, g.reshape(e2m1Codes(g, b), [-1, width]), width);
@@ -70,13 +63,20 @@ export function packIndexK(o: GraphOps, x: string, d: number): string {
   return packRows(g, b, d, 32, g.cast(g.add(e, g.scalar(127)), 'uint8'));
 }
 
-/** Packed rows [rows, width/2 + width/block] (uint8) → values [rows, width], scale table `scales`. */
+/** E2M1 values of both nibbles of every byte: [256, 2] = (low nibble's, high nibble's), row = the byte. */
+const E2M1_PAIRS = Array.from({ length: 256 }, (_, b) => [E2M1_VALUES[b & 15] as number, E2M1_VALUES[b >> 4] as number]).flat();
+
+/**
+ * Packed rows [rows, width/2 + width/block] (uint8) → values [rows, width], scale table `scales`: each
+ * payload byte looks up its two E2M1 values at once ([256, 2] table), then each block is multiplied by
+ * its scale (three passes over the values).
+ */
 function unpackRows(g: GraphBuilder, packed: string, width: number, block: number, scales: readonly number[]): string {
   const payload = g.slice(packed, [1], [0], [width / 2]);
   const scaleBytes = g.slice(packed, [1], [width / 2], [width / 2 + width / block]);
-  const values = g.gather(g.const('float32', Array.from(E2M1_VALUES)), g.cast(unpackNibbles(g, payload, width), 'int32')); // [rows, width]
+  const pairs = g.gather(g.const('float32', E2M1_PAIRS, [256, 2]), g.cast(payload, 'int32')); // [rows, width/2, 2]
   const s = g.gather(g.const('float32', scales), g.cast(scaleBytes, 'int32')); // [rows, width/block]
-  return g.reshape(g.mul(g.reshape(values, [-1, width / block, block]), g.unsqueeze(s, [-1])), [-1, width]);
+  return g.reshape(g.mul(g.reshape(pairs, [-1, width / block, block]), g.unsqueeze(s, [-1])), [-1, width]);
 }
 
 /** Packed main-KV rows [rows, D/2 + D/16] → the fake-quantized values [rows, D], bit for bit. */

@@ -60,19 +60,16 @@ export const INDEXER_POOL = {
   outputs: { pick: 'int32', finite: 'bool' },
 } as const satisfies AnySignature;
 
-/** attention (window-only layers): q [S,H,D], kv [N,D] key table, idx [S,C] rows of kv (-1 none), sink [H] → att [S,H,D]. */
-export const ATTENTION_WINDOW = {
+/** attention (both layer kinds): q [S,H,D], kv [N,D] key table, idx [S,C] rows of kv (-1 none), sink [H] → att [S,H,D]. */
+export const ATTENTION = {
   inputs: { q: 'float32', kv: 'float32', idx: 'int32', sink: 'float32' },
   outputs: { att: 'float32' },
 } as const satisfies AnySignature;
 
-/**
- * attention (layers with compressed entries): q, idx, sink as above; the key table is
- * [unpack(packed [U,R]) | win [W,D]]: the selected compressed entries (packed main KV) then window rows.
- */
-export const ATTENTION_COMPRESSED = {
-  inputs: { q: 'float32', packed: 'uint8', win: 'float32', idx: 'int32', sink: 'float32' },
-  outputs: { att: 'float32' },
+/** unpack_main_kv: packed main-KV rows [U,R] → values [U,D] (the fake-quantized values, bit for bit). */
+export const UNPACK_MAIN_KV = {
+  inputs: { packed: 'uint8' },
+  outputs: { kv: 'float32' },
 } as const satisfies AnySignature;
 
 /**
