@@ -36,7 +36,7 @@ export type { ModelOptions, StreamRows, ForwardObserver, ProgressCallback } from
 export { Csa2Model, DEFAULT_MODEL_OPTIONS } from './model/model.js';
 export { Sequence } from './model/sequence.js';
 export type { SamplingParams } from './model/sampler.js';
-export { Sampler, argmax, klDivergence, validateSampling } from './model/sampler.js';
+export { Sampler, TokenHistory, adjustLogits, argmax, klDivergence, sampleToken, uniformAt, validateSampling, GREEDY_TEMPERATURE, LOGIT_BIAS_LIMIT, PENALTY_LIMIT } from './model/sampler.js';
 export type { PrefillMode, GenerateOptions, GenerateResult } from './model/generate.js';
 export { generate, prefill, continueGeneration, DEFAULT_REPLAY_TOKENS } from './model/generate.js';
 export { loadModel } from './model/load-model.js';

@@ -5,7 +5,7 @@
  */
 import { InputError } from '../errors.js';
 import type { Csa2Model } from './model.js';
-import { Sampler, type SamplingParams } from './sampler.js';
+import { Sampler, TokenHistory, type SamplingParams } from './sampler.js';
 import type { Sequence } from './sequence.js';
 
 /** How the prompt is prefilled. */
@@ -77,6 +77,8 @@ export async function continueGeneration(
   checkGenerateOptions(opts);
   const promptTokens = seq.length;
   const sampler = new Sampler(opts.sampling, opts.vocabLimit ?? model.config.vocabSize);
+  // the prompt for the penalties: every token before the first generated one (a document's included)
+  const history = new TokenHistory(seq.tokens, seq.length);
   const stop = new Set(opts.stopIds ?? []);
   const tokens: number[] = [];
   const logitsRows: Float32Array[] = [];
@@ -87,8 +89,9 @@ export async function continueGeneration(
       break;
     }
     if (opts.keepLogits) logitsRows.push(logits.slice());
-    const id = opts.forceIds !== undefined ? (opts.forceIds[i] as number) : sampler.next(logits);
+    const id = opts.forceIds !== undefined ? (opts.forceIds[i] as number) : sampler.next(logits, history, i);
     tokens.push(id);
+    history.push(id);
     await opts.onToken?.(id, i);
     if (stop.has(id) && opts.forceIds === undefined) {
       finishReason = 'stop';
