@@ -11,11 +11,27 @@ export const ID_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;
 const id = z.string().regex(ID_PATTERN, 'must match [A-Za-z0-9_-]{1,64}');
 const tokenIds = z.array(z.number().int().nonnegative());
 
+/** logit_bias entries per request at most (this server's limit: the payload travels through Redis). */
+export const MAX_LOGIT_BIAS_ENTRIES = 1024;
+
+/**
+ * @csa2/core SamplingParams as a job carries it. The fields after `seed` are optional (absent = off:
+ * top_k 0, min_p 0, repetition_penalty 1, presence/frequency 0, no logit_bias), so the gateway only
+ * sends the ones a request sets, and jobs enqueued before they existed still parse.
+ */
 export const SamplingSchema = z.object({
   temperature: z.number().finite().min(0),
   topP: z.number().gt(0).max(1),
   seed: z.number().int().safe(),
+  topK: z.number().int().min(0).safe().optional(),
+  minP: z.number().min(0).max(1).optional(),
+  repetitionPenalty: z.number().finite().gt(0).optional(),
+  presencePenalty: z.number().min(-2).max(2).optional(),
+  frequencyPenalty: z.number().min(-2).max(2).optional(),
+  /** [token id, bias] pairs, bias in [-100, 100]. */
+  logitBias: z.array(z.tuple([z.number().int().nonnegative(), z.number().min(-100).max(100)])).max(MAX_LOGIT_BIAS_ENTRIES).optional(),
 });
+export type JobSampling = z.infer<typeof SamplingSchema>;
 
 /** A completion the decoder worker runs: [document tokens] + promptIds, then generation. */
 export const DecodeJobSchema = z.object({

@@ -28,6 +28,7 @@ import {
   requestDecodeJobId,
   requestPrefillJobId,
   type DecodeJob,
+  type JobSampling,
   type PrefillJob,
   type StreamEntry,
 } from '@csa2/jobs';
@@ -40,6 +41,9 @@ import type { Endpoint, GenerationRoute } from './metrics.js';
 import { completionBody, finishChunk, roleChunk, textChunk, toOpenAiUsage, usageChunk, type FinishReason, type OpenAiUsage, type ResponseMeta } from './openai/format.js';
 import { relayStream } from './relay.js';
 import { createSseWriter } from './sse.js';
+
+/** The sampling fields beyond temperature, top_p and seed (absent = off). */
+export type SamplingOptions = Omit<JobSampling, 'temperature' | 'topP' | 'seed'>;
 
 /** What a route hands over after parsing and tokenizing. */
 export interface GenerationRequest {
@@ -57,6 +61,8 @@ export interface GenerationRequest {
   readonly temperature: number;
   readonly topP: number;
   readonly seed: number | null;
+  /** top_k, min_p, the penalties and logit_bias as @csa2/core SamplingParams names them; only the ones the request set. */
+  readonly samplingOptions: SamplingOptions;
   readonly stop: readonly string[];
   readonly ignoreEos: boolean;
   readonly stream: boolean;
@@ -142,7 +148,7 @@ export async function planGeneration(deps: GatewayDeps, request: GenerationReque
     model: deps.model.name,
     promptIds: route === 'prefill' ? ids.slice(-1) : ids,
     documentId: route === 'prefill' ? promptDocumentId(requestId) : request.documentId,
-    sampling: { temperature: request.temperature, topP: request.topP, seed: request.seed ?? randomInt(0, 2 ** 31) },
+    sampling: { temperature: request.temperature, topP: request.topP, seed: request.seed ?? randomInt(0, 2 ** 31), ...request.samplingOptions },
     maxTokens,
     stop: [...request.stop],
     ignoreEos: request.ignoreEos,

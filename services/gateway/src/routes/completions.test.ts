@@ -86,6 +86,43 @@ describe('completions and chat completions against a fake decoder', () => {
     assert.equal(job.tenant, TENANT_A);
   });
 
+  test('top_k, min_p, repetition/presence/frequency penalties and logit_bias reach the job (issue 12 item 11: never ignored)', async () => {
+    const res = await h.app.request(
+      ...post('/v1/chat/completions', {
+        model: MODEL_NAME,
+        messages: [{ role: 'user', content: 'sampling options' }],
+        seed: 3,
+        top_k: 5,
+        min_p: 0.1,
+        repetition_penalty: 1.2,
+        presence_penalty: -0.5,
+        frequency_penalty: 2,
+        logit_bias: { '65': -100, '0': 5.5 },
+      }),
+    );
+    assert.equal(res.status, 200, await res.clone().text());
+    const { id } = (await res.json()) as { id: string };
+    const job = jobs.find((j) => j.requestId === id);
+    assert.deepEqual(job?.sampling, {
+      temperature: 1,
+      topP: 1,
+      seed: 3,
+      topK: 5,
+      minP: 0.1,
+      repetitionPenalty: 1.2,
+      presencePenalty: -0.5,
+      frequencyPenalty: 2,
+      logitBias: [[0, 5.5], [65, -100]],
+    });
+    // their no-op values (top_k -1 as vLLM's "off") leave the job's sampling as it was
+    const plain = await h.app.request(
+      ...post('/v1/completions', { model: MODEL_NAME, prompt: 'no-op options', seed: 4, top_k: -1, min_p: 0, repetition_penalty: 1, presence_penalty: 0, frequency_penalty: 0, logit_bias: {} }),
+    );
+    const plainId = ((await plain.json()) as { id: string }).id;
+    const plainJob = jobs.find((j) => j.requestId === plainId);
+    assert.deepEqual(plainJob?.sampling, { temperature: 1, topP: 1, seed: 4 });
+  });
+
   test('a streamed completion is framed as OpenAI SSE: data chunks, a finish chunk, then [DONE]', async () => {
     const res = await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: [72, 105], stream: true }));
     assert.equal(res.status, 200);

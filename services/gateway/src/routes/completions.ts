@@ -8,7 +8,7 @@
 import { Hono } from 'hono';
 import { validateTokenIds } from '@csa2/core';
 import { invalidRequest } from '../errors.js';
-import { enqueueGeneration, planGeneration, respondGeneration, type GenerationRequest } from '../generation.js';
+import { enqueueGeneration, planGeneration, respondGeneration, type GenerationRequest, type SamplingOptions } from '../generation.js';
 import type { GatewayDeps } from '../deps.js';
 import type { TenantVariables } from '../middleware/api-key-auth.js';
 import { readJson } from '../middleware/json-body.js';
@@ -19,6 +19,7 @@ import {
   checkCompletionUnsupported,
   normalizeMessages,
   normalizePrompt,
+  parseLogitBias,
   parseRequest,
   type ChatRequest,
   type CompletionRequest,
@@ -30,11 +31,29 @@ function stopList(stop: string | readonly string[] | null | undefined): string[]
   return [...stop];
 }
 
-function sampling(body: CompletionRequest | ChatRequest): Pick<GenerationRequest, 'temperature' | 'topP' | 'seed' | 'stop' | 'ignoreEos' | 'stream' | 'includeUsage'> {
+/** The sampling options the request set to something other than their no-op value. */
+function samplingOptions(body: CompletionRequest | ChatRequest, vocabLimit: number): SamplingOptions {
+  const logitBias = parseLogitBias(body.logit_bias, vocabLimit);
+  const topK = body.top_k ?? 0;
+  return {
+    ...(topK > 0 ? { topK } : {}),
+    ...(body.min_p !== null && body.min_p !== undefined && body.min_p > 0 ? { minP: body.min_p } : {}),
+    ...(body.repetition_penalty !== null && body.repetition_penalty !== undefined && body.repetition_penalty !== 1 ? { repetitionPenalty: body.repetition_penalty } : {}),
+    ...(body.presence_penalty !== null && body.presence_penalty !== undefined && body.presence_penalty !== 0 ? { presencePenalty: body.presence_penalty } : {}),
+    ...(body.frequency_penalty !== null && body.frequency_penalty !== undefined && body.frequency_penalty !== 0 ? { frequencyPenalty: body.frequency_penalty } : {}),
+    ...(logitBias.length > 0 ? { logitBias } : {}),
+  };
+}
+
+function sampling(
+  body: CompletionRequest | ChatRequest,
+  vocabLimit: number,
+): Pick<GenerationRequest, 'temperature' | 'topP' | 'seed' | 'samplingOptions' | 'stop' | 'ignoreEos' | 'stream' | 'includeUsage'> {
   return {
     temperature: body.temperature ?? 1,
     topP: body.top_p ?? 1,
     seed: body.seed ?? null,
+    samplingOptions: samplingOptions(body, vocabLimit),
     stop: stopList(body.stop),
     ignoreEos: body.ignore_eos ?? false,
     stream: body.stream ?? false,
@@ -51,6 +70,8 @@ async function generate(c: Parameters<typeof respondGeneration>[0], deps: Gatewa
 export function completionsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVariables }> {
   const app = new Hono<{ Variables: TenantVariables }>();
   const { tokenizer } = deps;
+  // ids the workers can sample (engine: min(tokenizer vocabulary, model rows)): logit_bias keys must be below
+  const vocabLimit = Math.min(tokenizer.vocabSize, deps.model.vocabSize);
 
   app.post('/completions', async (c) => {
     const body = parseRequest(CompletionRequestSchema, await readJson(c));
@@ -78,7 +99,7 @@ export function completionsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVa
       documentId,
       maxTokens: body.max_tokens ?? null,
       maxTokensParam: 'max_tokens',
-      ...sampling(body),
+      ...sampling(body, vocabLimit),
     });
   });
 
@@ -98,7 +119,7 @@ export function completionsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVa
       documentId,
       maxTokens: (useCompletionTokens ? body.max_completion_tokens : body.max_tokens) ?? null,
       maxTokensParam: useCompletionTokens ? 'max_completion_tokens' : 'max_tokens',
-      ...sampling(body),
+      ...sampling(body, vocabLimit),
     });
   });
 
