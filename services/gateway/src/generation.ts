@@ -47,6 +47,8 @@ export type SamplingOptions = Omit<JobSampling, 'temperature' | 'topP' | 'seed'>
 
 /** What a route hands over after parsing and tokenizing. */
 export interface GenerationRequest {
+  /** The x-request-id of the HTTP request (carried into the jobs, so worker logs name it). */
+  readonly reqId?: string;
   readonly endpoint: Endpoint;
   readonly tenant: string;
   readonly model: string;
@@ -141,9 +143,11 @@ export async function planGeneration(deps: GatewayDeps, request: GenerationReque
   const acceptedAtMs = Date.now();
   const route: GenerationRoute = request.documentId !== null ? 'document' : request.promptIds.length >= limits.prefillThresholdTokens ? 'prefill' : 'decode';
   const ids = [...request.promptIds];
+  const reqId = request.reqId !== undefined ? { reqId: request.reqId } : {};
   const decodeJob = parseDecodeJob({
     v: 1,
     requestId,
+    ...reqId,
     tenant: request.tenant,
     model: deps.model.name,
     promptIds: route === 'prefill' ? ids.slice(-1) : ids,
@@ -157,7 +161,7 @@ export async function planGeneration(deps: GatewayDeps, request: GenerationReque
   } satisfies DecodeJob);
   const prefillJob =
     route === 'prefill'
-      ? parsePrefillJob({ v: 1, kind: 'prompt', tenant: request.tenant, requestId, model: deps.model.name, tokenIds: ids.slice(0, -1), decode: decodeJob, acceptedAtMs } satisfies PrefillJob)
+      ? parsePrefillJob({ v: 1, kind: 'prompt', ...reqId, tenant: request.tenant, requestId, model: deps.model.name, tokenIds: ids.slice(0, -1), decode: decodeJob, acceptedAtMs } satisfies PrefillJob)
       : null;
   return { request, requestId, route, acceptedAtMs, promptTokens, documentTokens, decodeJob, prefillJob };
 }
@@ -248,8 +252,10 @@ export async function respondGeneration(c: Context, deps: GatewayDeps, plan: Gen
       if (err instanceof Aborted && err.reason === 'client') return;
       const apiError =
         err instanceof Aborted ? new ApiError(503, 'the server is shutting down; the request was cancelled', { code: 'shutting_down' }) : toApiError(err);
-      if (apiError.status >= 500) deps.logger.warn({ requestId: plan.requestId, err: apiError.message, code: apiError.code }, 'stream ended with an error');
-      sse.send(apiError.toJSON());
+      const fields = { reqId: request.reqId, requestId: plan.requestId, status: apiError.status, code: apiError.code, err: apiError.detail ?? apiError.message };
+      if (apiError.status >= 500) deps.logger.warn(fields, 'stream ended with an error');
+      else deps.logger.info(fields, 'stream ended with an error');
+      sse.send(apiError.toJSON(request.reqId));
     } finally {
       sse.close();
       run.release();
@@ -285,8 +291,9 @@ class GenerationRun {
 
   private setCancelKey(): void {
     if (this.ended) return;
+    // (an abort listener may run outside the request's log context: name the request explicitly)
     this.deps.redis.set(cancelKey(this.plan.requestId), '1', 'EX', STREAM_TTL_SECONDS).catch((err: unknown) => {
-      this.deps.logger.warn({ requestId: this.plan.requestId, err: err instanceof Error ? err.message : String(err) }, 'could not set the cancel key');
+      this.deps.logger.warn({ reqId: this.plan.request.reqId, requestId: this.plan.requestId, err: err instanceof Error ? err.message : String(err) }, 'could not set the cancel key');
     });
   }
 
@@ -393,7 +400,7 @@ class GenerationRun {
       if (typeof bytes === 'number' && bytes > 0) deps.metrics.artifactBytes.inc({ kind: 'prompt' }, bytes);
       if (job !== undefined && (await job.getState()) === 'completed') await deps.store.delete(manifestObjectKey(plan.request.tenant, promptDocumentId(plan.requestId)));
     } catch (err) {
-      deps.logger.debug({ requestId: plan.requestId, err: err instanceof Error ? err.message : String(err) }, 'prompt artifact cleanup skipped');
+      deps.logger.debug({ reqId: plan.request.reqId, requestId: plan.requestId, err: err instanceof Error ? err.message : String(err) }, 'prompt artifact cleanup skipped');
     }
   }
 }

@@ -11,6 +11,7 @@ import { invalidRequest } from '../errors.js';
 import { enqueueGeneration, planGeneration, respondGeneration, type GenerationRequest, type SamplingOptions } from '../generation.js';
 import type { GatewayDeps } from '../deps.js';
 import type { TenantVariables } from '../middleware/api-key-auth.js';
+import type { RequestIdVariables } from '../middleware/request-id.js';
 import { readJson } from '../middleware/json-body.js';
 import {
   ChatRequestSchema,
@@ -67,8 +68,8 @@ async function generate(c: Parameters<typeof respondGeneration>[0], deps: Gatewa
   return respondGeneration(c, deps, plan);
 }
 
-export function completionsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVariables }> {
-  const app = new Hono<{ Variables: TenantVariables }>();
+export function completionsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVariables & RequestIdVariables }> {
+  const app = new Hono<{ Variables: TenantVariables & RequestIdVariables }>();
   const { tokenizer } = deps;
   // ids the workers can sample (engine: min(tokenizer vocabulary, model rows)): logit_bias keys must be below
   const vocabLimit = Math.min(tokenizer.vocabSize, deps.model.vocabSize);
@@ -91,6 +92,7 @@ export function completionsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVa
       }
     }
     return generate(c, deps, {
+      reqId: c.get('reqId'),
       endpoint: 'completions',
       tenant: c.get('tenant'),
       model: body.model,
@@ -111,6 +113,7 @@ export function completionsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVa
     if (documentId !== null && tokenizer.bosId !== null && promptIds[0] === tokenizer.bosId) promptIds.shift();
     const useCompletionTokens = body.max_completion_tokens !== null && body.max_completion_tokens !== undefined;
     return generate(c, deps, {
+      reqId: c.get('reqId'),
       endpoint: 'chat',
       tenant: c.get('tenant'),
       model: body.model,

@@ -13,6 +13,7 @@ import { ApiError, invalidRequest, isRedisUnavailable, redisUnavailable } from '
 import { RESERVED_DOCUMENT_PREFIX, deleteDocument, documentObject, documentStatus, ingestDocument } from '../documents.js';
 import type { GatewayDeps } from '../deps.js';
 import type { TenantVariables } from '../middleware/api-key-auth.js';
+import type { RequestIdVariables } from '../middleware/request-id.js';
 import { readJson } from '../middleware/json-body.js';
 import { parseRequest } from '../openai/schemas.js';
 
@@ -72,8 +73,8 @@ function mapRedis(err: unknown): never {
   throw err;
 }
 
-export function documentsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVariables }> {
-  const app = new Hono<{ Variables: TenantVariables }>();
+export function documentsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVariables & RequestIdVariables }> {
+  const app = new Hono<{ Variables: TenantVariables & RequestIdVariables }>();
 
   app.post('/documents', async (c) => {
     const tenant = c.get('tenant');
@@ -103,7 +104,7 @@ export function documentsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVari
       if (backlog + docs.length > deps.limits.maxQueueDepth) {
         throw new ApiError(429, `The server is overloaded: ${backlog} jobs are waiting for the prefill workers. Please retry shortly.`, { code: 'queue_full', headers: { 'retry-after': '1' } });
       }
-      for (const d of docs) results.push(documentObject(d.id, await ingestDocument(deps, tenant, d.id, d.tokenIds, acceptedAtMs)));
+      for (const d of docs) results.push(documentObject(d.id, await ingestDocument(deps, tenant, d.id, d.tokenIds, acceptedAtMs, c.get('reqId'))));
     } catch (err) {
       mapRedis(err);
     }
