@@ -80,6 +80,20 @@ export class ApiError extends HTTPException {
   }
 }
 
+/**
+ * 404 `model_not_found`, as OpenAI and vLLM answer a model they do not serve (OpenAI's type
+ * `invalid_request_error`, param `model`).
+ */
+export function modelNotFound(model: string, served: string, param = 'model'): ApiError {
+  const shown = model.length > 80 ? `${model.slice(0, 80)}…` : model;
+  return new ApiError(404, `The model '${shown}' does not exist. This server serves '${served}'.`, { type: 'invalid_request_error', param, code: 'model_not_found' });
+}
+
+/** "1 request is waiting", "3 requests are waiting". */
+export function waiting(n: number, noun: string): string {
+  return n === 1 ? `1 ${noun} is waiting` : `${n} ${noun}s are waiting`;
+}
+
 /** 400 with the offending parameter named. */
 export function invalidRequest(message: string, param: string | null = null, code: string | null = null): ApiError {
   return new ApiError(400, message, { param, code });

@@ -33,7 +33,7 @@ import {
   type StreamEntry,
 } from '@csa2/jobs';
 import { manifestObjectKey } from '@csa2/artifacts';
-import { ApiError, invalidRequest, isRedisUnavailable, redisUnavailable, toApiError, workerError } from './errors.js';
+import { ApiError, invalidRequest, isRedisUnavailable, modelNotFound, redisUnavailable, toApiError, waiting, workerError } from './errors.js';
 import { documentStatus } from './documents.js';
 import type { GatewayDeps } from './deps.js';
 import type { AbortReason } from './inflight.js';
@@ -94,9 +94,7 @@ function newRequestId(endpoint: Endpoint): string {
 /** Validates a request against the model and limits and builds its jobs (nothing is enqueued yet). */
 export async function planGeneration(deps: GatewayDeps, request: GenerationRequest): Promise<GenerationPlan> {
   const { limits } = deps;
-  if (request.model !== deps.model.name) {
-    throw new ApiError(400, `The model '${request.model}' does not exist; this server serves '${deps.model.name}'`, { param: 'model', code: 'model_not_found' });
-  }
+  if (request.model !== deps.model.name) throw modelNotFound(request.model, deps.model.name);
   if (request.promptIds.length === 0) throw invalidRequest(`Invalid value for '${request.promptParam}': the prompt is empty`, request.promptParam, 'invalid_value');
   const maxTokensParam = request.maxTokensParam;
   if (request.maxTokens !== null) {
@@ -111,8 +109,8 @@ export async function planGeneration(deps: GatewayDeps, request: GenerationReque
     const doc = await documentStatus(deps, request.tenant, request.documentId);
     if (doc === null) throw new ApiError(404, `No document found with id '${request.documentId}'`, { param: 'document_id', code: 'document_not_found' });
     if (doc.state.status !== 'ready') {
-      const why = doc.state.status === 'failed' ? `failed: ${doc.state.reason}` : `is ${doc.state.status}`;
-      throw new ApiError(409, `Document '${request.documentId}' is not ready (it ${why})`, { param: 'document_id', code: 'document_not_ready' });
+      const why = doc.state.status === 'failed' ? `its encoding failed (${doc.state.code.replaceAll('-', '_')}): ${doc.state.reason}` : `it is ${doc.state.status}.`;
+      throw new ApiError(409, `Document '${request.documentId}' is not ready: ${why}`, { param: 'document_id', code: 'document_not_ready' });
     }
     documentTokens = doc.state.tokens;
   }
@@ -174,7 +172,7 @@ export async function enqueueGeneration(deps: GatewayDeps, plan: GenerationPlan)
     const counts = await queue.getJobCounts(...BACKLOG_STATES);
     const backlog = Object.values(counts).reduce((a, b) => a + b, 0);
     if (backlog >= deps.limits.maxQueueDepth) {
-      throw new ApiError(429, `The server is overloaded: ${backlog} requests are waiting for the ${plan.prefillJob !== null ? 'prefill' : 'decode'} workers. Please retry shortly.`, {
+      throw new ApiError(429, `The server is overloaded: ${waiting(backlog, 'request')} for the ${plan.prefillJob !== null ? 'prefill' : 'decode'} workers. Please retry shortly.`, {
         code: 'queue_full',
         headers: { 'retry-after': '1' },
       });

@@ -9,6 +9,7 @@
 import { z } from 'zod';
 import { ID_PATTERN, MAX_LOGIT_BIAS_ENTRIES } from '@csa2/jobs';
 import { invalidRequest, type ApiError } from '../errors.js';
+import { clientIssue } from './issues.js';
 
 const tokenId = z.number().int().nonnegative();
 
@@ -56,7 +57,7 @@ const samplingFields = {
   temperature: z.number().min(0).max(2).nullish(),
   top_p: z.number().gt(0, 'must be greater than 0').max(1).nullish(),
   seed: z.number().int().min(Number.MIN_SAFE_INTEGER).max(Number.MAX_SAFE_INTEGER).nullish(),
-  stop: z.union([z.string(), z.array(z.string()).max(4, 'at most 4 stop sequences')]).nullish(),
+  stop: z.union([z.string(), z.array(z.string()).max(4, 'at most 4 stop sequences are allowed')]).nullish(),
   stream: z.boolean().nullish(),
   stream_options: z.object({ include_usage: z.boolean().nullish() }).nullish(),
   n: z.number().int().nullish(),
@@ -124,20 +125,15 @@ export const ChatRequestSchema = z.object({
 });
 export type ChatRequest = z.infer<typeof ChatRequestSchema>;
 
-function paramOf(path: readonly PropertyKey[]): string | null {
-  if (path.length === 0) return null;
-  return path.map((p) => (typeof p === 'number' ? `[${p}]` : String(p))).join('.').replaceAll('.[', '[');
-}
-
-/** Parses `body` with `schema`; the first issue becomes a 400 naming its parameter. */
+/** Parses `body` with `schema`; the first issue becomes a 400 naming its parameter in a sentence (openai/issues). */
 export function parseRequest<T>(schema: z.ZodType<T>, body: unknown): T {
-  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw invalidRequest('the request body must be a JSON object');
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw invalidRequest('The request body must be a JSON object.', null, 'invalid_json');
   const r = schema.safeParse(body);
   if (r.success) return r.data;
   const issue = r.error.issues[0];
-  const param = paramOf(issue?.path ?? []);
-  const detail = issue?.message ?? 'invalid';
-  throw invalidRequest(param === null ? detail : `Invalid value for '${param}': ${detail}`, param, 'invalid_value');
+  if (issue === undefined) throw invalidRequest('The request body is not valid.', null, 'invalid_value');
+  const { param, message, code } = clientIssue(issue, body);
+  throw invalidRequest(message, param, code);
 }
 
 /** Refuses a field that is set to something this server does not support. */

@@ -134,9 +134,9 @@ describe('documents: ingest, status lifecycle, delete, tenant scoping', () => {
     );
     assert.equal(body.data[1]?.['id'], 'second');
 
-    const bad = async (payload: unknown, param: string): Promise<void> => {
+    const bad = async (payload: unknown, param: string, statusCode = 400): Promise<void> => {
       const r = await h.app.request(...post('/v1/documents', payload));
-      assert.equal(r.status, 400, JSON.stringify(payload));
+      assert.equal(r.status, statusCode, JSON.stringify(payload));
       assert.equal(((await r.json()) as { error: Doc }).error['param'], param);
     };
     await bad({ documents: [{ text: 'ok' }, { text: 'a', token_ids: [1] }] }, 'documents[1].token_ids');
@@ -147,7 +147,7 @@ describe('documents: ingest, status lifecycle, delete, tenant scoping', () => {
     await bad({ text: '' }, 'text');
     await bad({ token_ids: [1, 999] }, 'token_ids');
     await bad({ text: 'x'.repeat(300) }, 'text');
-    await bad({ text: 'a', model: 'other-model' }, 'model');
+    await bad({ text: 'a', model: 'other-model' }, 'model', 404);
     assert.equal(await h.deps.queues.prefill.getJob(documentJobId(TENANT_A, 'dup')), undefined);
   });
 
