@@ -79,8 +79,12 @@ e2e('one request id in every log line of the request, in the gateway and both wo
   assert.equal(res.status, 200, await res.clone().text());
   assert.equal(res.headers.get('x-request-id'), reqId);
   const requestId = ((await res.json()) as { id: string }).id;
-  const lines = await waitForLines('the encoder and decoder lines of the request', (ls) =>
-    (['gateway', 'encoder', 'decoder'] as const).every((p) => ls.some((l) => l.proc === p && l.fields['reqId'] === reqId)),
+  const lines = await waitForLines(
+    'the lines of the request in all three processes',
+    (ls) =>
+      ls.some((l) => l.proc === 'gateway' && l.fields['reqId'] === reqId && l.fields['msg'] === 'request') &&
+      ls.some((l) => l.proc === 'encoder' && l.fields['reqId'] === reqId && l.fields['msg'] === 'prompt encoded; decode enqueued') &&
+      ls.some((l) => l.proc === 'decoder' && l.fields['reqId'] === reqId && l.fields['msg'] === 'decode done'),
   );
   // every line about this request (it names the completion id) carries the request id
   const about = lines.filter((l) => l.fields['requestId'] === requestId);
@@ -158,7 +162,13 @@ e2e('a worker failure reaches the client as a code, a public message and the req
   });
   const chunkKey = chunk.split('/').at(-1) ?? '';
   assert.ok(!body.includes(chunkKey.slice(0, 16)) && !/sha|checksum|tenants\//i.test(body), 'no object key, no checksum');
-  const lines = await waitForLines('the failure in the logs', (ls) => ls.some((l) => l.proc === 'decoder' && l.fields['reqId'] === reqId && l.fields['code'] === 'artifact-corrupt'));
+  // (the log lines travel through the processes' pipes: they may arrive after the response)
+  const lines = await waitForLines(
+    'the failure in the decoder and gateway logs',
+    (ls) =>
+      ls.some((l) => l.proc === 'decoder' && l.fields['reqId'] === reqId && l.fields['code'] === 'artifact-corrupt') &&
+      ls.some((l) => l.proc === 'gateway' && l.fields['reqId'] === reqId && l.fields['msg'] === 'request failed'),
+  );
   const workerLine = lines.find((l) => l.proc === 'decoder' && l.fields['reqId'] === reqId && l.fields['code'] === 'artifact-corrupt');
   assert.match(String(workerLine?.fields['err']), new RegExp(chunkKey.slice(0, 16)), 'the decoder logged which object');
   assert.ok(lines.some((l) => l.proc === 'gateway' && l.fields['reqId'] === reqId && String(l.fields['err']).includes('[artifact-corrupt]')), 'the gateway logged the detail with the request id');
