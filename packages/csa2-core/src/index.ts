@@ -20,8 +20,8 @@ export type { SafetensorsFile, SafetensorsDtype, TensorInfo, TensorSpec } from '
 export { openSafetensors, writeSafetensors, SafetensorsWriter } from './weights/safetensors.js';
 export type { Checkpoint, CheckpointTensor } from './weights/checkpoint.js';
 export { loadCheckpoint, expectedTensors } from './weights/checkpoint.js';
-export type { InitModelOptions, InitModelResult } from './weights/init-model.js';
-export { initModel, parameterCount, SeededRandom } from './weights/init-model.js';
+export type { InitModelOptions, InitModelPlan, InitModelProgress, InitModelResult } from './weights/init-model.js';
+export { initModel, parameterCount, planInitModel, SeededRandom, INIT_MODEL_FORCED_SETTINGS } from './weights/init-model.js';
 export * from './numerics/bf16.js';
 export * from './numerics/formats.js';
 export * from './tokenizer/index.js';

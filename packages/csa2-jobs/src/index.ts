@@ -20,3 +20,5 @@ export * from './backlog.js';
 export * from './worker-config.js';
 export * from './worker-runtime.js';
 export * from './job-failure.js';
+export * from './worker-http.js';
+export * from './worker-metrics.js';

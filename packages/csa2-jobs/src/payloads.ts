@@ -11,16 +11,45 @@ export const ID_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;
 const id = z.string().regex(ID_PATTERN, 'must match [A-Za-z0-9_-]{1,64}');
 const tokenIds = z.array(z.number().int().nonnegative());
 
+/**
+ * `x-request-id` values: what the gateway accepts from a client (and the `req_…` ids it makes when
+ * none is sent), echoed in the response and carried in jobs as `reqId`, so that every log line of
+ * the request, in the gateway and in the workers, names it. Not the completion id (`requestId`,
+ * `cmpl-…`), which keys the request's jobs and stream.
+ */
+export const REQ_ID_PATTERN = /^[A-Za-z0-9._:=+/-]{1,128}$/;
+export const REQ_ID_RULE = 'at most 128 characters from A-Z a-z 0-9 . _ : = + / -';
+/** Optional: jobs enqueued before it existed (or by a producer without one) parse without it. */
+const reqId = z.string().regex(REQ_ID_PATTERN, REQ_ID_RULE).optional();
+
+/** logit_bias entries per request at most (this server's limit: the payload travels through Redis). */
+export const MAX_LOGIT_BIAS_ENTRIES = 1024;
+
+/**
+ * @csa2/core SamplingParams as a job carries it. The fields after `seed` are optional (absent = off:
+ * top_k 0, min_p 0, repetition_penalty 1, presence/frequency 0, no logit_bias), so the gateway only
+ * sends the ones a request sets, and jobs enqueued before they existed still parse.
+ */
 export const SamplingSchema = z.object({
   temperature: z.number().finite().min(0),
   topP: z.number().gt(0).max(1),
   seed: z.number().int().safe(),
+  topK: z.number().int().min(0).safe().optional(),
+  minP: z.number().min(0).max(1).optional(),
+  repetitionPenalty: z.number().finite().gt(0).optional(),
+  presencePenalty: z.number().min(-2).max(2).optional(),
+  frequencyPenalty: z.number().min(-2).max(2).optional(),
+  /** [token id, bias] pairs, bias in [-100, 100]. */
+  logitBias: z.array(z.tuple([z.number().int().nonnegative(), z.number().min(-100).max(100)])).max(MAX_LOGIT_BIAS_ENTRIES).optional(),
 });
+export type JobSampling = z.infer<typeof SamplingSchema>;
 
 /** A completion the decoder worker runs: [document tokens] + promptIds, then generation. */
 export const DecodeJobSchema = z.object({
   v: z.literal(1),
   requestId: id,
+  /** The x-request-id of the HTTP request that made the job (logged by the workers). */
+  reqId,
   tenant: id,
   model: z.string().min(1),
   /** Tokens after the document (the whole prompt when there is no document). */
@@ -42,6 +71,7 @@ export type DecodeJob = z.infer<typeof DecodeJobSchema>;
 export const DocumentPrefillSchema = z.object({
   v: z.literal(1),
   kind: z.literal('document'),
+  reqId,
   tenant: id,
   documentId: id,
   model: z.string().min(1),
@@ -53,6 +83,7 @@ export const DocumentPrefillSchema = z.object({
 export const PromptPrefillSchema = z.object({
   v: z.literal(1),
   kind: z.literal('prompt'),
+  reqId,
   tenant: id,
   requestId: id,
   model: z.string().min(1),

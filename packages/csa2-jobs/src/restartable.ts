@@ -36,6 +36,11 @@ export class Restartable<T extends Closable> {
     private readonly onRestart: (startNumber: number) => void = () => undefined,
   ) {}
 
+  /** The instance when one is up and alive, else null (starting, restarting, dead or closed); starts nothing. */
+  get live(): T | null {
+    return this.current !== null && this.current.alive ? this.current : null;
+  }
+
   /** The live instance, starting one when there is none (or the last one died). */
   get(): Promise<T> {
     if (this.closed) return Promise.reject(new Error('closed'));

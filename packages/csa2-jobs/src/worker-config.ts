@@ -42,6 +42,12 @@ export interface WorkerConfig {
   readonly shutdownGraceMs: number;
   /** CSA2_LOG_LEVEL: debug | info | warn | error. @defaultValue 'info' */
   readonly logLevel: LogLevel;
+  /** CSA2_HOST: interface of the worker's HTTP server (/healthz, /readyz, /metrics). @defaultValue '127.0.0.1' */
+  readonly httpHost: string;
+  /** CSA2_WORKER_HTTP_PORT: its port; 0 = any free one. @defaultValue WORKER_HTTP_PORTS of the role */
+  readonly httpPort: number;
+  /** CSA2_READY_TIMEOUT_MS: how long /readyz waits for Redis to answer a PING. @defaultValue 1000 */
+  readonly readyTimeoutMs: number;
 }
 
 /** The engine scheduler's settings (@csa2/engine SchedulerPolicy); unset ones keep the engine's defaults. */
@@ -71,6 +77,14 @@ export function envEngineScheduler(env: Env): EngineSchedulerSettings {
   for (const [k, v] of Object.entries(fields)) if (v !== undefined) out[k] = v;
   return out as EngineSchedulerSettings;
 }
+
+/**
+ * Default CSA2_WORKER_HTTP_PORT per role: different, so that an encoder and a decoder on one host
+ * (`npm start`) do not collide; in containers (compose, Kubernetes) each has its own. Next to the
+ * gateway's 8080 and clear of the common exporters' 9100-9250.
+ */
+export const WORKER_HTTP_PORTS = { encoder: 9301, decoder: 9302 } as const;
+
 
 /** A thread count: unset, blank or 'auto' → 'auto'; otherwise an integer in [1, 1024]. */
 export function envThreads(env: Env, name: string): number | 'auto' {

@@ -9,17 +9,25 @@
  *   `spec.queue` with concurrency and locking from the config. `close()` stops taking jobs, lets the
  *   running ones finish within `shutdownGraceMs`, then aborts the rest (the processors hand them back
  *   to the queue), and closes the service's own resources, the engine and Redis, in that order.
+ * - Every worker also serves /healthz (liveness), /readyz (engine loaded, Redis answering, taking
+ *   jobs) and /metrics (worker-metrics) on CSA2_HOST:CSA2_WORKER_HTTP_PORT (worker-http), from before
+ *   the engine loads until it closed; and every job runs inside a log context (log-line
+ *   `withLogFields`) with its `reqId` (the x-request-id the gateway got), `requestId` and `jobId`, so
+ *   every line logged for it names the request.
  * - `runWorkerProcess(spec)`: the process entry (`main.ts`): config from the environment (a bad value
  *   exits 2), start, and on SIGTERM/SIGINT `close()` and exit 0. A second signal exits at once (130);
  *   the queue's stalled-job recovery then re-runs whatever was interrupted. Any other error exits 1.
  */
-import { Worker, type Processor } from 'bullmq';
+import { DelayedError, Worker, type Job, type Processor } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { EnvConfigError } from './env-config.js';
-import { errorFields, type Logger } from './log-line.js';
+import { errorFields, withLogFields, type LogFields, type Logger } from './log-line.js';
+import { ID_PATTERN, REQ_ID_PATTERN } from './payloads.js';
 import { connectRedis } from './redis.js';
 import { Restartable, StartFailedError, type Closable } from './restartable.js';
 import type { WorkerConfig } from './worker-config.js';
+import { startWorkerHttp, type ReadinessChecks, type WorkerHttpServer } from './worker-http.js';
+import { createWorkerMetrics, type JobOutcome, type WorkerMetrics } from './worker-metrics.js';
 
 /** What a worker's processor works with; `startEngineWorker` hands it to `spec.setup`. */
 export interface EngineJobDeps<E> {
@@ -36,7 +44,12 @@ export interface EngineWorkerSpec<E extends Closable, R> {
   readonly name: string;
   /** The BullMQ queue it takes jobs from. */
   readonly queue: string;
-  readonly config: Pick<WorkerConfig, 'redisUrl' | 'modelDir' | 'concurrency' | 'lockDurationMs' | 'stalledIntervalMs' | 'shutdownGraceMs'>;
+  readonly config: Pick<
+    WorkerConfig,
+    'redisUrl' | 'modelDir' | 'concurrency' | 'lockDurationMs' | 'stalledIntervalMs' | 'shutdownGraceMs' | 'httpHost' | 'httpPort' | 'readyTimeoutMs'
+  >;
+  /** The `service` label of its metrics (e.g. 'decoder-worker'). @defaultValue `name` with '-' for spaces */
+  readonly service?: string;
   readonly log: Logger;
   /** Starts an engine; called again whenever the last one's thread died. */
   readonly startEngine: () => Promise<E>;
@@ -55,6 +68,9 @@ export interface EngineWorkerSpec<E extends Closable, R> {
 
 export interface EngineWorker<E, R> {
   readonly worker: Worker<unknown, R>;
+  /** The /healthz, /readyz, /metrics server (its port when CSA2_WORKER_HTTP_PORT is 0). */
+  readonly http: WorkerHttpServer;
+  readonly metrics: WorkerMetrics;
   /** The live engine (started again when its thread died). */
   engine(): Promise<E>;
   /** Engine (re)starts so far: 1 after start, +1 per restart after the thread died. */
@@ -67,27 +83,94 @@ export interface EngineWorker<E, R> {
   close(): Promise<void>;
 }
 
+/**
+ * The log fields of a job (read from its raw payload, so a malformed one still gets them): `reqId`
+ * (the x-request-id of the HTTP request behind it), `requestId` (the completion) and `jobId`.
+ */
+export function jobLogFields(job: Pick<Job<unknown, unknown>, 'id' | 'data'>): LogFields {
+  const d = (typeof job.data === 'object' && job.data !== null ? job.data : {}) as { reqId?: unknown; requestId?: unknown };
+  return {
+    ...(typeof d.reqId === 'string' && REQ_ID_PATTERN.test(d.reqId) ? { reqId: d.reqId } : {}),
+    ...(typeof d.requestId === 'string' && ID_PATTERN.test(d.requestId) ? { requestId: d.requestId } : {}),
+    ...(job.id !== undefined ? { jobId: job.id } : {}),
+  };
+}
+
+/** `bull:csa2-decode` → 'decode' (the queue label of the metrics, as the gateway's). */
+const queueLabel = (queue: string): string => queue.replace(/^csa2-/, '');
+
 /** The engine, the Redis connections and a BullMQ Worker on `spec.queue`, in this process. */
 export async function startEngineWorker<E extends Closable, R>(spec: EngineWorkerSpec<E, R>): Promise<EngineWorker<E, R>> {
   const { config, log } = spec;
+  const queue = queueLabel(spec.queue);
   const startEngine = async (): Promise<E> => {
     const e = await spec.startEngine();
     log('info', 'engine ready', { ...spec.describeEngine?.(e) });
     return e;
   };
   const engine = new Restartable(startEngine, (n) => log('warn', 'engine thread restarted', { starts: n }));
-  // a model that cannot load fails start (with its own error), not the first job
-  await engine.get().catch((err: unknown) => {
-    throw err instanceof StartFailedError ? err.cause : err;
+  const metrics = createWorkerMetrics({ service: spec.service ?? spec.name.replaceAll(' ', '-'), engineStarts: () => engine.starts });
+  let redis: Redis | null = null;
+  let worker: Worker<unknown, R> | null = null;
+  let closingStarted = false;
+  const pingRedis = async (): Promise<string> => {
+    if (redis === null) return 'starting';
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      await Promise.race([
+        redis.ping(),
+        new Promise((_, reject) => {
+          timer = setTimeout(() => reject(new Error(`no answer within ${config.readyTimeoutMs} ms`)), config.readyTimeoutMs);
+        }),
+      ]);
+      return 'ok';
+    } catch (err) {
+      return `unavailable: ${err instanceof Error ? err.message : String(err)}`;
+    } finally {
+      clearTimeout(timer);
+    }
+  };
+  const readiness = async (): Promise<ReadinessChecks> => ({
+    engine: engine.live !== null ? 'ok' : 'starting',
+    redis: await pingRedis(),
+    worker: closingStarted ? 'closing' : worker?.isRunning() === true ? 'ok' : 'starting',
   });
-  const redis = connectRedis(config.redisUrl);
+  // up before the engine loads: liveness answers during a long load, readiness says why not yet
+  const http = await startWorkerHttp({ host: config.httpHost, port: config.httpPort, registry: metrics.registry, readiness });
+  log('info', 'serving /healthz, /readyz and /metrics', { url: http.url });
+  // a model that cannot load fails start (with its own error), not the first job
+  try {
+    await engine.get();
+  } catch (err) {
+    await http.close();
+    throw err instanceof StartFailedError ? err.cause : err;
+  }
+  redis = connectRedis(config.redisUrl);
   const workerConnection = connectRedis(config.redisUrl);
   redis.on('error', (err) => log('warn', 'redis', errorFields(err)));
   workerConnection.on('error', (err) => log('warn', 'redis (worker)', errorFields(err)));
 
   const own = spec.setup({ redis, engine: () => engine.get(), log });
   const concurrency = config.concurrency ?? spec.defaultConcurrency?.(await engine.get()) ?? 1;
-  const worker = new Worker<unknown, R>(spec.queue, own.processor, {
+  const processor: Processor<unknown, R> = (job, token, signal) =>
+    withLogFields(jobLogFields(job), async () => {
+      const t0 = performance.now();
+      let outcome: JobOutcome = 'failed';
+      metrics.activeJobs.inc({ queue });
+      try {
+        const result = await own.processor(job, token, signal);
+        outcome = 'completed';
+        return result;
+      } catch (err) {
+        if (err instanceof DelayedError) outcome = 'handed_back';
+        throw err;
+      } finally {
+        metrics.activeJobs.dec({ queue });
+        metrics.jobs.inc({ queue, outcome });
+        metrics.jobDuration.observe({ queue, outcome }, (performance.now() - t0) / 1000);
+      }
+    });
+  const bullWorker = new Worker<unknown, R>(spec.queue, processor, {
     connection: workerConnection,
     concurrency,
     lockDuration: config.lockDurationMs,
@@ -95,31 +178,37 @@ export async function startEngineWorker<E extends Closable, R>(spec: EngineWorke
     // a worker killed mid-job (OOM, SIGKILL, node loss) makes its job stall; allow two such losses
     maxStalledCount: 2,
   });
-  worker.on('error', (err) => log('error', 'worker error', errorFields(err)));
-  worker.on('failed', (job, err) => log('debug', 'job failed', { jobId: job?.id, ...errorFields(err) }));
-  await worker.waitUntilReady();
-  log('info', `${spec.name} started`, { queue: spec.queue, concurrency, modelDir: config.modelDir, ...spec.startedFields });
+  worker = bullWorker;
+  bullWorker.on('error', (err) => log('error', 'worker error', errorFields(err)));
+  bullWorker.on('failed', (job, err) => log('debug', 'job failed', { ...(job !== undefined ? jobLogFields(job) : {}), ...errorFields(err) }));
+  await bullWorker.waitUntilReady();
+  log('info', `${spec.name} started`, { queue: spec.queue, concurrency, modelDir: config.modelDir, http: http.url, ...spec.startedFields });
 
+  const ownRedis = redis;
   let closing: Promise<void> | null = null;
   return {
-    worker,
+    worker: bullWorker,
+    http,
+    metrics,
     engine: () => engine.get(),
     engineStarts: () => engine.starts,
     close() {
+      closingStarted = true;
       closing ??= (async () => {
         log('info', 'closing: no new jobs; waiting for running ones', { graceMs: config.shutdownGraceMs });
         const grace = setTimeout(() => {
           log('warn', 'grace period over: handing running jobs back');
-          worker.cancelAllJobs('shutdown');
+          bullWorker.cancelAllJobs('shutdown');
         }, config.shutdownGraceMs);
         try {
-          await worker.close();
+          await bullWorker.close();
         } finally {
           clearTimeout(grace);
           if (own.close !== undefined) await own.close().catch(() => undefined);
           await engine.close().catch((err: unknown) => log('error', 'engine close failed', errorFields(err)));
-          await redis.quit().catch(() => redis.disconnect());
+          await ownRedis.quit().catch(() => ownRedis.disconnect());
           await workerConnection.quit().catch(() => workerConnection.disconnect());
+          await http.close();
           log('info', `${spec.name} closed`);
         }
       })();

@@ -19,6 +19,9 @@ test('defaults: jobs at once sized by the engine (unset), 30 s locks, 50 ms canc
     shutdownGraceMs: 20_000,
     cancelPollMs: 50,
     logLevel: 'info',
+    httpHost: '127.0.0.1',
+    httpPort: 9302,
+    readyTimeoutMs: 1000,
   });
 });
 
@@ -32,7 +35,11 @@ test('every variable is read', () => {
     CSA2_CHUNK_CACHE_BYTES: '1048576',
     CSA2_THREADS: '2',
     CSA2_SHUTDOWN_GRACE_MS: '5000',
+    CSA2_HOST: '0.0.0.0',
+    CSA2_WORKER_HTTP_PORT: '0',
+    CSA2_READY_TIMEOUT_MS: '250',
   });
+  assert.deepEqual([c.httpHost, c.httpPort, c.readyTimeoutMs], ['0.0.0.0', 0, 250]);
   assert.equal(c.storeUrl, 'file:///srv/store');
   assert.equal(c.concurrency, 4);
   assert.equal(c.lockDurationMs, 60_000);
@@ -52,6 +59,7 @@ test('a missing or bad value fails with an error naming the variable', () => {
   assert.throws(() => loadDecoderConfig({ ...BASE, CSA2_LOCK_DURATION_MS: '1.5' }), named('CSA2_LOCK_DURATION_MS'));
   assert.throws(() => loadDecoderConfig({ ...BASE, CSA2_THREADS: 'many' }), named('CSA2_THREADS'));
   assert.throws(() => loadDecoderConfig({ ...BASE, CSA2_PROVIDER: 'tpu' }), named('CSA2_PROVIDER'));
+  assert.throws(() => loadDecoderConfig({ ...BASE, CSA2_WORKER_HTTP_PORT: '70000' }), named('CSA2_WORKER_HTTP_PORT'));
 });
 
 test('the engine scheduler variables are read, and a bad one names itself', () => {

@@ -4,7 +4,7 @@
  * engine workers' common ones (WorkerConfig, @csa2/jobs worker-config) plus the decoder's own.
  * A bad value fails start with an EnvConfigError naming the variable.
  */
-import { EXECUTION_PROVIDERS, LOG_LEVELS, envChoice, envEngineScheduler, envInt, envOptionalInt, envOptionalString, envRedisUrl, envString, envThreads, type Env, type WorkerConfig } from '@csa2/jobs';
+import { EXECUTION_PROVIDERS, LOG_LEVELS, envChoice, envEngineScheduler, envInt, envOptionalInt, envOptionalString, envRedisUrl, envString, envThreads, type Env, type WorkerConfig, WORKER_HTTP_PORTS } from '@csa2/jobs';
 
 const optional = <K extends string, V>(k: K, v: V | undefined): { [P in K]?: V } => (v === undefined ? {} : ({ [k]: v } as { [P in K]: V }));
 
@@ -41,5 +41,8 @@ export function loadDecoderConfig(env: Env = process.env): DecoderConfig {
     shutdownGraceMs: envInt(env, 'CSA2_SHUTDOWN_GRACE_MS', 20_000, { min: 0 }),
     cancelPollMs: envInt(env, 'CSA2_CANCEL_POLL_MS', 50, { min: 5, max: 10_000 }),
     logLevel: envChoice(env, 'CSA2_LOG_LEVEL', LOG_LEVELS, 'info'),
+    httpHost: envOptionalString(env, 'CSA2_HOST') ?? '127.0.0.1',
+    httpPort: envInt(env, 'CSA2_WORKER_HTTP_PORT', WORKER_HTTP_PORTS.decoder, { min: 0, max: 65535 }),
+    readyTimeoutMs: envInt(env, 'CSA2_READY_TIMEOUT_MS', 1000, { min: 10, max: 60_000 }),
   };
 }

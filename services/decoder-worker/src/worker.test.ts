@@ -63,6 +63,9 @@ before(async () => {
     shutdownGraceMs: 10_000,
     cancelPollMs: 20,
     logLevel: 'error',
+    httpHost: '127.0.0.1',
+    httpPort: 0,
+    readyTimeoutMs: 1000,
   };
   [ref, worker] = await Promise.all([EngineHost.start({ modelDir: TINY, store: STORE, chunkTokens: 32 }), startDecoderWorker(config, { log: silentLogger })]);
 });

@@ -36,6 +36,7 @@ export function decoderEngineOptions(config: DecoderConfig): EngineOptions {
 export async function startDecoderWorker(config: DecoderConfig, options: DecoderWorkerOptions = {}): Promise<DecoderWorker> {
   return startEngineWorker({
     name: 'decoder worker',
+    service: 'decoder-worker',
     queue: DECODE_QUEUE,
     config,
     log: options.log ?? jsonLogger('decoder-worker', config.logLevel),

@@ -14,6 +14,7 @@ test('defaults, and every variable read', () => {
   assert.equal(c.chunkTokens, undefined);
   assert.equal(c.lockDurationMs, 30_000);
   assert.equal(c.progressIntervalMs, 200);
+  assert.deepEqual([c.httpHost, c.httpPort, c.readyTimeoutMs], ['127.0.0.1', 9301, 1000], 'its own default port, not the decoder\'s 9302');
   const d = loadEncoderConfig({ ...BASE, CSA2_PREFILL_CONCURRENCY: '2', CSA2_CHUNK_TOKENS: '1024', CSA2_CHUNK_CACHE_BYTES: '0', CSA2_LOCK_DURATION_MS: '120000' });
   assert.deepEqual([d.concurrency, d.chunkTokens, d.chunkCacheBytes, d.lockDurationMs], [2, 1024, 0, 120_000]);
 });
@@ -23,4 +24,5 @@ test('the store is required; bad numbers name their variable', () => {
   assert.throws(() => loadEncoderConfig({ ...BASE, CSA2_STORE_URL: '' }), named('CSA2_STORE_URL'));
   assert.throws(() => loadEncoderConfig({ ...BASE, CSA2_PREFILL_CONCURRENCY: '-1' }), named('CSA2_PREFILL_CONCURRENCY'));
   assert.throws(() => loadEncoderConfig({ ...BASE, CSA2_CHUNK_TOKENS: '4k' }), named('CSA2_CHUNK_TOKENS'));
+  assert.throws(() => loadEncoderConfig({ ...BASE, CSA2_WORKER_HTTP_PORT: 'http' }), named('CSA2_WORKER_HTTP_PORT'));
 });

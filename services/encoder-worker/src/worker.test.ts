@@ -77,6 +77,9 @@ before(async () => {
     shutdownGraceMs: 10_000,
     progressIntervalMs: 0,
     logLevel: 'error',
+    httpHost: '127.0.0.1',
+    httpPort: 0,
+    readyTimeoutMs: 1000,
   };
   encoder = await startEncoderWorker(config, { log: silentLogger });
 });

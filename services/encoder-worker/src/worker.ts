@@ -38,6 +38,7 @@ export function encoderEngineOptions(config: EncoderConfig): EngineOptions {
 export async function startEncoderWorker(config: EncoderConfig, options: EncoderWorkerOptions = {}): Promise<EncoderWorker> {
   return startEngineWorker({
     name: 'encoder worker',
+    service: 'encoder-worker',
     queue: PREFILL_QUEUE,
     config,
     log: options.log ?? jsonLogger('encoder-worker', config.logLevel),

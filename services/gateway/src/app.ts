@@ -14,7 +14,11 @@
  * | GET /v1/documents/:id | Bearer | 200, 401, 404, 503 |
  * | DELETE /v1/documents/:id | Bearer | 200, 401, 404, 409 (being encoded), 503 |
  *
- * Every error body is OpenAI's `{ error: { message, type, param, code } }`.
+ * Every error body is OpenAI's `{ error: { message, type, param, code } }`; server-side failures quote
+ * the request id in the message and never carry internals (errors.ts). Every response has an
+ * `x-request-id` (middleware/request-id). A client that closes the connection before its answer
+ * (mid-body, mid-wait) is a client abort: status 499 in csa2_http_requests_total and in the log,
+ * counted in csa2_http_client_aborts_total, never a 500.
  */
 import { Hono, type MiddlewareHandler } from 'hono';
 import { routePath } from 'hono/route';
@@ -22,27 +26,39 @@ import { ApiError, toApiError } from './errors.js';
 import type { GatewayDeps } from './deps.js';
 import { apiKeyAuth, type TenantVariables } from './middleware/api-key-auth.js';
 import { maxBody } from './middleware/json-body.js';
+import { requestId, type RequestIdVariables } from './middleware/request-id.js';
 import { completionsRoutes } from './routes/completions.js';
 import { documentsRoutes } from './routes/documents.js';
 import { healthRoutes } from './routes/health.js';
 import { modelsRoutes } from './routes/models.js';
 
-export type GatewayApp = Hono<{ Variables: TenantVariables }>;
+export type GatewayVariables = TenantVariables & RequestIdVariables;
+export type GatewayApp = Hono<{ Variables: GatewayVariables }>;
 
-/** Counts every request (csa2_http_requests_total) and logs it at debug (5xx at warn, by the error handler). */
+/** nginx's "client closed request": what a request whose client left before its answer counts as. */
+export const CLIENT_CLOSED_REQUEST = 499;
+
+const routeOf = (c: Parameters<MiddlewareHandler>[0]): string => {
+  const matched = routePath(c, -1);
+  return matched.endsWith('*') ? 'unmatched' : matched;
+};
+
+/** Counts every request (csa2_http_requests_total; client aborts also in csa2_http_client_aborts_total) and logs it at debug (5xx at warn, by the error handler). */
 function requestMetrics(deps: GatewayDeps): MiddlewareHandler {
   return async function requestMetrics(c, next) {
     const startMs = Date.now();
     await next();
-    const matched = routePath(c, -1);
-    const route = matched.endsWith('*') ? 'unmatched' : matched;
-    deps.metrics.httpRequests.inc({ method: c.req.method, route, status: String(c.res.status) });
-    deps.logger.debug({ method: c.req.method, path: c.req.path, status: c.res.status, ms: Date.now() - startMs }, 'request');
+    const route = routeOf(c);
+    const status = c.res.status;
+    deps.metrics.httpRequests.inc({ method: c.req.method, route, status: String(status) });
+    if (status === CLIENT_CLOSED_REQUEST) deps.metrics.clientAborts.inc({ route });
+    deps.logger.debug({ method: c.req.method, path: c.req.path, status, ms: Date.now() - startMs }, 'request');
   };
 }
 
 export function createApp(deps: GatewayDeps): GatewayApp {
-  const app: GatewayApp = new Hono<{ Variables: TenantVariables }>();
+  const app: GatewayApp = new Hono<{ Variables: GatewayVariables }>();
+  app.use('*', requestId());
   app.use('*', requestMetrics(deps));
   app.route('/', healthRoutes(deps));
   app.use('/v1/*', apiKeyAuth({ keys: deps.apiKeys }));
@@ -50,13 +66,21 @@ export function createApp(deps: GatewayDeps): GatewayApp {
   app.route('/v1', completionsRoutes(deps));
   app.route('/v1', modelsRoutes(deps));
   app.route('/v1', documentsRoutes(deps));
-  app.notFound((c) => new ApiError(404, `Unknown request URL: ${c.req.method} ${c.req.path}`, { code: 'unknown_url' }).getResponse());
+  app.notFound((c) => new ApiError(404, `Unknown request URL: ${c.req.method} ${c.req.path}`, { code: 'unknown_url' }).getResponse(c.get('reqId')));
   app.onError((err, c) => {
-    const apiError = toApiError(err);
-    if (apiError.status >= 500) {
-      deps.logger.warn({ method: c.req.method, path: c.req.path, status: apiError.status, err: err instanceof Error ? err.message : String(err), code: apiError.code }, 'request failed');
+    const reqId = c.get('reqId');
+    if (c.req.raw.signal.aborted) {
+      // the client closed the connection (mid-body, or while we worked): nobody reads this answer
+      deps.logger.info({ reqId, method: c.req.method, path: c.req.path, status: CLIENT_CLOSED_REQUEST, err: err instanceof Error ? err.message : String(err) }, 'client closed the request');
+      return new Response(null, { status: CLIENT_CLOSED_REQUEST });
     }
-    return apiError.getResponse();
+    const apiError = toApiError(err);
+    if (apiError.status >= 500 || apiError.detail !== null) {
+      const fields = { reqId, method: c.req.method, path: c.req.path, status: apiError.status, code: apiError.code, err: apiError.detail ?? apiError.message };
+      if (apiError.status >= 500) deps.logger.warn(fields, 'request failed');
+      else deps.logger.info(fields, 'request refused');
+    }
+    return apiError.getResponse(reqId);
   });
   return app;
 }

@@ -6,7 +6,7 @@
  * blocking stream readers, the object store, API keys and metrics. Tests use the same function.
  */
 import { join } from 'node:path';
-import { pino, type Logger } from 'pino';
+import type { Logger } from 'pino';
 import { loadTokenizer, readModelConfigFile, type Tokenizer } from '@csa2/core';
 import { openStore, type ObjectStore } from '@csa2/artifacts';
 import {
@@ -15,6 +15,7 @@ import {
   Queue,
   connectRedis,
   createBacklogCollector,
+  createServiceLogger,
   type BacklogCollector,
   type DecodeJob,
   type DecodeResult,
@@ -89,7 +90,8 @@ export interface ConnectedDeps {
 
 /** Builds every dependency from the config. Throws (config, model, tokenizer, store URL) before connecting anything that needs closing. */
 export async function connectGatewayDeps(config: GatewayConfig, options: ConnectOptions = {}): Promise<ConnectedDeps> {
-  const logger = options.logger ?? pino({ level: config.logLevel, base: { service: 'gateway' } });
+  // the workers' format and log context (@csa2/jobs log-line): each request's lines carry its reqId
+  const logger = options.logger ?? createServiceLogger('gateway', config.logLevel);
   const modelConfig = await readModelConfigFile(join(config.modelDir, 'config.json'));
   const tokenizer = await loadTokenizer({ modelDir: config.modelDir, vocabSize: modelConfig.vocabSize });
   const limits = resolveLimits(config, modelConfig);

@@ -7,8 +7,9 @@
  *                means a complete artifact): tokens and bytes come from the manifest;
  * - `queued`   — its prefill job (`doc.<tenant>.<id>`) is waiting, prioritized, delayed or retrying;
  * - `encoding` — the job is active; progress is the job's PrefillProgress (tokensDone / tokensTotal);
- * - `failed`   — the job failed for good (reason from its failedReason `[code] message`), or it
- *                completed but no manifest is there (deleted meanwhile);
+ * - `failed`   — the job failed for good (its failedReason's `[code]`, with the code's public
+ *                message: the worker's own message stays in its log), or it completed but no
+ *                manifest is there (deleted meanwhile);
  * - unknown (404) — neither a manifest nor a job.
  *
  * Ids are immutable: posting an id that is queued, encoding or ready returns its status and changes
@@ -29,7 +30,7 @@ import {
   type PrefillResult,
 } from '@csa2/jobs';
 import { manifestObjectKey, parseManifest, type DocumentManifest } from '@csa2/artifacts';
-import { ApiError } from './errors.js';
+import { ApiError, publicMessage } from './errors.js';
 import type { GatewayDeps } from './deps.js';
 
 export type DocumentState =
@@ -122,8 +123,9 @@ export async function documentStatus(deps: GatewayDeps, tenant: string, document
     }
     case 'failed': {
       await observeQueueWait(deps, job);
-      const { code, message } = parseFailure(job.failedReason ?? '');
-      return { state: { status: 'failed', createdS, reason: message !== '' ? message : 'the prefill job failed', code }, job };
+      // the worker's message (keys, offsets, checksums) stays in the worker's log: the client gets the code's
+      const { code } = parseFailure(job.failedReason ?? '');
+      return { state: { status: 'failed', createdS, reason: publicMessage(code), code }, job };
     }
     case 'unknown':
       return null;
@@ -152,13 +154,14 @@ export function documentObject(id: string, state: DocumentState): Record<string,
  * Enqueues a document's prefill job unless the id is already queued, encoding or ready (then its
  * status is returned unchanged). The caller checked the ids, token limits and queue capacity.
  */
-export async function ingestDocument(deps: GatewayDeps, tenant: string, documentId: string, tokenIds: readonly number[], acceptedAtMs: number): Promise<DocumentState> {
+export async function ingestDocument(deps: GatewayDeps, tenant: string, documentId: string, tokenIds: readonly number[], acceptedAtMs: number, reqId?: string): Promise<DocumentState> {
   const existing = await documentStatus(deps, tenant, documentId);
   if (existing !== null && existing.state.status !== 'failed') return existing.state;
   if (existing?.job !== null && existing?.job !== undefined) await existing.job.remove();
   const data = parsePrefillJob({
     v: 1,
     kind: 'document',
+    ...(reqId !== undefined ? { reqId } : {}),
     tenant,
     documentId,
     model: deps.model.name,

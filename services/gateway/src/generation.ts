@@ -28,11 +28,12 @@ import {
   requestDecodeJobId,
   requestPrefillJobId,
   type DecodeJob,
+  type JobSampling,
   type PrefillJob,
   type StreamEntry,
 } from '@csa2/jobs';
 import { manifestObjectKey } from '@csa2/artifacts';
-import { ApiError, invalidRequest, isRedisUnavailable, redisUnavailable, toApiError, workerError } from './errors.js';
+import { ApiError, invalidRequest, isRedisUnavailable, modelNotFound, redisUnavailable, toApiError, waiting, workerError } from './errors.js';
 import { documentStatus } from './documents.js';
 import type { GatewayDeps } from './deps.js';
 import type { AbortReason } from './inflight.js';
@@ -41,8 +42,13 @@ import { completionBody, finishChunk, roleChunk, textChunk, toOpenAiUsage, usage
 import { relayStream } from './relay.js';
 import { createSseWriter } from './sse.js';
 
+/** The sampling fields beyond temperature, top_p and seed (absent = off). */
+export type SamplingOptions = Omit<JobSampling, 'temperature' | 'topP' | 'seed'>;
+
 /** What a route hands over after parsing and tokenizing. */
 export interface GenerationRequest {
+  /** The x-request-id of the HTTP request (carried into the jobs, so worker logs name it). */
+  readonly reqId?: string;
   readonly endpoint: Endpoint;
   readonly tenant: string;
   readonly model: string;
@@ -57,6 +63,8 @@ export interface GenerationRequest {
   readonly temperature: number;
   readonly topP: number;
   readonly seed: number | null;
+  /** top_k, min_p, the penalties and logit_bias as @csa2/core SamplingParams names them; only the ones the request set. */
+  readonly samplingOptions: SamplingOptions;
   readonly stop: readonly string[];
   readonly ignoreEos: boolean;
   readonly stream: boolean;
@@ -86,9 +94,7 @@ function newRequestId(endpoint: Endpoint): string {
 /** Validates a request against the model and limits and builds its jobs (nothing is enqueued yet). */
 export async function planGeneration(deps: GatewayDeps, request: GenerationRequest): Promise<GenerationPlan> {
   const { limits } = deps;
-  if (request.model !== deps.model.name) {
-    throw new ApiError(400, `The model '${request.model}' does not exist; this server serves '${deps.model.name}'`, { param: 'model', code: 'model_not_found' });
-  }
+  if (request.model !== deps.model.name) throw modelNotFound(request.model, deps.model.name);
   if (request.promptIds.length === 0) throw invalidRequest(`Invalid value for '${request.promptParam}': the prompt is empty`, request.promptParam, 'invalid_value');
   const maxTokensParam = request.maxTokensParam;
   if (request.maxTokens !== null) {
@@ -103,8 +109,8 @@ export async function planGeneration(deps: GatewayDeps, request: GenerationReque
     const doc = await documentStatus(deps, request.tenant, request.documentId);
     if (doc === null) throw new ApiError(404, `No document found with id '${request.documentId}'`, { param: 'document_id', code: 'document_not_found' });
     if (doc.state.status !== 'ready') {
-      const why = doc.state.status === 'failed' ? `failed: ${doc.state.reason}` : `is ${doc.state.status}`;
-      throw new ApiError(409, `Document '${request.documentId}' is not ready (it ${why})`, { param: 'document_id', code: 'document_not_ready' });
+      const why = doc.state.status === 'failed' ? `its encoding failed (${doc.state.code.replaceAll('-', '_')}): ${doc.state.reason}` : `it is ${doc.state.status}.`;
+      throw new ApiError(409, `Document '${request.documentId}' is not ready: ${why}`, { param: 'document_id', code: 'document_not_ready' });
     }
     documentTokens = doc.state.tokens;
   }
@@ -135,14 +141,16 @@ export async function planGeneration(deps: GatewayDeps, request: GenerationReque
   const acceptedAtMs = Date.now();
   const route: GenerationRoute = request.documentId !== null ? 'document' : request.promptIds.length >= limits.prefillThresholdTokens ? 'prefill' : 'decode';
   const ids = [...request.promptIds];
+  const reqId = request.reqId !== undefined ? { reqId: request.reqId } : {};
   const decodeJob = parseDecodeJob({
     v: 1,
     requestId,
+    ...reqId,
     tenant: request.tenant,
     model: deps.model.name,
     promptIds: route === 'prefill' ? ids.slice(-1) : ids,
     documentId: route === 'prefill' ? promptDocumentId(requestId) : request.documentId,
-    sampling: { temperature: request.temperature, topP: request.topP, seed: request.seed ?? randomInt(0, 2 ** 31) },
+    sampling: { temperature: request.temperature, topP: request.topP, seed: request.seed ?? randomInt(0, 2 ** 31), ...request.samplingOptions },
     maxTokens,
     stop: [...request.stop],
     ignoreEos: request.ignoreEos,
@@ -151,7 +159,7 @@ export async function planGeneration(deps: GatewayDeps, request: GenerationReque
   } satisfies DecodeJob);
   const prefillJob =
     route === 'prefill'
-      ? parsePrefillJob({ v: 1, kind: 'prompt', tenant: request.tenant, requestId, model: deps.model.name, tokenIds: ids.slice(0, -1), decode: decodeJob, acceptedAtMs } satisfies PrefillJob)
+      ? parsePrefillJob({ v: 1, kind: 'prompt', ...reqId, tenant: request.tenant, requestId, model: deps.model.name, tokenIds: ids.slice(0, -1), decode: decodeJob, acceptedAtMs } satisfies PrefillJob)
       : null;
   return { request, requestId, route, acceptedAtMs, promptTokens, documentTokens, decodeJob, prefillJob };
 }
@@ -164,7 +172,7 @@ export async function enqueueGeneration(deps: GatewayDeps, plan: GenerationPlan)
     const counts = await queue.getJobCounts(...BACKLOG_STATES);
     const backlog = Object.values(counts).reduce((a, b) => a + b, 0);
     if (backlog >= deps.limits.maxQueueDepth) {
-      throw new ApiError(429, `The server is overloaded: ${backlog} requests are waiting for the ${plan.prefillJob !== null ? 'prefill' : 'decode'} workers. Please retry shortly.`, {
+      throw new ApiError(429, `The server is overloaded: ${waiting(backlog, 'request')} for the ${plan.prefillJob !== null ? 'prefill' : 'decode'} workers. Please retry shortly.`, {
         code: 'queue_full',
         headers: { 'retry-after': '1' },
       });
@@ -242,8 +250,10 @@ export async function respondGeneration(c: Context, deps: GatewayDeps, plan: Gen
       if (err instanceof Aborted && err.reason === 'client') return;
       const apiError =
         err instanceof Aborted ? new ApiError(503, 'the server is shutting down; the request was cancelled', { code: 'shutting_down' }) : toApiError(err);
-      if (apiError.status >= 500) deps.logger.warn({ requestId: plan.requestId, err: apiError.message, code: apiError.code }, 'stream ended with an error');
-      sse.send(apiError.toJSON());
+      const fields = { reqId: request.reqId, requestId: plan.requestId, status: apiError.status, code: apiError.code, err: apiError.detail ?? apiError.message };
+      if (apiError.status >= 500) deps.logger.warn(fields, 'stream ended with an error');
+      else deps.logger.info(fields, 'stream ended with an error');
+      sse.send(apiError.toJSON(request.reqId));
     } finally {
       sse.close();
       run.release();
@@ -279,8 +289,9 @@ class GenerationRun {
 
   private setCancelKey(): void {
     if (this.ended) return;
+    // (an abort listener may run outside the request's log context: name the request explicitly)
     this.deps.redis.set(cancelKey(this.plan.requestId), '1', 'EX', STREAM_TTL_SECONDS).catch((err: unknown) => {
-      this.deps.logger.warn({ requestId: this.plan.requestId, err: err instanceof Error ? err.message : String(err) }, 'could not set the cancel key');
+      this.deps.logger.warn({ reqId: this.plan.request.reqId, requestId: this.plan.requestId, err: err instanceof Error ? err.message : String(err) }, 'could not set the cancel key');
     });
   }
 
@@ -387,7 +398,7 @@ class GenerationRun {
       if (typeof bytes === 'number' && bytes > 0) deps.metrics.artifactBytes.inc({ kind: 'prompt' }, bytes);
       if (job !== undefined && (await job.getState()) === 'completed') await deps.store.delete(manifestObjectKey(plan.request.tenant, promptDocumentId(plan.requestId)));
     } catch (err) {
-      deps.logger.debug({ requestId: plan.requestId, err: err instanceof Error ? err.message : String(err) }, 'prompt artifact cleanup skipped');
+      deps.logger.debug({ reqId: plan.request.reqId, requestId: plan.requestId, err: err instanceof Error ? err.message : String(err) }, 'prompt artifact cleanup skipped');
     }
   }
 }

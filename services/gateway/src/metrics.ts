@@ -15,7 +15,8 @@
  * | csa2_cached_tokens_total | counter | endpoint | usage.prompt_tokens_details.cached_tokens of finished requests |
  * | csa2_prompt_tokens_total / csa2_completion_tokens_total | counter | endpoint | usage of finished requests |
  * | csa2_queue_jobs | gauge | queue, state | BullMQ job counts per state, read at scrape (wait, prioritized, delayed, active, waiting-children, completed, failed) |
- * | csa2_http_requests_total | counter | method, route, status | every HTTP request |
+ * | csa2_http_requests_total | counter | method, route, status | every HTTP request (status 499: the client closed the connection before its answer) |
+ * | csa2_http_client_aborts_total | counter | route | requests whose client closed the connection before its answer (mid-body, mid-wait) |
  *
  * `route` of a completion is `decode` (short prompt, straight to a decoder), `prefill` (long prompt
  * through an encoder) or `document` (a stored document's artifact). Queue wait is observed by the
@@ -42,6 +43,7 @@ export interface GatewayMetrics {
   readonly completionTokens: Counter<'endpoint'>;
   readonly queueJobs: Gauge<'queue' | 'state'>;
   readonly httpRequests: Counter<'method' | 'route' | 'status'>;
+  readonly clientAborts: Counter<'route'>;
 }
 
 export interface QueueCountsSource {
@@ -142,6 +144,12 @@ export function createGatewayMetrics(options: { queueCounts?: readonly QueueCoun
       name: 'csa2_http_requests_total',
       help: 'HTTP requests by method, matched route and status',
       labelNames: ['method', 'route', 'status'] as const,
+      registers: [registry],
+    }),
+    clientAborts: new Counter({
+      name: 'csa2_http_client_aborts_total',
+      help: 'Requests whose client closed the connection before its answer (counted with status 499 in csa2_http_requests_total)',
+      labelNames: ['route'] as const,
       registers: [registry],
     }),
   };

@@ -14,7 +14,7 @@
  * Token entries are yielded once per index (a duplicate index is skipped).
  */
 import { decodeStreamEntry, parseFailure, streamKey, type StreamEntry } from '@csa2/jobs';
-import { ApiError, isRedisUnavailable, redisUnavailable, workerError } from './errors.js';
+import { ApiError, isRedisUnavailable, publicMessage, redisUnavailable, workerError } from './errors.js';
 import type { GatewayDeps } from './deps.js';
 
 export interface RelayOptions {
@@ -59,7 +59,7 @@ export async function* relayStream(deps: GatewayDeps, options: RelayOptions): As
           try {
             entry = decodeStreamEntry(fields);
           } catch (err) {
-            throw new ApiError(500, `the request's token stream holds a malformed entry: ${err instanceof Error ? err.message : String(err)}`, { code: 'stream_invalid' });
+            throw new ApiError(500, publicMessage('stream-invalid'), { code: 'stream_invalid', detail: `malformed stream entry: ${err instanceof Error ? err.message : String(err)}` });
           }
           if (entry.kind === 'token') {
             if (entry.index < nextIndex) continue;

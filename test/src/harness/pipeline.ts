@@ -45,6 +45,8 @@ export async function seededTestModel(dir: string, maxSeqLen = 4096): Promise<st
 
 export class Pipeline {
   readonly procs = new Map<string, ChildProcess>();
+  /** The HTTP port of each worker process (/healthz, /readyz, /metrics), by process id ('decoder#2'). */
+  readonly httpPorts = new Map<string, number>();
   private readonly logs: string[] = [];
   private instance = 0;
 
@@ -101,8 +103,11 @@ export class Pipeline {
   /** Starts one more process of a service (a restarted or an extra worker); resolves when ready. */
   async startService(name: ServiceName): Promise<ChildProcess> {
     const id = `${name}#${++this.instance}`;
-    const child = spawn(process.execPath, [join(REPO_ROOT, ENTRY[name])], { cwd: REPO_ROOT, env: this.env, stdio: ['ignore', 'pipe', 'pipe'] });
+    // each worker process serves its probes and metrics on a port of its own (several run on one host here)
+    const env = name === 'gateway' ? this.env : { ...this.env, CSA2_WORKER_HTTP_PORT: String(await freePort()) };
+    const child = spawn(process.execPath, [join(REPO_ROOT, ENTRY[name])], { cwd: REPO_ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
     this.procs.set(id, child);
+    if (name !== 'gateway') this.httpPorts.set(id, Number(env['CSA2_WORKER_HTTP_PORT']));
     let ready = READY_TEXT[name] === null;
     const onData = (d: Buffer) => {
       const text = d.toString();
@@ -112,7 +117,10 @@ export class Pipeline {
     };
     child.stdout?.on('data', onData);
     child.stderr?.on('data', onData);
-    child.on('exit', () => this.procs.delete(id));
+    child.on('exit', () => {
+      this.procs.delete(id);
+      this.httpPorts.delete(id);
+    });
     const deadline = Date.now() + 60_000;
     for (;;) {
       if (child.exitCode !== null || child.signalCode !== null) throw new Error(`${id} exited during start (${child.signalCode ?? child.exitCode})`);
@@ -146,6 +154,16 @@ export class Pipeline {
           }),
       ),
     );
+  }
+
+  /** The output lines kept so far (the last 4000), each prefixed with its process id: `[decoder#2] {…}`. */
+  logLines(): readonly string[] {
+    return this.logs;
+  }
+
+  /** The live process ids of a service ('decoder#2', …). */
+  processIds(name: ServiceName): string[] {
+    return [...this.procs.keys()].filter((id) => id.startsWith(`${name}#`));
   }
 
   dumpLogs(): void {

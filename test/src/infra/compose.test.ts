@@ -112,6 +112,22 @@ test('every csa2 image is built from infra/docker/Dockerfile at a stage that exi
   }
 });
 
+test("every worker service is health-checked on /readyz at the port its config listens on", async () => {
+  for (const name of ['encoder-worker', 'encoder-worker-gpu', 'decoder-worker']) {
+    const service = services[name] as JsonObject;
+    const check = service['healthcheck'] as JsonObject | undefined;
+    assert.ok(isObject(check), `${name} has a healthcheck`);
+    const command = (check['test'] as string[]).join(' ');
+    assert.match(command, /\/readyz/);
+    const env = { ...dotenv, ...((service['environment'] ?? {}) as Record<string, string>) };
+    const config = (await loadServiceConfig(APP_SERVICES[name] as ServiceName, env)) as JsonObject;
+    // the image sets CSA2_WORKER_HTTP_PORT; the check falls back to the same default the config has
+    const fallback = /CSA2_WORKER_HTTP_PORT \|\| (\d+)/.exec(command)?.[1];
+    assert.equal(Number(fallback), config['httpPort'], `${name}: the check's default port is the worker's`);
+    assert.ok(DOCKERFILE.includes(`CSA2_WORKER_HTTP_PORT=${String(config['httpPort'])}`), `${name}: the image listens there`);
+  }
+});
+
 test('the GPU reservation is only behind the gpu profile, and the default profile has a CPU encoder', () => {
   const withGpu = Object.entries(services).filter(([, s]) => JSON.stringify(s['deploy'] ?? {}).includes('"gpu"'));
   assert.deepEqual(withGpu.map(([n]) => n), ['encoder-worker-gpu']);

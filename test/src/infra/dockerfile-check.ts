@@ -8,6 +8,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { DockerfileParser } from 'dockerfile-ast';
 import { validate } from 'dockerfile-utils';
+import { WORKER_HTTP_PORTS } from '@csa2/jobs';
 import { REPO_ROOT } from './services.js';
 
 export interface Stage {
@@ -43,6 +44,13 @@ export const TARGETS: Readonly<Record<string, { readonly service: string }>> = {
   'encoder-worker': { service: 'encoder-worker' },
   'decoder-worker': { service: 'decoder-worker' },
   'encoder-worker-gpu': { service: 'encoder-worker' },
+};
+
+/** The worker targets and the port their HTTP server listens on (WORKER_HTTP_PORTS of @csa2/jobs). */
+export const WORKER_TARGET_PORTS: Readonly<Record<string, number>> = {
+  'encoder-worker': WORKER_HTTP_PORTS.encoder,
+  'decoder-worker': WORKER_HTTP_PORTS.decoder,
+  'encoder-worker-gpu': WORKER_HTTP_PORTS.encoder,
 };
 
 /** A stage and the stages it starts from, base first. */
@@ -133,5 +141,16 @@ export function dockerfileProblems(text: string): string[] {
   if (health === undefined || !health.args.includes('/healthz')) problems.push('gateway: no HEALTHCHECK on /healthz');
   if (!gateway.some((i) => i.keyword === 'EXPOSE' && i.args.split(/\s+/).includes('8080'))) problems.push('gateway: does not EXPOSE 8080');
   if (!gateway.some((i) => i.keyword === 'ENV' && /\bCSA2_HOST=0\.0\.0\.0\b/.test(i.args))) problems.push('gateway: CSA2_HOST=0.0.0.0 is not set (the default 127.0.0.1 is unreachable from outside the container)');
+  // the workers' /healthz, /readyz, /metrics server: reachable, exposed, health-checked on the port it listens on
+  for (const [target, port] of Object.entries(WORKER_TARGET_PORTS)) {
+    const worker = chain(stages, target).flatMap((s) => s.instructions);
+    if (worker.length === 0) continue;
+    const env = worker.filter((i) => i.keyword === 'ENV').map((i) => i.args).join(' ');
+    if (!/\bCSA2_HOST=0\.0\.0\.0\b/.test(env)) problems.push(`${target}: CSA2_HOST=0.0.0.0 is not set (its probes and /metrics would be unreachable)`);
+    if (!new RegExp(`\\bCSA2_WORKER_HTTP_PORT=${port}\\b`).test(env)) problems.push(`${target}: CSA2_WORKER_HTTP_PORT=${port} is not set`);
+    if (!worker.some((i) => i.keyword === 'EXPOSE' && i.args.split(/\s+/).includes(String(port)))) problems.push(`${target}: does not EXPOSE ${port}`);
+    const check = worker.filter((i) => i.keyword === 'HEALTHCHECK').at(-1);
+    if (check === undefined || !check.args.includes('/healthz') || !check.args.includes('CSA2_WORKER_HTTP_PORT')) problems.push(`${target}: no HEALTHCHECK on /healthz at CSA2_WORKER_HTTP_PORT`);
+  }
   return problems;
 }

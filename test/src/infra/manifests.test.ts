@@ -2,7 +2,7 @@
  * infra/k8s: both overlays render (an offline kustomize subset, ./kustomize.ts), every object is
  * valid against the Kubernetes / KEDA schemas with no unknown field (./k8s-schema.ts), and the
  * objects agree with each other and with the services: references resolve, probes hit the gateway's
- * endpoints, grace periods outlast the longest job, GPUs only where meant, KEDA scales on the
+ * and the workers' endpoints on the ports their configs listen on, grace periods outlast the longest job, GPUs only where meant, KEDA scales on the
  * backlog metrics the code exports, and each container's environment passes its service's own
  * config loader.
  */
@@ -169,6 +169,38 @@ test('the gateway: readiness on /readyz, liveness on /healthz, listening on all 
   const annotations = obj(obj(obj(obj(gateway['spec'], 's')['template'], 't')['metadata'], 'm')['annotations'], 'annotations');
   assert.equal(annotations['prometheus.io/path'], '/metrics');
   assert.equal(annotations['prometheus.io/port'], env['PORT']);
+});
+
+test("the workers: readiness on /readyz, liveness and startup on /healthz, at the port their own config listens on (every interface), scraped for /metrics", async () => {
+  const serviceOf: Record<string, ServiceName> = { 'csa2-encoder-worker': 'encoder-worker', 'csa2-decoder-worker': 'decoder-worker' };
+  for (const overlay of OVERLAYS) {
+    for (const [name, service] of Object.entries(serviceOf)) {
+      const d = find(rendered[overlay], 'Deployment', name);
+      const [c] = containers(d);
+      assert.ok(c !== undefined);
+      const env = containerEnv(rendered[overlay], c);
+      const config = obj(await loadServiceConfig(service, env), 'config');
+      assert.equal(config['httpHost'], '0.0.0.0', `${overlay}: ${name} listens on every interface (the kubelet probes the pod IP)`);
+      const port = list(c['ports']).map((p) => obj(p, 'port')).find((p) => p['name'] === 'http');
+      assert.equal(port?.['containerPort'], config['httpPort'], `${overlay}: ${name}'s http port is the one its config listens on`);
+      const httpGet = (probe: string): JsonObject => obj(obj(c[probe], `${name} ${probe}`)['httpGet'], `${probe}.httpGet`);
+      assert.deepEqual([httpGet('readinessProbe')['path'], httpGet('readinessProbe')['port']], ['/readyz', 'http']);
+      assert.deepEqual([httpGet('livenessProbe')['path'], httpGet('livenessProbe')['port']], ['/healthz', 'http']);
+      assert.deepEqual([httpGet('startupProbe')['path'], httpGet('startupProbe')['port']], ['/healthz', 'http']);
+      const readiness = obj(c['readinessProbe'], 'readinessProbe');
+      assert.ok(Number(readiness['timeoutSeconds']) * 1000 > Number(config['readyTimeoutMs']), `${name}: the probe waits longer than /readyz's own Redis timeout`);
+      const annotations = obj(obj(obj(obj(d['spec'], 's')['template'], 't')['metadata'], 'm')['annotations'], `${name} annotations`);
+      assert.equal(annotations['prometheus.io/scrape'], 'true');
+      assert.equal(annotations['prometheus.io/path'], '/metrics');
+      assert.equal(annotations['prometheus.io/port'], String(config['httpPort']));
+    }
+  }
+  // the check can fail: a probe on a port the worker does not listen on
+  const broken = structuredClone(find(rendered.cpu, 'Deployment', 'csa2-decoder-worker'));
+  const c = containers(broken)[0] as JsonObject;
+  c['env'] = list(c['env']).map((e) => (obj(e, 'env')['name'] === 'CSA2_WORKER_HTTP_PORT' ? { name: 'CSA2_WORKER_HTTP_PORT', value: '9999' } : e));
+  const config = obj(await loadServiceConfig('decoder-worker', containerEnv(rendered.cpu, c)), 'config');
+  assert.notEqual(list(c['ports']).map((p) => obj(p, 'port')['containerPort'])[0], config['httpPort']);
 });
 
 test('terminationGracePeriodSeconds outlasts CSA2_SHUTDOWN_GRACE_MS, which covers the longest decode (CSA2_REQUEST_TIMEOUT_MS)', () => {

@@ -38,11 +38,11 @@ const PROMPT = 'The pipeline streams tokens; ';
 const SAMPLING = { temperature: 0.8, top_p: 0.95, seed: 1234 } as const;
 
 /** `csa2 generate` in one process (the CLI), same model, prompt and sampling: its stdout text. */
-function cliGenerate(prompt: string, maxTokens: number): string {
+function cliGenerate(prompt: string, maxTokens: number, extra: readonly string[] = []): string {
   const r = spawnSync(
     process.execPath,
     [join(REPO_ROOT, 'packages/csa2-engine/bin/csa2.js'), 'generate', '--model', pipe.modelDir, '--prompt', prompt, '--max-tokens', String(maxTokens),
-      '--temperature', String(SAMPLING.temperature), '--top-p', String(SAMPLING.top_p), '--seed', String(SAMPLING.seed)],
+      '--temperature', String(SAMPLING.temperature), '--top-p', String(SAMPLING.top_p), '--seed', String(SAMPLING.seed), ...extra],
     { encoding: 'utf8' },
   );
   assert.equal(r.status, 0, r.stderr);
@@ -74,6 +74,20 @@ e2e('completions: streamed text = non-streamed text = csa2 generate in one proce
   assert.equal(cliGenerate(PROMPT, 24), plain.choices[0]?.text);
 });
 
+e2e('top_k, min_p, the penalties and logit_bias go through the pipeline: its text equals csa2 generate with the same options, and top_k 1 is greedy', async () => {
+  const extras = { top_k: 20, min_p: 0.02, repetition_penalty: 1.3, presence_penalty: 0.5, frequency_penalty: 0.4, logit_bias: { '32': -100, '101': 3 } };
+  const body = { model: 'tiny', prompt: PROMPT, max_tokens: 24, ...SAMPLING, ...extras } as OpenAI.CompletionCreateParamsNonStreaming;
+  const piped = (await client.completions.create(body)).choices[0]?.text ?? '';
+  const cli = cliGenerate(PROMPT, 24, ['--top-k', '20', '--min-p', '0.02', '--repetition-penalty', '1.3', '--presence-penalty', '0.5', '--frequency-penalty', '0.4', '--logit-bias', '32:-100,101:3']);
+  assert.equal(piped, cli);
+  const plain = (await client.completions.create({ model: 'tiny', prompt: PROMPT, max_tokens: 24, ...SAMPLING })).choices[0]?.text ?? '';
+  assert.notEqual(piped, plain, 'the options change the text (they are not ignored)');
+  assert.ok(!piped.includes(' '), 'logit_bias -100 on the space (id 32) bans it');
+  const greedy = (await client.completions.create({ model: 'tiny', prompt: PROMPT, max_tokens: 12, temperature: 0 })).choices[0]?.text;
+  const topK1 = (await client.completions.create({ model: 'tiny', prompt: PROMPT, max_tokens: 12, temperature: 1.2, seed: 5, top_k: 1 } as OpenAI.CompletionCreateParamsNonStreaming)).choices[0]?.text;
+  assert.equal(topK1, greedy);
+});
+
 e2e('chat completions, streamed and not, agree', async () => {
   const body = { model: 'tiny', messages: [{ role: 'user' as const, content: 'Hello there' }], max_tokens: 16, ...SAMPLING };
   const plain = await client.chat.completions.create(body);
@@ -98,7 +112,7 @@ e2e('models lists the served model; bad requests get OpenAI-shaped errors with t
       return err.status;
     }
   };
-  assert.equal(await status(client.completions.create({ model: 'nope', prompt: 'x', max_tokens: 2 })), 400);
+  assert.equal(await status(client.completions.create({ model: 'nope', prompt: 'x', max_tokens: 2 })), 404, 'model_not_found, as OpenAI answers');
   assert.equal(await status(client.completions.create({ model: 'tiny', prompt: 'x', max_tokens: -1 })), 400);
   assert.equal(await status(client.completions.create({ model: 'tiny', prompt: 'x', max_tokens: 10_000_000 })), 400);
   assert.equal(await status(new OpenAI({ apiKey: 'wrong-key-xxxxxx', baseURL: `${pipe.url}/v1`, maxRetries: 0 }).models.list()), 401);

@@ -364,32 +364,34 @@ export function parseModelConfig(json: unknown): ModelConfig {
   });
 }
 
-/** One out-of-scope setting that a config turns on: the JSON key and why it cannot run. */
+/** One out-of-scope setting that a config turns on: the JSON key, its value, a value that runs, and why. */
 export interface UnsupportedSetting {
   readonly field: string;
+  /** The config's own value of `field`. */
+  readonly value: unknown;
+  /** A value of `field` that runs (what `csa2 init-model --drop-unsupported` writes). */
+  readonly runnable: unknown;
+  /** The value quoted, then why and what to use: `dtype = "fp8": … ; use "bf16"`. */
   readonly reason: string;
+}
+
+function unsupported(field: string, value: unknown, runnable: unknown, why: string): UnsupportedSetting {
+  return { field, value, runnable, reason: `${field} = ${JSON.stringify(value)?.replaceAll(',', ', ')}: ${why}; use ${JSON.stringify(runnable)}` };
 }
 
 /** Every setting of `config` this implementation cannot run (empty when it is runnable). */
 export function unsupportedSettings(config: ModelConfig): UnsupportedSetting[] {
   const out: UnsupportedSetting[] = [];
-  if (config.engramLayerIds.length > 0) {
-    out.push({ field: 'engram_layer_ids', reason: `Engram is not supported by csa2-serve (engram_layer_ids = [${config.engramLayerIds.join(', ')}]; use [])` });
-  }
-  if (config.visionNumLayers > 0) {
-    out.push({ field: 'vision_n_layers', reason: `the vision tower is not supported by csa2-serve (vision_n_layers = ${config.visionNumLayers}; use 0)` });
-  }
+  if (config.engramLayerIds.length > 0) out.push(unsupported('engram_layer_ids', config.engramLayerIds, [], 'Engram is not supported by csa2-serve'));
+  if (config.visionNumLayers > 0) out.push(unsupported('vision_n_layers', config.visionNumLayers, 0, 'the vision tower is not supported by csa2-serve'));
   if (config.dsparkBlockSize > 0 && config.numMtpLayers > 0) {
-    out.push({
-      field: 'dspark_block_size',
-      reason: `the DSpark/MTP head is not supported by csa2-serve (dspark_block_size = ${config.dsparkBlockSize}, n_mtp_layers = ${config.numMtpLayers}; use 0)`,
-    });
+    out.push(unsupported('dspark_block_size', config.dsparkBlockSize, 0, `the DSpark/MTP head (with n_mtp_layers = ${config.numMtpLayers}) is not supported by csa2-serve`));
   }
   if (config.weightDtype !== 'bf16') {
-    out.push({ field: 'dtype', reason: `"${config.weightDtype}" weights are not supported; only bf16/fp32 weights are runnable for now (dtype = "bf16")` });
+    out.push(unsupported('dtype', config.weightDtype, 'bf16', `${config.weightDtype} weights are not supported; only bf16/fp32 weights are runnable for now`));
   }
   if (config.expertDtype !== null) {
-    out.push({ field: 'expert_dtype', reason: `"${config.expertDtype}" experts are not supported; only bf16/fp32 weights are runnable for now (expert_dtype = null)` });
+    out.push(unsupported('expert_dtype', config.expertDtype, null, `${config.expertDtype} experts are not supported; only bf16/fp32 weights are runnable for now`));
   }
   return out;
 }
@@ -405,7 +407,7 @@ export function assertRunnable(config: ModelConfig): void {
   const fields = bad.map((b) => b.field).join(', ');
   throw new UnsupportedFeatureError(
     first.field,
-    `config turns on features this implementation does not run (${fields}): ${bad.map((b) => `${b.field}: ${b.reason}`).join('; ')}`,
+    `config turns on features this implementation does not run (${fields}): ${bad.map((b) => b.reason).join('; ')}`,
   );
 }
 

@@ -36,7 +36,8 @@
  * 9. Draw: u = uniformAt(seed, index) in [0, 1); the chosen id is the first (in ascending id order)
  *    at which the cumulative kept probability exceeds u × (the kept mass).
  *
- * Steps 6–8 run only when they can drop something, and each costs one sort of the vocabulary.
+ * Steps 6–8 run only when they can drop something; top_k and top_p sort only the largest weights
+ * (those above a cut that is lowered until they suffice), not the whole vocabulary.
  */
 import { InputError } from '../errors.js';
 
@@ -242,17 +243,17 @@ export function adjustLogits(params: SamplingParams, logits: ArrayLike<number>, 
   return n;
 }
 
-/** The smallest value v among `weights[0, n)` such that the values ≥ v hold at least `fraction` of their total (descending walk). */
-function massThreshold(sortedAscending: Float64Array, n: number, fraction: number): number {
-  let total = 0;
-  for (let i = 0; i < n; i++) total += sortedAscending[i] as number;
-  const target = fraction * total;
+/**
+ * The smallest value v of `sortedAscending` (the largest weights, ascending) such that the values ≥ v
+ * hold at least `target` (a descending walk).
+ */
+function massThreshold(sortedAscending: Float64Array, target: number): number {
   let acc = 0;
-  for (let i = n - 1; i >= 0; i--) {
+  for (let i = sortedAscending.length - 1; i >= 0; i--) {
     acc += sortedAscending[i] as number;
     if (acc >= target) return sortedAscending[i] as number;
   }
-  return sortedAscending[0] as number;
+  return sortedAscending[0] ?? 0;
 }
 
 /**
@@ -303,13 +304,18 @@ export class Sampler {
     // 7. top_k: the k-th largest weight is the threshold
     const topK = p.topK ?? 0;
     if (topK > 0 && topK < n) {
-      const sorted = this.sortedWeights(n);
-      const threshold = sorted[n - topK] as number;
-      for (let i = 0; i < n; i++) if ((w[i] as number) < threshold) w[i] = 0;
+      const sorted = this.largestWeights(n, (count) => count >= topK);
+      if (sorted.length >= topK) {
+        const threshold = sorted[sorted.length - topK] as number;
+        for (let i = 0; i < n; i++) if ((w[i] as number) < threshold) w[i] = 0;
+      }
     }
     // 8. top_p over what is left
     if (p.topP < 1) {
-      const threshold = massThreshold(this.sortedWeights(n), n, p.topP);
+      let total = 0;
+      for (let i = 0; i < n; i++) total += w[i] as number;
+      const target = p.topP * total;
+      const threshold = massThreshold(this.largestWeights(n, (_, mass) => mass >= target), target);
       for (let i = 0; i < n; i++) if ((w[i] as number) < threshold) w[i] = 0;
     }
     // 9. inverse CDF in ascending id order
@@ -328,12 +334,30 @@ export class Sampler {
     return last;
   }
 
-  /** The current weights, sorted ascending, in the scratch buffer. */
-  private sortedWeights(n: number): Float64Array {
-    const s = this.scratch.subarray(0, n);
-    s.set(this.weights.subarray(0, n));
-    s.sort();
-    return s;
+  /**
+   * The largest positive weights, sorted ascending (in the scratch buffer): those ≥ a cut lowered from
+   * 1e-3 of the top weight by factors of 1000 until `enough(count, mass)` holds of them, or every
+   * positive weight. They are always a leading set of the descending order, so a threshold that lies
+   * among them (the k-th largest, the nucleus' last) is the one the full sort would give; sorting a
+   * few hundred weights instead of a 129K vocabulary is what keeps top_k/top_p cheap.
+   */
+  private largestWeights(n: number, enough: (count: number, mass: number) => boolean): Float64Array {
+    const w = this.weights;
+    const out = this.scratch;
+    let m = 0;
+    for (let cut = 1e-3; ; cut = cut > 1e-300 ? cut / 1000 : 0) {
+      m = 0;
+      let mass = 0;
+      for (let i = 0; i < n; i++) {
+        const wi = w[i] as number;
+        if (wi > 0 && wi >= cut) {
+          out[m++] = wi;
+          mass += wi;
+        }
+      }
+      if (cut === 0 || enough(m, mass)) break;
+    }
+    return out.subarray(0, m).sort();
   }
 }
 

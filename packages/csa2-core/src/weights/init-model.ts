@@ -30,7 +30,7 @@ import type { LayerPlan } from '../config/layer-plan.js';
 import { assertRunnable, parseModelConfig } from '../config/model-config.js';
 import type { ModelConfig } from '../config/model-config.js';
 import { expectedTensors } from './checkpoint.js';
-import { SafetensorsWriter, numelOf } from './safetensors.js';
+import { SAFETENSORS_DTYPE_BYTES, SafetensorsWriter, numelOf } from './safetensors.js';
 import type { TensorSpec } from './safetensors.js';
 
 /** Settings forced on every generated config.json: bf16 weights, and every out-of-scope feature off. */
@@ -150,12 +150,38 @@ export function parameterCount(config: ModelConfig, plan: LayerPlan): number {
   return n;
 }
 
+export interface InitModelProgress {
+  /** Bytes of tensor data written so far, of `bytesTotal`. */
+  readonly bytesDone: number;
+  readonly bytesTotal: number;
+  readonly tensorsDone: number;
+  readonly tensorsTotal: number;
+}
+
 export interface InitModelOptions {
   /** PRNG seed (a safe integer); the same seed gives byte-identical files. */
   readonly seed: number;
   /** Directory to write config.json and model.safetensors into (created if needed). */
   readonly outDir: string;
+  /** Called after every chunk of ~1M elements written (and once per tensor). */
+  readonly onProgress?: (p: InitModelProgress) => void;
 }
+
+/** What initModel would write for a config, computed without writing anything. */
+export interface InitModelPlan {
+  /** The config.json it writes (the input with INIT_MODEL_FORCED_SETTINGS applied). */
+  readonly json: Readonly<Record<string, unknown>>;
+  readonly config: ModelConfig;
+  readonly plan: LayerPlan;
+  /** Settings of the input that the forced settings change (`from` undefined = absent). */
+  readonly overrides: ReadonlyArray<{ readonly field: string; readonly from: unknown; readonly to: unknown }>;
+  readonly parameterCount: number;
+  readonly tensorCount: number;
+  /** model.safetensors' size: the tensor data exactly, plus an estimate of the header (~120 B per tensor). */
+  readonly estimatedBytes: number;
+}
+
+const HEADER_BYTES_PER_TENSOR_ESTIMATE = 120;
 
 export interface InitModelResult {
   readonly parameterCount: number;
@@ -166,6 +192,14 @@ export interface InitModelResult {
   readonly weightsPath: string;
   /** Settings of the input that were changed to make the config runnable (`from` undefined = absent). */
   readonly overrides: ReadonlyArray<{ readonly field: string; readonly from: unknown; readonly to: unknown }>;
+}
+
+/** Passes the chunks through, calling `after(elements)` once the consumer asked for the next one (the previous was written). */
+function* counted(chunks: Generator<Float32Array>, after: (elements: number) => void): Generator<Float32Array> {
+  for (const chunk of chunks) {
+    yield chunk;
+    after(chunk.length);
+  }
 }
 
 function* chunksOf(rng: SeededRandom, numel: number, offset: number, scale: number): Generator<Float32Array> {
@@ -190,7 +224,12 @@ function* chunksOf(rng: SeededRandom, numel: number, offset: number, scale: numb
  * const info = await initModel(JSON.parse(await readFile('config.json', 'utf8')), { seed: 1, outDir: '/tmp/m' });
  * const ckpt = await loadCheckpoint('/tmp/m');
  */
-export async function initModel(configJson: unknown, opts: InitModelOptions): Promise<InitModelResult> {
+/**
+ * The checkpoint `initModel` would write for `configJson`: the forced settings it applies, the
+ * parameter count and the file size, without writing (or allocating) anything. Throws ConfigError
+ * for an invalid config (after the forced settings).
+ */
+export function planInitModel(configJson: unknown): InitModelPlan {
   if (typeof configJson !== 'object' || configJson === null || Array.isArray(configJson)) {
     throw new ConfigError('(root)', `must be a JSON object, got ${JSON.stringify(configJson)}`);
   }
@@ -204,9 +243,27 @@ export async function initModel(configJson: unknown, opts: InitModelOptions): Pr
   const config = parseModelConfig(json);
   assertRunnable(config);
   const plan = buildLayerPlan(config);
+  let parameters = 0;
+  let dataBytes = 0;
+  let tensorCount = 0;
+  for (const t of expectedTensors(config, plan).values()) {
+    const numel = numelOf(t.shape);
+    parameters += numel;
+    dataBytes += numel * SAFETENSORS_DTYPE_BYTES[t.dtypes[0] ?? 'BF16'];
+    tensorCount++;
+  }
+  return { json, config, plan, overrides, parameterCount: parameters, tensorCount, estimatedBytes: 8 + dataBytes + tensorCount * HEADER_BYTES_PER_TENSOR_ESTIMATE };
+}
+
+export async function initModel(configJson: unknown, opts: InitModelOptions): Promise<InitModelResult> {
+  const { json, config, plan, overrides } = planInitModel(configJson);
   const expected = expectedTensors(config, plan);
   const rng = new SeededRandom(opts.seed);
   const specs: TensorSpec[] = [...expected].map(([name, t]) => ({ name, dtype: t.dtypes[0] ?? 'BF16', shape: t.shape }));
+  const bytesTotal = specs.reduce((a, t) => a + numelOf(t.shape) * SAFETENSORS_DTYPE_BYTES[t.dtype], 0);
+  let bytesDone = 0;
+  let tensorsDone = 0;
+  const report = (): void => opts.onProgress?.({ bytesDone, bytesTotal, tensorsDone, tensorsTotal: specs.length });
 
   await mkdir(opts.outDir, { recursive: true });
   const configPath = join(opts.outDir, 'config.json');
@@ -221,8 +278,14 @@ export async function initModel(configJson: unknown, opts: InitModelOptions): Pr
     for (const spec of specs) {
       const { offset, scale } = initRecipe(spec.name, spec.shape);
       const numel = numelOf(spec.shape);
-      await writer.writeChunks(spec.name, chunksOf(rng, numel, offset, scale));
+      const elementBytes = SAFETENSORS_DTYPE_BYTES[spec.dtype];
+      await writer.writeChunks(spec.name, counted(chunksOf(rng, numel, offset, scale), (n) => {
+        bytesDone += n * elementBytes;
+        report();
+      }));
       count += numel;
+      tensorsDone++;
+      report();
     }
     await writer.close();
   } catch (err) {

@@ -2,14 +2,54 @@
  * @module openai/schemas
  * Request bodies of /v1/completions and /v1/chat/completions, parsed with zod at the route edge.
  * Unknown fields are ignored (as OpenAI-compatible servers do); fields this server cannot honour
- * (n > 1, echo, logprobs, tools, penalties, …) are refused with a 400 naming the field rather than
- * silently ignored. Range checks that depend on config (max_tokens) happen in generation.ts.
+ * (n > 1, echo, logprobs, tools, vLLM's min_tokens, beam search, guided decoding, …) are refused with
+ * a 400 naming the field rather than silently ignored. The sampling parameters (temperature, top_p,
+ * top_k, min_p, repetition/presence/frequency penalties, logit_bias, seed) are all honoured. Range checks that depend on config (max_tokens) happen in generation.ts.
  */
 import { z } from 'zod';
-import { ID_PATTERN } from '@csa2/jobs';
+import { ID_PATTERN, MAX_LOGIT_BIAS_ENTRIES } from '@csa2/jobs';
 import { invalidRequest, type ApiError } from '../errors.js';
+import { clientIssue } from './issues.js';
 
 const tokenId = z.number().int().nonnegative();
+
+const VLLM_UNSUPPORTED_NAMES = [
+  'min_tokens',
+  'stop_token_ids',
+  'bad_words',
+  'allowed_token_ids',
+  'include_stop_str_in_output',
+  'use_beam_search',
+  'length_penalty',
+  'prompt_logprobs',
+  'truncate_prompt_tokens',
+  'guided_json',
+  'guided_regex',
+  'guided_choice',
+  'guided_grammar',
+  'structured_outputs',
+] as const;
+
+/**
+ * vLLM request extensions this server does not implement, each with the test for its no-op value
+ * (null and absent are always no-ops): any other value is refused by name, never ignored.
+ */
+const VLLM_UNSUPPORTED: Readonly<Record<(typeof VLLM_UNSUPPORTED_NAMES)[number], (v: unknown) => boolean>> = {
+  min_tokens: (v) => v === 0,
+  stop_token_ids: (v) => Array.isArray(v) && v.length === 0,
+  bad_words: (v) => Array.isArray(v) && v.length === 0,
+  allowed_token_ids: () => false,
+  include_stop_str_in_output: (v) => v === false,
+  use_beam_search: (v) => v === false,
+  length_penalty: (v) => v === 1,
+  prompt_logprobs: (v) => v === 0,
+  truncate_prompt_tokens: () => false,
+  guided_json: () => false,
+  guided_regex: () => false,
+  guided_choice: () => false,
+  guided_grammar: () => false,
+  structured_outputs: () => false,
+};
 
 const samplingFields = {
   model: z.string({ error: 'you must provide a model parameter' }).min(1, 'you must provide a model parameter'),
@@ -17,13 +57,33 @@ const samplingFields = {
   temperature: z.number().min(0).max(2).nullish(),
   top_p: z.number().gt(0, 'must be greater than 0').max(1).nullish(),
   seed: z.number().int().min(Number.MIN_SAFE_INTEGER).max(Number.MAX_SAFE_INTEGER).nullish(),
-  stop: z.union([z.string(), z.array(z.string()).max(4, 'at most 4 stop sequences')]).nullish(),
+  stop: z.union([z.string(), z.array(z.string()).max(4, 'at most 4 stop sequences are allowed')]).nullish(),
   stream: z.boolean().nullish(),
   stream_options: z.object({ include_usage: z.boolean().nullish() }).nullish(),
   n: z.number().int().nullish(),
-  presence_penalty: z.number().nullish(),
-  frequency_penalty: z.number().nullish(),
-  logit_bias: z.record(z.string(), z.number()).nullish(),
+  presence_penalty: z.number().min(-2).max(2).nullish(),
+  frequency_penalty: z.number().min(-2).max(2).nullish(),
+  /** Token id (a decimal string) → bias in [-100, 100], added to its logit before sampling. */
+  logit_bias: z.record(z.string(), z.number().min(-100).max(100)).nullish(),
+  /** vLLM extensions (sampler.ts in @csa2/core defines them): top_k -1 or 0 = off. */
+  top_k: z.number().int().min(-1).max(Number.MAX_SAFE_INTEGER).nullish(),
+  min_p: z.number().min(0).max(1).nullish(),
+  repetition_penalty: z.number().gt(0).nullish(),
+  /** Other vLLM extensions, kept so that checkCommonUnsupported can refuse them by name. */
+  min_tokens: z.unknown().optional(),
+  stop_token_ids: z.unknown().optional(),
+  bad_words: z.unknown().optional(),
+  allowed_token_ids: z.unknown().optional(),
+  include_stop_str_in_output: z.unknown().optional(),
+  use_beam_search: z.unknown().optional(),
+  length_penalty: z.unknown().optional(),
+  prompt_logprobs: z.unknown().optional(),
+  truncate_prompt_tokens: z.unknown().optional(),
+  guided_json: z.unknown().optional(),
+  guided_regex: z.unknown().optional(),
+  guided_choice: z.unknown().optional(),
+  guided_grammar: z.unknown().optional(),
+  structured_outputs: z.unknown().optional(),
   user: z.string().nullish(),
   /** Extension: a stored document (POST /v1/documents) whose tokens precede the prompt. */
   document_id: z.string().regex(ID_PATTERN, 'must match [A-Za-z0-9_-]{1,64}').nullish(),
@@ -65,20 +125,15 @@ export const ChatRequestSchema = z.object({
 });
 export type ChatRequest = z.infer<typeof ChatRequestSchema>;
 
-function paramOf(path: readonly PropertyKey[]): string | null {
-  if (path.length === 0) return null;
-  return path.map((p) => (typeof p === 'number' ? `[${p}]` : String(p))).join('.').replaceAll('.[', '[');
-}
-
-/** Parses `body` with `schema`; the first issue becomes a 400 naming its parameter. */
+/** Parses `body` with `schema`; the first issue becomes a 400 naming its parameter in a sentence (openai/issues). */
 export function parseRequest<T>(schema: z.ZodType<T>, body: unknown): T {
-  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw invalidRequest('the request body must be a JSON object');
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw invalidRequest('The request body must be a JSON object.', null, 'invalid_json');
   const r = schema.safeParse(body);
   if (r.success) return r.data;
   const issue = r.error.issues[0];
-  const param = paramOf(issue?.path ?? []);
-  const detail = issue?.message ?? 'invalid';
-  throw invalidRequest(param === null ? detail : `Invalid value for '${param}': ${detail}`, param, 'invalid_value');
+  if (issue === undefined) throw invalidRequest('The request body is not valid.', null, 'invalid_value');
+  const { param, message, code } = clientIssue(issue, body);
+  throw invalidRequest(message, param, code);
 }
 
 /** Refuses a field that is set to something this server does not support. */
@@ -89,9 +144,11 @@ function refuse(param: string, message: string): ApiError {
 /** Checks for fields common to both endpoints that are set to unsupported values. */
 function checkCommonUnsupported(r: CompletionRequest | ChatRequest): void {
   if (r.n !== null && r.n !== undefined && r.n !== 1) throw refuse('n', 'must be 1: this server generates one choice per request');
-  if (r.presence_penalty !== null && r.presence_penalty !== undefined && r.presence_penalty !== 0) throw refuse('presence_penalty', 'is not supported (only 0)');
-  if (r.frequency_penalty !== null && r.frequency_penalty !== undefined && r.frequency_penalty !== 0) throw refuse('frequency_penalty', 'is not supported (only 0)');
-  if (r.logit_bias !== null && r.logit_bias !== undefined && Object.keys(r.logit_bias).length > 0) throw refuse('logit_bias', 'is not supported');
+  const raw = r as unknown as Readonly<Record<string, unknown>>;
+  for (const [param, isNoOp] of Object.entries(VLLM_UNSUPPORTED)) {
+    const v = raw[param];
+    if (v !== undefined && v !== null && !isNoOp(v)) throw refuse(param, 'is not supported by this server');
+  }
   if (r.stream !== true && r.stream_options !== null && r.stream_options !== undefined) {
     throw invalidRequest("The 'stream_options' parameter is only allowed when 'stream' is enabled.", 'stream_options', 'invalid_value');
   }
@@ -144,5 +201,23 @@ export function normalizeMessages(messages: ChatRequest['messages']): { role: 's
     if ((m.tool_calls?.length ?? 0) > 0) throw invalidRequest(`Invalid value for 'messages[${i}].tool_calls': tool calls are not supported`, `messages[${i}].tool_calls`, 'unsupported_parameter');
     const content = m.content === undefined || m.content === null ? '' : typeof m.content === 'string' ? m.content : m.content.map((p) => p.text).join('');
     return { role: m.role === 'developer' ? 'system' : m.role, content };
+  });
+}
+
+/**
+ * `logit_bias` as the sampler takes it: [token id, bias] pairs. Keys are token ids as decimal strings
+ * below `vocabLimit` (the ids the model can produce); at most MAX_LOGIT_BIAS_ENTRIES of them.
+ */
+export function parseLogitBias(bias: Readonly<Record<string, number>> | null | undefined, vocabLimit: number): [number, number][] {
+  if (bias === null || bias === undefined) return [];
+  const entries = Object.entries(bias);
+  if (entries.length > MAX_LOGIT_BIAS_ENTRIES) {
+    throw invalidRequest(`Invalid value for 'logit_bias': ${entries.length} entries; at most ${MAX_LOGIT_BIAS_ENTRIES} are allowed`, 'logit_bias', 'invalid_value');
+  }
+  return entries.map(([key, value]) => {
+    const id = /^(0|[1-9][0-9]{0,15})$/.test(key) ? Number(key) : NaN;
+    if (!Number.isSafeInteger(id)) throw invalidRequest(`Invalid value for 'logit_bias': the key '${key.slice(0, 32)}' is not a token id (a non-negative integer)`, 'logit_bias', 'invalid_value');
+    if (id >= vocabLimit) throw invalidRequest(`Invalid value for 'logit_bias': token id ${id} is outside the vocabulary [0, ${vocabLimit})`, 'logit_bias', 'invalid_value');
+    return [id, value];
   });
 }

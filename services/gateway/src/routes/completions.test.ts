@@ -12,6 +12,7 @@ import {
 } from '@csa2/jobs';
 import { manifestObjectKey } from '@csa2/artifacts';
 import {
+  KEY_A,
   KEY_B,
   MODEL_NAME,
   TENANT_A,
@@ -36,9 +37,10 @@ describe('completions and chat completions against a fake decoder', () => {
   const jobs: DecodeJob[] = [];
   const prefillJobs: PromptPrefillJob[] = [];
   const scripts = new Map<string, Script>();
+  const logLines: Record<string, unknown>[] = [];
 
   before(async () => {
-    h = await startHarness();
+    h = await startHarness({}, { logLines });
     fakeDecoder(h, async (job) => {
       jobs.push(job.data);
       const prompt = Buffer.from(job.data.promptIds.filter((id) => id < 256)).toString('latin1');
@@ -84,6 +86,43 @@ describe('completions and chat completions against a fake decoder', () => {
     assert.deepEqual(job.stop, ['\n']);
     assert.equal(job.documentId, null);
     assert.equal(job.tenant, TENANT_A);
+  });
+
+  test('top_k, min_p, repetition/presence/frequency penalties and logit_bias reach the job (issue 12 item 11: never ignored)', async () => {
+    const res = await h.app.request(
+      ...post('/v1/chat/completions', {
+        model: MODEL_NAME,
+        messages: [{ role: 'user', content: 'sampling options' }],
+        seed: 3,
+        top_k: 5,
+        min_p: 0.1,
+        repetition_penalty: 1.2,
+        presence_penalty: -0.5,
+        frequency_penalty: 2,
+        logit_bias: { '65': -100, '0': 5.5 },
+      }),
+    );
+    assert.equal(res.status, 200, await res.clone().text());
+    const { id } = (await res.json()) as { id: string };
+    const job = jobs.find((j) => j.requestId === id);
+    assert.deepEqual(job?.sampling, {
+      temperature: 1,
+      topP: 1,
+      seed: 3,
+      topK: 5,
+      minP: 0.1,
+      repetitionPenalty: 1.2,
+      presencePenalty: -0.5,
+      frequencyPenalty: 2,
+      logitBias: [[0, 5.5], [65, -100]],
+    });
+    // their no-op values (top_k -1 as vLLM's "off") leave the job's sampling as it was
+    const plain = await h.app.request(
+      ...post('/v1/completions', { model: MODEL_NAME, prompt: 'no-op options', seed: 4, top_k: -1, min_p: 0, repetition_penalty: 1, presence_penalty: 0, frequency_penalty: 0, logit_bias: {} }),
+    );
+    const plainId = ((await plain.json()) as { id: string }).id;
+    const plainJob = jobs.find((j) => j.requestId === plainId);
+    assert.deepEqual(plainJob?.sampling, { temperature: 1, topP: 1, seed: 4 });
   });
 
   test('a streamed completion is framed as OpenAI SSE: data chunks, a finish chunk, then [DONE]', async () => {
@@ -168,38 +207,64 @@ describe('completions and chat completions against a fake decoder', () => {
     assert.equal(((await res.json()) as Record<string, any>)['choices'][0].text, 'xyz');
   });
 
-  test('an error entry becomes an OpenAI error with the status of its code (non-streamed)', async () => {
+  /** Worker messages full of internals, as artifact and store failures produce them. */
+  const CORRUPT = 'chunk tenants/tenant-a/chunks/3f9a0c/00000000.bin: checksum mismatch at byte 1048576 (stored 1f2e3d4c, computed 9a8b7c6d; model 7d1e5c0b9f)';
+  const STORE_DOWN = 'GET s3://csa2-artifacts/prod/tenants/tenant-a/manifests/doc.json: connect ECONNREFUSED 10.0.3.7:9000';
+
+  /** Asserts the worker's text reached no client and went to the gateway's log with the request id. */
+  function assertInternalsStayInTheLog(clientText: string, internal: string, reqId: string): void {
+    for (const piece of internal.split(/[ :()]+/).filter((w) => w.length >= 8)) assert.ok(!clientText.includes(piece), `the client saw '${piece}': ${clientText}`);
+    const line = logLines.find((l) => l['reqId'] === reqId && String(l['err']).includes(internal));
+    assert.ok(line !== undefined, `the gateway logged the worker's message with reqId ${reqId}`);
+  }
+
+  test('an error entry becomes an OpenAI error with its code, status, public message and request id; the worker text only in the log (non-streamed)', async () => {
     scripts.set('bad-input', async (job) => {
-      await writeEntries(h.redis, job.requestId, [{ kind: 'error', code: 'input-invalid', message: 'prompt longer than max_seq_len' }]);
+      await writeEntries(h.redis, job.requestId, [{ kind: 'error', code: 'artifact-corrupt', message: CORRUPT }]);
     });
     scripts.set('store-down', async (job) => {
-      await writeEntries(h.redis, job.requestId, [...tokenEntries('a'), { kind: 'error', code: 'store-unavailable', message: 'S3 is down' }]);
+      await writeEntries(h.redis, job.requestId, [...tokenEntries('a'), { kind: 'error', code: 'store-unavailable', message: STORE_DOWN }]);
     });
-    const bad = await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: 'bad-input' }));
-    assert.equal(bad.status, 400);
-    assert.deepEqual(await bad.json(), { error: { message: 'prompt longer than max_seq_len', type: 'invalid_request_error', param: null, code: 'input_invalid' } });
+    const bad = await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: 'bad-input' }, undefined, { headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY_A}`, 'x-request-id': 'trace-corrupt-1' } }));
+    assert.equal(bad.status, 500);
+    assert.equal(bad.headers.get('x-request-id'), 'trace-corrupt-1');
+    const badText = await bad.text();
+    assert.deepEqual(JSON.parse(badText), {
+      error: { message: 'A stored artifact this request needs is damaged. (request id: trace-corrupt-1)', type: 'server_error', param: null, code: 'artifact_corrupt' },
+    });
+    assertInternalsStayInTheLog(badText, CORRUPT, 'trace-corrupt-1');
     const down = await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: 'store-down' }));
     assert.equal(down.status, 503);
-    assert.equal(((await down.json()) as Record<string, any>)['error'].code, 'store_unavailable');
+    const reqId = down.headers.get('x-request-id') ?? '';
+    assert.match(reqId, /^req_[0-9a-f]{32}$/, 'generated when the client sent none');
+    const downText = await down.text();
+    assert.deepEqual(JSON.parse(downText)['error'], { message: `The artifact store is unavailable. Please retry shortly. (request id: ${reqId})`, type: 'server_error', param: null, code: 'store_unavailable' });
+    assertInternalsStayInTheLog(downText, STORE_DOWN, reqId);
   });
 
-  test('an error entry mid-stream becomes an error event and the stream ends without [DONE]', async () => {
+  test('an error entry mid-stream becomes an error event (public message, request id) and the stream ends without [DONE]', async () => {
     const res = await h.app.request(...post('/v1/chat/completions', { model: MODEL_NAME, messages: [{ role: 'user', content: 'store-down' }], stream: true }));
     assert.equal(res.status, 200);
-    const events = parseSse(await res.text());
+    const reqId = res.headers.get('x-request-id') ?? '';
+    assert.match(reqId, /^req_/, 'SSE responses carry the request id too');
+    const raw = await res.text();
+    const events = parseSse(raw);
     assert.notEqual(events.at(-1), '[DONE]');
     const last = JSON.parse(events.at(-1) ?? 'null') as Record<string, any>;
-    assert.deepEqual(last, { error: { message: 'S3 is down', type: 'server_error', param: null, code: 'store_unavailable' } });
+    assert.deepEqual(last, { error: { message: `The artifact store is unavailable. Please retry shortly. (request id: ${reqId})`, type: 'server_error', param: null, code: 'store_unavailable' } });
     assert.equal((JSON.parse(events[1] ?? 'null') as Record<string, any>)['choices'][0].delta.content, 'a', 'the text before the error was relayed');
+    assertInternalsStayInTheLog(raw, STORE_DOWN, reqId);
   });
 
-  test('a job that fails for good without writing its stream ends the request with its failure', async () => {
+  test('a job that fails for good without writing its stream ends the request with its failure (code, public message)', async () => {
     scripts.set('fails-hard', async () => {
-      throw new UnrecoverableError(formatFailure('input-invalid', 'token id 999 is out of range'));
+      throw new UnrecoverableError(formatFailure('input-invalid', 'token id 999 is out of range (key tenants/tenant-a/x)'));
     });
     const res = await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: 'fails-hard' }));
     assert.equal(res.status, 400);
-    assert.deepEqual(((await res.json()) as Record<string, any>)['error'], { message: 'token id 999 is out of range', type: 'invalid_request_error', param: null, code: 'input_invalid' });
+    const reqId = res.headers.get('x-request-id') ?? '';
+    assert.deepEqual(((await res.json()) as Record<string, any>)['error'], { message: `The request is invalid for this model. (request id: ${reqId})`, type: 'invalid_request_error', param: null, code: 'input_invalid' });
+    assert.ok(logLines.some((l) => l['reqId'] === reqId && String(l['err']).includes('token id 999')), 'the worker message is in the log');
   });
 
   test('a document completion: the job names the document, usage reports cached tokens', async () => {
@@ -258,7 +323,7 @@ describe('completions and chat completions against a fake decoder', () => {
     assert.equal(res.status, 200);
     const events = parseSse(await res.text());
     assert.deepEqual(JSON.parse(events.at(-1) ?? 'null'), {
-      error: { message: 'internal error in the encoder', type: 'server_error', param: null, code: 'artifact_corrupt' },
+      error: { message: `A stored artifact this request needs is damaged. (request id: ${res.headers.get('x-request-id') ?? ''})`, type: 'server_error', param: null, code: 'artifact_corrupt' },
     });
   });
 });

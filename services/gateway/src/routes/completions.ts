@@ -8,9 +8,10 @@
 import { Hono } from 'hono';
 import { validateTokenIds } from '@csa2/core';
 import { invalidRequest } from '../errors.js';
-import { enqueueGeneration, planGeneration, respondGeneration, type GenerationRequest } from '../generation.js';
+import { enqueueGeneration, planGeneration, respondGeneration, type GenerationRequest, type SamplingOptions } from '../generation.js';
 import type { GatewayDeps } from '../deps.js';
 import type { TenantVariables } from '../middleware/api-key-auth.js';
+import type { RequestIdVariables } from '../middleware/request-id.js';
 import { readJson } from '../middleware/json-body.js';
 import {
   ChatRequestSchema,
@@ -19,6 +20,7 @@ import {
   checkCompletionUnsupported,
   normalizeMessages,
   normalizePrompt,
+  parseLogitBias,
   parseRequest,
   type ChatRequest,
   type CompletionRequest,
@@ -30,11 +32,29 @@ function stopList(stop: string | readonly string[] | null | undefined): string[]
   return [...stop];
 }
 
-function sampling(body: CompletionRequest | ChatRequest): Pick<GenerationRequest, 'temperature' | 'topP' | 'seed' | 'stop' | 'ignoreEos' | 'stream' | 'includeUsage'> {
+/** The sampling options the request set to something other than their no-op value. */
+function samplingOptions(body: CompletionRequest | ChatRequest, vocabLimit: number): SamplingOptions {
+  const logitBias = parseLogitBias(body.logit_bias, vocabLimit);
+  const topK = body.top_k ?? 0;
+  return {
+    ...(topK > 0 ? { topK } : {}),
+    ...(body.min_p !== null && body.min_p !== undefined && body.min_p > 0 ? { minP: body.min_p } : {}),
+    ...(body.repetition_penalty !== null && body.repetition_penalty !== undefined && body.repetition_penalty !== 1 ? { repetitionPenalty: body.repetition_penalty } : {}),
+    ...(body.presence_penalty !== null && body.presence_penalty !== undefined && body.presence_penalty !== 0 ? { presencePenalty: body.presence_penalty } : {}),
+    ...(body.frequency_penalty !== null && body.frequency_penalty !== undefined && body.frequency_penalty !== 0 ? { frequencyPenalty: body.frequency_penalty } : {}),
+    ...(logitBias.length > 0 ? { logitBias } : {}),
+  };
+}
+
+function sampling(
+  body: CompletionRequest | ChatRequest,
+  vocabLimit: number,
+): Pick<GenerationRequest, 'temperature' | 'topP' | 'seed' | 'samplingOptions' | 'stop' | 'ignoreEos' | 'stream' | 'includeUsage'> {
   return {
     temperature: body.temperature ?? 1,
     topP: body.top_p ?? 1,
     seed: body.seed ?? null,
+    samplingOptions: samplingOptions(body, vocabLimit),
     stop: stopList(body.stop),
     ignoreEos: body.ignore_eos ?? false,
     stream: body.stream ?? false,
@@ -48,9 +68,11 @@ async function generate(c: Parameters<typeof respondGeneration>[0], deps: Gatewa
   return respondGeneration(c, deps, plan);
 }
 
-export function completionsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVariables }> {
-  const app = new Hono<{ Variables: TenantVariables }>();
+export function completionsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVariables & RequestIdVariables }> {
+  const app = new Hono<{ Variables: TenantVariables & RequestIdVariables }>();
   const { tokenizer } = deps;
+  // ids the workers can sample (engine: min(tokenizer vocabulary, model rows)): logit_bias keys must be below
+  const vocabLimit = Math.min(tokenizer.vocabSize, deps.model.vocabSize);
 
   app.post('/completions', async (c) => {
     const body = parseRequest(CompletionRequestSchema, await readJson(c));
@@ -70,6 +92,7 @@ export function completionsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVa
       }
     }
     return generate(c, deps, {
+      reqId: c.get('reqId'),
       endpoint: 'completions',
       tenant: c.get('tenant'),
       model: body.model,
@@ -78,7 +101,7 @@ export function completionsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVa
       documentId,
       maxTokens: body.max_tokens ?? null,
       maxTokensParam: 'max_tokens',
-      ...sampling(body),
+      ...sampling(body, vocabLimit),
     });
   });
 
@@ -90,6 +113,7 @@ export function completionsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVa
     if (documentId !== null && tokenizer.bosId !== null && promptIds[0] === tokenizer.bosId) promptIds.shift();
     const useCompletionTokens = body.max_completion_tokens !== null && body.max_completion_tokens !== undefined;
     return generate(c, deps, {
+      reqId: c.get('reqId'),
       endpoint: 'chat',
       tenant: c.get('tenant'),
       model: body.model,
@@ -98,7 +122,7 @@ export function completionsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVa
       documentId,
       maxTokens: (useCompletionTokens ? body.max_completion_tokens : body.max_tokens) ?? null,
       maxTokensParam: useCompletionTokens ? 'max_completion_tokens' : 'max_tokens',
-      ...sampling(body),
+      ...sampling(body, vocabLimit),
     });
   });
 

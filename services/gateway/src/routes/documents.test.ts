@@ -30,7 +30,7 @@ describe('documents: ingest, status lifecycle, delete, tenant scoping', () => {
       const data = job.data;
       if (data.kind !== 'document') throw new UnrecoverableError('not a document job');
       encoded.push(data);
-      if (data.documentId.startsWith('bad')) throw new UnrecoverableError(formatFailure('input-invalid', 'the document is not valid for this model'));
+      if (data.documentId.startsWith('bad')) throw new UnrecoverableError(formatFailure('artifact-corrupt', 'chunk tenants/tenant-a/chunks/9f8e7d6c5b4a: checksum mismatch (stored 0a1b2c3d, computed 4e5f6a7b)'));
       const total = 'tokenIds' in data.input ? data.input.tokenIds.length : 0;
       await job.updateProgress({ tokensDone: 4, tokensTotal: total });
       await new Promise<void>((resolve) => gates.set(data.documentId, resolve));
@@ -106,14 +106,15 @@ describe('documents: ingest, status lifecycle, delete, tenant scoping', () => {
     assert.equal((await h.app.request(...get('/v1/documents/manual', undefined, 'DELETE'))).status, 404);
   });
 
-  test('a failed prefill → failed with the reason; posting the id again enqueues it again', async () => {
+  test('a failed prefill → failed with the public reason of its code (not the worker text); posting the id again enqueues it again', async () => {
     await h.app.request(...post('/v1/documents', { id: 'bad-doc', text: 'x' }));
     const failed = await waitFor('failed', async () => {
       const [, doc] = await status('bad-doc');
       return doc['status'] === 'failed' ? doc : undefined;
     });
-    assert.equal(failed['reason'], 'the document is not valid for this model');
-    assert.equal(failed['error_code'], 'input_invalid');
+    assert.equal(failed['reason'], 'A stored artifact this request needs is damaged.');
+    assert.equal(failed['error_code'], 'artifact_corrupt');
+    assert.doesNotMatch(JSON.stringify(failed), /tenants|checksum|0a1b2c3d/, 'no internals');
     const again = await h.app.request(...post('/v1/documents', { id: 'bad-doc', text: 'x' }));
     assert.equal(((await again.json()) as Doc)['status'], 'queued');
     await waitFor('second attempt', async () => (encoded.filter((d) => d.documentId === 'bad-doc').length === 2 ? true : undefined));
@@ -133,9 +134,9 @@ describe('documents: ingest, status lifecycle, delete, tenant scoping', () => {
     );
     assert.equal(body.data[1]?.['id'], 'second');
 
-    const bad = async (payload: unknown, param: string): Promise<void> => {
+    const bad = async (payload: unknown, param: string, statusCode = 400): Promise<void> => {
       const r = await h.app.request(...post('/v1/documents', payload));
-      assert.equal(r.status, 400, JSON.stringify(payload));
+      assert.equal(r.status, statusCode, JSON.stringify(payload));
       assert.equal(((await r.json()) as { error: Doc }).error['param'], param);
     };
     await bad({ documents: [{ text: 'ok' }, { text: 'a', token_ids: [1] }] }, 'documents[1].token_ids');
@@ -146,7 +147,7 @@ describe('documents: ingest, status lifecycle, delete, tenant scoping', () => {
     await bad({ text: '' }, 'text');
     await bad({ token_ids: [1, 999] }, 'token_ids');
     await bad({ text: 'x'.repeat(300) }, 'text');
-    await bad({ text: 'a', model: 'other-model' }, 'model');
+    await bad({ text: 'a', model: 'other-model' }, 'model', 404);
     assert.equal(await h.deps.queues.prefill.getJob(documentJobId(TENANT_A, 'dup')), undefined);
   });
 

@@ -9,10 +9,11 @@ import { Hono } from 'hono';
 import { z } from 'zod';
 import { validateTokenIds } from '@csa2/core';
 import { ID_PATTERN } from '@csa2/jobs';
-import { ApiError, invalidRequest, isRedisUnavailable, redisUnavailable } from '../errors.js';
+import { ApiError, invalidRequest, isRedisUnavailable, modelNotFound, redisUnavailable, waiting } from '../errors.js';
 import { RESERVED_DOCUMENT_PREFIX, deleteDocument, documentObject, documentStatus, ingestDocument } from '../documents.js';
 import type { GatewayDeps } from '../deps.js';
 import type { TenantVariables } from '../middleware/api-key-auth.js';
+import type { RequestIdVariables } from '../middleware/request-id.js';
 import { readJson } from '../middleware/json-body.js';
 import { parseRequest } from '../openai/schemas.js';
 
@@ -38,9 +39,7 @@ interface PreparedDocument {
 
 async function prepare(deps: GatewayDeps, input: DocumentInput, param: (field: string) => string): Promise<PreparedDocument> {
   const { tokenizer, limits } = deps;
-  if (input.model !== undefined && input.model !== deps.model.name) {
-    throw new ApiError(400, `The model '${input.model}' does not exist; this server serves '${deps.model.name}'`, { param: param('model'), code: 'model_not_found' });
-  }
+  if (input.model !== undefined && input.model !== deps.model.name) throw modelNotFound(input.model, deps.model.name, param('model'));
   if ((input.text === undefined) === (input.token_ids === undefined)) {
     throw invalidRequest(`A document needs exactly one of 'text' and 'token_ids'`, param(input.text === undefined ? 'text' : 'token_ids'), 'invalid_value');
   }
@@ -72,8 +71,8 @@ function mapRedis(err: unknown): never {
   throw err;
 }
 
-export function documentsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVariables }> {
-  const app = new Hono<{ Variables: TenantVariables }>();
+export function documentsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVariables & RequestIdVariables }> {
+  const app = new Hono<{ Variables: TenantVariables & RequestIdVariables }>();
 
   app.post('/documents', async (c) => {
     const tenant = c.get('tenant');
@@ -101,9 +100,9 @@ export function documentsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVari
       const counts = await deps.queues.prefill.getJobCounts('wait', 'prioritized', 'delayed');
       const backlog = Object.values(counts).reduce((a, b) => a + b, 0);
       if (backlog + docs.length > deps.limits.maxQueueDepth) {
-        throw new ApiError(429, `The server is overloaded: ${backlog} jobs are waiting for the prefill workers. Please retry shortly.`, { code: 'queue_full', headers: { 'retry-after': '1' } });
+        throw new ApiError(429, `The server is overloaded: ${waiting(backlog, 'job')} for the prefill workers. Please retry shortly.`, { code: 'queue_full', headers: { 'retry-after': '1' } });
       }
-      for (const d of docs) results.push(documentObject(d.id, await ingestDocument(deps, tenant, d.id, d.tokenIds, acceptedAtMs)));
+      for (const d of docs) results.push(documentObject(d.id, await ingestDocument(deps, tenant, d.id, d.tokenIds, acceptedAtMs, c.get('reqId'))));
     } catch (err) {
       mapRedis(err);
     }

@@ -3,7 +3,7 @@
  * GET /v1/models (the one served model) and GET /v1/models/:id.
  */
 import { Hono } from 'hono';
-import { ApiError } from '../errors.js';
+import { modelNotFound } from '../errors.js';
 import type { GatewayDeps } from '../deps.js';
 import type { TenantVariables } from '../middleware/api-key-auth.js';
 
@@ -13,7 +13,7 @@ export function modelsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVariabl
   app.get('/models', (c) => c.json({ object: 'list', data: [model] }));
   app.get('/models/:id{.+}', (c) => {
     const id = c.req.param('id');
-    if (id !== deps.model.name) throw new ApiError(404, `The model '${id}' does not exist`, { param: 'model', code: 'model_not_found' });
+    if (id !== deps.model.name) throw modelNotFound(id, deps.model.name);
     return c.json(model);
   });
   return app;

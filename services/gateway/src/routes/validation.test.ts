@@ -38,11 +38,38 @@ describe('request validation (no worker: nothing may be enqueued)', () => {
     await expectError(await completion('[1, 2]'), 400, { type: 'invalid_request_error' });
   });
 
-  test("unknown model → 400 with param 'model'", async () => {
-    const e = await expectError(await completion({ model: 'gpt-4', prompt: 'hi' }), 400, { param: 'model', code: 'model_not_found' });
-    assert.match(e.message, /gpt-4/);
-    await expectError(await chat({ model: 'nope', messages: [{ role: 'user', content: 'hi' }] }), 400, { param: 'model' });
+  test("unknown model → 404 model_not_found (as OpenAI and vLLM answer) with param 'model'; no model → 400", async () => {
+    const e = await expectError(await completion({ model: 'gpt-4', prompt: 'hi' }), 404, { param: 'model', code: 'model_not_found', type: 'invalid_request_error' });
+    assert.equal(e.message, "The model 'gpt-4' does not exist. This server serves 'tiny-a'.");
+    await expectError(await chat({ model: 'nope', messages: [{ role: 'user', content: 'hi' }] }), 404, { param: 'model', code: 'model_not_found' });
+    await expectError(await h.app.request(...post('/v1/documents', { text: 'x', model: 'nope' })), 404, { param: 'model', code: 'model_not_found' });
+    await expectError(await h.app.request(...get('/v1/models/nope')), 404, { param: 'model', code: 'model_not_found' });
     await expectError(await completion({ prompt: 'hi' }), 400, { param: 'model' });
+  });
+
+  test('validation messages keep their meaning: they name the parameter, the rule and what was sent', async () => {
+    const cases: [Record<string, unknown>, 'chat' | 'completion', string, string, string][] = [
+      [{ stop: ['a', 'b', 'c', 'd', 'e'] }, 'completion', 'stop', 'invalid_value', "Invalid value for 'stop': at most 4 stop sequences are allowed, got 5."],
+      [{ stop: 5 }, 'completion', 'stop', 'invalid_type', "Invalid type for 'stop': expected a string or an array, but got an integer instead."],
+      [{ stop: ['a', 7] }, 'completion', 'stop[1]', 'invalid_type', "Invalid type for 'stop[1]': expected a string, but got an integer instead."],
+      [{ messages: undefined }, 'chat', 'messages', 'missing_required_parameter', "Missing required parameter: 'messages'."],
+      [{ messages: 'hi' }, 'chat', 'messages', 'invalid_type', "Invalid type for 'messages': expected an array, but got a string instead."],
+      [{ messages: [] }, 'chat', 'messages', 'invalid_value', "Invalid value for 'messages': must contain at least one message, got 0."],
+      [{ messages: [{ content: 'x' }] }, 'chat', 'messages[0].role', 'missing_required_parameter', "Missing required parameter: 'messages[0].role'."],
+      [{ max_tokens: 1.5 }, 'completion', 'max_tokens', 'invalid_type', "Invalid type for 'max_tokens': expected an integer, but got a decimal number instead."],
+      [{ max_tokens: '5' }, 'completion', 'max_tokens', 'invalid_type', "Invalid type for 'max_tokens': expected a number, but got a string instead."],
+      [{ temperature: 2.5 }, 'completion', 'temperature', 'invalid_value', "Invalid value for 'temperature': must be at most 2, got 2.5."],
+      [{ top_p: 0 }, 'completion', 'top_p', 'invalid_value', "Invalid value for 'top_p': must be greater than 0, got 0."],
+      [{ logit_bias: { '5': 200 } }, 'completion', 'logit_bias.5', 'invalid_value', "Invalid value for 'logit_bias.5': must be at most 100, got 200."],
+      [{ stream: 'yes' }, 'completion', 'stream', 'invalid_type', "Invalid type for 'stream': expected a boolean, but got a string instead."],
+      [{ prompt: undefined }, 'completion', 'prompt', 'missing_required_parameter', "Missing required parameter: 'prompt'."],
+    ];
+    for (const [fields, endpoint, param, code, message] of cases) {
+      const base = endpoint === 'chat' ? { model: MODEL_NAME, messages: [{ role: 'user', content: 'hi' }] } : { model: MODEL_NAME, prompt: 'hi' };
+      const body = JSON.parse(JSON.stringify({ ...base, ...fields })) as unknown;
+      const e = await expectError(await (endpoint === 'chat' ? chat(body) : completion(body)), 400, { param, code });
+      assert.equal(e.message, message);
+    }
   });
 
   test('negative, zero, fractional or huge max_tokens → 400 naming the parameter', async () => {
@@ -82,7 +109,22 @@ describe('request validation (no worker: nothing may be enqueued)', () => {
       [{ n: 2 }, 'n'],
       [{ echo: true }, 'echo'],
       [{ logprobs: 3 }, 'logprobs'],
-      [{ presence_penalty: 0.5 }, 'presence_penalty'],
+      [{ presence_penalty: 2.5 }, 'presence_penalty'],
+      [{ frequency_penalty: -3 }, 'frequency_penalty'],
+      [{ repetition_penalty: 0 }, 'repetition_penalty'],
+      [{ top_k: -2 }, 'top_k'],
+      [{ top_k: 1.5 }, 'top_k'],
+      [{ min_p: 1.5 }, 'min_p'],
+      [{ logit_bias: { '5': 101 } }, 'logit_bias.5'],
+      [{ logit_bias: { x: 1 } }, 'logit_bias'],
+      [{ logit_bias: { '-1': 1 } }, 'logit_bias'],
+      [{ logit_bias: { '256': 1 } }, 'logit_bias'],
+      [{ logit_bias: Object.fromEntries(Array.from({ length: 1025 }, (_, i) => [String(i % 256) + '0'.repeat(Math.floor(i / 256)), 1])) }, 'logit_bias'],
+      [{ min_tokens: 3 }, 'min_tokens'],
+      [{ stop_token_ids: [1] }, 'stop_token_ids'],
+      [{ use_beam_search: true }, 'use_beam_search'],
+      [{ guided_json: { type: 'object' } }, 'guided_json'],
+      [{ include_stop_str_in_output: true }, 'include_stop_str_in_output'],
       [{ stream_options: { include_usage: true } }, 'stream_options'],
       [{ document_id: 'no/slashes' }, 'document_id'],
     ];
@@ -179,7 +221,8 @@ describe('request validation (no worker: nothing may be enqueued)', () => {
     for (let i = 0; i < 3; i++) await h.deps.queues.decode.add(DECODE_JOB_NAME, filler(i), { jobId: `filler-${i}` });
     const res = await completion({ model: MODEL_NAME, prompt: 'hi' });
     assert.equal(res.headers.get('retry-after'), '1');
-    await expectError(res, 429, { type: 'rate_limit_error', code: 'queue_full' });
+    const full = await expectError(res, 429, { type: 'rate_limit_error', code: 'queue_full' });
+    assert.equal(full.message, 'The server is overloaded: 3 requests are waiting for the decode workers. Please retry shortly.');
     assert.equal(await h.deps.queues.decode.count(), 3);
     await expectError(await h.app.request(...post('/v1/documents', { documents: [{ text: 'a' }, { text: 'b' }, { text: 'c' }, { text: 'd' }] })), 429);
     await h.deps.queues.decode.obliterate({ force: true });

@@ -16,6 +16,7 @@ import {
   PREFILL_QUEUE,
   Worker,
   connectRedis,
+  createServiceLogger,
   encodeStreamEntry,
   startLocalRedis,
   streamKey,
@@ -78,15 +79,22 @@ export function testEnv(redisUrl: string, storeDir: string, overrides: Env = {})
   };
 }
 
+export interface HarnessOptions {
+  /** Collect the gateway's log lines (parsed JSON, level debug and up) here instead of discarding them. */
+  readonly logLines?: Record<string, unknown>[];
+}
+
 /** Starts Redis, a store directory and the app. Always `close()` it (in `after`). */
-export async function startHarness(overrides: Env = {}): Promise<Harness> {
+export async function startHarness(overrides: Env = {}, options: HarnessOptions = {}): Promise<Harness> {
   const localRedis = await startLocalRedis();
   const storeDir = mkdtempSync(join(tmpdir(), 'csa2-gateway-store-'));
   const closers: (() => Promise<unknown>)[] = [];
   try {
     const store = new FsObjectStore(storeDir, { durable: false });
     const env = testEnv(localRedis.url, storeDir, overrides);
-    const connected = await connectGatewayDeps(loadGatewayConfig(env), { logger: pino({ level: 'silent' }), store });
+    const lines = options.logLines;
+    const logger = lines === undefined ? pino({ level: 'silent' }) : createServiceLogger('gateway', 'debug', { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) });
+    const connected = await connectGatewayDeps(loadGatewayConfig(env), { logger, store });
     const redis = connectRedis(localRedis.url);
     redis.on('error', () => undefined);
     const app = createApp(connected.deps);
