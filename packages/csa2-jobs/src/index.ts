@@ -18,6 +18,7 @@ export * from './log-line.js';
 export * from './queue-test-support.js';
 export * from './backlog.js';
 export * from './worker-config.js';
+export * from './engine-metrics.js';
 export * from './worker-runtime.js';
 export * from './job-failure.js';
 export * from './worker-http.js';

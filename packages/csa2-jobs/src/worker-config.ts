@@ -52,7 +52,7 @@ export interface WorkerConfig {
 
 /** The engine scheduler's settings (@csa2/engine SchedulerPolicy); unset ones keep the engine's defaults. */
 export interface EngineSchedulerSettings {
-  /** CSA2_MAX_BATCH_SEQUENCES: sequences decoding at once in one engine (the decode batch). @defaultValue 32 */
+  /** CSA2_DECODE_BATCH_SEQUENCES: sequences decoding at once in one engine (the decode batch). @defaultValue 32 */
   readonly maxRunning?: number;
   /** CSA2_MAX_STEP_TOKENS: token rows one engine step may run, decode and prefill rows together. @defaultValue 512 */
   readonly maxStepTokens?: number;
@@ -67,7 +67,7 @@ export interface EngineSchedulerSettings {
 /** Reads the CSA2_* scheduler variables (both engine workers use them). */
 export function envEngineScheduler(env: Env): EngineSchedulerSettings {
   const fields = {
-    maxRunning: envOptionalInt(env, 'CSA2_MAX_BATCH_SEQUENCES', { min: 1, max: 4096 }),
+    maxRunning: envOptionalInt(env, 'CSA2_DECODE_BATCH_SEQUENCES', { min: 1, max: 4096 }),
     maxStepTokens: envOptionalInt(env, 'CSA2_MAX_STEP_TOKENS', { min: 1, max: 1 << 20 }),
     prefillChunkTokens: envOptionalInt(env, 'CSA2_PREFILL_CHUNK_TOKENS', { min: 1, max: 1 << 20 }),
     kvBudgetBytes: envOptionalInt(env, 'CSA2_KV_BUDGET_BYTES', { min: 1 << 20 }),

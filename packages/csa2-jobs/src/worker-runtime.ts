@@ -28,6 +28,7 @@ import { Restartable, StartFailedError, type Closable } from './restartable.js';
 import type { WorkerConfig } from './worker-config.js';
 import { startWorkerHttp, type ReadinessChecks, type WorkerHttpServer } from './worker-http.js';
 import { createWorkerMetrics, type JobOutcome, type WorkerMetrics } from './worker-metrics.js';
+import { registerEngineMetrics, type EngineSchedulerStats } from './engine-metrics.js';
 
 /** What a worker's processor works with; `startEngineWorker` hands it to `spec.setup`. */
 export interface EngineJobDeps<E> {
@@ -57,6 +58,8 @@ export interface EngineWorkerSpec<E extends Closable, R> {
   readonly describeEngine?: (engine: E) => Readonly<Record<string, unknown>>;
   /** Jobs taken at once when the config leaves the concurrency unset, from the started engine. @defaultValue 1 */
   readonly defaultConcurrency?: (engine: E) => number;
+  /** The engine scheduler's stats, for the csa2_engine_* metrics (engine-metrics); none when absent. */
+  readonly engineStats?: (engine: E) => Promise<EngineSchedulerStats>;
   /**
    * Builds the processor once the engine is up. `close`, when given, releases what `setup` opened:
    * it runs after the BullMQ Worker closed and before the engine closes; its failure is ignored.
@@ -110,6 +113,8 @@ export async function startEngineWorker<E extends Closable, R>(spec: EngineWorke
   };
   const engine = new Restartable(startEngine, (n) => log('warn', 'engine thread restarted', { starts: n }));
   const metrics = createWorkerMetrics({ service: spec.service ?? spec.name.replaceAll(' ', '-'), engineStarts: () => engine.starts });
+  const engineStats = spec.engineStats;
+  if (engineStats !== undefined) registerEngineMetrics(metrics.registry, async () => (engine.live !== null ? engineStats(engine.live) : null));
   let redis: Redis | null = null;
   let worker: Worker<unknown, R> | null = null;
   let closingStarted = false;

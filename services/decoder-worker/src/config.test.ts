@@ -66,7 +66,7 @@ test('the engine scheduler variables are read, and a bad one names itself', () =
   const c = loadDecoderConfig({
     ...BASE,
     CSA2_DECODE_CONCURRENCY: '12',
-    CSA2_MAX_BATCH_SEQUENCES: '16',
+    CSA2_DECODE_BATCH_SEQUENCES: '16',
     CSA2_MAX_STEP_TOKENS: '384',
     CSA2_PREFILL_CHUNK_TOKENS: '64',
     CSA2_KV_BUDGET_BYTES: String(2 ** 31),
@@ -74,7 +74,7 @@ test('the engine scheduler variables are read, and a bad one names itself', () =
   });
   assert.equal(c.concurrency, 12);
   assert.deepEqual(c.scheduler, { maxRunning: 16, maxStepTokens: 384, prefillChunkTokens: 64, kvBudgetBytes: 2 ** 31, decodeLatencyFactor: 1.5 });
-  for (const [name, bad] of [['CSA2_DECODE_LATENCY_FACTOR', '0.5'], ['CSA2_DECODE_LATENCY_FACTOR', 'fast'], ['CSA2_MAX_BATCH_SEQUENCES', '0'], ['CSA2_KV_BUDGET_BYTES', '1k']] as const) {
+  for (const [name, bad] of [['CSA2_DECODE_LATENCY_FACTOR', '0.5'], ['CSA2_DECODE_LATENCY_FACTOR', 'fast'], ['CSA2_DECODE_BATCH_SEQUENCES', '0'], ['CSA2_KV_BUDGET_BYTES', '1k']] as const) {
     assert.throws(() => loadDecoderConfig({ ...BASE, [name]: bad }), (err: unknown) => err instanceof EnvConfigError && err.variable === name, `${name}=${bad}`);
   }
 });

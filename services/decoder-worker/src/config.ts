@@ -10,7 +10,7 @@ const optional = <K extends string, V>(k: K, v: V | undefined): { [P in K]?: V }
 
 /**
  * CSA2_DECODE_CONCURRENCY unset: the worker takes as many decode jobs at once as its engine can batch
- * whatever their length (ModelInfo.batchCapacity: min(CSA2_MAX_BATCH_SEQUENCES, CSA2_KV_BUDGET_BYTES ÷
+ * whatever their length (ModelInfo.batchCapacity: min(CSA2_DECODE_BATCH_SEQUENCES, CSA2_KV_BUDGET_BYTES ÷
  * the bytes of one sequence at max_seq_len)).
  */
 export interface DecoderConfig extends WorkerConfig {

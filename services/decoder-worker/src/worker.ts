@@ -42,6 +42,7 @@ export async function startDecoderWorker(config: DecoderConfig, options: Decoder
     log: options.log ?? jsonLogger('decoder-worker', config.logLevel),
     startEngine: () => EngineHost.start(decoderEngineOptions(config)),
     describeEngine: (host) => ({ warmUpMs: Math.round(host.info.warmUpMs ?? 0), batchCapacity: host.info.batchCapacity, kvBudgetBytes: host.info.scheduler.kvBudgetBytes }),
+    engineStats: (host) => host.stats(),
     defaultConcurrency: (host) => host.info.batchCapacity,
     setup: (deps) => ({
       processor: createDecodeProcessor({

@@ -44,6 +44,7 @@ export async function startEncoderWorker(config: EncoderConfig, options: Encoder
     log: options.log ?? jsonLogger('encoder-worker', config.logLevel),
     startEngine: () => EngineHost.start(encoderEngineOptions(config)),
     describeEngine: (host) => ({ warmUpMs: Math.round(host.info.warmUpMs ?? 0), batchCapacity: host.info.batchCapacity, kvBudgetBytes: host.info.scheduler.kvBudgetBytes }),
+    engineStats: (host) => host.stats(),
     defaultConcurrency: (host) => Math.min(DEFAULT_PREFILL_CONCURRENCY, host.info.batchCapacity),
     setup: (deps) => {
       const decodeQueue = new Queue(DECODE_QUEUE, { connection: deps.redis });

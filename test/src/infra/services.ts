@@ -40,5 +40,11 @@ export function serviceEnvVariables(service: ServiceName): string[] {
   const names = new Set<string>();
   for (const m of source.matchAll(/\benv[A-Za-z]*\(\s*env\s*,\s*'([A-Z][A-Z0-9_]*)'/g)) names.add(m[1] as string);
   for (const m of source.matchAll(/\benvRedisUrl\(\s*env\s*(?:,\s*'([A-Z][A-Z0-9_]*)')?\s*\)/g)) names.add(m[1] ?? 'REDIS_URL');
+  // the engine scheduler's variables, read for both engine workers by @csa2/jobs envEngineScheduler
+  if (/\benvEngineScheduler\(\s*env\s*\)/.test(source)) {
+    const shared = readFileSync(join(REPO_ROOT, 'packages', 'csa2-jobs', 'src', 'worker-config.ts'), 'utf8');
+    const body = shared.slice(shared.indexOf('export function envEngineScheduler'));
+    for (const m of body.slice(0, body.indexOf('\n}\n')).matchAll(/\benv[A-Za-z]*\(\s*env\s*,\s*'([A-Z][A-Z0-9_]*)'/g)) names.add(m[1] as string);
+  }
   return [...names].sort();
 }

@@ -1,0 +1,54 @@
+/** The engine metrics render the scheduler's stats in Prometheus' text format (one read per scrape). */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { Registry } from 'prom-client';
+import { registerEngineMetrics, type EngineSchedulerStats } from './engine-metrics.js';
+
+const hist = (bounds: number[], counts: number[], sum: number) => ({ bounds, counts, sum });
+
+test('gauges, counters and histograms from one stats read; absent while there is no engine', async () => {
+  const registry = new Registry();
+  registry.setDefaultLabels({ service: 'decoder-worker' });
+  let reads = 0;
+  let stats: EngineSchedulerStats | null = {
+    running: 3,
+    waiting: 1,
+    kvBytesInUse: 12345,
+    kvBudgetBytes: 2 ** 32,
+    steps: 40,
+    decodeTokens: 100,
+    prefillTokens: 512,
+    refused: 2,
+    stepMs: hist([5, 10], [10, 30, 40], 420),
+    batchRows: hist([1, 2, 4], [5, 20, 35, 40], 900),
+    decodeBatch: hist([1, 2, 4], [5, 20, 40, 40], 120),
+  };
+  registerEngineMetrics(registry, async () => {
+    reads++;
+    return stats;
+  });
+  const text = await registry.metrics();
+  assert.equal(reads, 1, 'one read serves every metric of a scrape');
+  for (const line of [
+    'csa2_engine_sequences_running{service="decoder-worker"} 3',
+    'csa2_engine_sequences_waiting{service="decoder-worker"} 1',
+    'csa2_engine_kv_bytes_in_use{service="decoder-worker"} 12345',
+    'csa2_engine_kv_budget_bytes{service="decoder-worker"} 4294967296',
+    'csa2_engine_steps_total{service="decoder-worker"} 40',
+    'csa2_engine_decode_tokens_total{service="decoder-worker"} 100',
+    'csa2_engine_prefill_tokens_total{service="decoder-worker"} 512',
+    'csa2_engine_refused_total{service="decoder-worker"} 2',
+    'csa2_engine_step_seconds_bucket{le="0.005",service="decoder-worker"} 10',
+    'csa2_engine_step_seconds_bucket{le="0.01",service="decoder-worker"} 30',
+    'csa2_engine_step_seconds_bucket{le="+Inf",service="decoder-worker"} 40',
+    'csa2_engine_step_seconds_sum{service="decoder-worker"} 0.42',
+    'csa2_engine_step_seconds_count{service="decoder-worker"} 40',
+    'csa2_engine_decode_batch_sequences_bucket{le="4",service="decoder-worker"} 40',
+    '# TYPE csa2_engine_step_tokens histogram',
+  ]) {
+    assert.ok(text.includes(line), `missing: ${line}`);
+  }
+  stats = null;
+  await new Promise((r) => setTimeout(r, 300));
+  assert.ok(!(await registry.metrics()).includes('csa2_engine_sequences_running{'), 'no engine: no series');
+});
