@@ -17,9 +17,10 @@ import type { LayerPlan, LayerPlanEntry } from '../config/layer-plan.js';
 import { f32, type TensorOf } from '../runtime/ort-session.js';
 import { compressSpans, runBlock, type BlockContext, type LayerBatch } from './block.js';
 import { ropeRows } from './rope.js';
-import type { Span, SpanOutput, SpanState } from './span.js';
+import type { LayerTimer, Span, SpanOutput, SpanState } from './span.js';
 
 export interface ForwardContext extends BlockContext {
+  readonly timer: LayerTimer | null;
   readonly plan: LayerPlan;
   /** Token embedding [V, d]. */
   readonly embed: Float32Array;
@@ -104,7 +105,10 @@ export async function forward(ctx: ForwardContext, spans: readonly Span[]): Prom
       activeKey = key;
     }
     if (batch === null || batch.spans.length === 0) continue;
-    await runBlock(ctx, ctx.graphs.layers[l] as (typeof ctx.graphs.layers)[number], batch);
+    const lg = ctx.graphs.layers[l] as (typeof ctx.graphs.layers)[number];
+    const t0 = ctx.timer === null ? 0 : performance.now();
+    await runBlock(ctx, lg, batch);
+    ctx.timer?.layer(lg.entry.mode, performance.now() - t0);
   }
   if (batch !== null) release(batch);
 
@@ -115,9 +119,11 @@ export async function forward(ctx: ForwardContext, spans: readonly Span[]): Prom
     const graph = ctx.graphs.compressOnly;
     if (dec === null || graph === null) throw new Csa2Error('unsupported-feature', 'this layer schedule has no encoder–decoder split');
     for (const st of toCompress) if (st.span.l1 !== dec) throw new Csa2Error('runtime', `an encode span must end at the decoder start (layer ${dec}), not ${st.span.l1}`);
+    const t0 = performance.now();
     const b = concatStates(toCompress, n, d);
     const out = await graph.run({ X: f32(b.X, [b.rows, n, d]), pre: f32(b.pre, [b.rows, n]) });
     await compressSpans(ctx, ctx.graphs.layers[dec] as (typeof ctx.graphs.layers)[number], b.spans, out, (st) => (st.span.layout.kind === 'step' ? st.span.layout : { kind: 'segment', start: st.span.p0, end: st.span.p1 }));
+    ctx.timer?.other('compress-at-end', performance.now() - t0);
   }
 
   // logits of the last row of the spans that ask for them (one head run)
@@ -132,7 +138,9 @@ export async function forward(ctx: ForwardContext, spans: readonly Span[]): Prom
       X.set(st.X.subarray(r * n * d, (r + 1) * n * d), i * n * d);
       pre.set(st.pre.subarray(r * n, (r + 1) * n), i * n);
     });
+    const t0 = performance.now();
     const out = await ctx.graphs.head.run({ X: f32(X, [B, n, d]), pre: f32(pre, [B, n]) });
+    ctx.timer?.other('head', performance.now() - t0);
     const V = c.vocabSize;
     wantLogits.forEach((st, i) => logits.set(st, out.logits.data.slice(i * V, (i + 1) * V)));
   }

@@ -19,8 +19,8 @@ interface Trace {
   readonly logits: Float32Array[];
 }
 
-async function trace(ckpt: Checkpoint, indexerPool: boolean, prompt: readonly number[], steps: number, chunkTokens: number): Promise<Trace> {
-  const model = await Csa2Model.create(ckpt.config, ckpt.plan, { get: (n) => ckpt.tensor(n).data }, { indexerPool, chunkTokens });
+async function trace(ckpt: Checkpoint, indexerPool: boolean, prompt: readonly number[], steps: number, chunkTokens: number, indexerKeyChunk?: number): Promise<Trace> {
+  const model = await Csa2Model.create(ckpt.config, ckpt.plan, { get: (n) => ckpt.tensor(n).data }, { indexerPool, chunkTokens, ...(indexerKeyChunk !== undefined ? { indexerKeyChunk } : {}) });
   const topk = new Map<number, number[][]>();
   model.observer = { topk: (l, _p0, _rows, _kk, t) => (topk.get(l) ?? topk.set(l, []).get(l))!.push(Array.from(t)) };
   const seq = model.createSequence();
@@ -75,4 +75,20 @@ test('candidatePool and completePicks: the union of the rows blocks, per-row mas
   const one = candidatePool(Int32Array.of(0), 1, 1, 1, 4, Int32Array.of(1));
   assert.deepEqual(Array.from(one.positions), [0, 0]);
   assert.deepEqual(Array.from(one.allow), [1, 0]);
+});
+
+test('scans in chunks of keys (merged rankings) give the one-chunk lists and logits, bit for bit', async () => {
+  const dir = goldenFixtures().find((d) => d.endsWith('deepseek-v41-tiny-a')) ?? (goldenFixtures()[0] as string);
+  const ckpt = await loadCheckpoint(dir);
+  const prompt = Array.from({ length: 48 }, (_, i) => (i * 29 + 5) % 256);
+  // tiny-a: 24 ratio-2 and 48 ratio-1 entries; chunks of 4 and 8 keys (a leftover single key joins the last chunk)
+  const whole = await trace(ckpt, true, prompt, 12, 256);
+  for (const chunk of [4, 8]) sameTrace(await trace(ckpt, true, prompt, 12, 256, chunk), whole);
+  ckpt.close();
+  const config = { ...bundledConfig('v41-tiny-40l'), window_size: 8, index_topk: 6, candidate_topk_blocks: 2, candidate_block_size: 2, max_seq_len: 512 };
+  await withSeededCheckpoint(config, 12, async (seeded) => {
+    const rng = new SeededRandom(6);
+    const long = Array.from({ length: 75 }, () => rng.nextU32() % 256);
+    sameTrace(await trace(seeded, true, long, 5, 32, 6), await trace(seeded, true, long, 5, 32));
+  });
 });

@@ -18,13 +18,19 @@
 import { Csa2Error } from '../errors.js';
 import type { ModelConfig } from '../config/model-config.js';
 import type { LayerPlanEntry } from '../config/layer-plan.js';
-import { bool, i32, u8 } from '../runtime/ort-session.js';
-import type { LayerIndexer } from './model-graphs.js';
+import { bool, i32, i64, u8, type TensorOf } from '../runtime/ort-session.js';
+import type { LayerIndexer, ModelGraphs } from './model-graphs.js';
 import type { ForwardObserver, SpanState } from './span.js';
 
 export interface IndexerContext {
   readonly config: ModelConfig;
+  readonly graphs: ModelGraphs;
   readonly observer: ForwardObserver | null;
+  /**
+   * Index keys per scan run (a multiple of the candidate block size): a scan unpacks and scores its
+   * keys chunk by chunk and merges the chunks' rankings, so its memory does not grow with the context.
+   */
+  readonly indexerKeyChunk: number;
   /**
    * Upper bound on the scores one graph run holds (rows × index heads × keys); a span with more runs in
    * row blocks (each row's list does not depend on the others).
@@ -61,32 +67,42 @@ export async function runIndexer(ctx: IndexerContext, indexer: LayerIndexer, e: 
   });
 
   if (indexer.kind === 'scan') {
-    const K = u8(src.indexK.view(nVis), [nVis, rowBytes]);
     const mask = indexer.maskedToCandidates ? candidateMask(requireCandidates(shared.candidates, e), S, shared.kb, nVis, bs) : null;
-    const topk = new Int32Array(S * kk);
-    let cand: Int32Array | null = null;
-    const step = Math.max(1, Math.floor(ctx.indexerBudgetValues / Math.max(1, hI * nVis)));
-    for (let r0 = 0; r0 < S; r0 += step) {
-      const r1 = Math.min(S, r0 + step);
-      const out = await indexer.graph.run({
-        ...rowsOf(r0, r1),
-        K,
-        clen: i32(clen.subarray(r0, r1), [r1 - r0, 1]),
-        kk: kkT,
-        ...(mask !== null ? { cand_in: bool(mask.subarray(r0 * nVis, r1 * nVis), [r1 - r0, nVis]) } : {}),
-      });
-      topk.set(out.topk.data, r0 * kk);
-      if (e.isCandidateSource) {
-        if (out.cand === undefined) throw new Csa2Error('runtime', `layer ${e.layer}: the candidate source published no candidates`);
-        shared.kb = out.cand.dims[1] as number;
-        cand ??= new Int32Array(S * shared.kb);
-        cand.set(out.cand.data, r0 * shared.kb);
+    const kEff = Math.min(kk, nVis);
+    const ranks = new ChunkRanks(S);
+    const blockRanks = e.isCandidateSource ? new ChunkRanks(S) : null;
+    for (const [k0, k1] of keyChunks(nVis, ctx.indexerKeyChunk)) {
+      const N = k1 - k0;
+      const { K } = await ctx.graphs.unpackIndexK.run({ packed: u8(src.indexK.range(k0, N), [N, rowBytes]) });
+      const step = Math.max(1, Math.floor(ctx.indexerBudgetValues / Math.max(1, hI * N)));
+      for (let r0 = 0; r0 < S; r0 += step) {
+        const r1 = Math.min(S, r0 + step);
+        let candIn;
+        if (mask !== null) {
+          const part = new Uint8Array((r1 - r0) * N);
+          for (let r = r0; r < r1; r++) part.set(mask.subarray(r * nVis + k0, r * nVis + k1), (r - r0) * N);
+          candIn = bool(part, [r1 - r0, N]);
+        }
+        const out = await indexer.graph.run({
+          ...rowsOf(r0, r1),
+          K,
+          base: i64(BigInt64Array.of(BigInt(k0)), [1]),
+          clen: i32(clen.subarray(r0, r1), [r1 - r0, 1]),
+          kk: kkT,
+          ...(candIn !== undefined ? { cand_in: candIn } : {}),
+        });
+        ranks.add(r0, out.topv, out.topi);
+        if (blockRanks !== null) {
+          if (out.blockv === undefined || out.blocki === undefined) throw new Csa2Error('runtime', `layer ${e.layer}: the candidate source published no candidate blocks`);
+          blockRanks.add(r0, out.blockv, out.blocki);
+        }
       }
     }
-    shared.topk = topk;
-    if (cand !== null) {
-      shared.candidates = cand;
-      ctx.observer?.candidates?.(e.layer, p0, S, nVis, candidateMask(cand, S, shared.kb, nVis, bs));
+    shared.topk = topkFromRanks(ranks, S, kk, kEff, clen);
+    if (blockRanks !== null) {
+      shared.kb = Math.min(c.candidateTopKBlocks, Math.ceil(nVis / bs));
+      shared.candidates = blocksFromRanks(blockRanks, S, shared.kb);
+      ctx.observer?.candidates?.(e.layer, p0, S, nVis, candidateMask(shared.candidates, S, shared.kb, nVis, bs));
     }
   } else {
     const cand = requireCandidates(shared.candidates, e);
@@ -112,6 +128,81 @@ export async function runIndexer(ctx: IndexerContext, indexer: LayerIndexer, e: 
     shared.topk = topk;
   }
   ctx.observer?.topk?.(e.layer, p0, S, kk, shared.topk);
+}
+
+/**
+ * Chunks [k0, k1) of `n` keys, `chunk` keys each (a multiple of the candidate block size), the last
+ * one taking a single leftover key (a one-column product takes another code path in onnxruntime,
+ * whose sums differ in the last bit).
+ */
+export function keyChunks(n: number, chunk: number): Array<[number, number]> {
+  const out: Array<[number, number]> = [];
+  for (let k0 = 0; k0 < n; k0 += chunk) out.push([k0, Math.min(n, k0 + chunk)]);
+  const last = out[out.length - 1];
+  if (out.length > 1 && last !== undefined && last[1] - last[0] === 1) {
+    out.pop();
+    (out[out.length - 1] as [number, number])[1] = n;
+  }
+  return out;
+}
+
+/** Per row, the (score, position) pairs the chunks ranked, to be merged. */
+class ChunkRanks {
+  readonly values: number[][];
+  readonly ids: number[][];
+  constructor(rows: number) {
+    this.values = Array.from({ length: rows }, () => []);
+    this.ids = Array.from({ length: rows }, () => []);
+  }
+  add(r0: number, v: TensorOf<'float32'>, i: TensorOf<'int32'>): void {
+    const k = v.dims[1] as number;
+    const rows = v.dims[0] as number;
+    for (let r = 0; r < rows; r++) {
+      const vs = this.values[r0 + r] as number[];
+      const is = this.ids[r0 + r] as number[];
+      for (let j = 0; j < k; j++) {
+        vs.push(v.data[r * k + j] as number);
+        is.push(i.data[r * k + j] as number);
+      }
+    }
+  }
+  /** Row r's pairs ranked as one TopK over all keys would rank them: by score, ties to the lower id. */
+  ranked(r: number): number[] {
+    const vs = this.values[r] as number[];
+    const is = this.ids[r] as number[];
+    const order = vs.map((_, j) => j);
+    order.sort((a, b) => (vs[b] as number) - (vs[a] as number) || (is[a] as number) - (is[b] as number));
+    return order;
+  }
+}
+
+/** The merged top-kEff per row → ascending positions, unreachable ones (≥ clen) -1, padded to kk. */
+function topkFromRanks(ranks: ChunkRanks, S: number, kk: number, kEff: number, clen: Int32Array): Int32Array {
+  const out = new Int32Array(S * kk).fill(-1);
+  for (let r = 0; r < S; r++) {
+    const ids = ranks.ids[r] as number[];
+    const picks = ranks.ranked(r).slice(0, kEff).map((j) => ids[j] as number);
+    picks.sort((a, b) => a - b);
+    const visible = clen[r] as number;
+    picks.forEach((p, j) => (out[r * kk + j] = p < visible ? p : -1));
+  }
+  return out;
+}
+
+/** The merged best kb candidate blocks per row; blocks whose maximum is -inf (nothing reachable) → -1. */
+function blocksFromRanks(ranks: ChunkRanks, S: number, kb: number): Int32Array {
+  const out = new Int32Array(S * kb).fill(-1);
+  for (let r = 0; r < S; r++) {
+    const vs = ranks.values[r] as number[];
+    const ids = ranks.ids[r] as number[];
+    ranks
+      .ranked(r)
+      .slice(0, kb)
+      .forEach((j, k) => {
+        if ((vs[j] as number) > -Infinity) out[r * kb + k] = ids[j] as number;
+      });
+  }
+  return out;
 }
 
 function requireCandidates(cand: Int32Array | null, e: LayerPlanEntry): Int32Array {

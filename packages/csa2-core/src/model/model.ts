@@ -23,7 +23,7 @@ import { forward, ropeTensors, type ForwardContext } from './forward.js';
 import { disposeModelGraphs, openModelGraphs, type ModelGraphs } from './model-graphs.js';
 import { ropeFrequencies } from './rope.js';
 import { Sequence } from './sequence.js';
-import type { ForwardObserver, ProgressCallback, Span, SpanOutput, StreamRows } from './span.js';
+import type { ForwardObserver, LayerTimer, ProgressCallback, Span, SpanOutput, StreamRows } from './span.js';
 
 /** Bounded replay: the decoder (and, on a stored prefix, the encoder) re-run the last R tokens (the report's 128). */
 export const DEFAULT_REPLAY_TOKENS = 128;
@@ -39,8 +39,14 @@ export interface ModelOptions {
    * and ~3 [H, D] accumulators, plus the run's key table); bigger batches run in several. @defaultValue 2^24
    */
   readonly attentionBudgetValues: number;
-  /** Upper bound on the scores one indexer run holds (rows × index heads × keys). @defaultValue 2^24 */
+  /** Upper bound on the scores one indexer run holds (rows × index heads × keys). @defaultValue 2^22 */
   readonly indexerBudgetValues: number;
+  /**
+   * Index keys one scan run unpacks and scores (a multiple of the candidate block size); longer scans
+   * run chunk by chunk and merge the chunks' rankings, so their memory does not grow with the
+   * context. @defaultValue 65536
+   */
+  readonly indexerKeyChunk: number;
   /**
    * Layers after the candidate source score only their candidate pool (true), or every visible entry
    * masked to it, as the official code does (false; the same lists, bit for bit, at a cost that grows
@@ -54,13 +60,16 @@ export const DEFAULT_MODEL_OPTIONS: ModelOptions = {
   runtime: DEFAULT_RUNTIME_OPTIONS,
   chunkTokens: 256,
   attentionBudgetValues: 1 << 24,
-  indexerBudgetValues: 1 << 24,
+  indexerBudgetValues: 1 << 22,
+  indexerKeyChunk: 65536,
   indexerPool: true,
 };
 
 export class Csa2Model {
   /** Optional taps on intermediate results (tests, debugging). */
   observer: ForwardObserver | null = null;
+  /** Optional per-layer-kind timing of forward calls (benchmarks). */
+  timer: LayerTimer | null = null;
 
   private constructor(
     readonly config: ModelConfig,
@@ -75,8 +84,12 @@ export class Csa2Model {
   /** Builds every graph from the weights and opens the sessions. */
   static async create(config: ModelConfig, plan: LayerPlan, weights: WeightSource, options: Partial<ModelOptions> = {}): Promise<Csa2Model> {
     const opts: ModelOptions = { ...DEFAULT_MODEL_OPTIONS, ...options };
-    for (const k of ['chunkTokens', 'attentionBudgetValues', 'indexerBudgetValues'] as const) {
+    for (const k of ['chunkTokens', 'attentionBudgetValues', 'indexerBudgetValues', 'indexerKeyChunk'] as const) {
       if (!(Number.isInteger(opts[k]) && opts[k] >= 1)) throw new Csa2Error('config-invalid', `model option ${k} must be a positive integer, got ${opts[k]}`);
+    }
+    const bs = Math.max(1, config.candidateBlockSize);
+    if (opts.indexerKeyChunk % bs !== 0 || opts.indexerKeyChunk < 2) {
+      throw new Csa2Error('config-invalid', `model option indexerKeyChunk (${opts.indexerKeyChunk}) must be a multiple of candidate_block_size (${bs}) and at least 2`);
     }
     const graphs = await openModelGraphs(config, plan, weights, { numerics: opts.numerics, runtime: opts.runtime, indexerPool: opts.indexerPool });
     const ropeDim = config.ropeHeadDim;
@@ -139,8 +152,10 @@ export class Csa2Model {
       plan: this.plan,
       graphs: this.graphs,
       observer: this.observer,
+      timer: this.timer,
       attentionBudgetValues: o.attentionBudgetValues,
       indexerBudgetValues: o.indexerBudgetValues,
+      indexerKeyChunk: o.indexerKeyChunk,
       embed: this.embed,
       freqsPlain: this.freqsPlain,
       freqsCompress: this.freqsCompress,
@@ -254,4 +269,4 @@ export class Csa2Model {
   }
 }
 
-export type { ForwardObserver, ProgressCallback, StreamRows } from './span.js';
+export type { ForwardObserver, LayerTimer, ProgressCallback, StreamRows } from './span.js';

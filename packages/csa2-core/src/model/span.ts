@@ -66,6 +66,13 @@ export interface ForwardObserver {
   routing?(layer: number, p0: number, rows: number, ffnInput: Float32Array, experts: Int32Array, weights: Float32Array): void;
 }
 
+/** Receives the time of each layer run of a forward call, by layer mode (benchmarks' per-kind breakdown). */
+export interface LayerTimer {
+  layer(mode: 'swa' | 'full' | 'reindex' | 'reuse', ms: number): void;
+  /** The encode spans' compressor step into the decoder start, and the head. */
+  other(what: 'compress-at-end' | 'head', ms: number): void;
+}
+
 /** What one span's index-source layer published for its rows in this call (the `shared_attn` slots). */
 export interface SharedSlots {
   /** [rows, kk] entry positions, ascending, -1 = none. */

@@ -32,6 +32,14 @@ export interface RuntimeOptions {
    * may fuse and reorder arithmetic), which is what bit-faithful numerics need. @defaultValue 'basic'
    */
   readonly graphOptimization: 'disabled' | 'basic' | 'extended' | 'all';
+  /**
+   * onnxruntime's CPU memory arena. It keeps every session's peak allocation for good, and a model is
+   * ~5 sessions a layer: at long contexts the peaks of the scans and attention tables added up, never
+   * returned. Measured on the 40-layer tiny-width model decoding a 256K-token context: peak RSS 1.02
+   * GB with the arena, 0.47 GB without, at the same CPU time per step (tiny decode at batch 1 and 16:
+   * 5.4 / 18-21 ms CPU a step either way). @defaultValue false
+   */
+  readonly memoryArena: boolean;
 }
 
 export const DEFAULT_RUNTIME_OPTIONS: RuntimeOptions = {
@@ -39,6 +47,7 @@ export const DEFAULT_RUNTIME_OPTIONS: RuntimeOptions = {
   intraOpThreads: 'auto',
   allowSpinning: false,
   graphOptimization: 'basic',
+  memoryArena: false,
 };
 
 /**
@@ -149,6 +158,7 @@ export async function openGraphSession(
       graphOptimizationLevel: options.graphOptimization,
       executionMode: 'sequential',
       enableMemPattern: false,
+      enableCpuMemArena: options.memoryArena,
       extra: { session: { intra_op: { allow_spinning: options.allowSpinning ? '1' : '0' } } },
     });
   } catch (cause) {

@@ -38,16 +38,24 @@ export const COMPRESS = {
 } as const satisfies AnySignature;
 
 /**
- * indexer[l] (scan): iq [S,hI,dI], iw [S,hI], K [N,r] packed index keys (all visible entries),
- * clen [S,1] (entries visible per row), kk [1] → topk [S,kk] (ascending positions, -1 = none); the
- * candidate source also: cand [S,kb] kept candidate blocks (-1 = none), kb = min(topBlocks, blocks).
- * Layers after the candidate source, when they scan everything: cand_in [S,N], the pool as a mask.
+ * indexer[l] (scan of one chunk of keys): iq [S,hI,dI], iw [S,hI], K [N,dI] index keys of entries
+ * [base, base+N), base [1], clen [S,1] (entries visible per row), kk [1] → topv [S,k] scores and topi
+ * [S,k] positions of the chunk's best k = min(kk, N) (by score, ties to the lower position); the
+ * candidate source also: blockv, blocki [S,kb] the chunk's best candidate blocks (block maxima, the
+ * newest visible block pinned at +inf; absolute block ids). Layers after the candidate source, when
+ * they scan everything: cand_in [S,N], the pool as a mask.
  */
 export const INDEXER_SCAN = {
-  inputs: { iq: 'float32', iw: 'float32', K: 'uint8', clen: 'int32', kk: 'int32' },
+  inputs: { iq: 'float32', iw: 'float32', K: 'float32', base: 'int64', clen: 'int32', kk: 'int32' },
   optionalInputs: { cand_in: 'bool' },
-  outputs: { topk: 'int32' },
-  optionalOutputs: { cand: 'int32' },
+  outputs: { topv: 'float32', topi: 'int32' },
+  optionalOutputs: { blockv: 'float32', blocki: 'int32' },
+} as const satisfies AnySignature;
+
+/** unpack_index_k: packed index-K rows [N,r] → values [N,dI] (bit for bit). */
+export const UNPACK_INDEX_K = {
+  inputs: { packed: 'uint8' },
+  outputs: { K: 'float32' },
 } as const satisfies AnySignature;
 
 /**
