@@ -44,6 +44,8 @@ export { Sampler, TokenHistory, adjustLogits, argmax, klDivergence, sampleToken,
 export { runGreedy } from './testing/greedy.js';
 export { fillSyntheticCache } from './testing/synthetic-cache.js';
 export { loadModel } from './model/load-model.js';
+export type { TokenLogprob, TokenLogprobs } from './model/logprobs.js';
+export { tokenLogprobs } from './model/logprobs.js';
 export { fixturesRoot, goldenFixtures } from './testing/fixtures.js';
 export { modelFingerprint } from './weights/fingerprint.js';
 export { seededUniform } from './weights/init-model.js';

@@ -3,7 +3,7 @@
  * The engine's requests, results and events: what callers (the CLI, the workers, EngineHost) pass to
  * Engine and get back.
  */
-import type { NumericsMode, RuntimeOptions, SamplingParams, Tokenizer } from '@csa2/core';
+import type { NumericsMode, RuntimeOptions, SamplingParams, TokenLogprob, Tokenizer } from '@csa2/core';
 import type { SchedulerPolicy } from './scheduler/scheduler-policy.js';
 
 export interface EngineOptions {
@@ -101,6 +101,12 @@ export interface GenerateRequest {
   readonly forceIds?: readonly number[];
   /** Return each step's logits (for --dump and parity tests). */
   readonly keepLogits?: boolean;
+  /**
+   * Report each token's log-probability and this many most likely alternatives (0–20) with its event,
+   * from the distribution it was sampled from (after logit_bias, penalties and temperature; greedy:
+   * temperature 1). Unset: no logprobs.
+   */
+  readonly logprobs?: number;
   /** Continue a stored document: its tokens precede promptIds (which may then be empty). */
   readonly document?: DocumentRef;
 }
@@ -110,6 +116,10 @@ export interface TokenEvent {
   readonly index: number;
   readonly id: number;
   readonly text: string;
+  /** log p of the token (when the request asked for logprobs). */
+  readonly logprob?: number;
+  /** The most likely tokens at this position, most likely first (when asked for). */
+  readonly topLogprobs?: readonly TokenLogprob[];
 }
 
 export type FinishReason = 'length' | 'stop' | 'cancelled';

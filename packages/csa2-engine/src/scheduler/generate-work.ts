@@ -11,7 +11,7 @@
  * resumed or batched run samples what an undisturbed run samples.
  */
 import { ArtifactReader, type DocumentManifest } from '@csa2/artifacts';
-import { Csa2Error, DEFAULT_REPLAY_TOKENS, InputError, Sampler, TokenHistory, validateSampling, type TokenDecodeStream, type Sequence, type Span, type SpanOutput } from '@csa2/core';
+import { Csa2Error, DEFAULT_REPLAY_TOKENS, InputError, Sampler, TokenHistory, tokenLogprobs, validateSampling, type TokenDecodeStream, type Sequence, type Span, type SpanOutput } from '@csa2/core';
 import { StopMatcher } from '../stop-matcher.js';
 import type { FinishReason, GenerateHooks, GenerateOutcome, GenerateRequest } from '../types.js';
 import { SegmentRun } from './segment-run.js';
@@ -74,6 +74,9 @@ export class GenerateWork implements Work {
     if (req.exact !== true && !(Number.isInteger(this.replayTokens) && this.replayTokens >= 1)) throw new InputError(`replay must be a positive integer, got ${this.replayTokens}`);
     if (req.exact !== true && req.document === undefined) void model.decoderStart; // throws for schedules without a split
     validateSampling(req.sampling, Math.min(ctx.tokenizer.vocabSize, model.config.vocabSize));
+    if (req.logprobs !== undefined && !(Number.isInteger(req.logprobs) && req.logprobs >= 0 && req.logprobs <= 20)) {
+      throw new InputError(`logprobs must be an integer in [0, 20], got ${req.logprobs}`);
+    }
     const probe = model.createSequence();
     if (req.promptIds.length > 0) model.checkTokens(req.promptIds, probe, 'prompt');
     const resume = req.resumeTokens ?? [];
@@ -197,6 +200,7 @@ export class GenerateWork implements Work {
     if (this.req.keepLogits === true) this.logitsRows.push(logits.slice());
     const history = this.history as TokenHistory;
     const id = i < this.forced.length ? (this.forced[i] as number) : this.sampler.next(logits, history, i);
+    const lp = this.req.logprobs !== undefined && i >= this.resumed ? tokenLogprobs(this.req.sampling, logits, history, this.sampler.vocabLimit, id, this.req.logprobs) : null;
     this.tokens.push(id);
     history.push(id);
     if (i === this.resumed) this.firstTokenAtMs = performance.now();
@@ -204,7 +208,7 @@ export class GenerateWork implements Work {
     const { emit, stopped } = this.stops.push(piece);
     if (i >= this.resumed) {
       this.text += emit;
-      this.hooks.onToken?.({ index: i, id, text: emit });
+      this.hooks.onToken?.({ index: i, id, text: emit, ...(lp !== null ? { logprob: lp.logprob, topLogprobs: lp.top } : {}) });
     }
     if (stopped) this.stoppedByText = true;
     const seq = this.requireSeq();

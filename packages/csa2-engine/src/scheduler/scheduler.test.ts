@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { fixturesRoot, SeededRandom } from '@csa2/core';
 import { Engine } from '../engine.js';
-import type { GenerateRequest } from '../types.js';
+import type { GenerateRequest, TokenEvent } from '../types.js';
 import { sequenceBytes } from './work-context.js';
 
 const TINY = join(fixturesRoot(), 'deepseek-v41-tiny-a');
@@ -137,5 +137,32 @@ test('while sequences decode, a long prompt is prefilled in chunks no bigger tha
   // every stream token came in its own step: the streams never waited several steps for a prefill
   const gaps = steps.slice(1).map((v, i) => v - steps[i]!);
   assert.ok(Math.max(...gaps) <= 2, `a stream waited ${Math.max(...gaps)} steps`);
+  await engine.close();
+});
+
+test('logprobs: each reported token carries its log-probability and the top alternatives of the distribution it was drawn from', async () => {
+  const engine = await Engine.open({ modelDir: TINY });
+  for (const sampling of [greedy, { temperature: 0.7, topP: 1, seed: 3 }]) {
+    const events: TokenEvent[] = [];
+    const out = await engine.generate({ promptIds: ids(12, 4), maxTokens: 6, sampling, keepLogits: true, ignoreEos: true, logprobs: 3 }, { onToken: (t) => t.id >= 0 && events.push(t) });
+    assert.equal(events.length, 6);
+    events.forEach((ev, i) => {
+      const row = out.logits[i]!;
+      const t = sampling.temperature === 0 ? 1 : sampling.temperature;
+      let max = -Infinity;
+      for (const v of row) max = Math.max(max, v / t);
+      let sum = 0;
+      for (const v of row) sum += Math.exp(v / t - max);
+      const lse = max + Math.log(sum);
+      assert.ok(Math.abs((ev.logprob as number) - ((row[ev.id] as number) / t - lse)) < 1e-9, `token ${i}: logprob`);
+      assert.equal(ev.topLogprobs?.length, 3);
+      if (sampling.temperature === 0) assert.equal(ev.topLogprobs?.[0]?.id, ev.id, 'greedy: the chosen token is the most likely');
+      assert.ok(ev.topLogprobs!.every((a, j) => j === 0 || a.logprob <= ev.topLogprobs![j - 1]!.logprob));
+    });
+  }
+  const plain: TokenEvent[] = [];
+  await engine.generate({ promptIds: ids(12, 4), maxTokens: 2, sampling: greedy, ignoreEos: true }, { onToken: (t) => plain.push(t) });
+  assert.ok(plain.every((t) => t.logprob === undefined && t.topLogprobs === undefined), 'no logprobs unless asked');
+  await assert.rejects(engine.generate({ promptIds: ids(3, 1), maxTokens: 2, sampling: greedy, logprobs: 21 }), /logprobs must be an integer in \[0, 20\]/);
   await engine.close();
 });
