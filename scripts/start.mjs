@@ -79,7 +79,8 @@ if (apiKeys === undefined || apiKeys === '') {
 const port = process.env.PORT !== undefined && process.env.PORT !== '' ? process.env.PORT : '8080';
 
 // --- services ---
-const env = { ...process.env, REDIS_URL: redisUrl, CSA2_STORE_URL: storeUrl, CSA2_MODEL_DIR: modelDir, CSA2_API_KEYS: apiKeys, PORT: port };
+// MALLOC_MMAP_THRESHOLD_: see infra/README.md (glibc keeps freed multi-MB buffers otherwise)
+const env = { MALLOC_MMAP_THRESHOLD_: '131072', ...process.env, REDIS_URL: redisUrl, CSA2_STORE_URL: storeUrl, CSA2_MODEL_DIR: modelDir, CSA2_API_KEYS: apiKeys, PORT: port };
 const children = new Map(); // name -> ChildProcess
 let stopping = false;
 let exitCode = 0;

@@ -3,7 +3,8 @@
  * Overhead of the pipeline (issue "pipeline", Measure), side by side in one run:
  *   1. a 1-token completion through gateway + queue + decoder worker (HTTP, official request shape)
  *      against the same generation in one process (Engine on this thread): p50/p99 and the ratio;
- *   2. N concurrent short completions through the pipeline: throughput and p99 latency;
+ *   2. 1, 8 and 32 concurrent streamed completions through the pipeline (one batching decoder worker):
+ *      TTFT p50/p99, aggregate tokens/s and how long all took, against the same requests one at a time;
  *   3. time to first token for a question on an ingested document against sending the document's
  *      whole text as the prompt (routed through an encoder worker as a long prompt).
  * Processes: a private redis-server, the gateway, one encoder and one decoder worker (the test harness
@@ -15,13 +16,16 @@ import { join } from 'node:path';
 import { Engine } from '@csa2/engine';
 import { API_KEY, OTHER_API_KEY, Pipeline, seededTestModel } from '@csa2/test';
 import type { BenchIo, BenchSuite, OptionValues } from './suite.js';
-import { positiveIntOption } from './suite.js';
+import { UsageError, positiveIntOption } from './suite.js';
 import { percentile } from './stats.js';
 import { fmtDuration, markdownTable } from './table.js';
 
 export interface PipelineBenchOptions {
   readonly samples: number;
-  readonly concurrency: number;
+  /** Concurrency levels of the streamed-completions comparison. */
+  readonly concurrencyLevels: readonly number[];
+  /** Tokens each streamed completion generates. */
+  readonly streamTokens: number;
   readonly docTokens: number;
 }
 
@@ -84,17 +88,45 @@ export async function runPipelineBench(opts: PipelineBenchOptions, io: BenchIo):
       '',
     );
 
-    // 2. N concurrent short completions
-    io.log(`pipeline: ${opts.concurrency} concurrent 8-token completions`);
-    const t0 = performance.now();
-    const lat = await Promise.all(Array.from({ length: opts.concurrency }, (_, i) => completion(pipe.url, { prompt: `request ${i}: `, max_tokens: 8, temperature: 0 }).then((r) => r.ms)));
-    const wallMs = performance.now() - t0;
+    // 2. 1, 8, 32 … concurrent streamed completions against the same requests one at a time
+    const streamTokens = opts.streamTokens;
+    const request = (i: number) => ({ prompt: `Stream ${i} of the concurrency probe: `, max_tokens: streamTokens, temperature: 0.8, seed: i, stream: true, ignore_eos: true });
+    const rows: string[][] = [];
+    for (const n of opts.concurrencyLevels) {
+      io.log(`pipeline: ${n} concurrent streamed ${streamTokens}-token completions, then the same one at a time`);
+      let t0 = performance.now();
+      const together = await Promise.all(Array.from({ length: n }, (_, i) => completion(pipe.url, request(i))));
+      const togetherMs = performance.now() - t0;
+      t0 = performance.now();
+      const serial: Array<{ ms: number; ttftMs: number }> = [];
+      for (let i = 0; i < n; i++) serial.push(await completion(pipe.url, request(i)));
+      const serialMs = performance.now() - t0;
+      const ttft = together.map((r) => r.ttftMs);
+      const oneMs = percentile(serial.map((r) => r.ms), 50);
+      rows.push([
+        String(n),
+        fmtDuration(percentile(ttft, 50)),
+        fmtDuration(percentile(ttft, 99)),
+        ((n * streamTokens * 1000) / togetherMs).toFixed(0),
+        ((n * streamTokens * 1000) / serialMs).toFixed(0),
+        fmtDuration(togetherMs),
+        `${(togetherMs / oneMs).toFixed(2)}×`,
+      ]);
+    }
     out.push(
-      `### ${opts.concurrency} concurrent 8-token completions (one decoder worker, concurrency 1)`,
+      `### Concurrent streamed ${streamTokens}-token completions through gateway → queue → one decoder worker (batching), against the same requests one at a time`,
       '',
       markdownTable(
-        [{ header: 'requests/s' }, { header: 'tokens/s' }, { header: 'p50 latency' }, { header: 'p99 latency' }],
-        [[((opts.concurrency * 1000) / wallMs).toFixed(1), ((opts.concurrency * 8 * 1000) / wallMs).toFixed(0), fmtDuration(percentile(lat, 50)), fmtDuration(percentile(lat, 99))]],
+        [
+          { header: 'concurrent' },
+          { header: 'TTFT p50' },
+          { header: 'TTFT p99' },
+          { header: 'aggregate tok/s' },
+          { header: 'one at a time tok/s' },
+          { header: 'all done in' },
+          { header: '÷ one request (p50)' },
+        ],
+        rows,
       ),
       '',
     );
@@ -147,7 +179,9 @@ export async function runPipelineBench(opts: PipelineBenchOptions, io: BenchIo):
 export function parsePipelineBenchOptions(values: OptionValues): PipelineBenchOptions {
   const int = (name: string, fallback: number): number => positiveIntOption(values, name, fallback);
   const quick = values['quick'] === true;
-  return { samples: int('samples', quick ? 10 : 50), concurrency: int('concurrency', 20), docTokens: int('pipeline-doc-tokens', quick ? 2048 : 32768) };
+  const levels = values['concurrency'] === undefined ? [1, 8, 32] : String(values['concurrency']).split(',').map((v) => Number(v));
+  if (levels.some((n) => !Number.isSafeInteger(n) || n < 1)) throw new UsageError(`--concurrency must be a list of positive integers, got ${String(values['concurrency'])}`);
+  return { samples: int('samples', quick ? 10 : 50), concurrencyLevels: levels, streamTokens: int('stream-tokens', quick ? 16 : 64), docTokens: int('pipeline-doc-tokens', quick ? 2048 : 32768) };
 }
 
 export const pipelineSuite: BenchSuite = {
@@ -155,7 +189,8 @@ export const pipelineSuite: BenchSuite = {
   summary: 'gateway + queue + worker overhead against one process, concurrent throughput, TTFT on an ingested document',
   options: {
     samples: { type: 'string', description: 'one-token completions per path', defaultText: '50 (10 with --quick)', valueName: 'N' },
-    concurrency: { type: 'string', description: 'concurrent completions', defaultText: '20', valueName: 'N' },
+    concurrency: { type: 'string', description: 'concurrency levels of the streamed-completions comparison', defaultText: '1,8,32', valueName: 'N,N' },
+    'stream-tokens': { type: 'string', description: 'tokens per streamed completion', defaultText: '64 (16 with --quick)', valueName: 'N' },
     'pipeline-doc-tokens': { type: 'string', description: 'document length (byte tokens)', defaultText: '32768 (2048 with --quick)', valueName: 'N' },
   },
   async run(values, io) {

@@ -86,6 +86,7 @@ export class Pipeline {
       CSA2_SHUTDOWN_GRACE_MS: '5000',
       CSA2_JOB_POLL_MS: '500',
       CSA2_THREADS: '1',
+      MALLOC_MMAP_THRESHOLD_: '131072',
       AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true',
       ...opts.env,
     };

@@ -43,7 +43,7 @@ test('the checks fail on broken copies: root user, dev dependencies, install scr
   has(broken('/healthz', '/'), /no HEALTHCHECK on \/healthz/);
   has(broken('FROM runtime AS decoder-worker\nENV CSA2_HOST=0.0.0.0 CSA2_WORKER_HTTP_PORT=9302', 'FROM runtime AS decoder-worker\nENV CSA2_WORKER_HTTP_PORT=9302'), /decoder-worker: CSA2_HOST=0\.0\.0\.0 is not set/);
   has(broken('EXPOSE 9301\nHEALTHCHECK', 'HEALTHCHECK'), /encoder-worker: does not EXPOSE 9301/);
-  has(broken(/USER node\nENV CSA2_HOST=0\.0\.0\.0 CSA2_WORKER_HTTP_PORT=9301\n/, 'USER node\nENV CSA2_HOST=0.0.0.0 CSA2_WORKER_HTTP_PORT=9302\n'), /encoder-worker-gpu: CSA2_WORKER_HTTP_PORT=9301 is not set/);
+  has(broken(/USER node\nENV CSA2_HOST=0\.0\.0\.0 CSA2_WORKER_HTTP_PORT=9301 /, 'USER node\nENV CSA2_HOST=0.0.0.0 CSA2_WORKER_HTTP_PORT=9302 '), /encoder-worker-gpu: CSA2_WORKER_HTTP_PORT=9301 is not set/);
 });
 
 test('.dockerignore keeps installed and built files out of the build context', () => {
