@@ -4,7 +4,7 @@
  *
  *   attnIn     (all rows)   hc mixes, q, window KV, compressor inputs, index q/weights
  *   compressor (per span, one graph run)   completed groups → packed cache rows; publish index K
- *   indexer    (per span)   top-k entries (Full / Reindex), candidate blocks (the candidate source)
+ *   indexer    (spans share runs where cheap)   top-k entries (Full / Reindex), candidate blocks
  *   attention  (runs over spans)   window ∪ selected entries, one softmax with the sink
  *   attnOut    (all rows)   output projection, hc_post, FFN mixes and input, gate logits
  *   ffn        (all rows)   MoE routing and experts, hc_post → the next stream
@@ -19,7 +19,7 @@ import { runAttention, type AttentionContext } from './attention.js';
 import { compressGroups, feedCompressor, type CompletedGroups, type CompressorRows } from './compressor.js';
 import { runFfn } from './ffn.js';
 import { hcSplitSinkhorn } from './hc-sinkhorn.js';
-import { runIndexer, type IndexerContext } from './indexer.js';
+import { runIndexers, type IndexerContext } from './indexer.js';
 import type { LayerGraphs, ModelGraphs } from './model-graphs.js';
 import type { ForwardObserver, SpanLayout, SpanState } from './span.js';
 
@@ -84,7 +84,7 @@ export async function compressSpans(
 export async function runBlock(ctx: BlockContext, lg: LayerGraphs, batch: LayerBatch): Promise<void> {
   const c = ctx.config;
   const e = lg.entry;
-  const { hcMult: n, dim: d, indexNumHeads: hI, indexHeadDim: dI } = c;
+  const { hcMult: n, dim: d } = c;
   const R = batch.rows;
   const rope = batch.rope(e);
   const X = f32(batch.X, [R, n, d]);
@@ -98,9 +98,7 @@ export async function runBlock(ctx: BlockContext, lg: LayerGraphs, batch: LayerB
     const iq = a.iq?.data;
     const iw = a.iw?.data;
     if (iq === undefined || iw === undefined) throw new Error(`layer ${e.layer}: attnIn has no index queries`);
-    for (const { st, offset } of batch.spans) {
-      await runIndexer(ctx, lg.indexer, e, st, iq.subarray(offset * hI * dI, (offset + st.rows) * hI * dI), iw.subarray(offset * hI, (offset + st.rows) * hI));
-    }
+    await runIndexers(ctx, lg.indexer, e, batch.spans, iq, iw);
   }
 
   // 3. sparse attention, then the rest of the sublayer

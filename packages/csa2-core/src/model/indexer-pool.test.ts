@@ -12,7 +12,7 @@ import { loadCheckpoint, type Checkpoint } from '../weights/checkpoint.js';
 import { SeededRandom } from '../weights/init-model.js';
 import { Csa2Model } from './model.js';
 import { argmax } from './sampler.js';
-import { candidatePool, completePicks } from './indexer.js';
+import { candidatePool, completePicks } from './indexer-pool.js';
 
 interface Trace {
   readonly topk: Map<number, number[][]>;

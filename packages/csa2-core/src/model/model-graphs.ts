@@ -18,7 +18,7 @@ import { buildAttnInGraph, buildAttnOutGraph } from './graphs/attention-sublayer
 import { buildAttentionGraph, buildUnpackMainKvGraph } from './graphs/attention-graphs.js';
 import { buildCompressGraph } from './graphs/compress-graph.js';
 import { buildHeadGraph, buildMoeGraph } from './graphs/ffn-graphs.js';
-import { buildIndexerPoolGraph, buildIndexerScanGraph, buildUnpackIndexKGraph } from './graphs/indexer-graphs.js';
+import { buildIndexerPoolGraph, buildIndexerScanGraph } from './graphs/indexer-graphs.js';
 import {
   ATTENTION,
   ATTN_IN,
@@ -28,7 +28,6 @@ import {
   HEAD,
   INDEXER_POOL,
   INDEXER_SCAN,
-  UNPACK_INDEX_K,
   UNPACK_MAIN_KV,
   moeSignature,
   type MoeSignature,
@@ -65,8 +64,6 @@ export interface ModelGraphs {
   readonly attentionCompressed: TypedGraph<typeof ATTENTION>;
   /** Packed main-KV rows → values: the entries a span's rows selected, once per index source (model/attention). */
   readonly unpackMainKv: TypedGraph<typeof UNPACK_MAIN_KV>;
-  /** Packed index-K rows → values: one chunk of keys for the scans (model/indexer). */
-  readonly unpackIndexK: TypedGraph<typeof UNPACK_INDEX_K>;
 }
 
 export interface GraphBuildOptions {
@@ -135,7 +132,6 @@ export async function openModelGraphs(config: ModelConfig, plan: LayerPlan, weig
       attentionWindow: await open('attention_window', buildAttentionGraph(ctx, false), ATTENTION),
       attentionCompressed: await open('attention_compressed', buildAttentionGraph(ctx, true), ATTENTION),
       unpackMainKv: await open('unpack_main_kv', buildUnpackMainKvGraph(ctx), UNPACK_MAIN_KV),
-      unpackIndexK: await open('unpack_index_k', buildUnpackIndexKGraph(ctx), UNPACK_INDEX_K),
     };
   } catch (err) {
     for (const g of opened) await g.dispose().catch(() => undefined);
@@ -148,5 +144,5 @@ export async function disposeModelGraphs(graphs: ModelGraphs): Promise<void> {
   for (const l of graphs.layers) {
     for (const g of [l.attnIn, l.attnOut, l.moe, l.compress, l.indexer?.graph ?? null]) if (g !== null) await g.dispose();
   }
-  for (const g of [graphs.head, graphs.compressOnly, graphs.attentionWindow, graphs.attentionCompressed, graphs.unpackMainKv, graphs.unpackIndexK]) if (g !== null) await g.dispose();
+  for (const g of [graphs.head, graphs.compressOnly, graphs.attentionWindow, graphs.attentionCompressed, graphs.unpackMainKv]) if (g !== null) await g.dispose();
 }

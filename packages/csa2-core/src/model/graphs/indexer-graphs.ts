@@ -30,73 +30,72 @@ function indexScores(g: GraphBuilder, o: GraphOps, ctx: GraphContext, K: string)
 }
 
 /**
- * The scan of one chunk of index keys, K [N, dI] (unpacked by `unpack_index_k`) holding the entries
- * [base, base + N): scores, causal visibility (absolute position < clen), and the chunk's own ranking,
- * which model/indexer merges across chunks: the top min(kk, N) entries (topv scores, topi positions;
- * by score, ties to the lower position) and, at the candidate source, the top min(topBlocks, blocks)
- * candidate blocks (blockv block maxima, the block of the newest visible position pinned at +inf;
- * blocki absolute block ids). `base` is a multiple of the candidate block size.
+ * A scan over G spans at once, each with its own keys (no key is scored against another span's rows):
+ * K [G, N, r] packed index keys (unpacked here), those of span g at coordinates [kbase[g], kbase[g] + N);
+ * row r of span g may pick the coordinates in [lo, hi) (its own visible keys; padding rows and keys are
+ * masked out). Returns each row's best k = min(kk, N) (topv scores, topi coordinates; by score, ties to
+ * the lower coordinate) and, at the candidate source, its best min(topBlocks, blocks) candidate blocks
+ * (blockv block maxima, the block `pin` — its newest visible one — pinned at +inf; blocki block
+ * coordinates). model/indexer-scan merges key chunks and splits groups. kbase is a multiple of the
+ * candidate block size.
  */
 export function buildIndexerScanGraph(ctx: GraphContext, e: LayerPlanEntry): Uint8Array {
   const c = ctx.config;
   const g = new GraphBuilder(`indexer_${e.layer}`);
   const o = new GraphOps(g, ctx.mode);
-  const K = g.input('K', 'float32', ['N', c.indexHeadDim]);
-  let { scores } = indexScores(g, o, ctx, K);
-  const base = g.input('base', 'int64', [1]);
-  const clen = g.input('clen', 'int32', ['S', 1]);
+  const { indexNumHeads: hI, indexHeadDim: dI } = c;
+  const packed = g.input('K', 'uint8', ['G', 'N', dI / 2 + dI / 32]);
+  const iq = g.input('iq', 'float32', ['G', 'S', hI, dI]);
+  const iw = g.input('iw', 'float32', ['G', 'S', hI]);
+  const kbase = g.input('kbase', 'int64', ['G', 1, 1]);
+  const lo = g.input('lo', 'int64', ['G', 'S', 1]);
+  const hi = g.input('hi', 'int64', ['G', 'S', 1]);
   const kk = g.input('kk', 'int32', [1]);
 
-  const nLen = g.gather(g.op('Shape', [K]), g.const('int64', [0], []));
-  const positions = g.add(g.op('Range', [g.const('int64', [0], []), nLen, g.const('int64', [1], [])]), base); // [N] absolute
-  const clen64 = g.cast(clen, 'int64');
+  const dims = g.op('Shape', [packed]);
+  const nLen = g.gather(dims, g.const('int64', [1], []));
+  const K = unpackIndexK(g, g.reshape(packed, [-1, dI / 2 + dI / 32]), dI); // [G·N, dI]
+  const Kg = g.op('Reshape', [K, g.concat([g.slice(dims, [0], [0], [2]), g.const('int64', [dI])], 0)]); // [G, N, dI]
+  const perHead = o.bf(g.matmul(iq, g.unsqueeze(g.transpose(Kg, [0, 2, 1]), [1]))); // [G, S, hI, N]
+  const weighted = o.bf(g.mul(g.relu(perHead), g.unsqueeze(iw, [-1])));
+  let scores = o.bf(g.reduceSum(weighted, [2], false)); // [G, S, N]
+  const coords = g.add(g.op('Range', [g.const('int64', [0], []), nLen, g.const('int64', [1], [])]), kbase); // [G, 1, N]
   const negInf = g.scalar(-Infinity);
-  scores = g.where(g.less(positions, clen64), scores, negInf);
+  scores = g.where(g.op('And', [g.greaterOrEqual(coords, lo), g.less(coords, hi)]), scores, negInf);
   if (e.usesCandidates) {
     // the official code's way: score every entry, then keep the candidate pool's (cand_in, from model/indexer)
-    scores = g.where(g.input('cand_in', 'bool', ['S', 'N']), scores, negInf);
+    scores = g.where(g.input('cand_in', 'bool', ['G', 'S', 'N']), scores, negInf);
   }
   if (e.isCandidateSource) {
-    const [bv, bi] = candidateBlocks(g, scores, clen, nLen, base, c.candidateTopKBlocks, c.candidateBlockSize);
-    g.output(bv, 'blockv', 'float32', ['S', 'kb']);
-    g.output(bi, 'blocki', 'int32', ['S', 'kb']);
+    const [bv, bi] = candidateBlocks(g, scores, g.input('pin', 'int64', ['G', 'S', 1]), nLen, kbase, c.candidateTopKBlocks, c.candidateBlockSize);
+    g.output(bv, 'blockv', 'float32', ['G', 'S', 'kb']);
+    g.output(bi, 'blocki', 'int32', ['G', 'S', 'kb']);
   }
   const kEff = g.min(g.cast(kk, 'int64'), g.unsqueeze(nLen, [0]));
   const [values, picked] = g.node('TopK', [scores, kEff], { axis: -1, largest: 1, sorted: 1 }, 2) as [string, string];
-  g.output(values, 'topv', 'float32', ['S', 'k']);
-  g.output(g.cast(g.add(picked, base), 'int32'), 'topi', 'int32', ['S', 'k']);
+  g.output(values, 'topv', 'float32', ['G', 'S', 'k']);
+  g.output(g.cast(g.add(picked, kbase), 'int32'), 'topi', 'int32', ['G', 'S', 'k']);
   return g.toBytes();
 }
 
 /**
- * Level one of the hierarchical indexer (csa2 §3.3) over one chunk: per query row, the block max of the
- * causally masked scores over aligned blocks, the block of the newest visible position pinned at +inf,
- * the chunk's top min(topBlocks, blocks) by value (ties → lower block). → values, absolute block ids.
+ * Level one of the hierarchical indexer (csa2 §3.3): per query row, the block max of the masked scores
+ * over aligned blocks, the row's pinned block (its newest visible one) at +inf, the best
+ * min(topBlocks, blocks) by value (ties → lower block). scores [G, S, N] → values, block coordinates.
  */
-function candidateBlocks(g: GraphBuilder, scores: string, clen: string, nLen: string, base: string, topBlocks: number, blockSize: number): [string, string] {
+function candidateBlocks(g: GraphBuilder, scores: string, pin: string, nLen: string, kbase: string, topBlocks: number, blockSize: number): [string, string] {
   const bs = g.const('int64', [blockSize], []);
   const pad = g.op('Mod', [g.sub(bs, g.op('Mod', [nLen, bs])), bs]);
-  const pads = g.concat([g.const('int64', [0, 0, 0]), g.unsqueeze(pad, [0])], 0);
+  const pads = g.concat([g.const('int64', [0, 0, 0, 0, 0]), g.unsqueeze(pad, [0])], 0);
   const padded = g.op('Pad', [scores, pads, g.scalar(-Infinity)], { mode: 'constant' });
-  const blockMax = g.reduceMax(g.reshape(padded, [0, -1, blockSize]), [-1], false); // [S, nb]
-  const nb = g.gather(g.op('Shape', [blockMax]), g.const('int64', [1], []));
-  const firstBlock = g.div(base, g.unsqueeze(bs, [0])); // base is a multiple of the block size
-  const blockIds = g.add(g.op('Range', [g.const('int64', [0], []), nb, g.const('int64', [1], [])]), firstBlock); // absolute
-  // python floor division: (clen - 1) // bs, which is -1 (no block) when clen == 0
-  const last = g.cast(g.floor(g.div(g.sub(g.cast(clen, 'float32'), g.scalar(1)), g.scalar(blockSize))), 'int64');
-  const pinned = g.where(g.equal(blockIds, last), g.scalar(Infinity), blockMax);
+  const blockMax = g.reduceMax(g.reshape(padded, [0, 0, -1, blockSize]), [-1], false); // [G, S, nb]
+  const nb = g.gather(g.op('Shape', [blockMax]), g.const('int64', [2], []));
+  const firstBlock = g.div(kbase, bs); // [G, 1, 1]; kbase is a multiple of the block size
+  const blockIds = g.add(g.op('Range', [g.const('int64', [0], []), nb, g.const('int64', [1], [])]), firstBlock); // [G, 1, nb]
+  const pinned = g.where(g.equal(blockIds, pin), g.scalar(Infinity), blockMax);
   const k = g.min(g.const('int64', [topBlocks], []), nb);
   const [vals, idx] = g.node('TopK', [pinned, g.unsqueeze(k, [0])], { axis: -1, largest: 1, sorted: 1 }, 2) as [string, string];
   return [vals, g.cast(g.add(idx, firstBlock), 'int32')];
-}
-
-/** unpack_index_k: packed index-K rows [N, r] → their values [N, dI], bit for bit. */
-export function buildUnpackIndexKGraph(ctx: GraphContext): Uint8Array {
-  const dI = ctx.config.indexHeadDim;
-  const g = new GraphBuilder('unpack_index_k');
-  const packed = g.input('packed', 'uint8', ['N', dI / 2 + dI / 32]);
-  g.output(unpackIndexK(g, packed, dI), 'K', 'float32', ['N', dI]);
-  return g.toBytes();
 }
 
 export function buildIndexerPoolGraph(ctx: GraphContext, e: LayerPlanEntry): Uint8Array {

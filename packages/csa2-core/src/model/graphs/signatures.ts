@@ -38,24 +38,18 @@ export const COMPRESS = {
 } as const satisfies AnySignature;
 
 /**
- * indexer[l] (scan of one chunk of keys): iq [S,hI,dI], iw [S,hI], K [N,dI] index keys of entries
- * [base, base+N), base [1], clen [S,1] (entries visible per row), kk [1] → topv [S,k] scores and topi
- * [S,k] positions of the chunk's best k = min(kk, N) (by score, ties to the lower position); the
- * candidate source also: blockv, blocki [S,kb] the chunk's best candidate blocks (block maxima, the
- * newest visible block pinned at +inf; absolute block ids). Layers after the candidate source, when
- * they scan everything: cand_in [S,N], the pool as a mask.
+ * indexer[l] (scan of G spans at once): K [G,N,r] packed index keys, span g's at coordinates
+ * [kbase[g], kbase[g]+N); iq [G,S,hI,dI], iw [G,S,hI]; lo, hi [G,S,1] the coordinates each row may
+ * pick; kk [1] → topv [G,S,k] scores and topi [G,S,k] coordinates of each row's best k = min(kk, N) (by
+ * score, ties to the lower coordinate); the candidate source also takes pin [G,S,1] (the row's newest
+ * visible block) and gives blockv, blocki [G,S,kb] its best candidate blocks. Layers after the
+ * candidate source, when they scan everything: cand_in [G,S,N], the pool as a mask.
  */
 export const INDEXER_SCAN = {
-  inputs: { iq: 'float32', iw: 'float32', K: 'float32', base: 'int64', clen: 'int32', kk: 'int32' },
-  optionalInputs: { cand_in: 'bool' },
+  inputs: { iq: 'float32', iw: 'float32', K: 'uint8', kbase: 'int64', lo: 'int64', hi: 'int64', kk: 'int32' },
+  optionalInputs: { cand_in: 'bool', pin: 'int64' },
   outputs: { topv: 'float32', topi: 'int32' },
   optionalOutputs: { blockv: 'float32', blocki: 'int32' },
-} as const satisfies AnySignature;
-
-/** unpack_index_k: packed index-K rows [N,r] → values [N,dI] (bit for bit). */
-export const UNPACK_INDEX_K = {
-  inputs: { packed: 'uint8' },
-  outputs: { K: 'float32' },
 } as const satisfies AnySignature;
 
 /**

@@ -1,0 +1,236 @@
+/**
+ * @module model/indexer-pool
+ * The second level of the hierarchical indexer (csa2 §3.3): layers after the candidate source pick
+ * their top-k inside each row's candidate pool (≤ topBlocks × blockSize positions). Only the pool is
+ * scored: the keys of the union of a span's candidate blocks are gathered (a decode step: ≤ 16,384 at
+ * the released config, whatever the context) and each row is masked to its own blocks; spans share a
+ * run while rows × keys stays within the budget (block-diagonal masks). The official code scores every
+ * entry and masks (`indexerPool: false`); both give the same list bit for bit, tests compare them:
+ * - scores are the same per entry (the graph computes each one alike for any key count ≥ 2);
+ * - ties go to the lower position in both (pool columns are in position order);
+ * - where a row has fewer allowed entries than it must pick, the scan's top-k goes on into -inf
+ *   scores, lowest position first, and keeps those below the row's visible length (entries outside
+ *   its pool); `completePicks` reproduces that.
+ */
+import type { LayerPlanEntry } from '../config/layer-plan.js';
+import { bool, i32, u8 } from '../runtime/ort-session.js';
+import type { TypedGraph } from './graph-io.js';
+import type { INDEXER_POOL } from './graphs/signatures.js';
+import { queryRows, requireCandidates, type IndexerContext, type IndexerJob } from './indexer.js';
+
+/**
+ * Each job's top-k lists, the pools of several jobs scored in one run while their rows × pool keys ×
+ * heads stay within the budget (a job too big alone runs in row blocks of its own).
+ */
+export async function poolTopk(ctx: IndexerContext, graph: TypedGraph<typeof INDEXER_POOL>, e: LayerPlanEntry, jobs: readonly IndexerJob[]): Promise<Int32Array[]> {
+  const c = ctx.config;
+  const hI = c.indexNumHeads;
+  const bs = c.candidateBlockSize;
+  // per job, row blocks whose pools fit the budget (a decode row: one block)
+  const parts: Array<{ job: number; r0: number; r1: number; pool: CandidatePool }> = [];
+  jobs.forEach((job, ji) => {
+    const cand = requireCandidates(job.st.shared.candidates, e);
+    const kb = job.st.shared.kb;
+    const blocks: Array<[number, number]> = [[0, job.rows]];
+    while (blocks.length > 0) {
+      const [r0, r1] = blocks.pop() as [number, number];
+      const pool = candidatePool(cand.subarray(r0 * kb, r1 * kb), r1 - r0, kb, job.nVis, bs, job.clen.subarray(r0, r1));
+      if (r1 - r0 > 1 && (r1 - r0) * pool.positions.length * hI > ctx.indexerBudgetValues) {
+        const mid = (r0 + r1) >> 1;
+        blocks.push([mid, r1], [r0, mid]);
+        continue;
+      }
+      parts.push({ job: ji, r0, r1, pool });
+    }
+  });
+  const lists = jobs.map((j) => new Int32Array(j.rows * j.kk).fill(-1));
+  // runs: consecutive parts while they fit together
+  let run: typeof parts = [];
+  let rows = 0;
+  let keys = 0;
+  const flush = async () => {
+    if (run.length > 0) await poolRun(ctx, graph, jobs, run, lists);
+    run = [];
+    rows = 0;
+    keys = 0;
+  };
+  for (const p of parts) {
+    const U = p.pool.positions.length;
+    if (U === 0) {
+      const job = jobs[p.job] as IndexerJob;
+      lists[p.job]?.set(completePicks(new Int32Array(0), p.r1 - p.r0, job.kk, Math.min(job.kk, job.nVis), job.clen.subarray(p.r0, p.r1), p.pool), p.r0 * job.kk);
+      continue;
+    }
+    if (run.length > 0 && (rows + p.r1 - p.r0) * (keys + U) * hI > ctx.indexerBudgetValues) await flush();
+    run.push(p);
+    rows += p.r1 - p.r0;
+    keys += U;
+  }
+  await flush();
+  return lists;
+}
+
+/** One run over several parts: their pools' keys one after another, block-diagonal masks. */
+async function poolRun(
+  ctx: IndexerContext,
+  graph: TypedGraph<typeof INDEXER_POOL>,
+  jobs: readonly IndexerJob[],
+  run: ReadonlyArray<{ job: number; r0: number; r1: number; pool: CandidatePool }>,
+  lists: Int32Array[],
+): Promise<void> {
+  const c = ctx.config;
+  const { indexNumHeads: hI, indexHeadDim: dI } = c;
+  const R = run.reduce((s, p) => s + (p.r1 - p.r0), 0);
+  const U = run.reduce((s, p) => s + p.pool.positions.length, 0);
+  const rowBytes = (jobs[run[0]?.job as number] as IndexerJob).src.indexK.rowBytes;
+  const K = new Uint8Array(U * rowBytes);
+  const allow = new Uint8Array(R * U);
+  const iq = new Float32Array(R * hI * dI);
+  const iw = new Float32Array(R * hI);
+  let row = 0;
+  let col = 0;
+  for (const p of run) {
+    const job = jobs[p.job] as IndexerJob;
+    const u = p.pool.positions.length;
+    job.src.indexK.gather(p.pool.positions, K, col);
+    const q = queryRows(c, job, p.r0, p.r1);
+    iq.set(q.iq.data, row * hI * dI);
+    iw.set(q.iw.data, row * hI);
+    for (let r = 0; r < p.r1 - p.r0; r++) allow.set(p.pool.allow.subarray(r * u, (r + 1) * u), (row + r) * U + col);
+    row += p.r1 - p.r0;
+    col += u;
+  }
+  const kk = Math.max(...run.map((p) => (jobs[p.job] as IndexerJob).kk));
+  const out = await graph.run({
+    iq: { type: 'float32', data: iq, dims: [R, hI, dI] },
+    iw: { type: 'float32', data: iw, dims: [R, hI] },
+    K: u8(K, [U, rowBytes]),
+    allow: bool(allow, [R, U]),
+    kk: i32(Int32Array.of(kk), [1]),
+  });
+  const k = out.pick.dims[1] as number;
+  row = 0;
+  col = 0;
+  for (const p of run) {
+    const job = jobs[p.job] as IndexerJob;
+    const S = p.r1 - p.r0;
+    const picks = new Int32Array(S * k).fill(-1);
+    for (let r = 0; r < S; r++) {
+      for (let j = 0; j < k; j++) {
+        const at = (row + r) * k + j;
+        const u = (out.pick.data[at] as number) - col;
+        if (out.finite.data[at] === 1 && u >= 0 && u < p.pool.positions.length) picks[r * k + j] = p.pool.positions[u] as number;
+      }
+    }
+    lists[p.job]?.set(completePicks(picks, S, job.kk, Math.min(job.kk, job.nVis), job.clen.subarray(p.r0, p.r1), p.pool), p.r0 * job.kk);
+    row += S;
+    col += p.pool.positions.length;
+  }
+}
+
+/** Candidate blocks [S, kb] (-1 = none) → the mask [S, width] of the positions they cover. */
+export function candidateMask(cand: Int32Array, S: number, kb: number, width: number, blockSize: number): Uint8Array {
+  const mask = new Uint8Array(S * width);
+  for (let r = 0; r < S; r++) {
+    for (let j = 0; j < kb; j++) {
+      const b = cand[r * kb + j] as number;
+      if (b < 0) continue;
+      const end = Math.min(width, (b + 1) * blockSize);
+      for (let p = b * blockSize; p < end; p++) mask[r * width + p] = 1;
+    }
+  }
+  return mask;
+}
+
+/** The union of a span's candidate pools and what each row may pick from it. */
+export interface CandidatePool {
+  /** Positions of the union's blocks, ascending; padded to ≥ 2 columns (graph-io: one key column takes another code path). */
+  readonly positions: Int32Array;
+  /** [S, positions] 1 where the position is in the row's blocks and visible to it. */
+  readonly allow: Uint8Array;
+  /** Per row, its candidate blocks as a sorted list (for completePicks). */
+  readonly rowBlocks: readonly Int32Array[];
+  readonly blockSize: number;
+}
+
+export function candidatePool(cand: Int32Array, S: number, kb: number, nVis: number, blockSize: number, clen: Int32Array): CandidatePool {
+  const rowBlocks: Int32Array[] = [];
+  const all = new Set<number>();
+  for (let r = 0; r < S; r++) {
+    const row: number[] = [];
+    for (let j = 0; j < kb; j++) {
+      const b = cand[r * kb + j] as number;
+      if (b >= 0 && b * blockSize < nVis) {
+        row.push(b);
+        all.add(b);
+      }
+    }
+    rowBlocks.push(Int32Array.from(row).sort());
+  }
+  const blocks = Int32Array.from(all).sort();
+  const pos: number[] = [];
+  const blockOf: number[] = []; // union-block index of each position
+  blocks.forEach((b, i) => {
+    const end = Math.min(nVis, (b + 1) * blockSize);
+    for (let p = b * blockSize; p < end; p++) {
+      pos.push(p);
+      blockOf.push(i);
+    }
+  });
+  const real = pos.length;
+  if (real === 1) pos.push(pos[0] as number); // a second, never-allowed column (see `positions`)
+  const U = pos.length;
+  const allow = new Uint8Array(S * U);
+  const inRow = new Uint8Array(blocks.length);
+  for (let r = 0; r < S; r++) {
+    inRow.fill(0);
+    for (const b of rowBlocks[r] as Int32Array) inRow[lowerBound(blocks, b)] = 1;
+    const visible = clen[r] as number;
+    for (let u = 0; u < real; u++) allow[r * U + u] = inRow[blockOf[u] as number] === 1 && (pos[u] as number) < visible ? 1 : 0;
+  }
+  return { positions: Int32Array.from(pos), allow, rowBlocks, blockSize };
+}
+
+/**
+ * The rows' final top-k lists [S, kk], as the official scan gives them: the finite picks, then (while
+ * fewer than kEff = min(kk, visible entries)) the lowest positions outside the row's allowed set, which
+ * stay picks when below the row's visible length; ascending; -1 for unreachable picks and padding.
+ */
+export function completePicks(picks: Int32Array, S: number, kk: number, kEff: number, clen: Int32Array, pool: CandidatePool): Int32Array {
+  const out = new Int32Array(S * kk).fill(-1);
+  const kp = S === 0 ? 0 : picks.length / S;
+  const bs = pool.blockSize;
+  for (let r = 0; r < S; r++) {
+    const chosen: number[] = [];
+    for (let j = 0; j < kp; j++) {
+      const p = picks[r * kp + j] as number;
+      if (p >= 0) chosen.push(p);
+    }
+    const visible = clen[r] as number;
+    const blocks = pool.rowBlocks[r] as Int32Array;
+    const allowed = (p: number) => p < visible && binaryHas(blocks, Math.floor(p / bs));
+    for (let p = 0; chosen.length < kEff; p++) if (!allowed(p)) chosen.push(p);
+    chosen.sort((a, b) => a - b);
+    for (let j = 0; j < chosen.length; j++) {
+      const p = chosen[j] as number;
+      out[r * kk + j] = p < visible ? p : -1;
+    }
+  }
+  return out;
+}
+
+function lowerBound(sorted: Int32Array, x: number): number {
+  let lo = 0;
+  let hi = sorted.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if ((sorted[mid] as number) < x) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+function binaryHas(sorted: Int32Array, x: number): boolean {
+  const i = lowerBound(sorted, x);
+  return i < sorted.length && sorted[i] === x;
+}

@@ -1,0 +1,245 @@
+/**
+ * @module model/indexer-scan
+ * Scans of every visible entry (Full layers, and index sources up to the candidate source): the
+ * reference's top-k over all causally visible index keys, and at the candidate source level one of the
+ * hierarchical indexer (the best candidate blocks).
+ *
+ * Two ways to run, with the same lists bit for bit:
+ * - chunked (one span): its keys in chunks of indexerKeyChunk, each scored for the span's rows (in row
+ *   blocks within the score budget); each chunk ranks its own best, and the chunks'
+ *   rankings are merged as one ranking over all keys would order them (by score, ties to the lower
+ *   position). Memory does not grow with the context.
+ * - grouped (several spans with few keys, e.g. decode steps): one graph run with a span dimension,
+ *   each span's rows scored against its own keys only (padded to the group's most keys and rows, the
+ *   padding masked out), so a row's best ones are what it gets alone.
+ *
+ * A row's list: its best min(kk, visible) entries, in ascending position order, then -1. (The scan's
+ * picks past the visible entries score -inf and are -1 in the reference too, so only finite picks are
+ * kept; the reference path masked to the candidate pool keeps the -inf ones below the row's length,
+ * as the reference does, see indexer-pool.)
+ */
+import type { LayerPlanEntry } from '../config/layer-plan.js';
+import { bool, i32, i64, u8, type TensorOf } from '../runtime/ort-session.js';
+import type { TypedGraph } from './graph-io.js';
+import type { INDEXER_SCAN } from './graphs/signatures.js';
+import { queryRows, type IndexerContext, type IndexerJob } from './indexer.js';
+
+export interface ScanResult {
+  readonly topk: Int32Array;
+  /** [rows, kb] the candidate source's blocks (-1 = none); null elsewhere. */
+  readonly candidates: Int32Array | null;
+  readonly kb: number;
+}
+
+/**
+ * Chunks [k0, k1) of `n` keys, `chunk` keys each (a multiple of the candidate block size); a single
+ * leftover key joins the last chunk.
+ */
+export function keyChunks(n: number, chunk: number): Array<[number, number]> {
+  const out: Array<[number, number]> = [];
+  for (let k0 = 0; k0 < n; k0 += chunk) out.push([k0, Math.min(n, k0 + chunk)]);
+  const last = out[out.length - 1];
+  if (out.length > 1 && last !== undefined && last[1] - last[0] === 1) {
+    out.pop();
+    (out[out.length - 1] as [number, number])[1] = n;
+  }
+  return out;
+}
+
+/** Per row, the (score, position) pairs the runs ranked, to be merged. */
+class Ranks {
+  readonly values: number[][];
+  readonly ids: number[][];
+  constructor(rows: number) {
+    this.values = Array.from({ length: rows }, () => []);
+    this.ids = Array.from({ length: rows }, () => []);
+  }
+  /** Takes rows [r0, r0 + rows of v) of a run's output; ids shifted by -shift; only finite ones unless keepInfinite. */
+  add(r0: number, v: TensorOf<'float32'>, i: TensorOf<'int32'>, shift: number, keepInfinite: boolean, rowsFrom = 0, rowsTo = v.dims[0] as number): void {
+    const k = v.dims[1] as number;
+    for (let r = rowsFrom; r < rowsTo; r++) {
+      const vs = this.values[r0 + r - rowsFrom] as number[];
+      const is = this.ids[r0 + r - rowsFrom] as number[];
+      for (let j = 0; j < k; j++) {
+        const value = v.data[r * k + j] as number;
+        if (!keepInfinite && value === -Infinity) continue;
+        vs.push(value);
+        is.push((i.data[r * k + j] as number) - shift);
+      }
+    }
+  }
+  /** Row r's pair indexes ranked as one TopK over all keys ranks them: by score, ties to the lower id. */
+  ranked(r: number): number[] {
+    const vs = this.values[r] as number[];
+    const is = this.ids[r] as number[];
+    const order = vs.map((_, j) => j);
+    order.sort((a, b) => (vs[b] as number) - (vs[a] as number) || (is[a] as number) - (is[b] as number));
+    return order;
+  }
+}
+
+/** The merged best min(kk, nVis) per row → ascending positions, those ≥ the row's length -1, padded to kk. */
+function topkFromRanks(ranks: Ranks, job: IndexerJob): Int32Array {
+  const { rows: S, kk, nVis, clen } = job;
+  const out = new Int32Array(S * kk).fill(-1);
+  for (let r = 0; r < S; r++) {
+    const ids = ranks.ids[r] as number[];
+    const picks = ranks.ranked(r).slice(0, Math.min(kk, nVis)).map((j) => ids[j] as number);
+    picks.sort((a, b) => a - b);
+    const visible = clen[r] as number;
+    picks.forEach((p, j) => (out[r * kk + j] = p < visible ? p : -1));
+  }
+  return out;
+}
+
+/** The merged best kb candidate blocks per row; blocks whose maximum is -inf (nothing reachable) → -1. */
+function blocksFromRanks(ranks: Ranks, S: number, kb: number): Int32Array {
+  const out = new Int32Array(S * kb).fill(-1);
+  for (let r = 0; r < S; r++) {
+    const vs = ranks.values[r] as number[];
+    const ids = ranks.ids[r] as number[];
+    ranks
+      .ranked(r)
+      .slice(0, kb)
+      .forEach((j, k) => {
+        if ((vs[j] as number) > -Infinity) out[r * kb + k] = ids[j] as number;
+      });
+  }
+  return out;
+}
+
+const int64Tensor = (values: ArrayLike<number>, dims: readonly number[]) => i64(BigInt64Array.from(Array.from(values, (v) => BigInt(v))), dims);
+
+/** A [G, S, k] output as [G·S, k] rows. */
+function rows2d<T extends 'float32' | 'int32'>(t: TensorOf<T>): TensorOf<T> {
+  return { ...t, dims: [(t.dims[0] as number) * (t.dims[1] as number), t.dims[2] as number] };
+}
+
+/** The newest visible candidate block of each row (-1: none). */
+function pinOf(n: number, bs: number): number {
+  return n > 0 ? Math.floor((n - 1) / bs) : -1;
+}
+
+/** One span alone: its keys in chunks, its rows in blocks; `mask` [S, nVis] restricts picks (reference path). */
+export async function scanChunked(ctx: IndexerContext, graph: TypedGraph<typeof INDEXER_SCAN>, e: LayerPlanEntry, job: IndexerJob, mask: Uint8Array | null): Promise<ScanResult> {
+  const c = ctx.config;
+  const { indexNumHeads: hI, indexHeadDim: dI } = c;
+  const bs = c.candidateBlockSize;
+  const { rows: S, nVis, clen } = job;
+  const rowBytes = job.src.indexK.rowBytes;
+  const ranks = new Ranks(S);
+  const blockRanks = e.isCandidateSource ? new Ranks(S) : null;
+  const kkT = i32(Int32Array.of(job.kk), [1]);
+  for (const [k0, k1] of keyChunks(nVis, ctx.indexerKeyChunk)) {
+    // at least two keys (a one-column product takes another code path): a zero row nobody may pick
+    const N = Math.max(2, k1 - k0);
+    let packed = job.src.indexK.range(k0, k1 - k0);
+    if (N > k1 - k0) {
+      const p = new Uint8Array(N * rowBytes);
+      p.set(packed);
+      packed = p;
+    }
+    const K = u8(packed, [1, N, rowBytes]);
+    const step = Math.max(1, Math.floor(ctx.indexerBudgetValues / (hI * N)));
+    for (let r0 = 0; r0 < S; r0 += step) {
+      const r1 = Math.min(S, r0 + step);
+      const n = r1 - r0;
+      let candIn;
+      if (mask !== null) {
+        const part = new Uint8Array(n * N);
+        for (let r = r0; r < r1; r++) part.set(mask.subarray(r * nVis + k0, r * nVis + k1), (r - r0) * N);
+        candIn = bool(part, [1, n, N]);
+      }
+      const q = queryRows(c, job, r0, r1);
+      const out = await graph.run({
+        iq: { ...q.iq, dims: [1, n, hI, dI] },
+        iw: { ...q.iw, dims: [1, n, hI] },
+        K,
+        kbase: int64Tensor([k0], [1, 1, 1]),
+        lo: int64Tensor(new Array<number>(n).fill(0), [1, n, 1]),
+        hi: int64Tensor(clen.subarray(r0, r1), [1, n, 1]),
+        kk: kkT,
+        ...(candIn !== undefined ? { cand_in: candIn } : {}),
+        ...(blockRanks !== null ? { pin: int64Tensor(Array.from(clen.subarray(r0, r1), (v) => pinOf(v, bs)), [1, n, 1]) } : {}),
+      });
+      ranks.add(r0, rows2d(out.topv), rows2d(out.topi), 0, mask !== null);
+      if (blockRanks !== null && out.blockv !== undefined && out.blocki !== undefined) blockRanks.add(r0, rows2d(out.blockv), rows2d(out.blocki), 0, true);
+    }
+  }
+  // the reference path keeps the -inf picks below a row's length (see the module comment)
+  if (mask !== null) return { topk: topkFromRanks(ranks, job), candidates: null, kb: 0 };
+  const kb = Math.min(c.candidateTopKBlocks, Math.ceil(nVis / bs));
+  return { topk: topkFromRanks(ranks, job), candidates: blockRanks !== null ? blocksFromRanks(blockRanks, S, kb) : null, kb };
+}
+
+/**
+ * Several spans with few keys in shared runs: one graph run scores each span's rows against its own
+ * keys (a batch dimension, padded to the group's most rows and keys), while the group's padded
+ * spans × rows × keys × heads stays within the budget.
+ */
+export async function scanGrouped(ctx: IndexerContext, graph: TypedGraph<typeof INDEXER_SCAN>, e: LayerPlanEntry, jobs: readonly IndexerJob[]): Promise<Map<IndexerJob, ScanResult>> {
+  const hI = ctx.config.indexNumHeads;
+  const results = new Map<IndexerJob, ScanResult>();
+  // similar sizes together: less padding
+  const order = [...jobs].sort((a, b) => a.nVis - b.nVis || a.rows - b.rows);
+  let group: IndexerJob[] = [];
+  const cost = (g: readonly IndexerJob[]) => g.length * Math.max(...g.map((j) => j.rows)) * Math.max(2, ...g.map((j) => j.nVis)) * hI;
+  for (const j of order) {
+    if (group.length > 0 && cost([...group, j]) > ctx.indexerBudgetValues) {
+      for (const [k, r] of await scanGroup(ctx, graph, e, group)) results.set(k, r);
+      group = [];
+    }
+    group.push(j);
+  }
+  if (group.length > 0) for (const [k, r] of await scanGroup(ctx, graph, e, group)) results.set(k, r);
+  return results;
+}
+
+async function scanGroup(ctx: IndexerContext, graph: TypedGraph<typeof INDEXER_SCAN>, e: LayerPlanEntry, group: readonly IndexerJob[]): Promise<Map<IndexerJob, ScanResult>> {
+  const c = ctx.config;
+  const bs = c.candidateBlockSize;
+  const { indexNumHeads: hI, indexHeadDim: dI } = c;
+  const G = group.length;
+  const rowBytes = (group[0] as IndexerJob).src.indexK.rowBytes;
+  const N = Math.max(2, ...group.map((j) => j.nVis)); // at least two keys (a one-column product takes another code path)
+  const S = Math.max(...group.map((j) => j.rows));
+  const packed = new Uint8Array(G * N * rowBytes);
+  const iq = new Float32Array(G * S * hI * dI);
+  const iw = new Float32Array(G * S * hI);
+  const hi = new Array<number>(G * S).fill(0); // padding rows pick nothing
+  const pin = new Array<number>(G * S).fill(-1);
+  group.forEach((j, g) => {
+    packed.set(j.src.indexK.range(0, j.nVis), g * N * rowBytes);
+    iq.set(j.iq, g * S * hI * dI);
+    iw.set(j.iw, g * S * hI);
+    for (let r = 0; r < j.rows; r++) {
+      hi[g * S + r] = j.clen[r] as number;
+      pin[g * S + r] = pinOf(j.clen[r] as number, bs);
+    }
+  });
+  const out = await graph.run({
+    iq: { type: 'float32', data: iq, dims: [G, S, hI, dI] },
+    iw: { type: 'float32', data: iw, dims: [G, S, hI] },
+    K: u8(packed, [G, N, rowBytes]),
+    kbase: int64Tensor(new Array<number>(G).fill(0), [G, 1, 1]),
+    lo: int64Tensor(new Array<number>(G * S).fill(0), [G, S, 1]),
+    hi: int64Tensor(hi, [G, S, 1]),
+    kk: i32(Int32Array.of(Math.max(...group.map((j) => j.kk))), [1]),
+    ...(e.isCandidateSource ? { pin: int64Tensor(pin, [G, S, 1]) } : {}),
+  });
+  const results = new Map<IndexerJob, ScanResult>();
+  const flat = rows2d;
+  group.forEach((j, g) => {
+    const ranks = new Ranks(j.rows);
+    ranks.add(0, flat(out.topv), flat(out.topi), 0, false, g * S, g * S + j.rows);
+    let candidates: Int32Array | null = null;
+    const kb = Math.min(c.candidateTopKBlocks, Math.ceil(j.nVis / bs));
+    if (e.isCandidateSource && out.blockv !== undefined && out.blocki !== undefined) {
+      const blocks = new Ranks(j.rows);
+      blocks.add(0, flat(out.blockv), flat(out.blocki), 0, false, g * S, g * S + j.rows);
+      candidates = blocksFromRanks(blocks, j.rows, kb);
+    }
+    results.set(j, { topk: topkFromRanks(ranks, j), candidates, kb });
+  });
+  return results;
+}
