@@ -1,5 +1,5 @@
 export * from './errors.js';
-export type { ObjectStore, ObjectInfo, ByteRange, PutOptions } from './store/object-store.js';
+export type { ObjectStore, ObjectInfo, ByteRange, GetOptions, PutOptions } from './store/object-store.js';
 export * from './layout.js';
 export * from './format/keys.js';
 export * from './format/chunk-key.js';
@@ -10,6 +10,8 @@ export { SequenceStateError } from './format/sequence-rows.js';
 export * from './writer.js';
 export * from './reader.js';
 export * from './chunk-cache.js';
+export { BufferPool } from './buffer-pool.js';
+export type { BufferPoolOptions } from './buffer-pool.js';
 export { FsObjectStore } from './store/fs-store.js';
 export type { FsObjectStoreOptions } from './store/fs-store.js';
 export { S3ObjectStore, MIN_MULTIPART_PART_SIZE_BYTES } from './store/s3-store.js';

@@ -11,6 +11,10 @@
  * `verifyExisting: 'full'`), it is fetched and verified, kept when valid and replaced when not. A finished manifest equal to an existing one
  * (ignoring createdAt) is not rewritten.
  *
+ * Pipeline: a chunk is encoded (header, a copy of its packed rows, SHA-256) into one of
+ * `maxInFlightPuts` reused buffers while the puts of earlier chunks run; encoding never waits for
+ * anything but a free buffer.
+ *
  * Failure: the first failed put fails the writer; later calls reject with that error. Nothing already
  * written needs cleaning up (chunks are shared and immutable; the manifest was not written).
  */
@@ -19,11 +23,12 @@ import type { ObjectStore } from './store/object-store.js';
 import { ObjectNotFoundError } from './errors.js';
 import { DEFAULT_CHUNK_TOKENS, validateChunkTokens, type ArtifactLayout } from './layout.js';
 import { Semaphore } from './format/bounded-concurrency.js';
-import { CHUNK_CHECKSUM_BYTES, decodeChunk, encodeChunk, type EncodedChunk } from './format/chunk-codec.js';
+import { CHUNK_CHECKSUM_BYTES, chunkObjectBytes, decodeChunk, encodeChunk, type EncodedChunk } from './format/chunk-codec.js';
+import { BufferPool } from './buffer-pool.js';
 import { chunkKey, fullChunkKeys } from './format/chunk-key.js';
 import { chunkObjectKey, manifestObjectKey, validateDocumentId, validateTenant } from './format/keys.js';
 import { MANIFEST_FORMAT_VERSION, encodeManifest, parseManifest, type DocumentManifest, type ManifestChunk } from './format/manifest.js';
-import { SequenceStateError, checkSequenceLayout, chunkContentOf } from './format/sequence-rows.js';
+import { SequenceStateError, checkSequenceLayout, chunkContentOf, sequenceLength, sequenceTokenIds } from './format/sequence-rows.js';
 
 /** Default number of puts in flight. */
 export const DEFAULT_MAX_IN_FLIGHT_PUTS = 4;
@@ -64,7 +69,7 @@ export interface ArtifactWriteStats {
   readonly bytesWritten: number;
   /** Tokens covered by the chunks done so far. */
   readonly tokensWritten: number;
-  /** FP4 blocks the exact row packer had to search (format/row-packing). */
+  /** FP4 blocks the exact row packer had to search (format/sequence-rows' temporary adapter; 0 once Sequences hold packed rows). */
   readonly searchedBlocks: number;
 }
 
@@ -85,6 +90,8 @@ export class ArtifactWriter {
   private readonly now: () => Date;
   private readonly verifyExisting: 'trailer' | 'full';
   private readonly puts: Semaphore;
+  /** Chunk buffers, one per put in flight, reused from chunk to chunk. */
+  private readonly buffers: BufferPool;
   private readonly chunks: ManifestChunk[] = [];
   private previousKey: string | null = null;
   private nextStartToken = 0;
@@ -109,6 +116,7 @@ export class ArtifactWriter {
     this.documentId = validateDocumentId(options.documentId);
     this.chunkTokens = validateChunkTokens(options.layout, options.chunkTokens ?? DEFAULT_CHUNK_TOKENS);
     this.puts = new Semaphore(options.maxInFlightPuts ?? DEFAULT_MAX_IN_FLIGHT_PUTS);
+    this.buffers = new BufferPool({ maxFree: options.maxInFlightPuts ?? DEFAULT_MAX_IN_FLIGHT_PUTS });
     this.now = options.now ?? (() => new Date());
     this.verifyExisting = options.verifyExisting ?? 'trailer';
   }
@@ -122,10 +130,10 @@ export class ArtifactWriter {
    * complete; default: the whole Sequence) and that this writer has not written yet. Calls are
    * serialized; the promise resolves when those chunks are stored.
    */
-  writeAvailable(seq: Sequence, uptoToken: number = seq.length): Promise<void> {
+  writeAvailable(seq: Sequence, uptoToken: number = sequenceLength(seq)): Promise<void> {
     return this.enqueue(async () => {
       this.checkOpen();
-      await this.writeChunksUpTo(seq, Math.min(uptoToken, seq.length), false);
+      await this.writeChunksUpTo(seq, Math.min(uptoToken, sequenceLength(seq)), false);
     });
   }
 
@@ -140,10 +148,10 @@ export class ArtifactWriter {
       this.checkOpen();
       if (this.nextStartToken !== 0) throw new SequenceStateError('adoptStoredChunks must come before any other write');
       const C = this.chunkTokens;
-      if (!Number.isSafeInteger(chunkCount) || chunkCount < 0 || chunkCount * C > seq.length) {
-        throw new SequenceStateError(`cannot adopt ${chunkCount} chunks of ${C} tokens from a sequence of ${seq.length} tokens`);
+      if (!Number.isSafeInteger(chunkCount) || chunkCount < 0 || chunkCount * C > sequenceLength(seq)) {
+        throw new SequenceStateError(`cannot adopt ${chunkCount} chunks of ${C} tokens from a sequence of ${sequenceLength(seq)} tokens`);
       }
-      const keys = fullChunkKeys(this.layout.modelId, seq.tokens, C, chunkCount);
+      const keys = fullChunkKeys(this.layout.modelId, sequenceTokenIds(seq, 0, chunkCount * C), C, chunkCount);
       const entries = await Promise.all(
         keys.map((key) =>
           this.puts.run(async () => {
@@ -172,14 +180,14 @@ export class ArtifactWriter {
   finish(seq: Sequence): Promise<DocumentManifest> {
     return this.enqueue(async () => {
       this.checkOpen();
-      await this.writeChunksUpTo(seq, seq.length, true);
+      await this.writeChunksUpTo(seq, sequenceLength(seq), true);
       const manifest: DocumentManifest = {
         formatVersion: MANIFEST_FORMAT_VERSION,
         modelId: this.layout.modelId,
         layoutId: this.layout.layoutId,
         tenant: this.tenant,
         documentId: this.documentId,
-        tokenCount: seq.length,
+        tokenCount: sequenceLength(seq),
         chunkTokens: this.chunkTokens,
         chunks: this.chunks.slice(),
         createdAt: this.now().toISOString(),
@@ -218,21 +226,25 @@ export class ArtifactWriter {
       }
       let encoded: EncodedChunk;
       let key: string;
+      let tokenIds: ArrayLike<number>;
+      // A reused buffer (no page faults, no garbage): the put is the only holder until it settles.
+      const buffer = this.buffers.acquire(chunkObjectBytes(this.layout, start, end));
       try {
         const content = chunkContentOf(seq, this.layout, start, end);
-        encoded = encodeChunk(this.layout, content);
+        encoded = encodeChunk(this.layout, content, { into: buffer }); // header + copy + SHA-256, while earlier puts run
         key = chunkKey(this.layout.modelId, this.previousKey, content.tokenIds);
+        tokenIds = content.tokenIds;
+        this.s.searchedBlocks += content.searchedBlocks;
       } catch (error) {
+        this.buffers.release(buffer);
         this.puts.release();
         await Promise.allSettled(pending); // let puts already started settle (none is left unhandled)
         throw error;
       }
-      this.s.searchedBlocks += encoded.searchedBlocks;
       const index = this.chunks.length;
       this.chunks.push({ key, startToken: start, endToken: end, sizeBytes: encoded.bytesU8.length, sha256: encoded.checksumHex });
       this.previousKey = key;
       this.nextStartToken = end;
-      const tokenIds = seq.tokens.slice(start, end);
       pending.push(
         this.putChunk(key, encoded.bytesU8, encoded.checksumHex, tokenIds)
           .then(
@@ -244,7 +256,10 @@ export class ArtifactWriter {
               throw error;
             },
           )
-          .finally(() => this.puts.release()),
+          .finally(() => {
+            this.buffers.release(buffer);
+            this.puts.release();
+          }),
       );
     }
     const results = await Promise.allSettled(pending);
@@ -252,7 +267,7 @@ export class ArtifactWriter {
   }
 
   /** Stores one chunk (ifAbsent); returns the size and checksum of the object now stored under its key. */
-  private async putChunk(key: string, bytesU8: Uint8Array, checksumHex: string, tokenIds: readonly number[]): Promise<{ sizeBytes: number; sha256: string }> {
+  private async putChunk(key: string, bytesU8: Uint8Array, checksumHex: string, tokenIds: ArrayLike<number>): Promise<{ sizeBytes: number; sha256: string }> {
     const objectKey = chunkObjectKey(this.tenant, key);
     if (await this.store.put(objectKey, bytesU8, { ifAbsent: true })) {
       this.s.chunksWritten++;
@@ -284,7 +299,7 @@ export class ArtifactWriter {
     return { sizeBytes: bytesU8.length, sha256: checksumHex };
   }
 
-  private async storedChunkIsValid(objectKey: string, tokenIds: readonly number[]): Promise<boolean> {
+  private async storedChunkIsValid(objectKey: string, tokenIds: ArrayLike<number>): Promise<boolean> {
     try {
       const chunk = decodeChunk(this.layout, objectKey, await this.store.get(objectKey));
       return chunk.tokenIds.length === tokenIds.length && chunk.tokenIds.every((id, i) => id === tokenIds[i]);
@@ -332,7 +347,7 @@ export async function existingChunkPrefix(
   store: ObjectStore,
   layout: ArtifactLayout,
   tenant: string,
-  tokenIds: readonly number[],
+  tokenIds: ArrayLike<number>,
   chunkTokens: number,
 ): Promise<number> {
   validateChunkTokens(layout, chunkTokens);

@@ -137,6 +137,27 @@ export function runObjectStoreConformance<S extends ObjectStore>(
       });
     });
 
+    describe('get options', () => {
+      it('reads into a given buffer when it is large enough, else into a new one; a size hint never changes the bytes', async () => {
+        const body = randomBody(300_000);
+        await store().put('obj', body);
+        const big = new Uint8Array(400_000).fill(0xee);
+        const got = await store().get('obj', { into: big, sizeBytesHint: body.byteLength });
+        assert.deepEqual(got, body);
+        assert.equal(got.buffer, big.buffer, 'the result is a view of the given buffer');
+        assert.equal(got.byteOffset, big.byteOffset);
+        const small = new Uint8Array(1000).fill(0xee);
+        const fresh = await store().get('obj', { into: small });
+        assert.deepEqual(fresh, body);
+        assert.notEqual(fresh.buffer, small.buffer);
+        assert.ok(small.every((b) => b === 0xee), 'a buffer too small is left untouched');
+        for (const hint of [0, 1, body.byteLength - 1, body.byteLength + 1, 10 * body.byteLength]) {
+          assert.deepEqual(await store().get('obj', { sizeBytesHint: hint }), body, `hint ${hint}`);
+        }
+        await assert.rejects(store().get('absent', { into: big, sizeBytesHint: 10 }), (err: unknown) => err instanceof ObjectNotFoundError && err.key === 'absent');
+      });
+    });
+
     describe('ifAbsent', () => {
       it('writes when absent, then returns false and keeps the first bytes', async () => {
         const first = randomBody(100);

@@ -23,7 +23,7 @@ import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { InvalidKeyError, ObjectNotFoundError, StoreConfigError, StoreUnavailableError } from '../errors.js';
 import { checkRange, segmentProblem, validateKey, validatePrefix } from './keys.js';
-import type { ByteRange, ObjectInfo, ObjectStore, PutOptions } from './object-store.js';
+import type { ByteRange, GetOptions, ObjectInfo, ObjectStore, PutOptions } from './object-store.js';
 
 export interface FsObjectStoreOptions {
   /**
@@ -87,7 +87,7 @@ export class FsObjectStore implements ObjectStore {
       }
       try {
         try {
-          await handle.writeFile(body);
+          await writeAll(handle, body);
           if (this.#durable) await handle.sync();
         } finally {
           await handle.close();
@@ -103,12 +103,10 @@ export class FsObjectStore implements ObjectStore {
     }
   }
 
-  async get(key: string): Promise<Uint8Array> {
-    const handle = await this.#openObject(key);
+  async get(key: string, options: GetOptions = {}): Promise<Uint8Array> {
+    const { handle, sizeBytes } = await this.#openObject(key);
     try {
-      const buffer = await handle.readFile();
-      // A plain Uint8Array view (no copy), like the other backends return.
-      return new Uint8Array(buffer.buffer, buffer.byteOffset, buffer.byteLength);
+      return await readAll(handle, sizeBytes, options.into);
     } catch (err) {
       throw this.#ioError(err, `get ${key}`);
     } finally {
@@ -119,9 +117,8 @@ export class FsObjectStore implements ObjectStore {
   async getRange(key: string, range: ByteRange): Promise<Uint8Array> {
     validateKey(key);
     checkRange(range);
-    const handle = await this.#openObject(key);
+    const { handle, sizeBytes } = await this.#openObject(key);
     try {
-      const sizeBytes = (await handle.stat()).size;
       if (range.offset + range.length > sizeBytes) {
         throw new RangeError(`range [${range.offset}, ${range.offset + range.length}) is past the end of ${key} (${sizeBytes} bytes)`);
       }
@@ -207,7 +204,8 @@ export class FsObjectStore implements ObjectStore {
     return join(this.root, ...validateKey(key));
   }
 
-  async #openObject(key: string): Promise<FileHandle> {
+  /** Opens the object's file for reading, with its size; ObjectNotFoundError unless it is a regular file. */
+  async #openObject(key: string): Promise<{ handle: FileHandle; sizeBytes: number }> {
     const path = this.#pathOf(key);
     let handle: FileHandle;
     try {
@@ -216,18 +214,15 @@ export class FsObjectStore implements ObjectStore {
       if (ABSENT_CODES.has(errnoCode(err) ?? '') || errnoCode(err) === 'ELOOP') throw new ObjectNotFoundError(key);
       throw this.#ioError(err, `get ${key}`);
     }
-    const isFile = await handle.stat().then(
-      (stats) => stats.isFile(),
-      async (err: unknown) => {
-        await handle.close();
-        throw this.#ioError(err, `get ${key}`);
-      },
-    );
-    if (!isFile) {
+    const stats = await handle.stat().catch(async (err: unknown) => {
+      await handle.close();
+      throw this.#ioError(err, `get ${key}`);
+    });
+    if (!stats.isFile()) {
       await handle.close();
       throw new ObjectNotFoundError(key);
     }
-    return handle;
+    return { handle, sizeBytes: stats.size };
   }
 
   /** mkdir -p for the key's directory. */
@@ -332,6 +327,40 @@ export class FsObjectStore implements ObjectStore {
     if (CONFIG_CODES.has(code ?? '')) return new StoreConfigError(`filesystem store ${this.root}: ${what}: ${detail}`);
     return new StoreUnavailableError(`filesystem store ${this.root}: ${what}: ${detail}`, { cause: err });
   }
+}
+
+/**
+ * Writes all of `body` from the start of the file: one write(2) for a whole chunk object where the
+ * kernel takes it (FileHandle.writeFile would split it into 512 KiB writes, each a round trip through
+ * the thread pool).
+ */
+async function writeAll(handle: FileHandle, body: Uint8Array): Promise<void> {
+  let written = 0;
+  while (written < body.byteLength) {
+    const { bytesWritten } = await handle.write(body, written, body.byteLength - written, written);
+    written += bytesWritten;
+  }
+}
+
+/**
+ * Reads a file of `sizeBytes` into `into` (when large enough) or one new buffer, with as few read(2)
+ * calls as the kernel allows (FileHandle.readFile reads 512 KiB at a time). Every byte is
+ * overwritten, so a new buffer is not zeroed.
+ */
+async function readAll(handle: FileHandle, sizeBytes: number, into: Uint8Array | undefined): Promise<Uint8Array> {
+  let out: Uint8Array;
+  if (into !== undefined && into.byteLength >= sizeBytes) out = into.subarray(0, sizeBytes);
+  else {
+    const buffer = Buffer.allocUnsafeSlow(sizeBytes);
+    out = new Uint8Array(buffer.buffer, buffer.byteOffset, sizeBytes); // a plain Uint8Array, like the other backends return
+  }
+  let filled = 0;
+  while (filled < sizeBytes) {
+    const { bytesRead } = await handle.read(out, filled, sizeBytes - filled, filled);
+    if (bytesRead === 0) throw new Error(`file shrank from ${sizeBytes} to ${filled} bytes while reading it`);
+    filled += bytesRead;
+  }
+  return out;
 }
 
 function clashWithDirectory(key: string): InvalidKeyError {

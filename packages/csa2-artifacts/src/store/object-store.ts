@@ -26,6 +26,21 @@ export interface PutOptions {
   readonly ifAbsent?: boolean;
 }
 
+export interface GetOptions {
+  /**
+   * The object's size when the caller knows it (a manifest records every chunk's). A backend may use
+   * it to fetch a large object as parallel ranged reads without asking for the size first; a wrong
+   * hint costs speed, never correctness (the backend then reads the object as it is).
+   */
+  readonly sizeBytesHint?: number;
+  /**
+   * A buffer the backend may read the object into when it is large enough (from a BufferPool: it
+   * saves a fresh allocation per object). The result is then a view of its start; otherwise it is a
+   * new buffer and `into` is left untouched. @defaultValue none
+   */
+  readonly into?: Uint8Array;
+}
+
 export interface ObjectStore {
   /** A URL naming the store (file:///… or s3://bucket/prefix?…), for messages and logs. */
   readonly url: string;
@@ -35,7 +50,7 @@ export interface ObjectStore {
    */
   put(key: string, body: Uint8Array, options?: PutOptions): Promise<boolean>;
   /** The whole object; throws ObjectNotFoundError when absent. */
-  get(key: string): Promise<Uint8Array>;
+  get(key: string, options?: GetOptions): Promise<Uint8Array>;
   /** Bytes [offset, offset+length) of the object; throws ObjectNotFoundError when absent, RangeError past its end. */
   getRange(key: string, range: ByteRange): Promise<Uint8Array>;
   /** Size of the object, or null when absent. */

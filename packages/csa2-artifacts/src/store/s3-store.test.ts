@@ -248,6 +248,62 @@ describe('S3ObjectStore specifics', () => {
     }
   });
 
+  it('gets a large object whose size is hinted as parallel ranged GETs of readPartSizeBytes, at most readParallelism at once', async () => {
+    const partSize = 256 * 1024;
+    const store = openS3({ readPartSizeBytes: partSize, readParallelism: 3 });
+    const { counts } = countCommands(store);
+    const ranges: string[] = [];
+    let inFlight = 0;
+    let maxInFlight = 0;
+    store.client.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName !== 'GetObjectCommand') return next(args);
+        ranges.push(String((args.input as { Range?: string }).Range ?? 'whole'));
+        inFlight += 1;
+        maxInFlight = Math.max(maxInFlight, inFlight);
+        try {
+          return await next(args);
+        } finally {
+          inFlight -= 1;
+        }
+      },
+      { step: 'initialize', name: 'csa2TrackGets' },
+    );
+    try {
+      const body = new Uint8Array(randomBytes(7 * partSize + 123));
+      await store.put('big', body);
+      counts.clear();
+      assert.deepEqual(await store.get('big', { sizeBytesHint: body.byteLength }), body);
+      assert.equal(counts.get('GetObjectCommand'), 8, 'ceil((7 parts + 123 B) / part size) ranged GETs');
+      assert.deepEqual(ranges.slice(0, 2), [`bytes=0-${partSize - 1}`, `bytes=${partSize}-${2 * partSize - 1}`]);
+      assert.equal(ranges.at(-1), `bytes=${7 * partSize}-${body.byteLength - 1}`);
+      assert.ok(maxInFlight <= 3 && maxInFlight >= 2, `max GETs in flight ${maxInFlight}`);
+      const into = new Uint8Array(body.byteLength + 10);
+      const pooled = await store.get('big', { sizeBytesHint: body.byteLength, into });
+      assert.deepEqual(pooled, body);
+      assert.equal(pooled.buffer, into.buffer, 'the parts went into the given buffer');
+
+      // No hint, or an object at most one part long: one plain GET.
+      for (const [key, bytes, hint] of [['big', body, undefined], ['small', body.subarray(0, partSize), partSize]] as const) {
+        if (key === 'small') await store.put(key, bytes);
+        ranges.length = 0;
+        assert.deepEqual(await store.get(key, hint === undefined ? {} : { sizeBytesHint: hint }), bytes, key);
+        assert.deepEqual(ranges, ['whole'], key);
+      }
+      // A wrong hint (larger or smaller than the object) costs a plain GET, never wrong bytes.
+      for (const hint of [body.byteLength + partSize, body.byteLength - 1, 2 * partSize]) {
+        ranges.length = 0;
+        assert.deepEqual(await store.get('big', { sizeBytesHint: hint }), body, `hint ${hint}`);
+        assert.equal(ranges.at(-1), 'whole', `hint ${hint}: ended with a plain GET`);
+      }
+      await assert.rejects(store.get('missing', { sizeBytesHint: 4 * partSize }), (err: unknown) => err instanceof ObjectNotFoundError && err.key === 'missing');
+      assert.throws(() => openS3({ readPartSizeBytes: 1000 }), (err: unknown) => err instanceof StoreConfigError && /readPartSizeBytes/.test(err.message));
+      assert.throws(() => openS3({ readParallelism: 0 }), (err: unknown) => err instanceof StoreConfigError && /readParallelism/.test(err.message));
+    } finally {
+      await emptyAndClose(store);
+    }
+  });
+
   it('pages through ListObjectsV2 with continuation tokens', async () => {
     const store = openS3({ listPageSize: 4 });
     const { counts } = countCommands(store);

@@ -6,6 +6,13 @@
  * - **put** sends one PutObject up to `multipartThresholdBytes`, above it a multipart upload
  *   (@aws-sdk/lib-storage `Upload`, at most `multipartQueueSize` parts in flight). S3 makes both
  *   atomic: readers see the old or the new object.
+ * - **get** of an object larger than `readPartSizeBytes` whose size the caller knows (`sizeBytesHint`,
+ *   e.g. from a manifest) is fetched as parallel ranged GETs of that part size, at most
+ *   `readParallelism` in flight, each streamed straight into its place in one buffer. Every part's
+ *   Content-Range must name the hinted total; if the object turns out to have another size, the
+ *   parts are dropped and it is read again with one plain GET (a wrong hint costs time, not
+ *   correctness). Without a hint, or below the part size, one GET. The parts go into `into` when it
+ *   is given and large enough.
  * - **ifAbsent** has two implementations (see {@link ConditionalWriteMode}):
  *   - `'if-none-match'`: PutObject / CompleteMultipartUpload with `If-None-Match: *`. The server
  *     decides, so of concurrent writers exactly one wins (AWS S3 since 2024-08, MinIO, …).
@@ -42,7 +49,7 @@ import type { S3ClientConfig } from '@aws-sdk/client-s3';
 import { Upload } from '@aws-sdk/lib-storage';
 import { InvalidKeyError, ObjectNotFoundError, StoreConfigError, StoreUnavailableError } from '../errors.js';
 import { MAX_KEY_CHARS, checkRange, isValidKey, keyProblem, validateKey, validatePrefix } from './keys.js';
-import type { ByteRange, ObjectInfo, ObjectStore, PutOptions } from './object-store.js';
+import type { ByteRange, GetOptions, ObjectInfo, ObjectStore, PutOptions } from './object-store.js';
 
 /** How `put(…, { ifAbsent: true })` is carried out; see the module comment. */
 export type ConditionalWriteMode = 'if-none-match' | 'head-then-put';
@@ -73,6 +80,10 @@ export interface S3ObjectStoreOptions {
   readonly multipartPartSizeBytes?: number;
   /** Parts in flight per multipart upload (memory: about queueSize × partSize). @defaultValue 4 */
   readonly multipartQueueSize?: number;
+  /** Part size of the ranged GETs of one large object (see `get`). @defaultValue 8 MiB */
+  readonly readPartSizeBytes?: number;
+  /** Ranged GETs of one object in flight at most. @defaultValue 4 */
+  readonly readParallelism?: number;
   /** MaxKeys of each ListObjectsV2 page (1–1000). @defaultValue 1000 */
   readonly listPageSize?: number;
   /** Attempts per request, the first included (the SDK retries network errors, 5xx, throttling). @defaultValue 3 */
@@ -149,6 +160,8 @@ export class S3ObjectStore implements ObjectStore {
   readonly #multipartThresholdBytes: number;
   readonly #partSizeBytes: number;
   readonly #queueSize: number;
+  readonly #readPartSizeBytes: number;
+  readonly #readParallelism: number;
   readonly #listPageSize: number;
   readonly #conditionalWrites: 'auto' | ConditionalWriteMode;
   #detectedMode: Promise<ConditionalWriteMode> | undefined;
@@ -163,6 +176,8 @@ export class S3ObjectStore implements ObjectStore {
     this.#multipartThresholdBytes = integerOption('multipartThresholdBytes', options.multipartThresholdBytes ?? 16 * MIB, 0);
     this.#partSizeBytes = integerOption('multipartPartSizeBytes', options.multipartPartSizeBytes ?? 8 * MIB, MIN_MULTIPART_PART_SIZE_BYTES);
     this.#queueSize = integerOption('multipartQueueSize', options.multipartQueueSize ?? 4, 1, 64);
+    this.#readPartSizeBytes = integerOption('readPartSizeBytes', options.readPartSizeBytes ?? 8 * MIB, 64 * 1024);
+    this.#readParallelism = integerOption('readParallelism', options.readParallelism ?? 4, 1, 64);
     this.#listPageSize = integerOption('listPageSize', options.listPageSize ?? 1000, 1, 1000);
     const maxAttempts = integerOption('maxAttempts', options.maxAttempts ?? 3, 1, 20);
     const connectTimeoutMs = integerOption('connectTimeoutMs', options.connectTimeoutMs ?? 5000, 0);
@@ -187,6 +202,8 @@ export class S3ObjectStore implements ObjectStore {
     if (options.endpoint !== undefined) query.push(`endpoint=${encodeQueryValue(options.endpoint)}`);
     if (forcePathStyle) query.push('forcePathStyle=1');
     if (options.region !== undefined) query.push(`region=${encodeQueryValue(options.region)}`);
+    if (options.readPartSizeBytes !== undefined) query.push(`readPartSizeBytes=${this.#readPartSizeBytes}`);
+    if (options.readParallelism !== undefined) query.push(`readParallelism=${this.#readParallelism}`);
     this.url = `s3://${this.bucket}/${this.prefix}${query.length === 0 ? '' : `?${query.join('&')}`}`;
   }
 
@@ -219,14 +236,64 @@ export class S3ObjectStore implements ObjectStore {
     }
   }
 
-  async get(key: string): Promise<Uint8Array> {
+  async get(key: string, options: GetOptions = {}): Promise<Uint8Array> {
     const objectKey = this.#objectKey(key);
+    const hint = options.sizeBytesHint;
     try {
+      if (hint !== undefined && Number.isSafeInteger(hint) && hint > this.#readPartSizeBytes) {
+        const parts = await this.#getInParts(objectKey, hint, options.into);
+        if (parts !== null) return parts;
+      }
       const response = await this.client.send(new GetObjectCommand({ Bucket: this.bucket, Key: objectKey }));
+      const length = response.ContentLength;
+      if (options.into !== undefined && length !== undefined && options.into.byteLength >= length) {
+        if (!(await readBodyInto(response.Body, options.into, 0, length))) {
+          throw new StoreUnavailableError(`S3 store ${this.url}: get ${key}: the response body is not the ${length} bytes its Content-Length says`);
+        }
+        return options.into.subarray(0, length);
+      }
       return (await response.Body?.transformToByteArray()) ?? new Uint8Array(0);
     } catch (err) {
       throw this.#mapError(err, 'get', key);
     }
+  }
+
+  /** Parts in flight: at most readParallelism ranged GETs, each streamed into `out`; null when the object is not `sizeBytes` long. */
+  async #getInParts(objectKey: string, sizeBytes: number, into: Uint8Array | undefined): Promise<Uint8Array | null> {
+    // every byte is written by exactly one part, so a new buffer is not zeroed
+    const out = into !== undefined && into.byteLength >= sizeBytes ? into.subarray(0, sizeBytes) : newUninitialized(sizeBytes);
+    const partSize = this.#readPartSizeBytes;
+    const partCount = Math.ceil(sizeBytes / partSize);
+    let next = 0;
+    let sizeMismatch = false;
+    const abort = new AbortController();
+    const worker = async (): Promise<void> => {
+      while (!sizeMismatch && next < partCount) {
+        const part = next++;
+        const first = part * partSize;
+        const last = Math.min(sizeBytes, first + partSize) - 1;
+        const response = await this.client.send(new GetObjectCommand({ Bucket: this.bucket, Key: objectKey, Range: `bytes=${first}-${last}` }), {
+          abortSignal: abort.signal,
+        });
+        const match = /^bytes (\d+)-(\d+)\/(\d+)$/.exec(response.ContentRange ?? '');
+        if (match === null || Number(match[1]) !== first || Number(match[2]) !== last || Number(match[3]) !== sizeBytes) {
+          discardBody(response.Body);
+          sizeMismatch = true;
+          return;
+        }
+        if (!(await readBodyInto(response.Body, out, first, last + 1))) {
+          sizeMismatch = true;
+          return;
+        }
+      }
+    };
+    try {
+      await Promise.all(Array.from({ length: Math.min(this.#readParallelism, partCount) }, worker));
+    } catch (err) {
+      abort.abort(); // stop the other parts' requests
+      throw err;
+    }
+    return sizeMismatch ? null : out;
   }
 
   async getRange(key: string, range: ByteRange): Promise<Uint8Array> {
@@ -441,6 +508,37 @@ function pastEnd(key: string, range: ByteRange, sizeBytes: number | undefined, k
   if (known?.message.startsWith('range [') === true) return known; // already ours
   const size = sizeBytes === undefined ? '' : ` (${sizeBytes} bytes)`;
   return new RangeError(`range [${range.offset}, ${range.offset + range.length}) is past the end of ${key}${size}`);
+}
+
+function newUninitialized(sizeBytes: number): Uint8Array {
+  const buffer = Buffer.allocUnsafeSlow(sizeBytes);
+  return new Uint8Array(buffer.buffer, buffer.byteOffset, sizeBytes);
+}
+
+/**
+ * Copies a response body (a Node stream, or anything with transformToByteArray) into out[start, end).
+ * False when it holds another number of bytes.
+ */
+async function readBodyInto(body: unknown, out: Uint8Array, start: number, end: number): Promise<boolean> {
+  let at = start;
+  if (typeof body === 'object' && body !== null && Symbol.asyncIterator in body) {
+    for await (const piece of body as AsyncIterable<Uint8Array>) {
+      if (at + piece.byteLength > end) {
+        discardBody(body);
+        return false;
+      }
+      out.set(piece, at);
+      at += piece.byteLength;
+    }
+    return at === end;
+  }
+  if (typeof body === 'object' && body !== null && 'transformToByteArray' in body && typeof body.transformToByteArray === 'function') {
+    const bytes = (await (body.transformToByteArray as () => Promise<Uint8Array>)()) ?? new Uint8Array(0);
+    if (bytes.byteLength !== end - start) return false;
+    out.set(bytes, start);
+    return true;
+  }
+  return start === end;
 }
 
 /** Drops a response body we will not read, so its socket is not left waiting. */

@@ -2,21 +2,23 @@
  * @module testing/artifact-test-support
  * Test support for the artifact format, writer and reader (not exported from the package): an
  * in-memory ObjectStore that counts its calls, Sequences filled with synthetic but valid FP4 rows
- * (random values passed through csa2-core's fake quantizers, block magnitudes from all-zero through
- * the E4M3 subnormal range to large), bitwise Sequence comparison, and the fixtures directory.
+ * (random values through csa2-core's quantizers, block magnitudes from all-zero through the E4M3
+ * subnormal range to large), Sequence comparison, and the fixtures directory. Sequences are only
+ * touched through format/sequence-rows, like everywhere else in this package.
  */
 import assert from 'node:assert/strict';
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Sequence, SeededRandom, fakeQuantFp4E4m3Block16, fakeQuantFp4Ue8m0Block32 } from '@csa2/core';
+import { SeededRandom, fakeQuantFp4E4m3Block16, fakeQuantFp4Ue8m0Block32, quantizeIndexKRows, quantizeMainKvRows, type Sequence } from '@csa2/core';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ObjectNotFoundError } from '../errors.js';
+import { appendPackedRows, appendTokenIds, emptySequenceFor, packedRowsOf, sequenceEntryCount, sequenceLength, sequenceTokenIds } from '../format/sequence-rows.js';
 import { createArtifactLayout, type ArtifactLayout } from '../layout.js';
 import { FsObjectStore } from '../store/fs-store.js';
 import { checkRange, validateKey, validatePrefix } from '../store/keys.js';
-import type { ByteRange, ObjectInfo, ObjectStore, PutOptions } from '../store/object-store.js';
+import type { ByteRange, GetOptions, ObjectInfo, ObjectStore, PutOptions } from '../store/object-store.js';
 
 /** `$CSA2_FIXTURES_DIR`, or `<repo>/../shared/fixtures` (dist/testing → repo root is four levels up). */
 export function fixturesRoot(): string {
@@ -44,12 +46,17 @@ export class MemoryObjectStore implements ObjectStore {
     return true;
   }
 
-  async get(key: string): Promise<Uint8Array> {
+  async get(key: string, options: GetOptions = {}): Promise<Uint8Array> {
     this.checkKey(key);
     this.calls.get++;
     await Promise.resolve();
     const body = this.objects.get(key);
     if (body === undefined) throw new ObjectNotFoundError(key);
+    if (options.into !== undefined && options.into.byteLength >= body.length) {
+      const out = options.into.subarray(0, body.length);
+      out.set(body);
+      return out;
+    }
     return body.slice();
   }
 
@@ -109,55 +116,79 @@ function blockMagnitude(rng: SeededRandom): number {
   return 2 ** (-6 + 10 * rng.nextUniform()); // normal range
 }
 
-/**
- * `rows` random rows of width `dim`, fake-quantized as main KV (E2M1 + E4M3 per 16) or index K
- * (MXFP4), so they are exactly the values a Sequence holds. Some elements are ±0.
- */
-export function randomFakeQuantRows(rng: SeededRandom, rows: number, dim: number, kind: 'main-kv' | 'index-k'): Float32Array {
-  const block = kind === 'main-kv' ? 16 : 32;
+/** Random values whose blocks of `block` elements have magnitudes from all-zero through tiny to large; 1 in 32 is -0. */
+function randomRawRows(rng: SeededRandom, rows: number, dim: number, block: number): Float32Array {
   const values = new Float32Array(rows * dim);
   for (let b = 0; b < values.length; b += block) {
     const magnitude = blockMagnitude(rng);
     for (let i = b; i < b + block; i++) {
       const x = rng.nextU32();
-      values[i] = (x & 31) === 0 ? -0 : ((x >>> 5) / 2 ** 26 - 1) * magnitude; // 1 in 32 is -0
+      values[i] = (x & 31) === 0 ? -0 : ((x >>> 5) / 2 ** 26 - 1) * magnitude;
     }
   }
+  return values;
+}
+
+/**
+ * `rows` random rows of width `dim`, fake-quantized as main KV (E2M1 + E4M3 per 16) or index K
+ * (MXFP4): exactly the values the model's quantization points produce. Some elements are ±0.
+ */
+export function randomFakeQuantRows(rng: SeededRandom, rows: number, dim: number, kind: 'main-kv' | 'index-k'): Float32Array {
+  const values = randomRawRows(rng, rows, dim, kind === 'main-kv' ? 16 : 32);
   if (kind === 'main-kv') fakeQuantFp4E4m3Block16(values, dim);
   else fakeQuantFp4Ue8m0Block32(values, dim);
   return values;
 }
 
-/** A Sequence for `layout` (window 8) holding `tokenCount` random tokens and floor(n/m) random rows per source. */
+/**
+ * `rows` random PACKED rows (the chunk codec's row bytes) as csa2-core's quantizers emit them, with
+ * the block magnitudes of randomFakeQuantRows (so the temporary float adapter's scale search is exercised).
+ */
+export function randomPackedRows(rng: SeededRandom, rows: number, layout: ArtifactLayout, kind: 'main-kv' | 'index-k'): Uint8Array {
+  if (kind === 'main-kv') return quantizeMainKvRows(randomRawRows(rng, rows, layout.headDim, 16), layout.headDim);
+  return quantizeIndexKRows(randomRawRows(rng, rows, layout.indexHeadDim, 32), layout.indexHeadDim);
+}
+
+/** An empty Sequence for `layout` (window 8). */
+export function emptySequence(layout: ArtifactLayout): Sequence {
+  return emptySequenceFor(layout, 8);
+}
+
+/**
+ * A Sequence for `layout` holding `tokenCount` random tokens (some near 2^32) and floor(n/m) random
+ * packed rows per source.
+ */
 export function syntheticSequence(layout: ArtifactLayout, tokenCount: number, seed: number): Sequence {
   const rng = new SeededRandom(seed);
-  const numLayers = Math.max(...layout.kvSources.map((s) => s.layer)) + 1;
-  const seq = new Sequence({ numLayers, window: 8, headDim: layout.headDim, indexHeadDim: layout.indexHeadDim, kvSources: layout.kvSources });
-  for (let i = 0; i < tokenCount; i++) seq.tokens.push(i % 7 === 3 ? 2 ** 32 - 1 - (rng.nextU32() % 1000) : rng.nextU32() % 130000);
+  const seq = emptySequence(layout);
+  const ids = new Array<number>(tokenCount);
+  for (let i = 0; i < tokenCount; i++) ids[i] = i % 7 === 3 ? 2 ** 32 - 1 - (rng.nextU32() % 1000) : rng.nextU32() % 130000;
+  appendTokenIds(seq, ids);
   for (const s of layout.kvSources) {
     const rows = Math.floor(tokenCount / s.ratio);
-    seq.cache(s.layer).mainKv.append(randomFakeQuantRows(rng, rows, layout.headDim, 'main-kv'));
-    seq.cache(s.layer).indexK.append(randomFakeQuantRows(rng, rows, layout.indexHeadDim, 'index-k'));
+    appendPackedRows(seq, layout, s.layer, randomPackedRows(rng, rows, layout, 'main-kv'), randomPackedRows(rng, rows, layout, 'index-k'));
   }
   return seq;
 }
 
-/** An empty Sequence for `layout`. */
-export function emptySequence(layout: ArtifactLayout): Sequence {
-  const numLayers = Math.max(...layout.kvSources.map((s) => s.layer)) + 1;
-  return new Sequence({ numLayers, window: 8, headDim: layout.headDim, indexHeadDim: layout.indexHeadDim, kvSources: layout.kvSources });
+/** The token ids of a Sequence (a copy). */
+export function tokensOf(seq: Sequence): number[] {
+  return sequenceTokenIds(seq);
 }
 
 /** A new Sequence with the first `tokenCount` tokens of `seq` and the rows they complete (copies). */
 export function sequencePrefix(seq: Sequence, layout: ArtifactLayout, tokenCount: number): Sequence {
   const out = emptySequence(layout);
-  out.tokens.push(...seq.tokens.slice(0, tokenCount));
-  for (const s of layout.kvSources) {
-    const rows = Math.floor(tokenCount / s.ratio);
-    out.cache(s.layer).mainKv.append(seq.cache(s.layer).mainKv.view(rows).slice());
-    out.cache(s.layer).indexK.append(seq.cache(s.layer).indexK.view(rows).slice());
-  }
+  growTo(out, seq, layout, tokenCount);
   return out;
+}
+
+/** Asserts two byte arrays are equal, reporting the first difference. */
+export function assertSameBytes(actual: Uint8Array, expected: Uint8Array, label: string): void {
+  assert.equal(actual.length, expected.length, `${label}: length`);
+  for (let i = 0; i < actual.length; i++) {
+    if (actual[i] !== expected[i]) assert.fail(`${label}: byte ${i} is 0x${actual[i]?.toString(16)}, expected 0x${expected[i]?.toString(16)}`);
+  }
 }
 
 function bitsOf(values: Float32Array): Uint32Array {
@@ -174,15 +205,19 @@ export function assertSameBits(actual: Float32Array, expected: Float32Array, lab
   }
 }
 
-/** Asserts `actual` holds exactly `expected`'s first `tokenCount` tokens and the rows they complete, bit for bit. */
-export function assertSequencePrefix(actual: Sequence, expected: Sequence, layout: ArtifactLayout, tokenCount = expected.length): void {
-  assert.deepEqual(actual.tokens, expected.tokens.slice(0, tokenCount), 'tokens');
+/**
+ * Asserts `actual` holds exactly `expected`'s first `tokenCount` tokens and the rows they complete.
+ * Rows are compared as packed bytes (equal packed bytes ⇔ equal values, bit for bit).
+ */
+export function assertSequencePrefix(actual: Sequence, expected: Sequence, layout: ArtifactLayout, tokenCount = sequenceLength(expected)): void {
+  assert.deepEqual(sequenceTokenIds(actual), sequenceTokenIds(expected, 0, tokenCount), 'tokens');
   for (const s of layout.kvSources) {
     const rows = Math.floor(tokenCount / s.ratio);
-    assert.equal(actual.cache(s.layer).mainKv.rows, rows, `layer ${s.layer} main-KV rows`);
-    assert.equal(actual.cache(s.layer).indexK.rows, rows, `layer ${s.layer} index-K rows`);
-    assertSameBits(actual.cache(s.layer).mainKv.view(), expected.cache(s.layer).mainKv.view(rows), `layer ${s.layer} main KV`);
-    assertSameBits(actual.cache(s.layer).indexK.view(), expected.cache(s.layer).indexK.view(rows), `layer ${s.layer} index K`);
+    assert.equal(sequenceEntryCount(actual, s.layer), rows, `layer ${s.layer} rows`);
+    const got = packedRowsOf(actual, layout, s.layer);
+    const want = packedRowsOf(expected, layout, s.layer, 0, rows);
+    assertSameBytes(got.mainKvU8, want.mainKvU8, `layer ${s.layer} main KV`);
+    assertSameBytes(got.indexKU8, want.indexKU8, `layer ${s.layer} index K`);
   }
 }
 
@@ -191,12 +226,12 @@ export function assertSequencePrefix(actual: Sequence, expected: Sequence, layou
  * complete, as an encoder does.
  */
 export function growTo(seq: Sequence, full: Sequence, layout: ArtifactLayout, tokenCount: number): void {
-  seq.tokens.push(...full.tokens.slice(seq.tokens.length, tokenCount));
+  appendTokenIds(seq, sequenceTokenIds(full, sequenceLength(seq), tokenCount));
   for (const s of layout.kvSources) {
-    const have = seq.cache(s.layer).mainKv.rows;
+    const have = sequenceEntryCount(seq, s.layer);
     const want = Math.floor(tokenCount / s.ratio);
-    seq.cache(s.layer).mainKv.append(full.cache(s.layer).mainKv.view(want).slice(have * layout.headDim));
-    seq.cache(s.layer).indexK.append(full.cache(s.layer).indexK.view(want).slice(have * layout.indexHeadDim));
+    const rows = packedRowsOf(full, layout, s.layer, have, want - have);
+    appendPackedRows(seq, layout, s.layer, rows.mainKvU8, rows.indexKU8);
   }
 }
 
@@ -249,6 +284,11 @@ export class TrackingStore implements ObjectStore {
   readonly putLog: Array<{ key: string; putsInFlight: number }> = [];
   maxPutsInFlight = 0;
   maxGetsInFlight = 0;
+  /** The sizeBytesHint of every get, in call order. */
+  readonly getHints: Array<number | undefined> = [];
+  /** Distinct buffers given to gets as `into`, and distinct buffers of put bodies. */
+  readonly getIntoBuffers = new Set<ArrayBufferLike>();
+  readonly putBodyBuffers = new Set<ArrayBufferLike>();
   private puts = 0;
   private gets = 0;
 
@@ -262,6 +302,7 @@ export class TrackingStore implements ObjectStore {
 
   async put(key: string, body: Uint8Array, options?: PutOptions): Promise<boolean> {
     this.putLog.push({ key, putsInFlight: this.puts });
+    this.putBodyBuffers.add(body.buffer);
     this.puts++;
     this.maxPutsInFlight = Math.max(this.maxPutsInFlight, this.puts);
     try {
@@ -272,12 +313,14 @@ export class TrackingStore implements ObjectStore {
     }
   }
 
-  async get(key: string): Promise<Uint8Array> {
+  async get(key: string, options?: GetOptions): Promise<Uint8Array> {
+    this.getHints.push(options?.sizeBytesHint);
+    if (options?.into !== undefined) this.getIntoBuffers.add(options.into.buffer);
     this.gets++;
     this.maxGetsInFlight = Math.max(this.maxGetsInFlight, this.gets);
     try {
       await this.pause();
-      return await this.inner.get(key);
+      return await this.inner.get(key, options);
     } finally {
       this.gets--;
     }
