@@ -1,5 +1,5 @@
 export * from './errors.js';
-export type { ObjectStore, ObjectInfo, ByteRange, GetOptions, PutOptions } from './store/object-store.js';
+export type { ObjectStore, ObjectInfo, ByteRange, GetOptions, PutOptions, ListOptions, ConditionalDeleteResult } from './store/object-store.js';
 export * from './layout.js';
 export * from './format/keys.js';
 export * from './format/chunk-key.js';
@@ -18,4 +18,4 @@ export { S3ObjectStore, MIN_MULTIPART_PART_SIZE_BYTES } from './store/s3-store.j
 export type { S3ObjectStoreOptions, S3Credentials, ConditionalWriteMode } from './store/s3-store.js';
 export { openStore, parseStoreUrl, createObjectStore } from './store/store-url.js';
 export type { StoreConfig, FsStoreConfig, S3StoreConfig, StoreOverrides } from './store/store-url.js';
-export { MAX_KEY_CHARS, MAX_SEGMENT_CHARS, isValidKey, validateKey, validatePrefix, checkRange } from './store/keys.js';
+export { MAX_KEY_CHARS, MAX_SEGMENT_CHARS, isValidKey, validateKey, validatePrefix, checkRange, checkListOptions } from './store/keys.js';

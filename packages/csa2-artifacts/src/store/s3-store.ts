@@ -31,12 +31,18 @@
  *   SDK's own `maxAttempts` retries); NoSuchBucket, 400, 403 and other 4xx → StoreConfigError with
  *   the server's code and message; no credentials from the default chain → StoreConfigError. HeadObject answers a missing bucket with a bare 404, so `head`
  *   then returns null: `ping` is the check that the bucket exists.
+ * - **lastModifiedMs** is S3's LastModified (whole seconds; the server's clock). **touch** copies the
+ *   object onto itself (CopyObject, metadata replaced), which sets it to now without re-sending the
+ *   bytes (or, with `touchMode: 'rewrite'`, gets and puts it again: s3rver's copy keeps the old
+ *   time). **deleteIfUnmodifiedSince** is HeadObject then DeleteObject, not atomic.
+ * - **list** pages with ListObjectsV2 (`listPageSize` per request), `startAfter` as StartAfter.
  * - Objects under the prefix whose names break the key rules (written by something else, or this
  *   store's '~csa2-probe-…' object) are skipped by `list`.
  */
 import { randomUUID } from 'node:crypto';
 import { STATUS_CODES } from 'node:http';
 import {
+  CopyObjectCommand,
   DeleteObjectCommand,
   GetObjectCommand,
   HeadBucketCommand,
@@ -48,8 +54,8 @@ import {
 import type { S3ClientConfig } from '@aws-sdk/client-s3';
 import { Upload } from '@aws-sdk/lib-storage';
 import { InvalidKeyError, ObjectNotFoundError, StoreConfigError, StoreUnavailableError } from '../errors.js';
-import { MAX_KEY_CHARS, checkRange, isValidKey, keyProblem, validateKey, validatePrefix } from './keys.js';
-import type { ByteRange, GetOptions, ObjectInfo, ObjectStore, PutOptions } from './object-store.js';
+import { MAX_KEY_CHARS, checkListOptions, checkRange, isValidKey, keyProblem, validateKey, validatePrefix } from './keys.js';
+import type { ByteRange, ConditionalDeleteResult, GetOptions, ListOptions, ObjectInfo, ObjectStore, PutOptions } from './object-store.js';
 
 /** How `put(…, { ifAbsent: true })` is carried out; see the module comment. */
 export type ConditionalWriteMode = 'if-none-match' | 'head-then-put';
@@ -86,6 +92,12 @@ export interface S3ObjectStoreOptions {
   readonly readParallelism?: number;
   /** MaxKeys of each ListObjectsV2 page (1–1000). @defaultValue 1000 */
   readonly listPageSize?: number;
+  /**
+   * How `touch` sets LastModified to now: 'copy' copies the object onto itself (S3 and MinIO set
+   * LastModified to the copy's time; no bytes travel); 'rewrite' downloads and puts it again, for
+   * servers whose in-place copy keeps LastModified (s3rver). @defaultValue 'copy'
+   */
+  readonly touchMode?: 'copy' | 'rewrite';
   /** Attempts per request, the first included (the SDK retries network errors, 5xx, throttling). @defaultValue 3 */
   readonly maxAttempts?: number;
   /** Limit on establishing a connection (0: none). @defaultValue 5000 */
@@ -164,6 +176,7 @@ export class S3ObjectStore implements ObjectStore {
   readonly #readParallelism: number;
   readonly #listPageSize: number;
   readonly #conditionalWrites: 'auto' | ConditionalWriteMode;
+  readonly #touchMode: 'copy' | 'rewrite';
   #detectedMode: Promise<ConditionalWriteMode> | undefined;
 
   /** @throws StoreConfigError naming the bad option. */
@@ -183,6 +196,8 @@ export class S3ObjectStore implements ObjectStore {
     const connectTimeoutMs = integerOption('connectTimeoutMs', options.connectTimeoutMs ?? 5000, 0);
     const requestTimeoutMs = integerOption('requestTimeoutMs', options.requestTimeoutMs ?? 60_000, 0);
     this.#conditionalWrites = options.conditionalWrites ?? 'auto';
+    this.#touchMode = options.touchMode ?? 'copy';
+    if (this.#touchMode !== 'copy' && this.#touchMode !== 'rewrite') throw new StoreConfigError(`S3 store option touchMode must be copy or rewrite, got ${String(this.#touchMode)}`);
     const envRegion = process.env['AWS_REGION'];
     const region = options.region ?? (envRegion !== undefined && envRegion !== '' ? envRegion : 'us-east-1');
     const forcePathStyle = options.forcePathStyle ?? false;
@@ -204,6 +219,7 @@ export class S3ObjectStore implements ObjectStore {
     if (options.region !== undefined) query.push(`region=${encodeQueryValue(options.region)}`);
     if (options.readPartSizeBytes !== undefined) query.push(`readPartSizeBytes=${this.#readPartSizeBytes}`);
     if (options.readParallelism !== undefined) query.push(`readParallelism=${this.#readParallelism}`);
+    if (options.touchMode !== undefined) query.push(`touchMode=${this.#touchMode}`);
     this.url = `s3://${this.bucket}/${this.prefix}${query.length === 0 ? '' : `?${query.join('&')}`}`;
   }
 
@@ -345,7 +361,7 @@ export class S3ObjectStore implements ObjectStore {
     const objectKey = this.#objectKey(key);
     try {
       const response = await this.client.send(new HeadObjectCommand({ Bucket: this.bucket, Key: objectKey }));
-      return { key, sizeBytes: response.ContentLength ?? 0 };
+      return { key, sizeBytes: response.ContentLength ?? 0, lastModifiedMs: response.LastModified?.getTime() ?? 0 };
     } catch (err) {
       const mapped = this.#mapError(err, 'head', key);
       if (mapped instanceof ObjectNotFoundError) return null;
@@ -353,31 +369,38 @@ export class S3ObjectStore implements ObjectStore {
     }
   }
 
-  async list(prefix: string): Promise<ObjectInfo[]> {
+  async list(prefix: string, options: ListOptions = {}): Promise<ObjectInfo[]> {
     validatePrefix(prefix);
+    const limit = checkListOptions(options);
     const found: ObjectInfo[] = [];
     let continuationToken: string | undefined;
+    const startAfter = options.startAfter !== undefined && options.startAfter !== '' ? `${this.#keyBase}${options.startAfter}` : undefined;
     try {
-      do {
+      while (found.length < limit) {
+        // Whole pages even when fewer keys are wanted: a server that pages in another order than
+        // byte order (s3rver) then still gives the right first keys of a listing up to one page.
         const response = await this.client.send(
           new ListObjectsV2Command({
             Bucket: this.bucket,
             Prefix: `${this.#keyBase}${prefix}`,
             MaxKeys: this.#listPageSize,
-            ...(continuationToken !== undefined ? { ContinuationToken: continuationToken } : {}),
+            ...(continuationToken !== undefined ? { ContinuationToken: continuationToken } : startAfter !== undefined ? { StartAfter: startAfter } : {}),
           }),
         );
         for (const object of response.Contents ?? []) {
           const key = object.Key?.slice(this.#keyBase.length);
           if (key === undefined || !isValidKey(key)) continue;
-          found.push({ key, sizeBytes: object.Size ?? 0 });
+          if (options.startAfter !== undefined && key <= options.startAfter) continue; // servers that ignore StartAfter
+          found.push({ key, sizeBytes: object.Size ?? 0, lastModifiedMs: object.LastModified?.getTime() ?? 0 });
         }
         continuationToken = response.IsTruncated === true ? response.NextContinuationToken : undefined;
-      } while (continuationToken !== undefined);
+        if (continuationToken === undefined) break;
+      }
     } catch (err) {
       throw this.#mapError(err, 'list', undefined);
     }
-    return found.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+    found.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+    return limit < found.length ? found.slice(0, limit) : found;
   }
 
   async delete(key: string): Promise<void> {
@@ -389,6 +412,51 @@ export class S3ObjectStore implements ObjectStore {
       if (mapped instanceof ObjectNotFoundError) return;
       throw mapped;
     }
+  }
+
+  /**
+   * CopyObject of the object onto itself with replaced metadata (S3's way to set LastModified to now
+   * without sending the bytes again; a server-side copy, objects up to 5 GB), then HeadObject.
+   */
+  async touch(key: string): Promise<ObjectInfo | null> {
+    const objectKey = this.#objectKey(key);
+    if (this.#touchMode === 'rewrite') {
+      let bytes: Uint8Array;
+      try {
+        bytes = await this.get(key);
+      } catch (err) {
+        if (err instanceof ObjectNotFoundError) return null;
+        throw err;
+      }
+      await this.put(key, bytes); // the same bytes: readers see the old or the new object, both equal
+      return this.head(key);
+    }
+    try {
+      await this.client.send(
+        new CopyObjectCommand({
+          Bucket: this.bucket,
+          Key: objectKey,
+          // the key alphabet ([A-Za-z0-9._=/-]) needs no URL-encoding in a path
+          CopySource: `${this.bucket}/${objectKey}`,
+          MetadataDirective: 'REPLACE',
+          Metadata: { 'csa2-touched-ms': String(Date.now()) },
+        }),
+      );
+    } catch (err) {
+      const mapped = this.#mapError(err, 'touch', key);
+      if (mapped instanceof ObjectNotFoundError) return null;
+      throw mapped;
+    }
+    return this.head(key);
+  }
+
+  /** HeadObject, then DeleteObject when LastModified is before `sinceMs`: not atomic (see ObjectStore). */
+  async deleteIfUnmodifiedSince(key: string, sinceMs: number): Promise<ConditionalDeleteResult> {
+    const info = await this.head(key);
+    if (info === null) return { outcome: 'absent', sizeBytes: 0 };
+    if (info.lastModifiedMs >= sinceMs) return { outcome: 'modified', sizeBytes: info.sizeBytes };
+    await this.delete(key);
+    return { outcome: 'deleted', sizeBytes: info.sizeBytes };
   }
 
   /** HeadBucket: the endpoint answers, the credentials work and the bucket exists. */

@@ -7,7 +7,8 @@
  *   `bucket` under key prefix `prefix` (may be empty: `s3://bucket` or `s3://bucket/`). Every
  *   query parameter is optional; `forcePathStyle` takes 1/0/true/false; `readPartSizeBytes` and
  *   `readParallelism` (positive integers) tune the parallel ranged GETs of large objects
- *   (store/s3-store `get`). Credentials never go in the URL: they come from the AWS default chain
+ *   (store/s3-store `get`); `touchMode=copy|rewrite` says how `touch` refreshes LastModified
+ *   (`rewrite` for servers such as s3rver whose in-place copy keeps it). Credentials never go in the URL: they come from the AWS default chain
  *   (or `overrides.s3.credentials`).
  *
  * Anything else fails with a StoreConfigError naming the part that is wrong. Each store's `url`
@@ -38,6 +39,7 @@ export interface S3StoreConfig {
   readonly forcePathStyle?: boolean;
   readonly readPartSizeBytes?: number;
   readonly readParallelism?: number;
+  readonly touchMode?: 'copy' | 'rewrite';
 }
 
 /** A parsed store URL. */
@@ -49,7 +51,7 @@ export interface StoreOverrides {
   readonly s3?: Omit<S3ObjectStoreOptions, 'bucket' | 'prefix' | 'endpoint' | 'region' | 'forcePathStyle'>;
 }
 
-const S3_PARAMETERS = new Set(['endpoint', 'forcePathStyle', 'region', 'readPartSizeBytes', 'readParallelism']);
+const S3_PARAMETERS = new Set(['endpoint', 'forcePathStyle', 'region', 'readPartSizeBytes', 'readParallelism', 'touchMode']);
 const REGION = /^[a-z0-9][a-z0-9-]*$/;
 const SCHEME = /^([A-Za-z][A-Za-z0-9+.-]*):/;
 
@@ -116,6 +118,7 @@ function parseS3Url(url: string, parsed: URL): S3StoreConfig {
   let forcePathStyle: boolean | undefined;
   let readPartSizeBytes: number | undefined;
   let readParallelism: number | undefined;
+  let touchMode: 'copy' | 'rewrite' | undefined;
   for (const [name, value] of parsed.searchParams) {
     if (!S3_PARAMETERS.has(name)) {
       throw new StoreConfigError(`store URL ${JSON.stringify(url)}: unknown query parameter ${JSON.stringify(name)} (known: ${[...S3_PARAMETERS].join(', ')})`);
@@ -140,6 +143,10 @@ function parseS3Url(url: string, parsed: URL): S3StoreConfig {
       case 'readParallelism':
         readParallelism = parsePositiveInt(url, name, value);
         break;
+      case 'touchMode':
+        if (value !== 'copy' && value !== 'rewrite') throw new StoreConfigError(`store URL ${JSON.stringify(url)}: touchMode must be copy or rewrite, got ${JSON.stringify(value)}`);
+        touchMode = value;
+        break;
     }
   }
   return {
@@ -151,6 +158,7 @@ function parseS3Url(url: string, parsed: URL): S3StoreConfig {
     ...(forcePathStyle !== undefined ? { forcePathStyle } : {}),
     ...(readPartSizeBytes !== undefined ? { readPartSizeBytes } : {}),
     ...(readParallelism !== undefined ? { readParallelism } : {}),
+    ...(touchMode !== undefined ? { touchMode } : {}),
   };
 }
 

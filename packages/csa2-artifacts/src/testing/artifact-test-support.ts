@@ -17,8 +17,8 @@ import { ObjectNotFoundError } from '../errors.js';
 import { appendPackedRows, appendTokenIds, emptySequenceFor, packedRowsOf, sequenceEntryCount, sequenceLength, sequenceTokenIds } from '../format/sequence-rows.js';
 import { createArtifactLayout, type ArtifactLayout } from '../layout.js';
 import { FsObjectStore } from '../store/fs-store.js';
-import { checkRange, validateKey, validatePrefix } from '../store/keys.js';
-import type { ByteRange, GetOptions, ObjectInfo, ObjectStore, PutOptions } from '../store/object-store.js';
+import { checkListOptions, checkRange, validateKey, validatePrefix } from '../store/keys.js';
+import type { ByteRange, ConditionalDeleteResult, GetOptions, ListOptions, ObjectInfo, ObjectStore, PutOptions } from '../store/object-store.js';
 
 /** `$CSA2_FIXTURES_DIR`, or `<repo>/../shared/fixtures` (dist/testing → repo root is four levels up). */
 export function fixturesRoot(): string {
@@ -27,14 +27,26 @@ export function fixturesRoot(): string {
   return resolve(fileURLToPath(new URL('../../../../../shared/fixtures', import.meta.url)));
 }
 
-/** An ObjectStore in a Map, with the interface's key rules (store/keys) and call counters. */
+/**
+ * An ObjectStore in a Map, with the interface's key rules (store/keys) and call counters. Its clock
+ * (`now`, ms) stamps writes and touches; tests move it to age objects. deleteIfUnmodifiedSince is
+ * exact here (one synchronous step).
+ */
 export class MemoryObjectStore implements ObjectStore {
   readonly url = 'memory://test';
   readonly objects = new Map<string, Uint8Array>();
-  readonly calls = { put: 0, get: 0, getRange: 0, head: 0, list: 0, delete: 0 };
+  readonly modifiedMs = new Map<string, number>();
+  readonly calls = { put: 0, get: 0, getRange: 0, head: 0, list: 0, delete: 0, touch: 0 };
+  /** The store's clock. @defaultValue Date.now */
+  now: () => number = () => Date.now();
 
   private checkKey(key: string): void {
     validateKey(key);
+  }
+
+  private info(key: string): ObjectInfo | null {
+    const body = this.objects.get(key);
+    return body === undefined ? null : { key, sizeBytes: body.length, lastModifiedMs: this.modifiedMs.get(key) ?? 0 };
   }
 
   async put(key: string, body: Uint8Array, options: PutOptions = {}): Promise<boolean> {
@@ -43,6 +55,7 @@ export class MemoryObjectStore implements ObjectStore {
     await Promise.resolve();
     if (options.ifAbsent === true && this.objects.has(key)) return false;
     this.objects.set(key, body.slice());
+    this.modifiedMs.set(key, this.now());
     return true;
   }
 
@@ -77,23 +90,47 @@ export class MemoryObjectStore implements ObjectStore {
     this.checkKey(key);
     this.calls.head++;
     await Promise.resolve();
-    const body = this.objects.get(key);
-    return body === undefined ? null : { key, sizeBytes: body.length };
+    return this.info(key);
   }
 
-  async list(prefix: string): Promise<ObjectInfo[]> {
+  async list(prefix: string, options: ListOptions = {}): Promise<ObjectInfo[]> {
     validatePrefix(prefix);
+    const limit = checkListOptions(options);
     this.calls.list++;
-    return [...this.objects.entries()]
-      .filter(([k]) => k.startsWith(prefix))
-      .map(([key, body]) => ({ key, sizeBytes: body.length }))
-      .sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+    const startAfter = options.startAfter ?? '';
+    return Array.from(this.objects.keys())
+      .filter((k) => k.startsWith(prefix) && k > startAfter)
+      .sort((a, b) => (a < b ? -1 : a > b ? 1 : 0))
+      .slice(0, limit)
+      .map((k) => this.info(k) as ObjectInfo);
   }
 
   async delete(key: string): Promise<void> {
     this.checkKey(key);
     this.calls.delete++;
     this.objects.delete(key);
+    this.modifiedMs.delete(key);
+  }
+
+  async touch(key: string): Promise<ObjectInfo | null> {
+    this.checkKey(key);
+    this.calls.touch++;
+    await Promise.resolve();
+    if (!this.objects.has(key)) return null;
+    this.modifiedMs.set(key, this.now());
+    return this.info(key);
+  }
+
+  async deleteIfUnmodifiedSince(key: string, sinceMs: number): Promise<ConditionalDeleteResult> {
+    this.checkKey(key);
+    await Promise.resolve();
+    const info = this.info(key);
+    if (info === null) return { outcome: 'absent', sizeBytes: 0 };
+    if (info.lastModifiedMs >= sinceMs) return { outcome: 'modified', sizeBytes: info.sizeBytes };
+    this.calls.delete++;
+    this.objects.delete(key);
+    this.modifiedMs.delete(key);
+    return { outcome: 'deleted', sizeBytes: info.sizeBytes };
   }
 
   async ping(): Promise<void> {}
@@ -332,8 +369,14 @@ export class TrackingStore implements ObjectStore {
   head(key: string): Promise<ObjectInfo | null> {
     return this.inner.head(key);
   }
-  list(prefix: string): Promise<ObjectInfo[]> {
-    return this.inner.list(prefix);
+  list(prefix: string, options?: ListOptions): Promise<ObjectInfo[]> {
+    return this.inner.list(prefix, options);
+  }
+  touch(key: string): Promise<ObjectInfo | null> {
+    return this.inner.touch(key);
+  }
+  deleteIfUnmodifiedSince(key: string, sinceMs: number): Promise<ConditionalDeleteResult> {
+    return this.inner.deleteIfUnmodifiedSince(key, sinceMs);
   }
   delete(key: string): Promise<void> {
     return this.inner.delete(key);
