@@ -8,6 +8,8 @@ export * from './format/chunk-codec.js';
 export * from './format/manifest.js';
 export { SequenceStateError } from './format/sequence-rows.js';
 export * from './writer.js';
+export * from './gc.js';
+export * from './ingest-marker.js';
 export * from './reader.js';
 export * from './chunk-cache.js';
 export { BufferPool } from './buffer-pool.js';

@@ -10,7 +10,8 @@ import { InvalidKeyError, StoreUnavailableError } from './errors.js';
 import { bytesPerToken, createArtifactLayout } from './layout.js';
 import { chunkHeaderBytes, chunkObjectBytes, chunkTrailerHex } from './format/chunk-codec.js';
 import { fullChunkKeys } from './format/chunk-key.js';
-import { chunkObjectKey, manifestObjectKey, tenantPrefix } from './format/keys.js';
+import { chunkObjectKey, ingestMarkersPrefix, manifestObjectKey, tenantPrefix } from './format/keys.js';
+import { keyAndSize } from './store/conformance.js';
 import { parseManifest } from './format/manifest.js';
 import { SequenceStateError, sequenceEntryCount, sequenceLength, truncateEntries } from './format/sequence-rows.js';
 import { ArtifactReader } from './reader.js';
@@ -76,14 +77,14 @@ for (const factory of STORE_FACTORIES) {
       const seq = syntheticSequence(LAYOUT, DOC_TOKENS, 2);
       const first = new ArtifactWriter({ store, layout: LAYOUT, tenant: TENANT, documentId: 'doc-1', chunkTokens: C, now: FIXED_NOW });
       const m1 = await first.finish(seq);
-      const before = await store.list('');
+      const before = (await store.list('')).map(keyAndSize);
       const again = new ArtifactWriter({ store, layout: LAYOUT, tenant: TENANT, documentId: 'doc-1', chunkTokens: C, now: () => new Date('2026-01-01T00:00:00Z') });
       const m2 = await again.finish(seq);
       assert.deepEqual(m2, m1, 'the existing manifest (with its createdAt) stands');
       assert.equal(again.stats.bytesWritten, 0);
       assert.deepEqual([again.stats.chunksWritten, again.stats.chunksSkipped, again.stats.chunksSkippedDiffering], [0, 4, 0]);
       assert.equal(again.stats.chunkBytesSkipped, first.stats.chunkBytesWritten);
-      assert.deepEqual(await store.list(''), before);
+      assert.deepEqual((await store.list('')).map(keyAndSize), before, 'the same objects (the ingest marker is gone again)');
     });
   });
 
@@ -137,11 +138,13 @@ for (const factory of STORE_FACTORIES) {
       const writer = new ArtifactWriter({ store, layout: LAYOUT, tenant: TENANT, documentId: 'doc-1', chunkTokens: C, maxInFlightPuts: 3 });
       await writer.finish(seq);
       assert.equal(store.maxPutsInFlight, 3);
-      assert.ok(store.putBodyBuffers.size <= 4, `${store.putBodyBuffers.size} buffers for 11 chunks + manifest: one per put in flight, reused`);
+      assert.ok(store.chunkPutBuffers.size <= 3, `${store.chunkPutBuffers.size} buffers for 11 chunks: one per put in flight, reused`);
       const last = store.putLog.at(-1);
       assert.equal(last?.key, manifestObjectKey(TENANT, 'doc-1'));
       assert.equal(last?.putsInFlight, 0, 'every chunk put had finished before the manifest put started');
-      assert.equal(store.putLog.length, 12);
+      assert.equal(store.putLog.length, 13, 'the ingest marker, 11 chunks, the manifest');
+      assert.match(store.putLog[0]?.key ?? '', /^tenants\/acme\/ingests\/doc-1\.\d+\.[0-9a-f]{16}$/, 'the marker goes first');
+      assert.deepEqual(await store.list(ingestMarkersPrefix(TENANT)), [], 'and is deleted after the manifest');
     });
   });
 

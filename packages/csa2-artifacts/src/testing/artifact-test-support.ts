@@ -323,9 +323,9 @@ export class TrackingStore implements ObjectStore {
   maxGetsInFlight = 0;
   /** The sizeBytesHint of every get, in call order. */
   readonly getHints: Array<number | undefined> = [];
-  /** Distinct buffers given to gets as `into`, and distinct buffers of put bodies. */
+  /** Distinct buffers given to gets as `into`, and distinct buffers of chunk put bodies. */
   readonly getIntoBuffers = new Set<ArrayBufferLike>();
-  readonly putBodyBuffers = new Set<ArrayBufferLike>();
+  readonly chunkPutBuffers = new Set<ArrayBufferLike>();
   private puts = 0;
   private gets = 0;
 
@@ -339,7 +339,7 @@ export class TrackingStore implements ObjectStore {
 
   async put(key: string, body: Uint8Array, options?: PutOptions): Promise<boolean> {
     this.putLog.push({ key, putsInFlight: this.puts });
-    this.putBodyBuffers.add(body.buffer);
+    if (key.includes('/chunks/')) this.chunkPutBuffers.add(body.buffer);
     this.puts++;
     this.maxPutsInFlight = Math.max(this.maxPutsInFlight, this.puts);
     try {
