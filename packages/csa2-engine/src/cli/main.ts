@@ -1,6 +1,6 @@
 /**
  * @module cli/main
- * The `csa2` command line: generate, ingest, inspect, init-model. User errors print one clear line and exit 1
+ * The `csa2` command line: generate, ingest, inspect, init-model, gc (cli/gc). User errors print one clear line and exit 1
  * (usage errors exit 2); only unexpected failures print a stack.
  */
 import { createHash } from 'node:crypto';
@@ -24,6 +24,7 @@ import {
   type NumericsMode,
 } from '@csa2/core';
 import { EngineHost } from '../host/engine-host.js';
+import { cmdGc } from './gc.js';
 
 const USAGE = `usage:
   csa2 generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) --max-tokens N
@@ -34,6 +35,7 @@ const USAGE = `usage:
   csa2 ingest --model DIR --store URL (--text-file F | --ids-file F)
                 [--doc-id ID] [--tenant T] [--chunk-tokens C]
   csa2 inspect (--model DIR | --config FILE)
+  csa2 gc --store URL [--grace-ms N] [--marker-ttl-ms N] [--prompt-ttl-ms N|off] [--tenant T ...] [--dry-run] [--json]
 
   URL: file:///path or s3://bucket/prefix?endpoint=http://host:port&forcePathStyle=1
   csa2 init-model --config FILE --seed S --out DIR`;
@@ -326,6 +328,8 @@ export async function main(argv: string[]): Promise<number> {
       case 'init-model':
         await cmdInitModel(rest);
         return 0;
+      case 'gc':
+        return await cmdGc(rest);
       case undefined:
       case '--help':
       case '-h':
