@@ -22,7 +22,7 @@ import { ArtifactCorruptError, ModelMismatchError, ObjectNotFoundError } from '.
 import type { ObjectStore } from './store/object-store.js';
 import type { ChunkCache } from './chunk-cache.js';
 import { validateChunkTokens, type ArtifactLayout } from './layout.js';
-import { chunkHeaderBytes, chunkObjectBytes, decodeChunk, type DecodedChunk } from './format/chunk-codec.js';
+import { chunkHeaderBytes, chunkObjectBytes, decodeChunk, decodeChunkAsync, type DecodedChunk } from './format/chunk-codec.js';
 import { BufferPool } from './buffer-pool.js';
 import { chunkKey, fullChunkKeys } from './format/chunk-key.js';
 import { chunkObjectKey, manifestObjectKey, validateDocumentId, validateTenant } from './format/keys.js';
@@ -268,7 +268,7 @@ export class ArtifactReader {
       const pooled = bytes.buffer === into.buffer ? into : undefined;
       let chunk: DecodedChunk;
       try {
-        chunk = this.check(objectKey, ref, bytes, decodeChunk(this.layout, objectKey, bytes));
+        chunk = this.check(objectKey, ref, bytes, await decodeChunkAsync(this.layout, objectKey, bytes)); // hashed in slices: other gets go on
       } catch (error) {
         if (pooled !== undefined) this.pool.release(pooled);
         throw error;
@@ -279,7 +279,7 @@ export class ArtifactReader {
     const load = async (): Promise<Uint8Array> => {
       const bytes = await this.store.get(objectKey, hint);
       stats.bytesFetched += bytes.length;
-      loaded.chunk = this.check(objectKey, ref, bytes, decodeChunk(this.layout, objectKey, bytes)); // only verified bytes enter the cache
+      loaded.chunk = this.check(objectKey, ref, bytes, await decodeChunkAsync(this.layout, objectKey, bytes)); // only verified bytes enter the cache
       return bytes;
     };
     const bytes = await this.cache.getOrLoad(objectKey, load);

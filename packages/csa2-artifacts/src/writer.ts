@@ -11,9 +11,9 @@
  * `verifyExisting: 'full'`), it is fetched and verified, kept when valid and replaced when not. A finished manifest equal to an existing one
  * (ignoring createdAt) is not rewritten.
  *
- * Pipeline: a chunk is encoded (header, a copy of its packed rows, SHA-256) into one of
- * `maxInFlightPuts` reused buffers while the puts of earlier chunks run; encoding never waits for
- * anything but a free buffer.
+ * Pipeline: a chunk is encoded (header, a copy of its packed rows, SHA-256 in slices that yield to
+ * the event loop) into one of `maxInFlightPuts` reused buffers while the puts of earlier chunks run;
+ * encoding waits for nothing but a free buffer.
  *
  * Failure: the first failed put fails the writer; later calls reject with that error. Nothing already
  * written needs cleaning up (chunks are shared and immutable; the manifest was not written; garbage
@@ -33,7 +33,7 @@ import type { ObjectStore } from './store/object-store.js';
 import { ObjectNotFoundError } from './errors.js';
 import { DEFAULT_CHUNK_TOKENS, validateChunkTokens, type ArtifactLayout } from './layout.js';
 import { Semaphore } from './format/bounded-concurrency.js';
-import { CHUNK_CHECKSUM_BYTES, chunkObjectBytes, decodeChunk, encodeChunk, type EncodedChunk } from './format/chunk-codec.js';
+import { CHUNK_CHECKSUM_BYTES, chunkObjectBytes, decodeChunk, encodeChunk, encodeChunkAsync, type EncodedChunk } from './format/chunk-codec.js';
 import { BufferPool } from './buffer-pool.js';
 import { IngestMarker } from './ingest-marker.js';
 import { chunkKey, fullChunkKeys } from './format/chunk-key.js';
@@ -290,14 +290,16 @@ export class ArtifactWriter {
       let encoded: EncodedChunk;
       let key: string;
       let tokenIds: ArrayLike<number>;
-      // A reused buffer (no page faults, no garbage): the put is the only holder until it settles.
+      // A reused buffer (no page faults, no garbage): the put is its only holder until it settles.
       const buffer = this.buffers.acquire(chunkObjectBytes(this.layout, start, end));
       try {
         const content = chunkContentOf(seq, this.layout, start, end);
-        encoded = encodeChunk(this.layout, content, { into: buffer }); // header + copy + SHA-256, while earlier puts run
+        // header + copy, then SHA-256 in slices that let the earlier puts' I/O go on (chunk-codec)
+        const encoding = encodeChunkAsync(this.layout, content, { into: buffer });
         key = chunkKey(this.layout.modelId, this.previousKey, content.tokenIds);
         tokenIds = content.tokenIds;
         this.s.searchedBlocks += content.searchedBlocks;
+        encoded = await encoding;
       } catch (error) {
         this.buffers.release(buffer);
         this.puts.release();

@@ -8,7 +8,7 @@ import { createHash } from 'node:crypto';
 import { InputError, ShapeError, dequantizeMainKvRows } from '@csa2/core';
 import { ArtifactCorruptError, ModelMismatchError, UnsupportedVersionError } from '../errors.js';
 import { chunkEntryRange, createArtifactLayout, type ArtifactLayout } from '../layout.js';
-import { CHUNK_FORMAT_VERSION, chunkHeaderBytes, chunkObjectBytes, chunkTrailerHex, decodeChunk, encodeChunk } from './chunk-codec.js';
+import { CHUNK_FORMAT_VERSION, CHUNK_HASH_SLICE_BYTES, chunkHeaderBytes, chunkObjectBytes, chunkTrailerHex, decodeChunk, decodeChunkAsync, encodeChunk, encodeChunkAsync } from './chunk-codec.js';
 import { chunkContentOf, packedRowsOf } from './sequence-rows.js';
 import { assertSameBytes, syntheticSequence, tokensOf } from '../testing/artifact-test-support.js';
 
@@ -189,4 +189,28 @@ test('encoding is deterministic: equal contents give equal bytes', () => {
   const b = encodeRange(LAYOUT, 16, 32, 21).bytes;
   assert.deepEqual(a, b);
   assert.notDeepEqual(encodeRange(LAYOUT, 16, 32, 22).bytes, a);
+});
+
+test('encodeChunkAsync and decodeChunkAsync (hashing in slices) give the same bytes, checksums and refusals as the synchronous ones', async () => {
+  const big = createArtifactLayout({ modelId: 'model-a', headDim: 512, indexHeadDim: 128, kvSources: [{ layer: 2, ratio: 2 }, { layer: 20, ratio: 1 }] });
+  const seq = syntheticSequence(big, 768, 17);
+  const content = chunkContentOf(seq, big, 256, 768);
+  const sync = encodeChunk(big, content);
+  assert.ok(sync.bytesU8.length > 2 * CHUNK_HASH_SLICE_BYTES, `${sync.bytesU8.length} bytes: several hash slices`);
+  const into = new Uint8Array(sync.bytesU8.length + 5);
+  const viaAsync = await encodeChunkAsync(big, content, { into });
+  assert.deepEqual(viaAsync.bytesU8, sync.bytesU8);
+  assert.equal(viaAsync.checksumHex, sync.checksumHex);
+  assert.equal(viaAsync.bytesU8.buffer, into.buffer, 'encoded into the given buffer');
+  const decoded = await decodeChunkAsync(big, KEY, sync.bytesU8);
+  assert.equal(decoded.checksumHex, sync.checksumHex);
+  assert.deepEqual(Array.from(decoded.tokenIds), Array.from(decodeChunk(big, KEY, sync.bytesU8).tokenIds));
+  for (const at of [100, sync.bytesU8.length - 200, sync.bytesU8.length - 1]) {
+    const bad = sync.bytesU8.slice();
+    bad[at] = (bad[at] ?? 0) ^ 0x01;
+    await assert.rejects(decodeChunkAsync(big, KEY, bad), (e: unknown) => e instanceof ArtifactCorruptError && e.offset === bad.length - 32 && /checksum/.test(e.message), `byte ${at}`);
+  }
+  await assert.rejects(decodeChunkAsync(big, KEY, sync.bytesU8.subarray(0, 50)), (e: unknown) => e instanceof ArtifactCorruptError && e.offset === 50);
+  await assert.rejects(encodeChunkAsync(big, { ...content, endToken: 769 }), ShapeError);
+  await assert.rejects(encodeChunkAsync(big, content, { into: new Uint8Array(10) }), RangeError);
 });

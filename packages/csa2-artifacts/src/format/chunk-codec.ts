@@ -223,6 +223,43 @@ export function encodeChunk(layout: ArtifactLayout, chunk: ChunkContent, options
   return { bytesU8: out, checksumHex: checksum.toString('hex') };
 }
 
+/**
+ * Bytes hashed between two yields to the event loop in the async codec functions. Hashing a 3.6 MB
+ * chunk in one call holds the thread for ~2 ms; a put or get is ~10 system calls in a row, each of
+ * which needs the thread to start the next, so with one call the I/O of other chunks stalls until the
+ * hash is done and encoding and I/O run one after the other (measured: 640–680 MB/s written). In
+ * 128 KiB slices they overlap (790–1050 MB/s, the same CPU time).
+ */
+export const CHUNK_HASH_SLICE_BYTES = 128 * 1024;
+
+const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+
+/** SHA-256 of `bytesU8` in slices, yielding to the event loop between them. */
+async function sha256Sliced(bytesU8: Uint8Array): Promise<Buffer> {
+  const hash = createHash('sha256');
+  for (let at = 0; at < bytesU8.length; at += CHUNK_HASH_SLICE_BYTES) {
+    if (at > 0) await nextTurn();
+    hash.update(bytesU8.subarray(at, Math.min(bytesU8.length, at + CHUNK_HASH_SLICE_BYTES)));
+  }
+  return hash.digest();
+}
+
+/**
+ * encodeChunk, hashing in slices that yield to the event loop (CHUNK_HASH_SLICE_BYTES), so that the
+ * I/O of other chunks goes on meanwhile. The contents are copied before the promise is returned (the
+ * caller may change them at once); `into` must not be touched until it settles.
+ *
+ * @example
+ * const encoding = encodeChunkAsync(layout, content, { into: pool.acquire(size) }); // rows copied here
+ * const { bytesU8, checksumHex } = await encoding;
+ */
+export async function encodeChunkAsync(layout: ArtifactLayout, chunk: ChunkContent, options: EncodeOptions = {}): Promise<EncodedChunk> {
+  const { out, checksumAt } = buildChunk(layout, chunk, options.into); // synchronous: before the first await
+  const checksum = await sha256Sliced(out.subarray(0, checksumAt));
+  out.set(checksum, checksumAt);
+  return { bytesU8: out, checksumHex: checksum.toString('hex') };
+}
+
 /** Reads the header fields with bounds checks; every failure is an ArtifactCorruptError naming key and offset. */
 class HeaderReader {
   private readonly view: DataView;
@@ -367,6 +404,18 @@ export function decodeChunk(layout: ArtifactLayout, key: string, bytesU8: Uint8A
   const h = parseHeader(r, bytesU8, key);
   const checksumAt = h.totalBytes - CHUNK_CHECKSUM_BYTES;
   const computed = options.checksum === 'trust' ? bytesU8.subarray(checksumAt, h.totalBytes) : sha256(bytesU8.subarray(0, checksumAt));
+  return finishDecode(layout, key, bytesU8, r, h, computed);
+}
+
+/**
+ * decodeChunk (checksum verified), hashing in slices that yield to the event loop
+ * (CHUNK_HASH_SLICE_BYTES), so that other chunks' reads go on meanwhile. `bytesU8` must not change
+ * until the promise settles.
+ */
+export async function decodeChunkAsync(layout: ArtifactLayout, key: string, bytesU8: Uint8Array): Promise<DecodedChunk> {
+  const r = new HeaderReader(key, bytesU8);
+  const h = parseHeader(r, bytesU8, key);
+  const computed = await sha256Sliced(bytesU8.subarray(0, h.totalBytes - CHUNK_CHECKSUM_BYTES));
   return finishDecode(layout, key, bytesU8, r, h, computed);
 }
 
