@@ -2,9 +2,9 @@
  * @module buffer-pool
  * Reusable byte buffers for chunk objects (a few MB each). A fresh large buffer costs more than the
  * work done in it: its pages fault in on first touch (the kernel zeroes them), and V8 counts it as
- * external memory, so a stream of them triggers garbage collections. Measured on this 2-core machine,
- * reading 4 MB chunk files and verifying them took 0.63 GB per CPU-second into fresh buffers and
- * 0.94 GB per CPU-second into reused ones (bench/ artifacts suite).
+ * external memory, so a stream of them triggers garbage collections. Measured on this 2-core machine
+ * (reading 3.7 MB chunk files and verifying them, 4 at a time): 0.63 GB per CPU-second into fresh
+ * buffers, 0.94 into reused ones.
  *
  * Ownership is explicit: `acquire` hands out a buffer that nobody else holds; the holder gives it back
  * with `release` once nothing refers to it (not its bytes, not a view of them) and must not touch it
