@@ -180,7 +180,8 @@ export class ArtifactWriter {
       if (!Number.isSafeInteger(chunkCount) || chunkCount < 0 || chunkCount * C > sequenceLength(seq)) {
         throw new SequenceStateError(`cannot adopt ${chunkCount} chunks of ${C} tokens from a sequence of ${sequenceLength(seq)} tokens`);
       }
-      const keys = fullChunkKeys(this.layout.modelId, sequenceTokenIds(seq, 0, chunkCount * C), C, chunkCount);
+      const keys: string[] = []; // chunk by chunk: no copy of the whole prefix's ids
+      for (let i = 0; i < chunkCount; i++) keys.push(chunkKey(this.layout.modelId, keys.at(-1) ?? null, sequenceTokenIds(seq, i * C, (i + 1) * C)));
       const entries = await Promise.all(
         keys.map((key) =>
           this.puts.run(async () => {
