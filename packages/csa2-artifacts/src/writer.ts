@@ -30,7 +30,7 @@
  */
 import type { Sequence } from '@csa2/core';
 import type { ObjectStore } from './store/object-store.js';
-import { ObjectNotFoundError } from './errors.js';
+import { ArtifactCorruptError, ObjectNotFoundError } from './errors.js';
 import { DEFAULT_CHUNK_TOKENS, validateChunkTokens, type ArtifactLayout } from './layout.js';
 import { Semaphore } from './format/bounded-concurrency.js';
 import { CHUNK_CHECKSUM_BYTES, chunkObjectBytes, decodeChunk, encodeChunk, encodeChunkAsync, type EncodedChunk } from './format/chunk-codec.js';
@@ -188,6 +188,7 @@ export class ArtifactWriter {
             const objectKey = chunkObjectKey(this.tenant, key);
             const info = await this.store.touch(objectKey); // relied on from now: fresh for gc's grace period
             if (info === null) throw new ObjectNotFoundError(objectKey, 'stored chunk');
+            if (info.sizeBytes < CHUNK_CHECKSUM_BYTES) throw new ArtifactCorruptError(objectKey, info.sizeBytes, `stored chunk is ${info.sizeBytes} bytes, shorter than its checksum`);
             const trailer = await this.store.getRange(objectKey, { offset: info.sizeBytes - CHUNK_CHECKSUM_BYTES, length: CHUNK_CHECKSUM_BYTES });
             return { sizeBytes: info.sizeBytes, sha256: Buffer.from(trailer).toString('hex') };
           }),

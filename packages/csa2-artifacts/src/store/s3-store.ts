@@ -429,7 +429,10 @@ export class S3ObjectStore implements ObjectStore {
         throw err;
       }
       await this.put(key, bytes); // the same bytes: readers see the old or the new object, both equal
-      return this.head(key);
+      // The size is the bytes' (s3rver answers a put of a small body before the file is written, so a
+      // HEAD right after it may see a short object); the time is the server's.
+      const info = await this.head(key);
+      return { key, sizeBytes: bytes.byteLength, lastModifiedMs: info?.lastModifiedMs ?? Date.now() };
     }
     try {
       await this.client.send(
