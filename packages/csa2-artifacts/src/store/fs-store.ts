@@ -403,7 +403,7 @@ export class FsObjectStore implements ObjectStore {
       files = [];
     };
     for (const entry of visible) {
-      if (page.found.length + files.length >= page.limit) break;
+      if (page.found.length >= page.limit) break;
       if (entry.isDirectory) {
         // every key inside sorts after the directory's own prefix and before anything after it
         if (page.startAfter >= entry.sortKey && !page.startAfter.startsWith(entry.sortKey)) continue;
@@ -413,7 +413,8 @@ export class FsObjectStore implements ObjectStore {
       } else {
         if (entry.sortKey <= page.startAfter) continue;
         files.push(entry.name);
-        if (files.length >= 64) await flushFiles();
+        // a file deleted meanwhile leaves the page short by one, and the walk goes on to fill it
+        if (files.length >= Math.min(64, page.limit - page.found.length)) await flushFiles();
       }
     }
     await flushFiles();
