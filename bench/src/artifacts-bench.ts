@@ -1,26 +1,43 @@
 /**
  * @module artifacts-bench
- * Cache-artifact throughput (issue "cache artifacts", Measure): a synthetic document of the released
- * layout (4 KV sources, 890 B of global cache per token) written to and read back from the filesystem
- * store and a local S3 server (s3rver), side by side in one run; and the bytes per token on the store,
- * headers, token ids and manifest included.
+ * Cache-artifact throughput (issue 14 item 3): a synthetic document of the released layout (4 KV
+ * sources, 890 B of global cache per token) written to and read back from the filesystem store and
+ * a local S3 server (s3rver), side by side in one run, with the bytes per token on the store (headers,
+ * token ids and manifest included).
  *
- * The rows are random FP4 values (valid fake-quantized rows) cycled from a few templates; the token ids
- * differ per chunk, so every chunk is a distinct object. The pipeline is the artifact writer's: pack
- * (exact FP4 repacking with its round-trip check) + SHA-256 + put, 4 puts in flight; reading is get +
- * verify + unpack, 4 gets in flight. Encoding and I/O are timed separately.
+ * Two paths, in the same run:
+ * - `packed` (codec + store, bytes in, bytes out): rows are packed FP4 bytes as the model emits them;
+ *   write = encodeChunkAsync into a reused buffer (header + copy + SHA-256 in slices that yield to
+ *   the event loop) + put (ifAbsent, as the writer puts), `inFlight` puts at once, encoding
+ *   overlapping them; read = ArtifactReader.visitChunks
+ *   (get with the manifest's size hint into a reused buffer + full verification: codec checks,
+ *   SHA-256, manifest size/checksum, content key), `inFlight` gets at once.
+ * - `float` (the path before sequences held packed rows, kept to compare with): write = exact FP4
+ *   repacking of dequantized rows (legacy-row-packing, with its round-trip check and scale search) +
+ *   encode + put; read = get + verify + unpack to float32. Filesystem only by default: it is the slow one.
+ *
+ * "Where the time goes" is measured in the same process: node's SHA-256 and a buffer copy on one
+ * chunk's bytes, then the per-stage times of the packed path (encode, put, get, verify). The chunk
+ * objects were just written, so filesystem reads come from the page cache (memory speed is the point).
+ *
+ * Rows cycle through two templates (random values through csa2-core's quantizers); the token ids
+ * differ per chunk, so every chunk is a distinct object.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
+import { createHash } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
+  ArtifactReader,
+  BufferPool,
   artifactLayout,
   bytesPerToken,
   chunkKey,
   chunkObjectKey,
+  chunkObjectBytes,
   decodeChunk,
-  encodeChunk,
+  encodeChunkAsync,
   encodeManifest,
   manifestObjectKey,
   FsObjectStore,
@@ -28,25 +45,53 @@ import {
   MANIFEST_FORMAT_VERSION,
   type ArtifactLayout,
   type ChunkSourceRows,
+  type DocumentManifest,
   type ManifestChunk,
   type ObjectStore,
 } from '@csa2/artifacts';
 import { startS3Server } from '@csa2/artifacts/testing';
-import { buildLayerPlan, fakeQuantFp4E4m3Block16, fakeQuantFp4Ue8m0Block32, fixturesRoot, parseModelConfig, SeededRandom } from '@csa2/core';
+import {
+  buildLayerPlan,
+  dequantizeIndexKRows,
+  dequantizeMainKvRows,
+  fixturesRoot,
+  parseModelConfig,
+  quantizeIndexKRows,
+  quantizeMainKvRows,
+  SeededRandom,
+} from '@csa2/core';
+import { packIndexKRows, packMainKvRows, unpackIndexKRows, unpackMainKvRows } from './legacy-row-packing.js';
 import type { BenchIo, BenchSuite, OptionValues } from './suite.js';
 import { UsageError, positiveIntOption } from './suite.js';
 import { markdownTable } from './table.js';
 
+const MB = 1e6;
 const MIB = 1024 * 1024;
+
+export type ArtifactPath = 'packed' | 'float';
 
 export interface ArtifactsBenchOptions {
   readonly tokens: number;
   readonly chunkTokens: number;
   readonly stores: readonly ('fs' | 's3')[];
   readonly inFlight: number;
+  /** Stores the float (pre-packed) path also runs on. */
+  readonly floatStores: readonly ('fs' | 's3')[];
+  /** Part size of the S3 store's ranged GETs (the store's default is 8 MiB). */
+  readonly s3ReadPartSizeBytes: number;
+  /** Ranged GETs of one object in flight (S3). */
+  readonly s3ReadParallelism: number;
 }
 
-export const DEFAULT_ARTIFACTS_BENCH_OPTIONS: ArtifactsBenchOptions = { tokens: 1 << 20, chunkTokens: 4096, stores: ['fs', 's3'], inFlight: 4 };
+export const DEFAULT_ARTIFACTS_BENCH_OPTIONS: ArtifactsBenchOptions = {
+  tokens: 1 << 20,
+  chunkTokens: 4096,
+  stores: ['fs', 's3'],
+  inFlight: 4,
+  floatStores: ['fs'],
+  s3ReadPartSizeBytes: 8 * MIB, // the store's default: a 3.7 MB chunk is one GET, 4 chunks in flight
+  s3ReadParallelism: 4,
+};
 
 /** The released configuration's artifact layout (config from ../shared/fixtures/deepseek-v41-flash). */
 export async function releasedLayout(): Promise<ArtifactLayout> {
@@ -55,189 +100,330 @@ export async function releasedLayout(): Promise<ArtifactLayout> {
   return artifactLayout(config, buildLayerPlan(config), 'bench-released-layout');
 }
 
-/** Random valid FP4 rows: `entries` main-KV rows and index-K rows, fake-quantized like the model's. */
-function templateRows(layout: ArtifactLayout, entries: number, seed: number): { main: Float32Array; index: Float32Array } {
+interface Template {
+  /** Packed rows of `entries` entries, as the model emits them. */
+  readonly mainU8: Uint8Array;
+  readonly indexU8: Uint8Array;
+  /** The same rows dequantized (what a float32 Sequence holds). */
+  readonly mainF32: Float32Array;
+  readonly indexF32: Float32Array;
+}
+
+/** Random rows through csa2-core's quantizers: packed bytes and their dequantized values. */
+function templateRows(layout: ArtifactLayout, entries: number, seed: number): Template {
   const rng = new SeededRandom(seed);
   const main = Float32Array.from({ length: entries * layout.headDim }, () => rng.nextNormal());
   const index = Float32Array.from({ length: entries * layout.indexHeadDim }, () => rng.nextNormal());
-  return { main: fakeQuantFp4E4m3Block16(main, layout.headDim), index: fakeQuantFp4Ue8m0Block32(index, layout.indexHeadDim) };
-}
-
-async function pool<T>(count: number, limit: number, task: (i: number) => Promise<T>): Promise<T[]> {
-  const out: T[] = new Array(count);
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: Math.min(limit, count) }, async () => {
-      for (let i = next++; i < count; i = next++) out[i] = await task(i);
-    }),
-  );
-  return out;
+  const mainU8 = quantizeMainKvRows(main, layout.headDim);
+  const indexU8 = quantizeIndexKRows(index, layout.indexHeadDim);
+  return { mainU8, indexU8, mainF32: dequantizeMainKvRows(mainU8, layout.headDim), indexF32: dequantizeIndexKRows(indexU8, layout.indexHeadDim) };
 }
 
 export interface StoreRun {
   readonly store: string;
+  readonly path: ArtifactPath;
   readonly objects: number;
   readonly bytes: number;
+  /** Time of the whole write (encoding overlapping the puts) and of its parts, summed over chunks. */
+  readonly writeMs: number;
   readonly encodeMs: number;
   readonly putMs: number;
-  readonly writeMs: number;
-  readonly getMs: number;
-  readonly decodeMs: number;
+  /** Time of the whole read through the reader (packed) or get + verify + unpack (float). */
   readonly readMs: number;
+  /** Second pass, stage by stage: get only, then verify only (and unpack, for the float path). */
+  readonly getMs: number;
+  readonly verifyMs: number;
   readonly manifestBytes: number;
+  /** CPU time (user + system, every thread of this process) of the whole write and of the whole read 1. */
+  readonly writeCpuMs: number;
+  readonly readCpuMs: number;
 }
 
-/** Writes and reads one synthetic document of `tokens` tokens through `store`. */
-export async function runStore(name: string, store: ObjectStore, layout: ArtifactLayout, opts: ArtifactsBenchOptions, io: BenchIo): Promise<StoreRun> {
+/** Writes and reads one synthetic document of `tokens` tokens through `store`, on one path. */
+export async function runStore(name: string, store: ObjectStore, layout: ArtifactLayout, path: ArtifactPath, opts: ArtifactsBenchOptions, io: BenchIo): Promise<StoreRun> {
   const C = opts.chunkTokens;
   const chunkCount = Math.ceil(opts.tokens / C);
   const templates = [templateRows(layout, C, 1), templateRows(layout, C, 2)];
-  const tenant = 'bench';
+  const tenant = `bench-${path}`;
+  const documentId = 'bench-doc';
+  const ids = (c: number): Uint32Array => Uint32Array.from({ length: Math.min(C, opts.tokens - c * C) }, (_, i) => (c * 7919 + i * 31) % 129280);
   const keys: string[] = [];
-  const ids = (c: number) => Array.from({ length: Math.min(C, opts.tokens - c * C) }, (_, i) => (c * 7919 + i * 31) % 129280);
   let prev: string | null = null;
   for (let c = 0; c < chunkCount; c++) keys.push((prev = chunkKey(layout.modelId, prev, ids(c))));
 
   let encodeMs = 0;
   let putMs = 0;
-  const manifestChunks: ManifestChunk[] = new Array(chunkCount);
+  const manifestChunks: ManifestChunk[] = new Array<ManifestChunk>(chunkCount);
+  const cpu0 = process.cpuUsage();
   const t0 = performance.now();
-  // encoding is synchronous CPU work; puts overlap with the next chunk's encoding (as in the writer)
+  // As the writer does: contents are made (and, on the float path, packed), encoded into one of
+  // `inFlight` reused buffers (header + copy + SHA-256 in slices that let earlier puts' I/O go on), then put.
+  const buffers = new BufferPool({ maxFree: opts.inFlight });
   const inFlight = new Set<Promise<void>>();
   for (let c = 0; c < chunkCount; c++) {
     const start = c * C;
     const end = Math.min(opts.tokens, start + C);
-    const tpl = templates[c % templates.length] as { main: Float32Array; index: Float32Array };
+    const tpl = templates[c % templates.length] as Template;
+    const te = performance.now();
     const sources: ChunkSourceRows[] = layout.kvSources.map((s) => {
       const n = Math.floor(end / s.ratio) - Math.floor(start / s.ratio);
-      return { layer: s.layer, mainKvF32: tpl.main.subarray(0, n * layout.headDim), indexKF32: tpl.index.subarray(0, n * layout.indexHeadDim) };
+      if (path === 'packed') return { layer: s.layer, mainKvU8: tpl.mainU8.subarray(0, n * layout.mainKvRowBytes), indexKU8: tpl.indexU8.subarray(0, n * layout.indexKRowBytes) };
+      return {
+        layer: s.layer,
+        mainKvU8: packMainKvRows(tpl.mainF32.subarray(0, n * layout.headDim), layout.headDim).bytesU8,
+        indexKU8: packIndexKRows(tpl.indexF32.subarray(0, n * layout.indexHeadDim), layout.indexHeadDim).bytesU8,
+      };
     });
-    const te = performance.now();
-    const enc = encodeChunk(layout, { startToken: start, endToken: end, tokenIds: ids(c), sources });
+    const buffer = buffers.acquire(chunkObjectBytes(layout, start, end));
+    const enc = await encodeChunkAsync(layout, { startToken: start, endToken: end, tokenIds: ids(c), sources }, { into: buffer });
     encodeMs += performance.now() - te;
     manifestChunks[c] = { key: keys[c] as string, startToken: start, endToken: end, sizeBytes: enc.bytesU8.length, sha256: enc.checksumHex };
     const tp = performance.now();
-    const p: Promise<void> = store.put(chunkObjectKey(tenant, keys[c] as string), enc.bytesU8).then(() => {
-      putMs += performance.now() - tp;
-      inFlight.delete(p);
-    });
+    const p: Promise<void> = store
+      .put(chunkObjectKey(tenant, keys[c] as string), enc.bytesU8, { ifAbsent: true })
+      .then(() => {
+        putMs += performance.now() - tp;
+      })
+      .finally(() => {
+        buffers.release(buffer);
+        inFlight.delete(p);
+      });
     inFlight.add(p);
     if (inFlight.size >= opts.inFlight) await Promise.race(inFlight);
-    if (c % 32 === 31) io.log(`  ${name}: wrote ${c + 1}/${chunkCount} chunks`);
+    if (c % 64 === 63) io.log(`  ${name} (${path}): wrote ${c + 1}/${chunkCount} chunks`);
   }
   await Promise.all(inFlight);
-  const manifest = encodeManifest({
+  const manifest: DocumentManifest = {
     formatVersion: MANIFEST_FORMAT_VERSION,
     modelId: layout.modelId,
     layoutId: layout.layoutId,
     tenant,
-    documentId: 'bench-doc',
+    documentId,
     tokenCount: opts.tokens,
     chunkTokens: C,
     chunks: manifestChunks,
     createdAt: new Date().toISOString(),
-  });
-  await store.put(manifestObjectKey(tenant, 'bench-doc'), manifest);
+  };
+  const manifestBytes = encodeManifest(manifest);
+  await store.put(manifestObjectKey(tenant, documentId), manifestBytes);
   const writeMs = performance.now() - t0;
+  const writeCpuMs = cpuMs(cpu0);
+  const bytes = manifestChunks.reduce((sum, ch) => sum + ch.sizeBytes, 0);
 
+  // Read 1: end to end.
+  let readMs: number;
+  const cpu1 = process.cpuUsage();
+  if (path === 'packed') {
+    const reader = new ArtifactReader({ store, layout, maxInFlightGets: opts.inFlight });
+    const t1 = performance.now();
+    const stats = await reader.visitChunks(await reader.readManifest(tenant, documentId), () => undefined);
+    readMs = performance.now() - t1;
+    if (stats.tokensLoaded !== opts.tokens) throw new Error(`read back ${stats.tokensLoaded} tokens, wrote ${opts.tokens}`);
+  } else {
+    const t1 = performance.now();
+    await pool(chunkCount, opts.inFlight, async (c) => unpackAll(layout, decodeChunk(layout, keys[c] as string, await store.get(chunkObjectKey(tenant, keys[c] as string)))));
+    readMs = performance.now() - t1;
+  }
+  const readCpuMs = cpuMs(cpu1);
+  // Read 2: stage by stage (gets in flight, then verify [+ unpack] one chunk at a time).
   let getMs = 0;
-  let decodeMs = 0;
-  let bytes = 0;
-  const t1 = performance.now();
+  let verifyMs = 0;
   await pool(chunkCount, opts.inFlight, async (c) => {
     const tg = performance.now();
-    const body = await store.get(chunkObjectKey(tenant, keys[c] as string));
+    const body = await store.get(chunkObjectKey(tenant, keys[c] as string), { sizeBytesHint: manifestChunks[c]?.sizeBytes ?? 0 });
     getMs += performance.now() - tg;
-    const td = performance.now();
-    decodeChunk(layout, keys[c] as string, body);
-    decodeMs += performance.now() - td;
-    bytes += body.length;
+    const tv = performance.now();
+    const chunk = decodeChunk(layout, keys[c] as string, body);
+    if (path === 'float') unpackAll(layout, chunk);
+    verifyMs += performance.now() - tv;
   });
-  const readMs = performance.now() - t1;
-  return { store: name, objects: chunkCount + 1, bytes, encodeMs, putMs, writeMs, getMs, decodeMs, readMs, manifestBytes: manifest.length };
+  io.log(`  ${name} (${path}): read back ${chunkCount} chunks`);
+  return { store: name, path, objects: chunkCount + 1, bytes, writeMs, encodeMs, putMs, readMs, getMs, verifyMs, manifestBytes: manifestBytes.length, writeCpuMs, readCpuMs };
 }
 
-export function renderArtifactsBench(layout: ArtifactLayout, opts: ArtifactsBenchOptions, runs: readonly StoreRun[]): string {
-  const mbps = (bytes: number, ms: number) => ((bytes / MIB) / (ms / 1000)).toFixed(1);
+function cpuMs(since: NodeJS.CpuUsage): number {
+  const used = process.cpuUsage(since);
+  return (used.user + used.system) / 1000;
+}
+
+function unpackAll(layout: ArtifactLayout, chunk: ReturnType<typeof decodeChunk>): void {
+  for (const s of chunk.sources) {
+    unpackMainKvRows(s.mainKvU8, layout.headDim);
+    unpackIndexKRows(s.indexKU8, layout.indexHeadDim);
+  }
+}
+
+async function pool(count: number, limit: number, task: (i: number) => Promise<void>): Promise<void> {
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: Math.min(limit, count) }, async () => {
+      for (let i = next++; i < count; i = next++) await task(i);
+    }),
+  );
+}
+
+/** Throughput of the two CPU primitives on one chunk's worth of bytes: node's SHA-256, and allocate + copy. */
+export interface Primitives {
+  readonly chunkBytes: number;
+  readonly sha256MBps: number;
+  readonly copyMBps: number;
+}
+
+export function measurePrimitives(chunkBytes: number): Primitives {
+  const src = new Uint8Array(chunkBytes).map((_, i) => (i * 2654435761) >>> 24);
+  const rate = (fn: () => void): number => {
+    fn(); // warm up
+    let n = 0;
+    const t0 = performance.now();
+    while (performance.now() - t0 < 500) {
+      fn();
+      n++;
+    }
+    return (n * chunkBytes) / MB / ((performance.now() - t0) / 1000);
+  };
+  return {
+    chunkBytes,
+    sha256MBps: rate(() => void createHash('sha256').update(src).digest()),
+    copyMBps: rate(() => void Buffer.allocUnsafeSlow(chunkBytes).set(src)),
+  };
+}
+
+const mbps = (bytes: number, ms: number): string => (ms > 0 ? (bytes / MB / (ms / 1000)).toFixed(0) : '-');
+
+export function renderArtifactsBench(layout: ArtifactLayout, opts: ArtifactsBenchOptions, runs: readonly StoreRun[], prim: Primitives): string {
   const rows = runs.map((r) => [
     r.store,
+    r.path,
     String(r.objects),
-    (r.bytes / MIB).toFixed(1),
+    (r.bytes / MB).toFixed(1),
     mbps(r.bytes, r.writeMs),
-    mbps(r.bytes, r.encodeMs),
+    mbps(r.bytes, r.writeCpuMs),
     mbps(r.bytes, r.readMs),
-    mbps(r.bytes, r.decodeMs),
+    mbps(r.bytes, r.readCpuMs),
     ((r.bytes + r.manifestBytes) / opts.tokens).toFixed(2),
   ]);
+  const stages = runs.map((r) => [
+    r.store,
+    r.path,
+    mbps(r.bytes, r.encodeMs),
+    mbps(r.bytes * opts.inFlight, r.putMs),
+    mbps(r.bytes * opts.inFlight, r.getMs),
+    mbps(r.bytes, r.verifyMs),
+  ]);
+  const s3 = opts.stores.includes('s3') ? `; S3: objects above ${(opts.s3ReadPartSizeBytes / MIB).toFixed(2)} MiB are read as ranged GETs of that size, ${opts.s3ReadParallelism} per object in flight` : '';
   return [
-    `### Cache artifacts: ${opts.tokens.toLocaleString('en-US')} tokens of the released layout (${bytesPerToken(layout)} B/token of global cache), chunks of ${opts.chunkTokens} tokens, ${opts.inFlight} requests in flight`,
+    `### Cache artifacts: ${opts.tokens.toLocaleString('en-US')} tokens of the released layout (${bytesPerToken(layout)} B/token of global cache), chunks of ${opts.chunkTokens} tokens, ${opts.inFlight} requests in flight${s3}`,
     '',
     markdownTable(
       [
         { header: 'store', align: 'left' },
+        { header: 'path', align: 'left' },
         { header: 'objects' },
-        { header: 'MiB' },
-        { header: 'write MB/s (pack+put)' },
-        { header: 'pack only MB/s' },
-        { header: 'read MB/s (get+verify+unpack)' },
-        { header: 'verify+unpack only MB/s' },
+        { header: 'MB' },
+        { header: 'write MB/s (encode+put)' },
+        { header: 'write MB per CPU-s' },
+        { header: 'read MB/s (get+verify)' },
+        { header: 'read MB per CPU-s' },
         { header: 'bytes/token on store' },
       ],
       rows,
     ),
     '',
-    `bytes/token on store includes the chunk headers, 4-byte token ids, checksums and the manifest; the global cache alone is ${bytesPerToken(layout)}.`,
+    '`packed`: rows go in and come out as packed FP4 bytes (encode = header + copy + SHA-256; read = the reader with full verification, rows as views). ' +
+      '`float`: the path of a float32 Sequence through the temporary adapter (exact FP4 repacking with scale search on write, unpacking to float32 on read); it was the only path before. ' +
+      `Bytes/token on the store include chunk headers, 4-byte token ids, checksums and the manifest; the global cache alone is ${bytesPerToken(layout)}. ` +
+      `MB per CPU-s: bytes over the CPU time (user + system, all threads) the step took (the s3 rows include the in-process SDK but not the s3rver process); on a machine shared with other work, the wall rates fall towards it.`,
+    '',
+    `Where the time goes (one ${(prim.chunkBytes / MB).toFixed(2)} MB chunk at a time, this process): SHA-256 (node crypto) ${prim.sha256MBps.toFixed(0)} MB/s, allocate + copy ${prim.copyMBps.toFixed(0)} MB/s; per stage of each run:`,
+    '',
+    markdownTable(
+      [
+        { header: 'store', align: 'left' },
+        { header: 'path', align: 'left' },
+        { header: 'encode MB/s (pack+copy+SHA)' },
+        { header: 'put MB/s per request' },
+        { header: 'get MB/s per request' },
+        { header: 'verify MB/s (+unpack)' },
+      ],
+      stages,
+    ),
+    '',
+    `Put and get rates are bytes over the summed time of the requests, ${opts.inFlight} of them overlapping; encode (hashing in slices while the puts' I/O goes on) and the second pass's verify (one chunk at a time, in one piece) run on the main thread. The first table's rates are end to end.`,
   ].join('\n');
 }
 
 export async function runArtifactsBench(opts: ArtifactsBenchOptions, io: BenchIo): Promise<string> {
   const layout = await releasedLayout();
   const runs: StoreRun[] = [];
+  const paths = (kind: 'fs' | 's3'): ArtifactPath[] => (opts.floatStores.includes(kind) ? ['packed', 'float'] : ['packed']);
   for (const kind of opts.stores) {
     if (kind === 'fs') {
       const dir = mkdtempSync(join(tmpdir(), 'csa2-bench-fs-'));
       try {
         io.log(`artifacts: filesystem store ${dir}`);
-        runs.push(await runStore('filesystem', new FsObjectStore(dir), layout, opts, io));
+        const store = new FsObjectStore(dir);
+        for (const path of paths(kind)) runs.push(await runStore('filesystem', store, layout, path, opts, io));
       } finally {
         rmSync(dir, { recursive: true, force: true });
       }
     } else {
       io.log('artifacts: starting s3rver (local S3 server)');
       const s3 = await startS3Server();
-      const store = new S3ObjectStore({ bucket: s3.bucket, prefix: 'bench', endpoint: s3.endpoint, forcePathStyle: true, credentials: s3.credentials });
+      const store = new S3ObjectStore({
+        bucket: s3.bucket,
+        prefix: 'bench',
+        endpoint: s3.endpoint,
+        forcePathStyle: true,
+        credentials: s3.credentials,
+        readPartSizeBytes: opts.s3ReadPartSizeBytes,
+        readParallelism: opts.s3ReadParallelism,
+      });
       try {
-        runs.push(await runStore('s3 (s3rver, local)', store, layout, opts, io));
+        for (const path of paths(kind)) runs.push(await runStore('s3 (s3rver, local)', store, layout, path, opts, io));
       } finally {
         await store.close();
         await s3.stop();
       }
     }
   }
-  return renderArtifactsBench(layout, opts, runs);
+  const chunkBytes = runs[0]?.bytes !== undefined ? Math.round(runs[0].bytes / Math.ceil(opts.tokens / opts.chunkTokens)) : 4 * MIB;
+  return renderArtifactsBench(layout, opts, runs, measurePrimitives(chunkBytes));
+}
+
+function storeList(values: OptionValues, name: string, fallback: readonly ('fs' | 's3')[]): ('fs' | 's3')[] {
+  const v = values[name];
+  if (typeof v !== 'string') return [...fallback];
+  const list = v === 'none' ? [] : v.split(',');
+  for (const s of list) if (s !== 'fs' && s !== 's3') throw new UsageError(`--${name} takes fs and/or s3 (or none), got "${s}"`);
+  return list as ('fs' | 's3')[];
 }
 
 export function parseArtifactsBenchOptions(values: OptionValues): ArtifactsBenchOptions {
+  const d = DEFAULT_ARTIFACTS_BENCH_OPTIONS;
   const int = (name: string, fallback: number): number => positiveIntOption(values, name, fallback);
-  const stores = typeof values['stores'] === 'string' ? values['stores'].split(',') : DEFAULT_ARTIFACTS_BENCH_OPTIONS.stores;
-  for (const s of stores) if (s !== 'fs' && s !== 's3') throw new UsageError(`--stores takes fs and/or s3, got "${s}"`);
   const quick = values['quick'] === true;
   return {
-    tokens: int('artifact-tokens', quick ? 65536 : DEFAULT_ARTIFACTS_BENCH_OPTIONS.tokens),
-    chunkTokens: int('artifact-chunk-tokens', DEFAULT_ARTIFACTS_BENCH_OPTIONS.chunkTokens),
-    stores: stores as ('fs' | 's3')[],
-    inFlight: int('in-flight', DEFAULT_ARTIFACTS_BENCH_OPTIONS.inFlight),
+    tokens: int('artifact-tokens', quick ? 65536 : d.tokens),
+    chunkTokens: int('artifact-chunk-tokens', d.chunkTokens),
+    stores: storeList(values, 'stores', d.stores),
+    inFlight: int('in-flight', d.inFlight),
+    floatStores: storeList(values, 'float-stores', d.floatStores),
+    s3ReadPartSizeBytes: int('s3-read-part-bytes', d.s3ReadPartSizeBytes),
+    s3ReadParallelism: int('s3-read-parallelism', d.s3ReadParallelism),
   };
 }
 
 export const artifactsSuite: BenchSuite = {
   name: 'artifacts',
-  summary: 'cache-artifact write/read throughput (filesystem and local S3) and bytes per token on the store',
+  summary: 'cache-artifact write/read throughput (filesystem and local S3), packed rows against the float path, and bytes per token on the store',
   options: {
     'artifact-tokens': { type: 'string', description: 'tokens in the synthetic document', defaultText: '1048576 (65536 with --quick)', valueName: 'N' },
     'artifact-chunk-tokens': { type: 'string', description: 'tokens per chunk object', defaultText: '4096', valueName: 'C' },
     stores: { type: 'string', description: 'stores to measure', defaultText: 'fs,s3', valueName: 'fs,s3' },
+    'float-stores': { type: 'string', description: 'stores the float (pre-packed) path also runs on', defaultText: 'fs', valueName: 'fs,s3|none' },
     'in-flight': { type: 'string', description: 'puts/gets in flight', defaultText: '4', valueName: 'N' },
+    's3-read-part-bytes': { type: 'string', description: 'part size of the S3 ranged GETs (smaller than a chunk to use them)', defaultText: '8388608', valueName: 'BYTES' },
+    's3-read-parallelism': { type: 'string', description: 'ranged GETs of one object in flight', defaultText: '4', valueName: 'N' },
     quick: { type: 'boolean', description: 'small sizes for a smoke run' },
   },
   async run(values, io) {

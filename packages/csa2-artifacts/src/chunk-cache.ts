@@ -1,9 +1,13 @@
 /**
  * @module chunk-cache
  * A decoder worker's local cache of chunk objects, in memory, bounded in bytes, least recently used
- * out first. Values are the objects' bytes as fetched (4 bits a value, far smaller than the decoded
- * float32 rows); callers must not modify them. Concurrent loads of one key share one fetch, and a
+ * out first. Values are the objects' bytes as fetched (packed rows, 4 bits a value); decoded chunks
+ * are views of them, so callers must not modify them. Concurrent loads of one key share one fetch, and a
  * load that fails caches nothing. Counters feed metrics.
+ *
+ * ArtifactReader puts only objects it has verified (checksum included) into the cache, and on a hit
+ * it trusts their trailer instead of hashing them again: anything else writing into a cache handed
+ * to a reader must hold to the same rule.
  */
 
 export interface ChunkCacheOptions {

@@ -9,7 +9,7 @@ import { createArtifactLayout } from './layout.js';
 import { ChunkCache } from './chunk-cache.js';
 import { chunkObjectKey, manifestObjectKey } from './format/keys.js';
 import { ManifestFieldError, encodeManifest, type DocumentManifest } from './format/manifest.js';
-import { SequenceStateError } from './format/sequence-rows.js';
+import { SequenceStateError, appendPackedRows, appendTokenIds } from './format/sequence-rows.js';
 import type { ObjectStore } from './store/object-store.js';
 import { ArtifactReader } from './reader.js';
 import { ArtifactWriter } from './writer.js';
@@ -19,6 +19,7 @@ import {
   assertSequencePrefix,
   emptySequence,
   syntheticSequence,
+  tokensOf,
   withStore,
   TEST_LAYOUT as LAYOUT,
   TEST_CHUNK_TOKENS as C,
@@ -53,7 +54,7 @@ for (const factory of STORE_FACTORIES) {
         assert.equal(stats.chunksLoaded, Math.ceil(upto / C));
         assertSequencePrefix(loaded, seq, LAYOUT, upto);
       }
-      assert.deepEqual(await reader.readTokens(manifest), Array.from(seq.tokens.view()));
+      assert.deepEqual(await reader.readTokens(manifest), tokensOf(seq));
       await assert.rejects(reader.loadInto(emptySequence(LAYOUT), manifest, { uptoToken: DOC_TOKENS + 1 }), SequenceStateError);
     });
   });
@@ -65,10 +66,10 @@ for (const factory of STORE_FACTORIES) {
       await assert.rejects(reader.readManifest(TENANT, 'nope'), (e: unknown) => e instanceof ObjectNotFoundError && /document nope of tenant acme not found/.test(e.message) && e.key === manifestObjectKey(TENANT, 'nope'));
       await assert.rejects(reader.readManifest('other', 'doc-1'), ObjectNotFoundError);
       const busy = emptySequence(LAYOUT);
-      busy.tokens.push(5);
+      appendTokenIds(busy, [5]);
       await assert.rejects(reader.loadInto(busy, manifest), (e: unknown) => e instanceof SequenceStateError && /non-empty/.test(e.message));
       const rowsOnly = emptySequence(LAYOUT);
-      rowsOnly.cache(3).mainKv.append(new Uint8Array(LAYOUT.mainKvRowBytes));
+      appendPackedRows(rowsOnly, LAYOUT, 3, new Uint8Array(LAYOUT.mainKvRowBytes), new Uint8Array(LAYOUT.indexKRowBytes));
       await assert.rejects(reader.loadInto(rowsOnly, manifest), SequenceStateError);
       const otherShape = emptySequence(createArtifactLayout({ ...LAYOUT, kvSources: [{ layer: 1, ratio: 2 }, { layer: 3, ratio: 2 }] }));
       await assert.rejects(reader.loadInto(otherShape, manifest), (e: unknown) => e instanceof SequenceStateError && /3:2/.test(e.message));
@@ -177,13 +178,15 @@ for (const factory of STORE_FACTORIES) {
     });
   });
 
-  test(`${factory.name}: at most maxInFlightGets chunk fetches at once, rows appended in order`, async () => {
+  test(`${factory.name}: at most maxInFlightGets chunk fetches at once, with size hints, rows appended in order`, async () => {
     await withStore(factory.open, async (inner) => {
       const { seq, manifest } = await writeDoc(inner, 'doc-1', 8, 9 * C + 3);
       const store = new TrackingStore(inner, 10);
       const loaded = emptySequence(LAYOUT);
       await new ArtifactReader({ store, layout: LAYOUT, maxInFlightGets: 3 }).loadInto(loaded, manifest);
       assert.equal(store.maxGetsInFlight, 3);
+      assert.deepEqual(store.getHints, manifest.chunks.map((c) => c.sizeBytes), 'each get carries the manifest size as a hint (S3: ranged parts)');
+      assert.ok(store.getIntoBuffers.size <= 4, `${store.getIntoBuffers.size} buffers for ${manifest.chunks.length} chunks: at most maxInFlightGets + 1, reused`);
       assertSequencePrefix(loaded, seq, LAYOUT);
     });
   });

@@ -11,6 +11,7 @@ import { SeededRandom, loadModel, type Sequence } from '@csa2/core';
 import { artifactLayout } from './layout.js';
 import { ArtifactReader } from './reader.js';
 import { ArtifactWriter } from './writer.js';
+import { appendPackedRows, appendTokenIds, packedRowsOf, sequenceTokenIds } from './format/sequence-rows.js';
 import { MemoryObjectStore, assertSequencePrefix, fixturesRoot } from './testing/artifact-test-support.js';
 
 test('tiny-a: encoded rows survive the artifact bit for bit, and the restored sequence decodes identically', async (t) => {
@@ -38,18 +39,22 @@ test('tiny-a: encoded rows survive the artifact bit for bit, and the restored se
   const restored: Sequence = model.createSequence();
   await reader.loadInto(restored, await reader.readManifest('acme', 'tiny'));
   assertSequencePrefix(restored, encoded, layout);
-  t.diagnostic(`${ids.length} tokens, ${manifest.chunks.length} chunks, ${writer.stats.chunkBytesWritten} B; ${writer.stats.searchedBlocks} FP4 blocks packed by search`);
+  t.diagnostic(`${ids.length} tokens, ${manifest.chunks.length} chunks, ${writer.stats.chunkBytesWritten} B`);
 
   const replay = await model.encode(restored, [], { replayTokens: ids.length, keepRows: ids.length });
   const logitsRestored = await model.decoderReplay(restored, replay);
   assert.equal(logitsRestored.length, logitsEncoded.length);
   assert.deepEqual(Array.from(logitsRestored), Array.from(logitsEncoded));
 
-  // Control: the comparison is sensitive to the restored rows (one main-KV value changed → other logits).
+  // Control: the comparison is sensitive to the restored rows (one main-KV byte changed → other logits).
   const tampered: Sequence = model.createSequence();
-  await reader.loadInto(tampered, manifest);
-  const row = tampered.cache(layout.kvSources[0]?.layer ?? -1).mainKv.row(3);
-  row[0] = (row[0] ?? 0) + 1;
+  appendTokenIds(tampered, sequenceTokenIds(restored));
+  for (const [i, s] of layout.kvSources.entries()) {
+    const rows = packedRowsOf(restored, layout, s.layer);
+    const main = rows.mainKvU8.slice();
+    if (i === 0) main[3 * layout.mainKvRowBytes] = (main[3 * layout.mainKvRowBytes] ?? 0) ^ 0x11; // two payload nibbles of entry 3
+    appendPackedRows(tampered, layout, s.layer, main, rows.indexKU8);
+  }
   const logitsTampered = await model.decoderReplay(tampered, await model.encode(tampered, [], { replayTokens: ids.length, keepRows: ids.length }));
   assert.notDeepEqual(Array.from(logitsTampered), Array.from(logitsEncoded));
 });

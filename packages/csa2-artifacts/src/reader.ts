@@ -3,6 +3,14 @@
  * Reads a document's cache artifact back into a fresh Sequence: manifest first, then its chunks with
  * bounded parallelism (optionally through a ChunkCache), appended strictly in order.
  *
+ * Overlap: up to `maxInFlightGets` chunks are fetched at once; each is verified as soon as its bytes
+ * arrive, and chunk k is appended while chunks k+1… are still in flight. The manifest's size of each
+ * chunk goes to the store as a hint, so the S3 store fetches a large chunk as parallel ranged GETs.
+ * Rows stay packed bytes until format/sequence-rows hands them to the Sequence (which copies them).
+ * Without a ChunkCache, chunk bytes are read into a few reused buffers (buffer-pool: a fresh multi-MB
+ * buffer per chunk costs page faults and garbage collections); with one, the cache keeps the bytes it
+ * is given, and a cached chunk is not hashed again (it was verified before it was cached).
+ *
  * Every chunk is verified before any of it is used: the codec's own checks (magic, version, structure,
  * checksum, model and layout id), then against the manifest: token range, size, checksum, and that its
  * token ids hash to its content key given the previous chunk's key. A failure throws (ArtifactCorruptError
@@ -14,11 +22,12 @@ import { ArtifactCorruptError, ModelMismatchError, ObjectNotFoundError } from '.
 import type { ObjectStore } from './store/object-store.js';
 import type { ChunkCache } from './chunk-cache.js';
 import { validateChunkTokens, type ArtifactLayout } from './layout.js';
-import { chunkHeaderBytes, decodeChunk, type DecodedChunk } from './format/chunk-codec.js';
-import { chunkKey, fullChunkKeys, type TokenIds } from './format/chunk-key.js';
+import { chunkHeaderBytes, chunkObjectBytes, decodeChunk, decodeChunkAsync, type DecodedChunk } from './format/chunk-codec.js';
+import { BufferPool } from './buffer-pool.js';
+import { chunkKey, fullChunkKeys } from './format/chunk-key.js';
 import { chunkObjectKey, manifestObjectKey, validateDocumentId, validateTenant } from './format/keys.js';
 import { ManifestFieldError, parseManifest, type DocumentManifest } from './format/manifest.js';
-import { SequenceStateError, appendChunk, checkSequenceLayout, isSequenceEmpty } from './format/sequence-rows.js';
+import { SequenceStateError, appendChunk, checkSequenceLayout, isSequenceEmpty, sequenceLength } from './format/sequence-rows.js';
 
 /** Default number of chunk fetches in flight. */
 export const DEFAULT_MAX_IN_FLIGHT_GETS = 4;
@@ -41,7 +50,7 @@ export interface LoadOptions {
 /** Leading full chunks of a token sequence, addressed by content (see loadChunkPrefix). */
 export interface ChunkPrefix {
   readonly tenant: string;
-  readonly tokenIds: TokenIds;
+  readonly tokenIds: ArrayLike<number>;
   readonly chunkTokens: number;
   /** Leading full chunks to load (e.g. what existingChunkPrefix found). */
   readonly chunkCount: number;
@@ -65,6 +74,20 @@ interface ChunkRef {
   readonly sha256?: string;
 }
 
+/** The size the chunk object of `ref` has: the manifest's, else the one the layout gives its token range. */
+function expectedSize(layout: ArtifactLayout, ref: ChunkRef): number {
+  return ref.sizeBytes ?? chunkObjectBytes(layout, ref.startToken, ref.endToken);
+}
+
+/** A fetched, verified chunk; `pooled` is the reader's buffer holding its bytes (given back after the visit). */
+interface FetchedChunk {
+  readonly chunk: DecodedChunk;
+  readonly pooled?: Uint8Array;
+}
+
+/** Stands in for a visited chunk's promise, so the chunk's bytes are not kept alive by the list. */
+const DONE: Promise<FetchedChunk> = new Promise(() => undefined);
+
 interface MutableStats {
   tokensLoaded: number;
   chunksLoaded: number;
@@ -84,6 +107,8 @@ export class ArtifactReader {
   private readonly layout: ArtifactLayout;
   private readonly cache: ChunkCache | undefined;
   private readonly maxInFlightGets: number;
+  /** Buffers for chunk bytes nobody keeps (no cache): at most maxInFlightGets + 1 in use at once. */
+  private readonly pool: BufferPool;
 
   constructor(options: ArtifactReaderOptions) {
     this.store = options.store;
@@ -93,6 +118,7 @@ export class ArtifactReader {
     if (!Number.isSafeInteger(this.maxInFlightGets) || this.maxInFlightGets < 1) {
       throw new RangeError(`maxInFlightGets must be a positive integer, got ${this.maxInFlightGets}`);
     }
+    this.pool = new BufferPool({ maxFree: this.maxInFlightGets + 1 });
   }
 
   /**
@@ -135,21 +161,39 @@ export class ArtifactReader {
     const stats: MutableStats = { tokensLoaded: 0, chunksLoaded: 0, bytesFetched: 0, cacheHits: 0 };
     await this.forEachChunk(manifest.tenant, refs, stats, (chunk) => {
       appendChunk(seq, this.layout, chunk, upto);
-      stats.tokensLoaded = seq.tokens.length;
+      stats.tokensLoaded = sequenceLength(seq);
     });
     return stats;
   }
 
   /** The document's token ids (every chunk is fetched and verified). */
   async readTokens(manifest: DocumentManifest): Promise<number[]> {
-    this.checkManifest(manifestObjectKey(manifest.tenant, manifest.documentId), manifest);
-    const refs = manifest.chunks.map((c, i) => ({ ...c, previousKey: i === 0 ? null : (manifest.chunks[i - 1]?.key ?? null) }));
     const tokens: number[] = [];
-    const stats: MutableStats = { tokensLoaded: 0, chunksLoaded: 0, bytesFetched: 0, cacheHits: 0 };
-    await this.forEachChunk(manifest.tenant, refs, stats, (chunk) => {
+    await this.visitChunks(manifest, (chunk) => {
       for (const id of chunk.tokenIds) tokens.push(id);
     });
     return tokens;
+  }
+
+  /**
+   * Fetches and verifies every chunk of the manifest (as loadInto does, with the same parallelism and
+   * cache) and visits them strictly in order, as decoded chunks: token ids and packed rows, the rows
+   * being views of the fetched bytes. No Sequence is involved (bytes in, bytes out). A chunk is valid
+   * only while `visit` runs: without a cache the reader reads the next chunks into the same buffers,
+   * so copy what you keep. An exception from `visit` stops the read.
+   *
+   * @example
+   * await reader.visitChunks(manifest, (chunk) => sink.write(chunk.sources[0].mainKvU8));
+   */
+  async visitChunks(manifest: DocumentManifest, visit: (chunk: DecodedChunk) => void): Promise<LoadStats> {
+    this.checkManifest(manifestObjectKey(manifest.tenant, manifest.documentId), manifest);
+    const refs = manifest.chunks.map((c, i) => ({ ...c, previousKey: i === 0 ? null : (manifest.chunks[i - 1]?.key ?? null) }));
+    const stats: MutableStats = { tokensLoaded: 0, chunksLoaded: 0, bytesFetched: 0, cacheHits: 0 };
+    await this.forEachChunk(manifest.tenant, refs, stats, (chunk) => {
+      visit(chunk);
+      stats.tokensLoaded = chunk.endToken;
+    });
+    return stats;
   }
 
   /**
@@ -172,7 +216,7 @@ export class ArtifactReader {
     const stats: MutableStats = { tokensLoaded: 0, chunksLoaded: 0, bytesFetched: 0, cacheHits: 0 };
     await this.forEachChunk(validateTenant(tenant), refs, stats, (chunk) => {
       appendChunk(seq, this.layout, chunk);
-      stats.tokensLoaded = seq.tokens.length;
+      stats.tokensLoaded = sequenceLength(seq);
     });
     return stats;
   }
@@ -191,7 +235,7 @@ export class ArtifactReader {
 
   /** Fetches refs with at most maxInFlightGets in flight and visits them strictly in order. */
   private async forEachChunk(tenant: string, refs: readonly ChunkRef[], stats: MutableStats, visit: (chunk: DecodedChunk) => void): Promise<void> {
-    const inFlight: Promise<DecodedChunk>[] = [];
+    const inFlight: Promise<FetchedChunk>[] = [];
     let launched = 0;
     const launch = (): void => {
       while (launched < refs.length && launched - stats.chunksLoaded < this.maxInFlightGets) {
@@ -204,31 +248,50 @@ export class ArtifactReader {
     };
     launch();
     for (let i = 0; i < refs.length; i++) {
-      const chunk = await (inFlight[i] as Promise<DecodedChunk>);
-      visit(chunk);
+      const fetched = await (inFlight[i] as Promise<FetchedChunk>);
+      inFlight[i] = DONE; // drop the reference: the chunk's bytes may go as soon as it is visited
+      visit(fetched.chunk);
+      if (fetched.pooled !== undefined) this.pool.release(fetched.pooled); // visit copied what it keeps
       stats.chunksLoaded++;
       launch();
     }
   }
 
-  private async fetchChunk(tenant: string, ref: ChunkRef, stats: MutableStats): Promise<DecodedChunk> {
+  private async fetchChunk(tenant: string, ref: ChunkRef, stats: MutableStats): Promise<FetchedChunk> {
     const objectKey = chunkObjectKey(tenant, ref.key);
+    const hint = { sizeBytesHint: expectedSize(this.layout, ref) };
+    if (this.cache === undefined) {
+      // No cache keeps the bytes: read into a pooled buffer, given back once the chunk is visited.
+      const into = this.pool.acquire(hint.sizeBytesHint);
+      const bytes = await this.store.get(objectKey, { ...hint, into });
+      stats.bytesFetched += bytes.length;
+      const pooled = bytes.buffer === into.buffer ? into : undefined;
+      let chunk: DecodedChunk;
+      try {
+        chunk = this.check(objectKey, ref, bytes, await decodeChunkAsync(this.layout, objectKey, bytes)); // hashed in slices: other gets go on
+      } catch (error) {
+        if (pooled !== undefined) this.pool.release(pooled);
+        throw error;
+      }
+      return { chunk, ...(pooled !== undefined ? { pooled } : {}) };
+    }
     const loaded: { chunk?: DecodedChunk } = {};
     const load = async (): Promise<Uint8Array> => {
-      const bytes = await this.store.get(objectKey);
+      const bytes = await this.store.get(objectKey, hint);
       stats.bytesFetched += bytes.length;
-      loaded.chunk = this.verify(objectKey, ref, bytes); // only verified bytes enter the cache
+      loaded.chunk = this.check(objectKey, ref, bytes, await decodeChunkAsync(this.layout, objectKey, bytes)); // only verified bytes enter the cache
       return bytes;
     };
-    const bytes = this.cache === undefined ? await load() : await this.cache.getOrLoad(objectKey, load);
-    if (loaded.chunk !== undefined) return loaded.chunk;
+    const bytes = await this.cache.getOrLoad(objectKey, load);
+    if (loaded.chunk !== undefined) return { chunk: loaded.chunk };
     stats.cacheHits++;
-    return this.verify(objectKey, ref, bytes);
+    // The cache holds only objects this reader verified (above) and nobody modifies: their trailer is
+    // their computed checksum, so they are not hashed again; the manifest checks still run.
+    return { chunk: this.check(objectKey, ref, bytes, decodeChunk(this.layout, objectKey, bytes, { checksum: 'trust' })) };
   }
 
-  /** Decodes (self-verification) then checks the chunk against what the manifest and key chain say. */
-  private verify(objectKey: string, ref: ChunkRef, bytes: Uint8Array): DecodedChunk {
-    const chunk = decodeChunk(this.layout, objectKey, bytes);
+  /** Checks a decoded (self-verified) chunk against what the manifest and the key chain say. */
+  private check(objectKey: string, ref: ChunkRef, bytes: Uint8Array, chunk: DecodedChunk): DecodedChunk {
     if (chunk.startToken !== ref.startToken || chunk.endToken !== ref.endToken) {
       throw new ArtifactCorruptError(objectKey, 14, `chunk covers tokens [${chunk.startToken}, ${chunk.endToken}), the manifest says [${ref.startToken}, ${ref.endToken})`);
     }

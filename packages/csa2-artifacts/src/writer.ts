@@ -11,19 +11,35 @@
  * `verifyExisting: 'full'`), it is fetched and verified, kept when valid and replaced when not. A finished manifest equal to an existing one
  * (ignoring createdAt) is not rewritten.
  *
+ * Pipeline: a chunk is encoded (header, a copy of its packed rows, SHA-256 in slices that yield to
+ * the event loop) into one of `maxInFlightPuts` reused buffers while the puts of earlier chunks run;
+ * encoding waits for nothing but a free buffer.
+ *
  * Failure: the first failed put fails the writer; later calls reject with that error. Nothing already
- * written needs cleaning up (chunks are shared and immutable; the manifest was not written).
+ * written needs cleaning up (chunks are shared and immutable; the manifest was not written; garbage
+ * collection reclaims the chunks once nothing references them).
+ *
+ * Garbage collection (gc) may run at any time; the writer's side of its protocol:
+ * - an ingest marker (ingest-marker) is put before the writer's first store operation, renewed by
+ *   later ones and deleted after the manifest: gc keeps every chunk modified since the marker's start
+ *   (minus the grace period) while it lives;
+ * - every existing chunk the writer relies on without writing it (adopted, or skipped because it is
+ *   stored) is touched, so its last-modified time is that of the reliance;
+ * - after the manifest is written, every chunk it names is checked and a missing one written again
+ *   from the Sequence (stats.chunksRestored), which closes the one window gc leaves open on S3.
  */
 import type { Sequence } from '@csa2/core';
 import type { ObjectStore } from './store/object-store.js';
-import { ObjectNotFoundError } from './errors.js';
+import { ArtifactCorruptError, ObjectNotFoundError } from './errors.js';
 import { DEFAULT_CHUNK_TOKENS, validateChunkTokens, type ArtifactLayout } from './layout.js';
 import { Semaphore } from './format/bounded-concurrency.js';
-import { CHUNK_CHECKSUM_BYTES, decodeChunk, encodeChunk, type EncodedChunk } from './format/chunk-codec.js';
-import { chunkKey, fullChunkKeys, type TokenIds } from './format/chunk-key.js';
+import { CHUNK_CHECKSUM_BYTES, chunkObjectBytes, decodeChunk, encodeChunk, encodeChunkAsync, type EncodedChunk } from './format/chunk-codec.js';
+import { BufferPool } from './buffer-pool.js';
+import { IngestMarker } from './ingest-marker.js';
+import { chunkKey, fullChunkKeys } from './format/chunk-key.js';
 import { chunkObjectKey, manifestObjectKey, validateDocumentId, validateTenant } from './format/keys.js';
 import { MANIFEST_FORMAT_VERSION, encodeManifest, parseManifest, type DocumentManifest, type ManifestChunk } from './format/manifest.js';
-import { SequenceStateError, checkSequenceLayout, chunkContentOf } from './format/sequence-rows.js';
+import { SequenceStateError, checkSequenceLayout, chunkContentOf, sequenceLength, sequenceTokenIds } from './format/sequence-rows.js';
 
 /** Default number of puts in flight. */
 export const DEFAULT_MAX_IN_FLIGHT_PUTS = 4;
@@ -37,8 +53,10 @@ export interface ArtifactWriterOptions {
   readonly chunkTokens?: number;
   /** Puts in flight at most. @defaultValue 4 */
   readonly maxInFlightPuts?: number;
-  /** Clock for the manifest's createdAt. @defaultValue () => new Date() */
+  /** Clock for the manifest's createdAt and the ingest marker's start. @defaultValue () => new Date() */
   readonly now?: () => Date;
+  /** The ingest marker's renewal interval (ingest-marker). @defaultValue 60000 */
+  readonly markerRenewMs?: number;
   /**
    * How a chunk that already exists is checked before it is counted as skipped: 'trailer' compares
    * its size and 32-byte trailing checksum with ours (two small requests; a payload byte rotted in
@@ -57,6 +75,12 @@ export interface ArtifactWriteStats {
   readonly chunksSkippedDiffering: number;
   /** Existing chunks that failed verification and were overwritten (counted in chunksWritten too). */
   readonly chunksRepaired: number;
+  /**
+   * Chunks found missing when checked after the manifest was written, and written again from the
+   * Sequence (counted in chunksWritten too): a garbage collection that took them for unreferenced
+   * (see gc). 0 in normal operation.
+   */
+  readonly chunksRestored: number;
   readonly chunkBytesWritten: number;
   readonly chunkBytesSkipped: number;
   readonly manifestBytesWritten: number;
@@ -64,8 +88,6 @@ export interface ArtifactWriteStats {
   readonly bytesWritten: number;
   /** Tokens covered by the chunks done so far. */
   readonly tokensWritten: number;
-  /** FP4 blocks the exact row packer had to search (format/row-packing). */
-  readonly searchedBlocks: number;
 }
 
 /**
@@ -85,6 +107,10 @@ export class ArtifactWriter {
   private readonly now: () => Date;
   private readonly verifyExisting: 'trailer' | 'full';
   private readonly puts: Semaphore;
+  /** Chunk buffers, one per put in flight, reused from chunk to chunk. */
+  private readonly buffers: BufferPool;
+  /** "Ingest in progress", for garbage collection: put with the first store operation, deleted after the manifest. */
+  private readonly marker: IngestMarker;
   private readonly chunks: ManifestChunk[] = [];
   private previousKey: string | null = null;
   private nextStartToken = 0;
@@ -96,10 +122,10 @@ export class ArtifactWriter {
     chunksSkipped: 0,
     chunksSkippedDiffering: 0,
     chunksRepaired: 0,
+    chunksRestored: 0,
     chunkBytesWritten: 0,
     chunkBytesSkipped: 0,
     manifestBytesWritten: 0,
-    searchedBlocks: 0,
   };
 
   constructor(options: ArtifactWriterOptions) {
@@ -109,8 +135,14 @@ export class ArtifactWriter {
     this.documentId = validateDocumentId(options.documentId);
     this.chunkTokens = validateChunkTokens(options.layout, options.chunkTokens ?? DEFAULT_CHUNK_TOKENS);
     this.puts = new Semaphore(options.maxInFlightPuts ?? DEFAULT_MAX_IN_FLIGHT_PUTS);
+    this.buffers = new BufferPool({ maxFree: options.maxInFlightPuts ?? DEFAULT_MAX_IN_FLIGHT_PUTS });
     this.now = options.now ?? (() => new Date());
     this.verifyExisting = options.verifyExisting ?? 'trailer';
+    const clock = this.now;
+    this.marker = new IngestMarker(this.store, this.tenant, this.documentId, {
+      now: () => clock().getTime(),
+      ...(options.markerRenewMs !== undefined ? { renewMs: options.markerRenewMs } : {}),
+    });
   }
 
   get stats(): ArtifactWriteStats {
@@ -122,10 +154,11 @@ export class ArtifactWriter {
    * complete; default: the whole Sequence) and that this writer has not written yet. Calls are
    * serialized; the promise resolves when those chunks are stored.
    */
-  writeAvailable(seq: Sequence, uptoToken: number = seq.length): Promise<void> {
+  writeAvailable(seq: Sequence, uptoToken: number = sequenceLength(seq)): Promise<void> {
     return this.enqueue(async () => {
       this.checkOpen();
-      await this.writeChunksUpTo(seq, Math.min(uptoToken, seq.length), false);
+      await this.marker.keepAlive();
+      await this.writeChunksUpTo(seq, Math.min(uptoToken, sequenceLength(seq)), false);
     });
   }
 
@@ -139,17 +172,20 @@ export class ArtifactWriter {
     return this.enqueue(async () => {
       this.checkOpen();
       if (this.nextStartToken !== 0) throw new SequenceStateError('adoptStoredChunks must come before any other write');
+      await this.marker.keepAlive();
       const C = this.chunkTokens;
-      if (!Number.isSafeInteger(chunkCount) || chunkCount < 0 || chunkCount * C > seq.length) {
-        throw new SequenceStateError(`cannot adopt ${chunkCount} chunks of ${C} tokens from a sequence of ${seq.length} tokens`);
+      if (!Number.isSafeInteger(chunkCount) || chunkCount < 0 || chunkCount * C > sequenceLength(seq)) {
+        throw new SequenceStateError(`cannot adopt ${chunkCount} chunks of ${C} tokens from a sequence of ${sequenceLength(seq)} tokens`);
       }
-      const keys = fullChunkKeys(this.layout.modelId, seq.tokens.view(), C, chunkCount);
+      const keys: string[] = []; // chunk by chunk: no copy of the whole prefix's ids
+      for (let i = 0; i < chunkCount; i++) keys.push(chunkKey(this.layout.modelId, keys.at(-1) ?? null, sequenceTokenIds(seq, i * C, (i + 1) * C)));
       const entries = await Promise.all(
         keys.map((key) =>
           this.puts.run(async () => {
             const objectKey = chunkObjectKey(this.tenant, key);
-            const info = await this.store.head(objectKey);
+            const info = await this.store.touch(objectKey); // relied on from now: fresh for gc's grace period
             if (info === null) throw new ObjectNotFoundError(objectKey, 'stored chunk');
+            if (info.sizeBytes < CHUNK_CHECKSUM_BYTES) throw new ArtifactCorruptError(objectKey, info.sizeBytes, `stored chunk is ${info.sizeBytes} bytes, shorter than its checksum`);
             const trailer = await this.store.getRange(objectKey, { offset: info.sizeBytes - CHUNK_CHECKSUM_BYTES, length: CHUNK_CHECKSUM_BYTES });
             return { sizeBytes: info.sizeBytes, sha256: Buffer.from(trailer).toString('hex') };
           }),
@@ -172,28 +208,62 @@ export class ArtifactWriter {
   finish(seq: Sequence): Promise<DocumentManifest> {
     return this.enqueue(async () => {
       this.checkOpen();
-      await this.writeChunksUpTo(seq, seq.length, true);
+      await this.marker.keepAlive();
+      await this.writeChunksUpTo(seq, sequenceLength(seq), true);
       const manifest: DocumentManifest = {
         formatVersion: MANIFEST_FORMAT_VERSION,
         modelId: this.layout.modelId,
         layoutId: this.layout.layoutId,
         tenant: this.tenant,
         documentId: this.documentId,
-        tokenCount: seq.length,
+        tokenCount: sequenceLength(seq),
         chunkTokens: this.chunkTokens,
         chunks: this.chunks.slice(),
         createdAt: this.now().toISOString(),
       };
-      const stored = await this.putManifest(manifest);
+      const stored = await this.restoreMissingChunks(seq, await this.putManifest(manifest));
       this.finished = stored;
+      await this.marker.end();
       return stored;
     });
   }
 
+  /**
+   * After the manifest: every chunk it names must exist. A garbage collection racing this ingest can
+   * only have removed a chunk whose touch it missed (S3's check-then-delete is not atomic, or the
+   * marker expired during a stall; see gc); such a chunk is written again from the Sequence. If its
+   * new bytes differ from what the manifest records (it recorded an equivalent stored encoding), the
+   * manifest is written again with ours.
+   */
+  private async restoreMissingChunks(seq: Sequence, manifest: DocumentManifest): Promise<DocumentManifest> {
+    const replaced = new Map<number, ManifestChunk>();
+    await Promise.all(
+      manifest.chunks.map((c, i) =>
+        this.puts.run(async () => {
+          const objectKey = chunkObjectKey(this.tenant, c.key);
+          if ((await this.store.head(objectKey)) !== null) return;
+          const encoded = encodeChunk(this.layout, chunkContentOf(seq, this.layout, c.startToken, c.endToken));
+          await this.store.put(objectKey, encoded.bytesU8, { ifAbsent: true });
+          this.s.chunksRestored++;
+          this.s.chunksWritten++;
+          this.s.chunkBytesWritten += encoded.bytesU8.length;
+          if (encoded.checksumHex !== c.sha256 || encoded.bytesU8.length !== c.sizeBytes) replaced.set(i, { ...c, sizeBytes: encoded.bytesU8.length, sha256: encoded.checksumHex });
+        }),
+      ),
+    );
+    if (replaced.size === 0) return manifest;
+    const updated: DocumentManifest = { ...manifest, chunks: manifest.chunks.map((c, i) => replaced.get(i) ?? c) };
+    const bytes = encodeManifest(updated);
+    await this.store.put(manifestObjectKey(this.tenant, this.documentId), bytes);
+    this.s.manifestBytesWritten += bytes.length;
+    return updated;
+  }
+
   private enqueue<T>(task: () => Promise<T>): Promise<T> {
     const run = this.tail.then(task);
-    this.tail = run.catch((error: unknown) => {
+    this.tail = run.catch(async (error: unknown) => {
       this.failure ??= error;
+      await this.marker.end(); // nothing more will be written; the chunks written so far are gc's once their grace period ends
     });
     return run;
   }
@@ -218,21 +288,26 @@ export class ArtifactWriter {
       }
       let encoded: EncodedChunk;
       let key: string;
+      let tokenIds: ArrayLike<number>;
+      // A reused buffer (no page faults, no garbage): the put is its only holder until it settles.
+      const buffer = this.buffers.acquire(chunkObjectBytes(this.layout, start, end));
       try {
         const content = chunkContentOf(seq, this.layout, start, end);
-        encoded = encodeChunk(this.layout, content);
+        // header + copy, then SHA-256 in slices that let the earlier puts' I/O go on (chunk-codec)
+        const encoding = encodeChunkAsync(this.layout, content, { into: buffer });
         key = chunkKey(this.layout.modelId, this.previousKey, content.tokenIds);
+        tokenIds = content.tokenIds;
+        encoded = await encoding;
       } catch (error) {
+        this.buffers.release(buffer);
         this.puts.release();
         await Promise.allSettled(pending); // let puts already started settle (none is left unhandled)
         throw error;
       }
-      this.s.searchedBlocks += encoded.searchedBlocks;
       const index = this.chunks.length;
       this.chunks.push({ key, startToken: start, endToken: end, sizeBytes: encoded.bytesU8.length, sha256: encoded.checksumHex });
       this.previousKey = key;
       this.nextStartToken = end;
-      const tokenIds = seq.tokens.slice(start, end);
       pending.push(
         this.putChunk(key, encoded.bytesU8, encoded.checksumHex, tokenIds)
           .then(
@@ -244,7 +319,10 @@ export class ArtifactWriter {
               throw error;
             },
           )
-          .finally(() => this.puts.release()),
+          .finally(() => {
+            this.buffers.release(buffer);
+            this.puts.release();
+          }),
       );
     }
     const results = await Promise.allSettled(pending);
@@ -252,14 +330,14 @@ export class ArtifactWriter {
   }
 
   /** Stores one chunk (ifAbsent); returns the size and checksum of the object now stored under its key. */
-  private async putChunk(key: string, bytesU8: Uint8Array, checksumHex: string, tokenIds: TokenIds): Promise<{ sizeBytes: number; sha256: string }> {
+  private async putChunk(key: string, bytesU8: Uint8Array, checksumHex: string, tokenIds: ArrayLike<number>): Promise<{ sizeBytes: number; sha256: string }> {
     const objectKey = chunkObjectKey(this.tenant, key);
     if (await this.store.put(objectKey, bytesU8, { ifAbsent: true })) {
       this.s.chunksWritten++;
       this.s.chunkBytesWritten += bytesU8.length;
       return { sizeBytes: bytesU8.length, sha256: checksumHex };
     }
-    const info = await this.store.head(objectKey);
+    const info = await this.store.touch(objectKey); // relied on from now: fresh for gc's grace period
     const sizeBytes = info?.sizeBytes ?? 0;
     if (info !== null && sizeBytes === bytesU8.length && this.verifyExisting === 'trailer') {
       const trailer = await this.store.getRange(objectKey, { offset: sizeBytes - CHUNK_CHECKSUM_BYTES, length: CHUNK_CHECKSUM_BYTES });
@@ -284,7 +362,7 @@ export class ArtifactWriter {
     return { sizeBytes: bytesU8.length, sha256: checksumHex };
   }
 
-  private async storedChunkIsValid(objectKey: string, tokenIds: TokenIds): Promise<boolean> {
+  private async storedChunkIsValid(objectKey: string, tokenIds: ArrayLike<number>): Promise<boolean> {
     try {
       const chunk = decodeChunk(this.layout, objectKey, await this.store.get(objectKey));
       return chunk.tokenIds.length === tokenIds.length && chunk.tokenIds.every((id, i) => id === tokenIds[i]);
@@ -321,9 +399,10 @@ function sameArtifact(a: DocumentManifest, b: DocumentManifest): boolean {
 }
 
 /**
- * How many leading full chunks of `tokenIds` already exist in the tenant's store (checked with `head`,
- * at most 4 at a time). An encoder loads those (ArtifactReader.loadChunkPrefix) and
- * encodes only what follows.
+ * How many leading full chunks of `tokenIds` already exist in the tenant's store (checked with
+ * `touch`, at most 4 at a time: each found chunk's last-modified time becomes now, so garbage
+ * collection keeps it for its grace period while the caller relies on it). An encoder loads those
+ * (ArtifactReader.loadChunkPrefix) and encodes only what follows.
  *
  * @example
  * const reused = await existingChunkPrefix(store, layout, tenant, ids, 4096); // 2: tokens [0, 8192) exist
@@ -332,7 +411,7 @@ export async function existingChunkPrefix(
   store: ObjectStore,
   layout: ArtifactLayout,
   tenant: string,
-  tokenIds: TokenIds,
+  tokenIds: ArrayLike<number>,
   chunkTokens: number,
 ): Promise<number> {
   validateChunkTokens(layout, chunkTokens);
@@ -343,7 +422,8 @@ export async function existingChunkPrefix(
     keys.map((key, i) =>
       gate.run(async () => {
         if (i >= missingFrom) return; // a hole before us already ends the prefix
-        const info = await store.head(chunkObjectKey(tenant, key));
+        // touched, not only looked at: the ingest that asks is about to rely on them (gc's grace period)
+        const info = await store.touch(chunkObjectKey(tenant, key));
         if (info === null) missingFrom = Math.min(missingFrom, i);
       }),
     ),

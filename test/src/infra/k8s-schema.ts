@@ -16,6 +16,7 @@ import { Secret } from 'kubernetes-models/v1/Secret';
 import { Service } from 'kubernetes-models/v1/Service';
 import { PersistentVolumeClaim } from 'kubernetes-models/v1/PersistentVolumeClaim';
 import { Deployment } from 'kubernetes-models/apps/v1/Deployment';
+import { CronJob } from 'kubernetes-models/batch/v1/CronJob';
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1/PodDisruptionBudget';
 import { ScaledObject } from '@kubernetes-models/keda/keda.sh/v1alpha1/ScaledObject';
 import { TriggerAuthentication } from '@kubernetes-models/keda/keda.sh/v1alpha1/TriggerAuthentication';
@@ -31,6 +32,7 @@ const MODELS: Readonly<Record<string, ModelClass>> = {
   'v1/Service': Service,
   'v1/PersistentVolumeClaim': PersistentVolumeClaim,
   'apps/v1/Deployment': Deployment,
+  'batch/v1/CronJob': CronJob,
   'policy/v1/PodDisruptionBudget': PodDisruptionBudget,
   'keda.sh/v1alpha1/ScaledObject': ScaledObject,
   'keda.sh/v1alpha1/TriggerAuthentication': TriggerAuthentication,

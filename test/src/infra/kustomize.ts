@@ -13,7 +13,8 @@
  *   key and every other list is replaced; in custom resources (no schema) every list is replaced;
  *   `$patch` directives are refused;
  * - `namespace`: set on every resource (all kinds used are namespaced);
- * - `labels`: `pairs` added to metadata.labels, and to pod templates with `includeTemplates: true`
+ * - `labels`: `pairs` added to metadata.labels, and to pod templates (a CronJob's job template and
+ *   its pod template) with `includeTemplates: true`
  *   (`includeSelectors: true` is refused: selectors stay as written);
  * - `images`: `name` → `newName` / `newTag` / `digest` on every container and init container.
  *
@@ -117,12 +118,17 @@ export function strategicMerge(base: unknown, patch: unknown, builtin: boolean):
   return out;
 }
 
-function podSpecsOf(o: K8sObject): JsonObject[] {
+/** The pod templates of a workload: `spec.template` (Deployment, Job, …) or a CronJob's `spec.jobTemplate.spec.template`. */
+export function podTemplatesOf(o: K8sObject): JsonObject[] {
   const spec = o['spec'];
   if (!isObject(spec)) return [];
-  const template = spec['template'];
-  if (isObject(template) && isObject(template['spec'])) return [template['spec']];
-  return [];
+  const jobTemplate = spec['jobTemplate'];
+  const template = isObject(jobTemplate) && isObject(jobTemplate['spec']) ? jobTemplate['spec']['template'] : spec['template'];
+  return isObject(template) ? [template] : [];
+}
+
+function podSpecsOf(o: K8sObject): JsonObject[] {
+  return podTemplatesOf(o).flatMap((t) => (isObject(t['spec']) ? [t['spec']] : []));
 }
 
 /** `name[:tag][@digest]` → its parts (a registry port is not a tag). */
@@ -166,9 +172,10 @@ function applyLabels(objects: K8sObject[], labels: unknown, where: string): void
     for (const o of objects) {
       o.metadata.labels = { ...(o.metadata.labels ?? {}), ...pairs };
       if (entry['includeTemplates'] === true) {
+        // as kustomize: pod templates, and a CronJob's job template too
         const spec = o['spec'];
-        const template = isObject(spec) ? spec['template'] : undefined;
-        if (isObject(template)) {
+        const jobTemplate = isObject(spec) ? spec['jobTemplate'] : undefined;
+        for (const template of [...(isObject(jobTemplate) ? [jobTemplate] : []), ...podTemplatesOf(o)]) {
           const meta = isObject(template['metadata']) ? template['metadata'] : (template['metadata'] = {});
           meta['labels'] = { ...(isObject(meta['labels']) ? meta['labels'] : {}), ...pairs };
         }

@@ -2,13 +2,14 @@
  * infra/k8s: both overlays render (an offline kustomize subset, ./kustomize.ts), every object is
  * valid against the Kubernetes / KEDA schemas with no unknown field (./k8s-schema.ts), and the
  * objects agree with each other and with the services: references resolve, probes hit the gateway's
- * and the workers' endpoints on the ports their configs listen on, grace periods outlast the longest job, GPUs only where meant, KEDA scales on the
- * backlog metrics the code exports, and each container's environment passes its service's own
- * config loader.
+ * and the workers' endpoints on the ports their configs listen on, grace periods outlast the longest
+ * job, GPUs only where meant, KEDA scales on the backlog metrics the code exports, each container's
+ * environment passes its service's own config loader, and the gc CronJob's arguments pass the csa2 gc
+ * parser.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readdirSync, statSync } from 'node:fs';
+import { readFileSync, readdirSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { BACKLOG_METRIC_NAMES } from '@csa2/jobs';
 import { KustomizeError, isObject, kustomizeBuild, readYamlDocuments, type JsonObject, type K8sObject } from './kustomize.js';
@@ -297,4 +298,59 @@ test("each container's environment (ConfigMap + env + the Secret's keys) passes 
   // and the loader does refuse a bad value, so the check above means something
   const decoder = containerEnv(rendered.cpu, containers(find(rendered.cpu, 'Deployment', 'csa2-decoder-worker'))[0] as JsonObject);
   await assert.rejects(loadServiceConfig('decoder-worker', { ...decoder, CSA2_THREADS: 'four' }), /CSA2_THREADS/);
+});
+
+test('the gc CronJob: hourly, one run at a time, within its period, the gateway image (its csa2 CLI), non-root; its arguments pass csa2 gc\'s own parser, with the store URL the services use', async () => {
+  const gcCli = (await import(new URL('packages/csa2-engine/dist/cli/gc.js', `file://${REPO_ROOT}`).href)) as {
+    parseGcArgs(args: readonly string[]): { store: string; graceMs: number; markerTtlMs: number; promptTtlMs: number | null; dryRun: boolean };
+    GC_GRACE_WARNING_MS: number;
+  };
+  const { DEFAULT_INGEST_MARKER_RENEW_MS } = await import('@csa2/artifacts');
+  const dockerfile = readFileSync(join(REPO_ROOT, 'infra/docker/Dockerfile'), 'utf8');
+  for (const overlay of OVERLAYS) {
+    const objects = rendered[overlay];
+    const cron = find(objects, 'CronJob', 'csa2-gc');
+    const spec = obj(cron['spec'], 'spec');
+    assert.equal(spec['concurrencyPolicy'], 'Forbid', 'one collection at a time');
+    const fields = String(spec['schedule']).split(' ');
+    assert.equal(fields.length, 5);
+    assert.match(fields[0] ?? '', /^[0-5]?[0-9]$/);
+    assert.deepEqual(fields.slice(1), ['*', '*', '*', '*'], 'hourly');
+    const job = obj(obj(spec['jobTemplate'], 'jobTemplate')['spec'], 'job spec');
+    assert.ok(Number(job['activeDeadlineSeconds']) < 3600, 'a run ends before the next is due');
+    const template = obj(job['template'], 'pod template');
+    assert.equal(obj(obj(template['metadata'], 'metadata')['labels'], 'labels')['app.kubernetes.io/part-of'], 'csa2', 'the labels transformer reached the pod template');
+    const pod = obj(template['spec'], 'pod spec');
+    assert.equal(pod['restartPolicy'], 'Never');
+    const podSecurity = obj(pod['securityContext'], 'pod securityContext');
+    assert.deepEqual([podSecurity['runAsNonRoot'], podSecurity['runAsUser']], [true, 1000]);
+    const [c] = list(pod['containers']).map((x) => obj(x, 'container'));
+    assert.ok(c !== undefined);
+    assert.equal(c['image'], 'registry.example.com/csa2/gateway:0.1.0', 'the overlay set the image');
+    assert.equal(obj(c['securityContext'], 'securityContext')['allowPrivilegeEscalation'], false);
+    const resources = obj(c['resources'], 'resources');
+    for (const part of ['requests', 'limits']) for (const r of ['cpu', 'memory']) assert.ok(obj(resources[part], part)[r] !== undefined, `${part}.${r}`);
+    // the command is the CLI the image carries
+    const command = list(c['command']).map(String);
+    assert.deepEqual(command.slice(0, 2), ['node', 'packages/csa2-engine/bin/csa2.js']);
+    assert.ok(statSync(join(REPO_ROOT, command[1] as string)).isFile());
+    assert.match(dockerfile, /COPY --from=build \/app\/packages\/csa2-engine\/bin\/ \.\/packages\/csa2-engine\/bin\//, 'the runtime image copies the CLI');
+    // $(VAR) in args expands from the container's environment, as the kubelet does
+    const env = containerEnv(objects, c);
+    const args = list(c['args']).map((a) =>
+      String(a).replace(/\$\(([A-Z0-9_]+)\)/g, (_, name: string) => {
+        assert.ok(env[name] !== undefined, `$(${name}) is set in the container`);
+        return env[name] as string;
+      }),
+    );
+    assert.equal(args[0], 'gc');
+    const cmd = gcCli.parseGcArgs(args.slice(1));
+    const gateway = containerEnv(objects, containers(find(objects, 'Deployment', 'csa2-gateway'))[0] as JsonObject);
+    assert.equal(cmd.store, gateway['CSA2_STORE_URL'], 'the store the services write');
+    assert.equal(cmd.dryRun, false);
+    assert.ok(cmd.graceMs >= gcCli.GC_GRACE_WARNING_MS, `grace ${cmd.graceMs} ms`);
+    assert.ok(cmd.markerTtlMs >= 5 * DEFAULT_INGEST_MARKER_RENEW_MS, `an ingest marker survives missed renewals (ttl ${cmd.markerTtlMs} ms)`);
+    assert.ok(cmd.promptTtlMs === null || cmd.promptTtlMs >= 2 * Number(gateway['CSA2_REQUEST_TIMEOUT_MS']), 'a prompt artifact outlives its request');
+  }
+  assert.throws(() => gcCli.parseGcArgs(['--store', 's3://b/p', '--grace', '1']), /Unknown option/, 'the parser does refuse a bad flag');
 });

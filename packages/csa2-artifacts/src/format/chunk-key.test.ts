@@ -34,7 +34,7 @@ test('the hashed bytes are the documented length-prefixed encoding', () => {
 
 test('equal prefixes give equal keys; the first differing chunk and every later one get new keys', () => {
   const a = fullChunkKeys('model-a', tokens.slice(0, 80), 16);
-  const b = fullChunkKeys('model-a', [...tokens.slice(0, 50), ...tokens.slice(50).map((t) => t + 1)], 16);
+  const b = fullChunkKeys('model-a', tokens.slice(0, 50).concat(tokens.slice(50).map((t) => t + 1)), 16);
   assert.equal(a.length, 5);
   assert.deepEqual(b.slice(0, 3), a.slice(0, 3), 'chunks [0, 48) hold equal tokens');
   for (let i = 3; i < 5; i++) assert.notEqual(b[i], a[i]);

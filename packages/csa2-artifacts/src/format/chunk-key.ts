@@ -42,20 +42,45 @@ export function checkTokenId(id: number, index: number, label: string): void {
   }
 }
 
-/** Token ids as little-endian u32 bytes (refusing ids outside [0, 2^32)). */
-export function tokenIdsToBytes(tokenIds: ArrayLike<number>, label = 'token ids'): Uint8Array {
-  const out = new Uint8Array(tokenIds.length * 4);
-  const view = new DataView(out.buffer);
-  for (let i = 0; i < tokenIds.length; i++) {
+/** True on little-endian hosts, where a Uint32Array's bytes are the format's byte order. */
+const HOST_IS_LITTLE_ENDIAN = new Uint8Array(Uint32Array.of(1).buffer)[0] === 1;
+
+/**
+ * Writes token ids as little-endian u32 at `bytesU8[offset…]`, refusing ids outside [0, 2^32)
+ * (InputError naming `label` and the index). A Uint32Array on a little-endian host is one byte copy.
+ */
+export function writeTokenIdsLe(tokenIds: ArrayLike<number>, bytesU8: Uint8Array, offset: number, label = 'token ids'): void {
+  const n = tokenIds.length;
+  if (tokenIds instanceof Uint32Array && HOST_IS_LITTLE_ENDIAN) {
+    bytesU8.set(new Uint8Array(tokenIds.buffer, tokenIds.byteOffset, 4 * n), offset);
+    return;
+  }
+  const view = new DataView(bytesU8.buffer, bytesU8.byteOffset + offset, 4 * n);
+  for (let i = 0; i < n; i++) {
     const id = tokenIds[i] ?? -1;
     checkTokenId(id, i, label);
-    view.setUint32(i * 4, id, true);
+    view.setUint32(4 * i, id, true);
   }
+}
+
+/** `count` little-endian u32 token ids at `bytesU8[offset…]`, as a new Uint32Array (one byte copy on little-endian hosts). */
+export function readTokenIdsLe(bytesU8: Uint8Array, offset: number, count: number): Uint32Array {
+  const out = new Uint32Array(count);
+  if (HOST_IS_LITTLE_ENDIAN) {
+    new Uint8Array(out.buffer).set(bytesU8.subarray(offset, offset + 4 * count));
+    return out;
+  }
+  const view = new DataView(bytesU8.buffer, bytesU8.byteOffset + offset, 4 * count);
+  for (let i = 0; i < count; i++) out[i] = view.getUint32(4 * i, true);
   return out;
 }
 
-/** Token ids as a plain array or a typed array (a Sequence's are a Uint32Array view). */
-export type TokenIds = readonly number[] | Uint32Array | Int32Array;
+/** Token ids as little-endian u32 bytes (refusing ids outside [0, 2^32)). */
+export function tokenIdsToBytes(tokenIds: ArrayLike<number>, label = 'token ids'): Uint8Array {
+  const out = new Uint8Array(tokenIds.length * 4);
+  writeTokenIdsLe(tokenIds, out, 0, label);
+  return out;
+}
 
 /**
  * Content key of a chunk (64 lowercase hex chars).
@@ -84,12 +109,19 @@ export function chunkKey(modelId: string, previousKey: string | null, tokenIds: 
  * Keys of the full chunks of a token sequence: chunk i covers [i·C, (i+1)·C); a trailing partial
  * chunk is not included (`maxChunks` stops early).
  */
-export function fullChunkKeys(modelId: string, tokenIds: TokenIds, chunkTokens: number, maxChunks = Infinity): string[] {
+export function fullChunkKeys(modelId: string, tokenIds: ArrayLike<number>, chunkTokens: number, maxChunks = Infinity): string[] {
   const keys: string[] = [];
   let previous: string | null = null;
   for (let start = 0; start + chunkTokens <= tokenIds.length && keys.length < maxChunks; start += chunkTokens) {
-    previous = chunkKey(modelId, previous, tokenIds.slice(start, start + chunkTokens));
+    previous = chunkKey(modelId, previous, sliceIds(tokenIds, start, start + chunkTokens));
     keys.push(previous);
   }
   return keys;
+}
+
+/** Ids [start, end) of an array-like (a view of a typed array, a copy of the range otherwise). */
+function sliceIds(tokenIds: ArrayLike<number>, start: number, end: number): ArrayLike<number> {
+  if (Array.isArray(tokenIds)) return (tokenIds as readonly number[]).slice(start, end);
+  if (tokenIds instanceof Uint32Array || tokenIds instanceof Int32Array || tokenIds instanceof Float64Array) return tokenIds.subarray(start, end);
+  return Array.from({ length: end - start }, (_, i) => tokenIds[start + i] ?? -1);
 }

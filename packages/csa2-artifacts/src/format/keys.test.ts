@@ -5,7 +5,22 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { InvalidKeyError } from '../errors.js';
-import { chunkObjectKey, documentPrefix, manifestObjectKey, tenantPrefix, validateDocumentId, validateTenant } from './keys.js';
+import {
+  chunkObjectKey,
+  chunksPrefix,
+  documentPrefix,
+  documentsPrefix,
+  ingestMarkerKey,
+  ingestMarkersPrefix,
+  manifestObjectKey,
+  parseChunkObjectKey,
+  parseIngestMarkerKey,
+  parseManifestObjectKey,
+  tenantOfKey,
+  tenantPrefix,
+  validateDocumentId,
+  validateTenant,
+} from './keys.js';
 
 const KEY = 'ab' + '0123456789abcdef'.repeat(3) + '01234567890123';
 
@@ -30,4 +45,25 @@ test('tenant and document ids outside [A-Za-z0-9_-]{1,64} are refused with Inval
   for (const bad of ['', KEY.toUpperCase(), KEY.slice(1), `${KEY}0`, '../' + KEY.slice(3)]) {
     assert.throws(() => chunkObjectKey('acme', bad), InvalidKeyError, JSON.stringify(bad));
   }
+});
+
+test('prefixes, ingest marker keys and the parsers that read keys back', () => {
+  assert.equal(chunksPrefix('acme'), 'tenants/acme/chunks/');
+  assert.equal(documentsPrefix('acme'), 'tenants/acme/documents/');
+  assert.equal(ingestMarkersPrefix('acme'), 'tenants/acme/ingests/');
+  const marker = ingestMarkerKey('acme', 'doc-1', 1_700_000_000_123, '0123456789abcdef');
+  assert.equal(marker, 'tenants/acme/ingests/doc-1.1700000000123.0123456789abcdef');
+  assert.deepEqual(parseIngestMarkerKey(marker), { tenant: 'acme', documentId: 'doc-1', startedAtMs: 1_700_000_000_123 });
+  assert.throws(() => ingestMarkerKey('acme', 'doc-1', -1, '0123456789abcdef'), InvalidKeyError);
+  assert.throws(() => ingestMarkerKey('acme', 'doc-1', 1, 'XYZ'), InvalidKeyError);
+  assert.throws(() => ingestMarkerKey('acme', 'a.b', 1, '0123456789abcdef'), InvalidKeyError);
+  assert.deepEqual(parseChunkObjectKey(chunkObjectKey('acme', KEY)), { tenant: 'acme', chunkKey: KEY });
+  assert.deepEqual(parseManifestObjectKey(manifestObjectKey('acme', 'd_1')), { tenant: 'acme', documentId: 'd_1' });
+  assert.equal(tenantOfKey(manifestObjectKey('t-2', 'x')), 't-2');
+  for (const other of [`tenants/acme/chunks/cd/${KEY}`, `tenants/acme/chunks/ab/${KEY}.tmp`, 'tenants/acme/documents/d/other.json', 'tenants/acme/ingests/doc.12', 'files/acme/x', 'tenants/a.b/chunks/ab/' + KEY]) {
+    assert.equal(parseChunkObjectKey(other), null, other);
+    assert.equal(parseManifestObjectKey(other), null, other);
+    assert.equal(parseIngestMarkerKey(other), null, other);
+  }
+  assert.equal(tenantOfKey('files/acme/x'), null);
 });

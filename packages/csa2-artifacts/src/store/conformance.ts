@@ -13,7 +13,7 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import { InvalidKeyError, ObjectNotFoundError } from '../errors.js';
-import type { ObjectStore } from './object-store.js';
+import type { ObjectInfo, ObjectStore } from './object-store.js';
 
 export interface OpenedStore<S extends ObjectStore> {
   readonly store: S;
@@ -61,6 +61,13 @@ function randomBody(lengthBytes: number): Uint8Array {
   return new Uint8Array(randomBytes(lengthBytes));
 }
 
+/** An ObjectInfo without its time (for comparisons), or null. */
+export function keyAndSize(info: ObjectInfo | null): { key: string; sizeBytes: number } | null {
+  return info === null ? null : { key: info.key, sizeBytes: info.sizeBytes };
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
 function sortedKeys(keys: Iterable<string>): string[] {
   return [...keys].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
 }
@@ -99,7 +106,7 @@ export function runObjectStoreConformance<S extends ObjectStore>(
         for (const [key, body] of bodies) assert.equal(await store().put(key, body), true);
         for (const [key, body] of bodies) {
           assert.deepEqual(await store().get(key), body, key);
-          assert.deepEqual(await store().head(key), { key, sizeBytes: body.byteLength });
+          assert.deepEqual(keyAndSize(await store().head(key)), { key, sizeBytes: body.byteLength });
         }
       });
 
@@ -115,7 +122,7 @@ export function runObjectStoreConformance<S extends ObjectStore>(
         const second = randomBody(10);
         assert.equal(await store().put('k', second), true);
         assert.deepEqual(await store().get('k'), second);
-        assert.deepEqual(await store().head('k'), { key: 'k', sizeBytes: 10 });
+        assert.deepEqual(keyAndSize(await store().head('k')), { key: 'k', sizeBytes: 10 });
       });
 
       it('throws ObjectNotFoundError naming the key for an absent object', async () => {
@@ -137,13 +144,34 @@ export function runObjectStoreConformance<S extends ObjectStore>(
       });
     });
 
+    describe('get options', () => {
+      it('reads into a given buffer when it is large enough, else into a new one; a size hint never changes the bytes', async () => {
+        const body = randomBody(300_000);
+        await store().put('obj', body);
+        const big = new Uint8Array(400_000).fill(0xee);
+        const got = await store().get('obj', { into: big, sizeBytesHint: body.byteLength });
+        assert.deepEqual(got, body);
+        assert.equal(got.buffer, big.buffer, 'the result is a view of the given buffer');
+        assert.equal(got.byteOffset, big.byteOffset);
+        const small = new Uint8Array(1000).fill(0xee);
+        const fresh = await store().get('obj', { into: small });
+        assert.deepEqual(fresh, body);
+        assert.notEqual(fresh.buffer, small.buffer);
+        assert.ok(small.every((b) => b === 0xee), 'a buffer too small is left untouched');
+        for (const hint of [0, 1, body.byteLength - 1, body.byteLength + 1, 10 * body.byteLength]) {
+          assert.deepEqual(await store().get('obj', { sizeBytesHint: hint }), body, `hint ${hint}`);
+        }
+        await assert.rejects(store().get('absent', { into: big, sizeBytesHint: 10 }), (err: unknown) => err instanceof ObjectNotFoundError && err.key === 'absent');
+      });
+    });
+
     describe('ifAbsent', () => {
       it('writes when absent, then returns false and keeps the first bytes', async () => {
         const first = randomBody(100);
         assert.equal(await store().put('k', first, { ifAbsent: true }), true);
         assert.equal(await store().put('k', randomBody(50), { ifAbsent: true }), false);
         assert.deepEqual(await store().get('k'), first);
-        assert.deepEqual(await store().head('k'), { key: 'k', sizeBytes: 100 });
+        assert.deepEqual(keyAndSize(await store().head('k')), { key: 'k', sizeBytes: 100 });
       });
 
       it('writes again after the object was deleted', async () => {
@@ -234,7 +262,7 @@ export function runObjectStoreConformance<S extends ObjectStore>(
       it('returns null for an absent object and the size for a present one', async () => {
         assert.equal(await store().head('nope'), null);
         await store().put('dir/obj', randomBody(33));
-        assert.deepEqual(await store().head('dir/obj'), { key: 'dir/obj', sizeBytes: 33 });
+        assert.deepEqual(keyAndSize(await store().head('dir/obj')), { key: 'dir/obj', sizeBytes: 33 });
         assert.equal(await store().head('dir'), null, 'a prefix of a key is not an object');
         assert.equal(await store().head('dir/ob'), null);
       });
@@ -275,6 +303,34 @@ export function runObjectStoreConformance<S extends ObjectStore>(
         );
       });
 
+      it('pages with startAfter and limit: the pages join up to the whole listing', async () => {
+        const all = (await store().list('')).map((info) => info.key);
+        for (const pageSize of [1, 3, 4]) {
+          const paged: string[] = [];
+          let after: string | undefined;
+          for (;;) {
+            const page = await store().list('', { limit: pageSize, ...(after !== undefined ? { startAfter: after } : {}) });
+            assert.ok(page.length <= pageSize);
+            for (const info of page) paged.push(info.key);
+            if (page.length < pageSize) break;
+            after = page.at(-1)?.key;
+          }
+          assert.deepEqual(paged, all, `pages of ${pageSize}`);
+        }
+        assert.deepEqual(
+          (await store().list('a/', { startAfter: 'a/b0' })).map((info) => info.key),
+          ['a/bc'],
+          'startAfter need not be a key; a/b/… and a/b-x sort before a/b0',
+        );
+        assert.deepEqual(
+          (await store().list('a/b', { startAfter: 'a/b/' })).map((info) => info.key),
+          ['a/b/c', 'a/b/d', 'a/b/e/f', 'a/bc'],
+        );
+        assert.deepEqual(await store().list('', { limit: 0 }), []);
+        assert.deepEqual(await store().list('', { startAfter: 'z' }), []);
+        for (const bad of [-1, 1.5, Number.NaN]) await assert.rejects(store().list('', { limit: bad }), RangeError, `limit ${bad}`);
+      });
+
       it('no longer lists deleted objects', async () => {
         await store().delete('a/b/e/f');
         await store().delete('a/bc');
@@ -282,6 +338,46 @@ export function runObjectStoreConformance<S extends ObjectStore>(
           (await store().list('a/b')).map((info) => info.key),
           ['a/b-x', 'a/b.y', 'a/b/c', 'a/b/d'],
         );
+      });
+    });
+
+    describe('last-modified time, touch and conditional delete', () => {
+      it('head and list report when an object was written, by the store clock', async () => {
+        const before = Date.now();
+        await store().put('t/a', bytes(1));
+        const info = await store().head('t/a');
+        assert.ok(info !== null);
+        // S3 keeps whole seconds; the store and this process share a clock here (local servers)
+        assert.ok(Math.abs(info.lastModifiedMs - before) < 60_000, `lastModifiedMs ${info.lastModifiedMs}, now ${before}`);
+        const [listed] = await store().list('t/');
+        assert.ok(listed !== undefined && Math.abs(listed.lastModifiedMs - info.lastModifiedMs) < 1000);
+      });
+
+      it('touch moves the time forward and keeps the bytes; deleteIfUnmodifiedSince deletes only what is older', async () => {
+        const body = randomBody(2000);
+        await store().put('t/obj', body);
+        await store().put('t/other', bytes(5));
+        const written = (await store().head('t/obj'))?.lastModifiedMs ?? assert.fail('absent');
+        assert.equal(await store().touch('t/none'), null);
+        await sleep(1100); // past S3's one-second resolution
+        const touched = await store().touch('t/obj');
+        assert.ok(touched !== null && touched.key === 't/obj' && touched.sizeBytes === 2000);
+        assert.ok(touched.lastModifiedMs > written, `touched ${touched.lastModifiedMs} after written ${written}`);
+        assert.deepEqual(await store().get('t/obj'), body, 'touch keeps the bytes');
+        // Cut-off between the write and the touch: the touched object stays, the other goes.
+        const cutoff = written + 1;
+        assert.deepEqual(await store().deleteIfUnmodifiedSince('t/obj', cutoff), { outcome: 'modified', sizeBytes: 2000 });
+        assert.deepEqual(await store().deleteIfUnmodifiedSince('t/other', touched.lastModifiedMs + 1), { outcome: 'deleted', sizeBytes: 1 });
+        assert.deepEqual(await store().deleteIfUnmodifiedSince('t/other', Date.now() + 60_000), { outcome: 'absent', sizeBytes: 0 });
+        assert.deepEqual(await store().get('t/obj'), body);
+        assert.deepEqual(
+          (await store().list('t/')).map((info) => info.key),
+          ['t/obj'],
+          'nothing else (no renamed-aside file) is listed',
+        );
+        assert.deepEqual(await store().deleteIfUnmodifiedSince('t/obj', touched.lastModifiedMs + 1), { outcome: 'deleted', sizeBytes: 2000 });
+        assert.equal(await store().head('t/obj'), null);
+        assert.deepEqual(await store().list(''), []);
       });
     });
 
@@ -322,6 +418,8 @@ export function runObjectStoreConformance<S extends ObjectStore>(
           await assert.rejects(store().getRange(key, { offset: 0, length: 1 }), isInvalidKey, `getRange: ${why}`);
           await assert.rejects(store().head(key), isInvalidKey, `head: ${why}`);
           await assert.rejects(store().delete(key), isInvalidKey, `delete: ${why}`);
+          await assert.rejects(store().touch(key), isInvalidKey, `touch: ${why}`);
+          await assert.rejects(store().deleteIfUnmodifiedSince(key, 0), isInvalidKey, `deleteIfUnmodifiedSince: ${why}`);
         }
         assert.deepEqual(await store().list(''), [], 'nothing was written');
       });

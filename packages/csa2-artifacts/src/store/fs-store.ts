@@ -22,8 +22,8 @@ import { link, lstat, mkdir, open, readdir, rename, rmdir, stat, unlink } from '
 import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { InvalidKeyError, ObjectNotFoundError, StoreConfigError, StoreUnavailableError } from '../errors.js';
-import { checkRange, segmentProblem, validateKey, validatePrefix } from './keys.js';
-import type { ByteRange, ObjectInfo, ObjectStore, PutOptions } from './object-store.js';
+import { checkListOptions, checkRange, segmentProblem, validateKey, validatePrefix } from './keys.js';
+import type { ByteRange, ConditionalDeleteResult, GetOptions, ListOptions, ObjectInfo, ObjectStore, PutOptions } from './object-store.js';
 
 export interface FsObjectStoreOptions {
   /**
@@ -35,6 +35,15 @@ export interface FsObjectStoreOptions {
 
 /** Prefix of temporary file names; '#' can never appear in a key. */
 const TEMP_PREFIX = '#tmp-';
+/** Prefix of an object renamed aside by deleteIfUnmodifiedSince while it decides. */
+const GC_PREFIX = '#gc-';
+
+/** Where a listing walk is: what it found, how many it may return, and what it skips. */
+interface ListPage {
+  readonly found: ObjectInfo[];
+  readonly limit: number;
+  readonly startAfter: string;
+}
 /** How often put retries when a concurrent delete prunes the directory it just created. */
 const MAX_DIRECTORY_RETRIES = 8;
 
@@ -87,7 +96,7 @@ export class FsObjectStore implements ObjectStore {
       }
       try {
         try {
-          await handle.writeFile(body);
+          await writeAll(handle, body);
           if (this.#durable) await handle.sync();
         } finally {
           await handle.close();
@@ -103,12 +112,10 @@ export class FsObjectStore implements ObjectStore {
     }
   }
 
-  async get(key: string): Promise<Uint8Array> {
-    const handle = await this.#openObject(key);
+  async get(key: string, options: GetOptions = {}): Promise<Uint8Array> {
+    const { handle, sizeBytes } = await this.#openObject(key);
     try {
-      const buffer = await handle.readFile();
-      // A plain Uint8Array view (no copy), like the other backends return.
-      return new Uint8Array(buffer.buffer, buffer.byteOffset, buffer.byteLength);
+      return await readAll(handle, sizeBytes, options.into);
     } catch (err) {
       throw this.#ioError(err, `get ${key}`);
     } finally {
@@ -119,9 +126,8 @@ export class FsObjectStore implements ObjectStore {
   async getRange(key: string, range: ByteRange): Promise<Uint8Array> {
     validateKey(key);
     checkRange(range);
-    const handle = await this.#openObject(key);
+    const { handle, sizeBytes } = await this.#openObject(key);
     try {
-      const sizeBytes = (await handle.stat()).size;
       if (range.offset + range.length > sizeBytes) {
         throw new RangeError(`range [${range.offset}, ${range.offset + range.length}) is past the end of ${key} (${sizeBytes} bytes)`);
       }
@@ -145,22 +151,89 @@ export class FsObjectStore implements ObjectStore {
     const path = this.#pathOf(key);
     try {
       const stats = await lstat(path);
-      return stats.isFile() ? { key, sizeBytes: stats.size } : null;
+      return stats.isFile() ? { key, sizeBytes: stats.size, lastModifiedMs: stats.mtimeMs } : null;
     } catch (err) {
       if (ABSENT_CODES.has(errnoCode(err) ?? '')) return null;
       throw this.#ioError(err, `head ${key}`);
     }
   }
 
-  async list(prefix: string): Promise<ObjectInfo[]> {
+  async list(prefix: string, options: ListOptions = {}): Promise<ObjectInfo[]> {
     validatePrefix(prefix);
-    // Start at the deepest directory the prefix names whole; filter its entries by the rest.
+    const limit = checkListOptions(options);
+    // Start at the deepest directory the prefix names whole; filter its entries by the rest. The
+    // walk visits keys in byte order and skips whole directories before `startAfter`, so a page
+    // costs about what it returns.
     const slash = prefix.lastIndexOf('/');
     const dirKey = slash < 0 ? '' : prefix.slice(0, slash + 1);
     const namePrefix = prefix.slice(slash + 1);
     const found: ObjectInfo[] = [];
-    await this.#walk(dirKey, namePrefix, found);
-    return found.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+    if (limit > 0) await this.#walk(dirKey, namePrefix, { found, limit, startAfter: options.startAfter ?? '' });
+    return found;
+  }
+
+  async touch(key: string): Promise<ObjectInfo | null> {
+    const path = this.#pathOf(key);
+    let handle: FileHandle;
+    try {
+      handle = await open(path, fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW);
+    } catch (err) {
+      if (ABSENT_CODES.has(errnoCode(err) ?? '') || errnoCode(err) === 'ELOOP') return null;
+      throw this.#ioError(err, `touch ${key}`);
+    }
+    try {
+      const before = await handle.stat();
+      if (!before.isFile()) return null;
+      const now = new Date();
+      await handle.utimes(before.atime, now);
+      const after = await handle.stat();
+      return { key, sizeBytes: after.size, lastModifiedMs: after.mtimeMs };
+    } catch (err) {
+      throw this.#ioError(err, `touch ${key}`);
+    } finally {
+      await handle.close();
+    }
+  }
+
+  /**
+   * Exact: the object is renamed aside (atomic), its mtime read there, then it is unlinked or linked
+   * back. A touch or write that came before the rename shows in that mtime; one that comes after
+   * finds no object (a writer then puts it again). Between rename and relink the key is absent for
+   * a moment, only for objects already older than `sinceMs` when listed.
+   */
+  async deleteIfUnmodifiedSince(key: string, sinceMs: number): Promise<ConditionalDeleteResult> {
+    const path = this.#pathOf(key);
+    const dir = dirname(path);
+    const absent: ConditionalDeleteResult = { outcome: 'absent', sizeBytes: 0 };
+    const current = await lstat(path).catch((err: unknown) => {
+      if (ABSENT_CODES.has(errnoCode(err) ?? '')) return null;
+      throw this.#ioError(err, `delete ${key}`);
+    });
+    if (current === null || !current.isFile()) return absent;
+    if (current.mtimeMs >= sinceMs) return { outcome: 'modified', sizeBytes: current.size };
+    const aside = join(dir, `${GC_PREFIX}${process.pid}-${randomBytes(8).toString('hex')}`);
+    try {
+      await rename(path, aside);
+    } catch (err) {
+      if (ABSENT_CODES.has(errnoCode(err) ?? '')) return absent;
+      throw this.#ioError(err, `delete ${key}`);
+    }
+    try {
+      const stats = await lstat(aside);
+      if (stats.mtimeMs >= sinceMs) {
+        // touched between the check and the rename: put it back (a writer may have put it again meanwhile: same bytes)
+        await link(aside, path).catch((err: unknown) => {
+          if (errnoCode(err) !== 'EEXIST') throw err;
+        });
+        return { outcome: 'modified', sizeBytes: stats.size };
+      }
+      return { outcome: 'deleted', sizeBytes: stats.size };
+    } catch (err) {
+      throw this.#ioError(err, `delete ${key}`);
+    } finally {
+      await unlink(aside).catch(() => undefined);
+      await this.#pruneEmptyParents(dir);
+    }
   }
 
   async delete(key: string): Promise<void> {
@@ -207,7 +280,8 @@ export class FsObjectStore implements ObjectStore {
     return join(this.root, ...validateKey(key));
   }
 
-  async #openObject(key: string): Promise<FileHandle> {
+  /** Opens the object's file for reading, with its size; ObjectNotFoundError unless it is a regular file. */
+  async #openObject(key: string): Promise<{ handle: FileHandle; sizeBytes: number }> {
     const path = this.#pathOf(key);
     let handle: FileHandle;
     try {
@@ -216,18 +290,15 @@ export class FsObjectStore implements ObjectStore {
       if (ABSENT_CODES.has(errnoCode(err) ?? '') || errnoCode(err) === 'ELOOP') throw new ObjectNotFoundError(key);
       throw this.#ioError(err, `get ${key}`);
     }
-    const isFile = await handle.stat().then(
-      (stats) => stats.isFile(),
-      async (err: unknown) => {
-        await handle.close();
-        throw this.#ioError(err, `get ${key}`);
-      },
-    );
-    if (!isFile) {
+    const stats = await handle.stat().catch(async (err: unknown) => {
+      await handle.close();
+      throw this.#ioError(err, `get ${key}`);
+    });
+    if (!stats.isFile()) {
       await handle.close();
       throw new ObjectNotFoundError(key);
     }
-    return handle;
+    return { handle, sizeBytes: stats.size };
   }
 
   /** mkdir -p for the key's directory. */
@@ -299,7 +370,8 @@ export class FsObjectStore implements ObjectStore {
     }
   }
 
-  async #walk(dirKey: string, namePrefix: string, found: ObjectInfo[]): Promise<void> {
+  /** Appends the objects under `dirKey` whose names start with `namePrefix` to `page.found`, in key order, until the page is full. */
+  async #walk(dirKey: string, namePrefix: string, page: ListPage): Promise<void> {
     const dirPath = dirKey === '' ? this.root : join(this.root, ...dirKey.slice(0, -1).split('/'));
     let entries;
     try {
@@ -308,19 +380,44 @@ export class FsObjectStore implements ObjectStore {
       if (ABSENT_CODES.has(errnoCode(err) ?? '')) return; // no such directory, or pruned meanwhile
       throw this.#ioError(err, `list ${dirKey}${namePrefix}`);
     }
-    for (const entry of entries) {
-      if (!entry.name.startsWith(namePrefix) || segmentProblem(entry.name) !== null) continue;
-      const key = `${dirKey}${entry.name}`;
-      if (entry.isDirectory()) {
-        await this.#walk(`${key}/`, '', found);
-      } else if (entry.isFile()) {
-        try {
-          found.push({ key, sizeBytes: (await lstat(join(dirPath, entry.name))).size });
-        } catch (err) {
-          if (!ABSENT_CODES.has(errnoCode(err) ?? '')) throw this.#ioError(err, `list ${dirKey}${namePrefix}`);
-        }
+    // A directory's keys all start with "<name>/": sorting names so makes the walk visit keys in byte order.
+    const visible = entries
+      .filter((e) => e.name.startsWith(namePrefix) && segmentProblem(e.name) === null && (e.isDirectory() || e.isFile()))
+      .map((e) => ({ name: e.name, isDirectory: e.isDirectory(), sortKey: `${dirKey}${e.name}${e.isDirectory() ? '/' : ''}` }))
+      .sort((a, b) => (a.sortKey < b.sortKey ? -1 : a.sortKey > b.sortKey ? 1 : 0));
+    let files: string[] = [];
+    const flushFiles = async (): Promise<void> => {
+      // stat a run of files at once; `files` holds at most what the page still takes
+      const infos = await Promise.all(
+        files.map(async (name) => {
+          try {
+            const stats = await lstat(join(dirPath, name));
+            return { key: `${dirKey}${name}`, sizeBytes: stats.size, lastModifiedMs: stats.mtimeMs };
+          } catch (err) {
+            if (ABSENT_CODES.has(errnoCode(err) ?? '')) return null; // deleted meanwhile
+            throw this.#ioError(err, `list ${dirKey}${namePrefix}`);
+          }
+        }),
+      );
+      for (const info of infos) if (info !== null && page.found.length < page.limit) page.found.push(info);
+      files = [];
+    };
+    for (const entry of visible) {
+      if (page.found.length >= page.limit) break;
+      if (entry.isDirectory) {
+        // every key inside sorts after the directory's own prefix and before anything after it
+        if (page.startAfter >= entry.sortKey && !page.startAfter.startsWith(entry.sortKey)) continue;
+        await flushFiles();
+        if (page.found.length >= page.limit) break;
+        await this.#walk(entry.sortKey, '', page);
+      } else {
+        if (entry.sortKey <= page.startAfter) continue;
+        files.push(entry.name);
+        // a file deleted meanwhile leaves the page short by one, and the walk goes on to fill it
+        if (files.length >= Math.min(64, page.limit - page.found.length)) await flushFiles();
       }
     }
+    await flushFiles();
   }
 
   #ioError(err: unknown, what: string): Error {
@@ -332,6 +429,40 @@ export class FsObjectStore implements ObjectStore {
     if (CONFIG_CODES.has(code ?? '')) return new StoreConfigError(`filesystem store ${this.root}: ${what}: ${detail}`);
     return new StoreUnavailableError(`filesystem store ${this.root}: ${what}: ${detail}`, { cause: err });
   }
+}
+
+/**
+ * Writes all of `body` from the start of the file: one write(2) for a whole chunk object where the
+ * kernel takes it (FileHandle.writeFile would split it into 512 KiB writes, each a round trip through
+ * the thread pool).
+ */
+async function writeAll(handle: FileHandle, body: Uint8Array): Promise<void> {
+  let written = 0;
+  while (written < body.byteLength) {
+    const { bytesWritten } = await handle.write(body, written, body.byteLength - written, written);
+    written += bytesWritten;
+  }
+}
+
+/**
+ * Reads a file of `sizeBytes` into `into` (when large enough) or one new buffer, with as few read(2)
+ * calls as the kernel allows (FileHandle.readFile reads 512 KiB at a time). Every byte is
+ * overwritten, so a new buffer is not zeroed.
+ */
+async function readAll(handle: FileHandle, sizeBytes: number, into: Uint8Array | undefined): Promise<Uint8Array> {
+  let out: Uint8Array;
+  if (into !== undefined && into.byteLength >= sizeBytes) out = into.subarray(0, sizeBytes);
+  else {
+    const buffer = Buffer.allocUnsafeSlow(sizeBytes);
+    out = new Uint8Array(buffer.buffer, buffer.byteOffset, sizeBytes); // a plain Uint8Array, like the other backends return
+  }
+  let filled = 0;
+  while (filled < sizeBytes) {
+    const { bytesRead } = await handle.read(out, filled, sizeBytes - filled, filled);
+    if (bytesRead === 0) throw new Error(`file shrank from ${sizeBytes} to ${filled} bytes while reading it`);
+    filled += bytesRead;
+  }
+  return out;
 }
 
 function clashWithDirectory(key: string): InvalidKeyError {

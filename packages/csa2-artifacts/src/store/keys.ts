@@ -18,7 +18,7 @@
  * listings skip them.
  */
 import { InvalidKeyError } from '../errors.js';
-import type { ByteRange } from './object-store.js';
+import type { ByteRange, ListOptions } from './object-store.js';
 
 /** Longest key, in characters (= bytes: keys are ASCII). */
 export const MAX_KEY_CHARS = 1024;
@@ -101,4 +101,16 @@ function prefixProblem(prefix: string): string | null {
 export function checkRange(range: ByteRange): void {
   if (!Number.isSafeInteger(range.offset) || range.offset < 0) throw new RangeError(`range offset must be a non-negative integer, got ${range.offset}`);
   if (!Number.isSafeInteger(range.length) || range.length < 0) throw new RangeError(`range length must be a non-negative integer, got ${range.length}`);
+}
+
+/**
+ * Checks ListOptions (a string `startAfter`, a non-negative integer `limit`) and returns the limit
+ * (Infinity when none).
+ * @throws RangeError
+ */
+export function checkListOptions(options: ListOptions): number {
+  if (options.startAfter !== undefined && typeof options.startAfter !== 'string') throw new RangeError('list startAfter must be a string');
+  if (options.limit === undefined) return Infinity;
+  if (!Number.isSafeInteger(options.limit) || options.limit < 0) throw new RangeError(`list limit must be a non-negative integer, got ${options.limit}`);
+  return options.limit;
 }

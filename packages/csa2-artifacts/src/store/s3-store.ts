@@ -6,6 +6,13 @@
  * - **put** sends one PutObject up to `multipartThresholdBytes`, above it a multipart upload
  *   (@aws-sdk/lib-storage `Upload`, at most `multipartQueueSize` parts in flight). S3 makes both
  *   atomic: readers see the old or the new object.
+ * - **get** of an object larger than `readPartSizeBytes` whose size the caller knows (`sizeBytesHint`,
+ *   e.g. from a manifest) is fetched as parallel ranged GETs of that part size, at most
+ *   `readParallelism` in flight, each streamed straight into its place in one buffer. Every part's
+ *   Content-Range must name the hinted total; if the object turns out to have another size, the
+ *   parts are dropped and it is read again with one plain GET (a wrong hint costs time, not
+ *   correctness). Without a hint, or below the part size, one GET. The parts go into `into` when it
+ *   is given and large enough.
  * - **ifAbsent** has two implementations (see {@link ConditionalWriteMode}):
  *   - `'if-none-match'`: PutObject / CompleteMultipartUpload with `If-None-Match: *`. The server
  *     decides, so of concurrent writers exactly one wins (AWS S3 since 2024-08, MinIO, …).
@@ -24,12 +31,18 @@
  *   SDK's own `maxAttempts` retries); NoSuchBucket, 400, 403 and other 4xx → StoreConfigError with
  *   the server's code and message; no credentials from the default chain → StoreConfigError. HeadObject answers a missing bucket with a bare 404, so `head`
  *   then returns null: `ping` is the check that the bucket exists.
+ * - **lastModifiedMs** is S3's LastModified (whole seconds; the server's clock). **touch** copies the
+ *   object onto itself (CopyObject, metadata replaced), which sets it to now without re-sending the
+ *   bytes (or, with `touchMode: 'rewrite'`, gets and puts it again: s3rver's copy keeps the old
+ *   time). **deleteIfUnmodifiedSince** is HeadObject then DeleteObject, not atomic.
+ * - **list** pages with ListObjectsV2 (`listPageSize` per request), `startAfter` as StartAfter.
  * - Objects under the prefix whose names break the key rules (written by something else, or this
  *   store's '~csa2-probe-…' object) are skipped by `list`.
  */
 import { randomUUID } from 'node:crypto';
 import { STATUS_CODES } from 'node:http';
 import {
+  CopyObjectCommand,
   DeleteObjectCommand,
   GetObjectCommand,
   HeadBucketCommand,
@@ -41,8 +54,8 @@ import {
 import type { S3ClientConfig } from '@aws-sdk/client-s3';
 import { Upload } from '@aws-sdk/lib-storage';
 import { InvalidKeyError, ObjectNotFoundError, StoreConfigError, StoreUnavailableError } from '../errors.js';
-import { MAX_KEY_CHARS, checkRange, isValidKey, keyProblem, validateKey, validatePrefix } from './keys.js';
-import type { ByteRange, ObjectInfo, ObjectStore, PutOptions } from './object-store.js';
+import { MAX_KEY_CHARS, checkListOptions, checkRange, isValidKey, keyProblem, validateKey, validatePrefix } from './keys.js';
+import type { ByteRange, ConditionalDeleteResult, GetOptions, ListOptions, ObjectInfo, ObjectStore, PutOptions } from './object-store.js';
 
 /** How `put(…, { ifAbsent: true })` is carried out; see the module comment. */
 export type ConditionalWriteMode = 'if-none-match' | 'head-then-put';
@@ -73,8 +86,18 @@ export interface S3ObjectStoreOptions {
   readonly multipartPartSizeBytes?: number;
   /** Parts in flight per multipart upload (memory: about queueSize × partSize). @defaultValue 4 */
   readonly multipartQueueSize?: number;
+  /** Part size of the ranged GETs of one large object (see `get`). @defaultValue 8 MiB */
+  readonly readPartSizeBytes?: number;
+  /** Ranged GETs of one object in flight at most. @defaultValue 4 */
+  readonly readParallelism?: number;
   /** MaxKeys of each ListObjectsV2 page (1–1000). @defaultValue 1000 */
   readonly listPageSize?: number;
+  /**
+   * How `touch` sets LastModified to now: 'copy' copies the object onto itself (S3 and MinIO set
+   * LastModified to the copy's time; no bytes travel); 'rewrite' downloads and puts it again, for
+   * servers whose in-place copy keeps LastModified (s3rver). @defaultValue 'copy'
+   */
+  readonly touchMode?: 'copy' | 'rewrite';
   /** Attempts per request, the first included (the SDK retries network errors, 5xx, throttling). @defaultValue 3 */
   readonly maxAttempts?: number;
   /** Limit on establishing a connection (0: none). @defaultValue 5000 */
@@ -149,8 +172,11 @@ export class S3ObjectStore implements ObjectStore {
   readonly #multipartThresholdBytes: number;
   readonly #partSizeBytes: number;
   readonly #queueSize: number;
+  readonly #readPartSizeBytes: number;
+  readonly #readParallelism: number;
   readonly #listPageSize: number;
   readonly #conditionalWrites: 'auto' | ConditionalWriteMode;
+  readonly #touchMode: 'copy' | 'rewrite';
   #detectedMode: Promise<ConditionalWriteMode> | undefined;
 
   /** @throws StoreConfigError naming the bad option. */
@@ -163,11 +189,15 @@ export class S3ObjectStore implements ObjectStore {
     this.#multipartThresholdBytes = integerOption('multipartThresholdBytes', options.multipartThresholdBytes ?? 16 * MIB, 0);
     this.#partSizeBytes = integerOption('multipartPartSizeBytes', options.multipartPartSizeBytes ?? 8 * MIB, MIN_MULTIPART_PART_SIZE_BYTES);
     this.#queueSize = integerOption('multipartQueueSize', options.multipartQueueSize ?? 4, 1, 64);
+    this.#readPartSizeBytes = integerOption('readPartSizeBytes', options.readPartSizeBytes ?? 8 * MIB, 64 * 1024);
+    this.#readParallelism = integerOption('readParallelism', options.readParallelism ?? 4, 1, 64);
     this.#listPageSize = integerOption('listPageSize', options.listPageSize ?? 1000, 1, 1000);
     const maxAttempts = integerOption('maxAttempts', options.maxAttempts ?? 3, 1, 20);
     const connectTimeoutMs = integerOption('connectTimeoutMs', options.connectTimeoutMs ?? 5000, 0);
     const requestTimeoutMs = integerOption('requestTimeoutMs', options.requestTimeoutMs ?? 60_000, 0);
     this.#conditionalWrites = options.conditionalWrites ?? 'auto';
+    this.#touchMode = options.touchMode ?? 'copy';
+    if (this.#touchMode !== 'copy' && this.#touchMode !== 'rewrite') throw new StoreConfigError(`S3 store option touchMode must be copy or rewrite, got ${String(this.#touchMode)}`);
     const envRegion = process.env['AWS_REGION'];
     const region = options.region ?? (envRegion !== undefined && envRegion !== '' ? envRegion : 'us-east-1');
     const forcePathStyle = options.forcePathStyle ?? false;
@@ -187,6 +217,9 @@ export class S3ObjectStore implements ObjectStore {
     if (options.endpoint !== undefined) query.push(`endpoint=${encodeQueryValue(options.endpoint)}`);
     if (forcePathStyle) query.push('forcePathStyle=1');
     if (options.region !== undefined) query.push(`region=${encodeQueryValue(options.region)}`);
+    if (options.readPartSizeBytes !== undefined) query.push(`readPartSizeBytes=${this.#readPartSizeBytes}`);
+    if (options.readParallelism !== undefined) query.push(`readParallelism=${this.#readParallelism}`);
+    if (options.touchMode !== undefined) query.push(`touchMode=${this.#touchMode}`);
     this.url = `s3://${this.bucket}/${this.prefix}${query.length === 0 ? '' : `?${query.join('&')}`}`;
   }
 
@@ -219,14 +252,64 @@ export class S3ObjectStore implements ObjectStore {
     }
   }
 
-  async get(key: string): Promise<Uint8Array> {
+  async get(key: string, options: GetOptions = {}): Promise<Uint8Array> {
     const objectKey = this.#objectKey(key);
+    const hint = options.sizeBytesHint;
     try {
+      if (hint !== undefined && Number.isSafeInteger(hint) && hint > this.#readPartSizeBytes) {
+        const parts = await this.#getInParts(objectKey, hint, options.into);
+        if (parts !== null) return parts;
+      }
       const response = await this.client.send(new GetObjectCommand({ Bucket: this.bucket, Key: objectKey }));
+      const length = response.ContentLength;
+      if (options.into !== undefined && length !== undefined && options.into.byteLength >= length) {
+        if (!(await readBodyInto(response.Body, options.into, 0, length))) {
+          throw new StoreUnavailableError(`S3 store ${this.url}: get ${key}: the response body is not the ${length} bytes its Content-Length says`);
+        }
+        return options.into.subarray(0, length);
+      }
       return (await response.Body?.transformToByteArray()) ?? new Uint8Array(0);
     } catch (err) {
       throw this.#mapError(err, 'get', key);
     }
+  }
+
+  /** Parts in flight: at most readParallelism ranged GETs, each streamed into `out`; null when the object is not `sizeBytes` long. */
+  async #getInParts(objectKey: string, sizeBytes: number, into: Uint8Array | undefined): Promise<Uint8Array | null> {
+    // every byte is written by exactly one part, so a new buffer is not zeroed
+    const out = into !== undefined && into.byteLength >= sizeBytes ? into.subarray(0, sizeBytes) : newUninitialized(sizeBytes);
+    const partSize = this.#readPartSizeBytes;
+    const partCount = Math.ceil(sizeBytes / partSize);
+    let next = 0;
+    let sizeMismatch = false;
+    const abort = new AbortController();
+    const worker = async (): Promise<void> => {
+      while (!sizeMismatch && next < partCount) {
+        const part = next++;
+        const first = part * partSize;
+        const last = Math.min(sizeBytes, first + partSize) - 1;
+        const response = await this.client.send(new GetObjectCommand({ Bucket: this.bucket, Key: objectKey, Range: `bytes=${first}-${last}` }), {
+          abortSignal: abort.signal,
+        });
+        const match = /^bytes (\d+)-(\d+)\/(\d+)$/.exec(response.ContentRange ?? '');
+        if (match === null || Number(match[1]) !== first || Number(match[2]) !== last || Number(match[3]) !== sizeBytes) {
+          discardBody(response.Body);
+          sizeMismatch = true;
+          return;
+        }
+        if (!(await readBodyInto(response.Body, out, first, last + 1))) {
+          sizeMismatch = true;
+          return;
+        }
+      }
+    };
+    try {
+      await Promise.all(Array.from({ length: Math.min(this.#readParallelism, partCount) }, worker));
+    } catch (err) {
+      abort.abort(); // stop the other parts' requests
+      throw err;
+    }
+    return sizeMismatch ? null : out;
   }
 
   async getRange(key: string, range: ByteRange): Promise<Uint8Array> {
@@ -278,7 +361,7 @@ export class S3ObjectStore implements ObjectStore {
     const objectKey = this.#objectKey(key);
     try {
       const response = await this.client.send(new HeadObjectCommand({ Bucket: this.bucket, Key: objectKey }));
-      return { key, sizeBytes: response.ContentLength ?? 0 };
+      return { key, sizeBytes: response.ContentLength ?? 0, lastModifiedMs: response.LastModified?.getTime() ?? 0 };
     } catch (err) {
       const mapped = this.#mapError(err, 'head', key);
       if (mapped instanceof ObjectNotFoundError) return null;
@@ -286,31 +369,38 @@ export class S3ObjectStore implements ObjectStore {
     }
   }
 
-  async list(prefix: string): Promise<ObjectInfo[]> {
+  async list(prefix: string, options: ListOptions = {}): Promise<ObjectInfo[]> {
     validatePrefix(prefix);
+    const limit = checkListOptions(options);
     const found: ObjectInfo[] = [];
     let continuationToken: string | undefined;
+    const startAfter = options.startAfter !== undefined && options.startAfter !== '' ? `${this.#keyBase}${options.startAfter}` : undefined;
     try {
-      do {
+      while (found.length < limit) {
+        // Whole pages even when fewer keys are wanted: a server that pages in another order than
+        // byte order (s3rver) then still gives the right first keys of a listing up to one page.
         const response = await this.client.send(
           new ListObjectsV2Command({
             Bucket: this.bucket,
             Prefix: `${this.#keyBase}${prefix}`,
             MaxKeys: this.#listPageSize,
-            ...(continuationToken !== undefined ? { ContinuationToken: continuationToken } : {}),
+            ...(continuationToken !== undefined ? { ContinuationToken: continuationToken } : startAfter !== undefined ? { StartAfter: startAfter } : {}),
           }),
         );
         for (const object of response.Contents ?? []) {
           const key = object.Key?.slice(this.#keyBase.length);
           if (key === undefined || !isValidKey(key)) continue;
-          found.push({ key, sizeBytes: object.Size ?? 0 });
+          if (options.startAfter !== undefined && key <= options.startAfter) continue; // servers that ignore StartAfter
+          found.push({ key, sizeBytes: object.Size ?? 0, lastModifiedMs: object.LastModified?.getTime() ?? 0 });
         }
         continuationToken = response.IsTruncated === true ? response.NextContinuationToken : undefined;
-      } while (continuationToken !== undefined);
+        if (continuationToken === undefined) break;
+      }
     } catch (err) {
       throw this.#mapError(err, 'list', undefined);
     }
-    return found.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+    found.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+    return limit < found.length ? found.slice(0, limit) : found;
   }
 
   async delete(key: string): Promise<void> {
@@ -322,6 +412,54 @@ export class S3ObjectStore implements ObjectStore {
       if (mapped instanceof ObjectNotFoundError) return;
       throw mapped;
     }
+  }
+
+  /**
+   * CopyObject of the object onto itself with replaced metadata (S3's way to set LastModified to now
+   * without sending the bytes again; a server-side copy, objects up to 5 GB), then HeadObject.
+   */
+  async touch(key: string): Promise<ObjectInfo | null> {
+    const objectKey = this.#objectKey(key);
+    if (this.#touchMode === 'rewrite') {
+      let bytes: Uint8Array;
+      try {
+        bytes = await this.get(key);
+      } catch (err) {
+        if (err instanceof ObjectNotFoundError) return null;
+        throw err;
+      }
+      await this.put(key, bytes); // the same bytes: readers see the old or the new object, both equal
+      // The size is the bytes' (s3rver answers a put of a small body before the file is written, so a
+      // HEAD right after it may see a short object); the time is the server's.
+      const info = await this.head(key);
+      return { key, sizeBytes: bytes.byteLength, lastModifiedMs: info?.lastModifiedMs ?? Date.now() };
+    }
+    try {
+      await this.client.send(
+        new CopyObjectCommand({
+          Bucket: this.bucket,
+          Key: objectKey,
+          // the key alphabet ([A-Za-z0-9._=/-]) needs no URL-encoding in a path
+          CopySource: `${this.bucket}/${objectKey}`,
+          MetadataDirective: 'REPLACE',
+          Metadata: { 'csa2-touched-ms': String(Date.now()) },
+        }),
+      );
+    } catch (err) {
+      const mapped = this.#mapError(err, 'touch', key);
+      if (mapped instanceof ObjectNotFoundError) return null;
+      throw mapped;
+    }
+    return this.head(key);
+  }
+
+  /** HeadObject, then DeleteObject when LastModified is before `sinceMs`: not atomic (see ObjectStore). */
+  async deleteIfUnmodifiedSince(key: string, sinceMs: number): Promise<ConditionalDeleteResult> {
+    const info = await this.head(key);
+    if (info === null) return { outcome: 'absent', sizeBytes: 0 };
+    if (info.lastModifiedMs >= sinceMs) return { outcome: 'modified', sizeBytes: info.sizeBytes };
+    await this.delete(key);
+    return { outcome: 'deleted', sizeBytes: info.sizeBytes };
   }
 
   /** HeadBucket: the endpoint answers, the credentials work and the bucket exists. */
@@ -441,6 +579,37 @@ function pastEnd(key: string, range: ByteRange, sizeBytes: number | undefined, k
   if (known?.message.startsWith('range [') === true) return known; // already ours
   const size = sizeBytes === undefined ? '' : ` (${sizeBytes} bytes)`;
   return new RangeError(`range [${range.offset}, ${range.offset + range.length}) is past the end of ${key}${size}`);
+}
+
+function newUninitialized(sizeBytes: number): Uint8Array {
+  const buffer = Buffer.allocUnsafeSlow(sizeBytes);
+  return new Uint8Array(buffer.buffer, buffer.byteOffset, sizeBytes);
+}
+
+/**
+ * Copies a response body (a Node stream, or anything with transformToByteArray) into out[start, end).
+ * False when it holds another number of bytes.
+ */
+async function readBodyInto(body: unknown, out: Uint8Array, start: number, end: number): Promise<boolean> {
+  let at = start;
+  if (typeof body === 'object' && body !== null && Symbol.asyncIterator in body) {
+    for await (const piece of body as AsyncIterable<Uint8Array>) {
+      if (at + piece.byteLength > end) {
+        discardBody(body);
+        return false;
+      }
+      out.set(piece, at);
+      at += piece.byteLength;
+    }
+    return at === end;
+  }
+  if (typeof body === 'object' && body !== null && 'transformToByteArray' in body && typeof body.transformToByteArray === 'function') {
+    const bytes = (await (body.transformToByteArray as () => Promise<Uint8Array>)()) ?? new Uint8Array(0);
+    if (bytes.byteLength !== end - start) return false;
+    out.set(bytes, start);
+    return true;
+  }
+  return start === end;
 }
 
 /** Drops a response body we will not read, so its socket is not left waiting. */

@@ -36,6 +36,8 @@ describe('parseStoreUrl', () => {
       ],
       ['s3://csa2?endpoint=https%3A%2F%2Fs3.example.com&forcePathStyle=false', { kind: 's3', bucket: 'csa2', prefix: '', endpoint: 'https://s3.example.com', forcePathStyle: false }],
       ['s3://csa2/x?forcePathStyle=true', { kind: 's3', bucket: 'csa2', prefix: 'x', forcePathStyle: true }],
+      ['s3://csa2/x?readPartSizeBytes=1048576&readParallelism=8', { kind: 's3', bucket: 'csa2', prefix: 'x', readPartSizeBytes: 1048576, readParallelism: 8 }],
+      ['s3://csa2/x?touchMode=rewrite', { kind: 's3', bucket: 'csa2', prefix: 'x', touchMode: 'rewrite' }],
     ];
     for (const [url, config] of cases) assert.deepEqual(parseStoreUrl(url), config, url);
   });
@@ -60,6 +62,10 @@ describe('parseStoreUrl', () => {
       ['s3://bucket/x?region=r&region=s', /"region" given twice/],
       ['s3://bucket/x?region=Bad_Region', /invalid region/],
       ['s3://bucket/x?forcePathStyle=yes', /forcePathStyle must be 1, 0, true or false/],
+      ['s3://bucket/x?readPartSizeBytes=8MiB', /readPartSizeBytes must be a positive integer, got "8MiB"/],
+      ['s3://bucket/x?readParallelism=0', /readParallelism must be a positive integer/],
+      ['s3://bucket/x?readParallelism=-2', /readParallelism must be a positive integer/],
+      ['s3://bucket/x?touchMode=utimes', /touchMode must be copy or rewrite/],
       ['s3://bucket/x#frag', /fragment/],
       ['file://remote-host/x', /must be local/],
       ['file:///x?mode=1', /unknown query parameter "mode"/],
@@ -82,6 +88,7 @@ describe('openStore', () => {
       's3://bucket',
       's3://bucket/a/b?endpoint=http://127.0.0.1:4568&forcePathStyle=1&region=eu-west-1',
       's3://bucket/p?region=us-west-2',
+      's3://bucket/p?readPartSizeBytes=1048576&readParallelism=8&touchMode=rewrite',
     ];
     for (const url of urls) {
       const store = openStore(url, { s3: { credentials: { accessKeyId: 'a', secretAccessKey: 'b' } } });

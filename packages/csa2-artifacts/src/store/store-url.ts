@@ -5,8 +5,11 @@
  * - `file:///abs/path` or a plain absolute path `/abs/path`: FsObjectStore rooted there.
  * - `s3://bucket/prefix?endpoint=http://host:port&forcePathStyle=1&region=r`: S3ObjectStore on
  *   `bucket` under key prefix `prefix` (may be empty: `s3://bucket` or `s3://bucket/`). Every
- *   query parameter is optional; `forcePathStyle` takes 1/0/true/false. Credentials never go in
- *   the URL: they come from the AWS default chain (or `overrides.s3.credentials`).
+ *   query parameter is optional; `forcePathStyle` takes 1/0/true/false; `readPartSizeBytes` and
+ *   `readParallelism` (positive integers) tune the parallel ranged GETs of large objects
+ *   (store/s3-store `get`); `touchMode=copy|rewrite` says how `touch` refreshes LastModified
+ *   (`rewrite` for servers such as s3rver whose in-place copy keeps it). Credentials never go in the URL: they come from the AWS default chain
+ *   (or `overrides.s3.credentials`).
  *
  * Anything else fails with a StoreConfigError naming the part that is wrong. Each store's `url`
  * parses back to the config it was made from.
@@ -34,6 +37,9 @@ export interface S3StoreConfig {
   readonly endpoint?: string;
   readonly region?: string;
   readonly forcePathStyle?: boolean;
+  readonly readPartSizeBytes?: number;
+  readonly readParallelism?: number;
+  readonly touchMode?: 'copy' | 'rewrite';
 }
 
 /** A parsed store URL. */
@@ -45,7 +51,7 @@ export interface StoreOverrides {
   readonly s3?: Omit<S3ObjectStoreOptions, 'bucket' | 'prefix' | 'endpoint' | 'region' | 'forcePathStyle'>;
 }
 
-const S3_PARAMETERS = new Set(['endpoint', 'forcePathStyle', 'region']);
+const S3_PARAMETERS = new Set(['endpoint', 'forcePathStyle', 'region', 'readPartSizeBytes', 'readParallelism', 'touchMode']);
 const REGION = /^[a-z0-9][a-z0-9-]*$/;
 const SCHEME = /^([A-Za-z][A-Za-z0-9+.-]*):/;
 
@@ -110,6 +116,9 @@ function parseS3Url(url: string, parsed: URL): S3StoreConfig {
   let endpoint: string | undefined;
   let region: string | undefined;
   let forcePathStyle: boolean | undefined;
+  let readPartSizeBytes: number | undefined;
+  let readParallelism: number | undefined;
+  let touchMode: 'copy' | 'rewrite' | undefined;
   for (const [name, value] of parsed.searchParams) {
     if (!S3_PARAMETERS.has(name)) {
       throw new StoreConfigError(`store URL ${JSON.stringify(url)}: unknown query parameter ${JSON.stringify(name)} (known: ${[...S3_PARAMETERS].join(', ')})`);
@@ -128,6 +137,16 @@ function parseS3Url(url: string, parsed: URL): S3StoreConfig {
       case 'forcePathStyle':
         forcePathStyle = parseFlag(url, name, value);
         break;
+      case 'readPartSizeBytes':
+        readPartSizeBytes = parsePositiveInt(url, name, value);
+        break;
+      case 'readParallelism':
+        readParallelism = parsePositiveInt(url, name, value);
+        break;
+      case 'touchMode':
+        if (value !== 'copy' && value !== 'rewrite') throw new StoreConfigError(`store URL ${JSON.stringify(url)}: touchMode must be copy or rewrite, got ${JSON.stringify(value)}`);
+        touchMode = value;
+        break;
     }
   }
   return {
@@ -137,7 +156,18 @@ function parseS3Url(url: string, parsed: URL): S3StoreConfig {
     ...(endpoint !== undefined ? { endpoint } : {}),
     ...(region !== undefined ? { region } : {}),
     ...(forcePathStyle !== undefined ? { forcePathStyle } : {}),
+    ...(readPartSizeBytes !== undefined ? { readPartSizeBytes } : {}),
+    ...(readParallelism !== undefined ? { readParallelism } : {}),
+    ...(touchMode !== undefined ? { touchMode } : {}),
   };
+}
+
+function parsePositiveInt(url: string, name: string, value: string): number {
+  const n = Number(value);
+  if (!/^[0-9]+$/.test(value) || !Number.isSafeInteger(n) || n < 1) {
+    throw new StoreConfigError(`store URL ${JSON.stringify(url)}: ${name} must be a positive integer, got ${JSON.stringify(value)}`);
+  }
+  return n;
 }
 
 function parseFlag(url: string, name: string, value: string): boolean {

@@ -2,22 +2,23 @@
  * @module testing/artifact-test-support
  * Test support for the artifact format, writer and reader (not exported from the package): an
  * in-memory ObjectStore that counts its calls, Sequences filled with synthetic but valid FP4 rows
- * (random values passed through csa2-core's fake quantizers, block magnitudes from all-zero through
- * the E4M3 subnormal range to large), bitwise Sequence comparison, and the fixtures directory.
+ * (random values through csa2-core's quantizers, block magnitudes from all-zero through the E4M3
+ * subnormal range to large), Sequence comparison, and the fixtures directory. Sequences are only
+ * touched through format/sequence-rows, like everywhere else in this package.
  */
 import assert from 'node:assert/strict';
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Sequence, SeededRandom, dequantizeIndexKRows, dequantizeMainKvRows, fakeQuantFp4E4m3Block16, fakeQuantFp4Ue8m0Block32 } from '@csa2/core';
-import { packIndexKRows, packMainKvRows } from '../format/row-packing.js';
+import { SeededRandom, dequantizeIndexKRows, dequantizeMainKvRows, fakeQuantFp4E4m3Block16, fakeQuantFp4Ue8m0Block32, quantizeIndexKRows, quantizeMainKvRows, type Sequence } from '@csa2/core';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ObjectNotFoundError } from '../errors.js';
+import { appendPackedRows, appendTokenIds, emptySequenceFor, packedRowsOf, sequenceEntryCount, sequenceLength, sequenceTokenIds } from '../format/sequence-rows.js';
 import { createArtifactLayout, type ArtifactLayout } from '../layout.js';
 import { FsObjectStore } from '../store/fs-store.js';
-import { checkRange, validateKey, validatePrefix } from '../store/keys.js';
-import type { ByteRange, ObjectInfo, ObjectStore, PutOptions } from '../store/object-store.js';
+import { checkListOptions, checkRange, validateKey, validatePrefix } from '../store/keys.js';
+import type { ByteRange, ConditionalDeleteResult, GetOptions, ListOptions, ObjectInfo, ObjectStore, PutOptions } from '../store/object-store.js';
 
 /** `$CSA2_FIXTURES_DIR`, or `<repo>/../shared/fixtures` (dist/testing → repo root is four levels up). */
 export function fixturesRoot(): string {
@@ -26,14 +27,26 @@ export function fixturesRoot(): string {
   return resolve(fileURLToPath(new URL('../../../../../shared/fixtures', import.meta.url)));
 }
 
-/** An ObjectStore in a Map, with the interface's key rules (store/keys) and call counters. */
+/**
+ * An ObjectStore in a Map, with the interface's key rules (store/keys) and call counters. Its clock
+ * (`now`, ms) stamps writes and touches; tests move it to age objects. deleteIfUnmodifiedSince is
+ * exact here (one synchronous step).
+ */
 export class MemoryObjectStore implements ObjectStore {
   readonly url = 'memory://test';
   readonly objects = new Map<string, Uint8Array>();
-  readonly calls = { put: 0, get: 0, getRange: 0, head: 0, list: 0, delete: 0 };
+  readonly modifiedMs = new Map<string, number>();
+  readonly calls = { put: 0, get: 0, getRange: 0, head: 0, list: 0, delete: 0, touch: 0 };
+  /** The store's clock. @defaultValue Date.now */
+  now: () => number = () => Date.now();
 
   private checkKey(key: string): void {
     validateKey(key);
+  }
+
+  private info(key: string): ObjectInfo | null {
+    const body = this.objects.get(key);
+    return body === undefined ? null : { key, sizeBytes: body.length, lastModifiedMs: this.modifiedMs.get(key) ?? 0 };
   }
 
   async put(key: string, body: Uint8Array, options: PutOptions = {}): Promise<boolean> {
@@ -42,15 +55,21 @@ export class MemoryObjectStore implements ObjectStore {
     await Promise.resolve();
     if (options.ifAbsent === true && this.objects.has(key)) return false;
     this.objects.set(key, body.slice());
+    this.modifiedMs.set(key, this.now());
     return true;
   }
 
-  async get(key: string): Promise<Uint8Array> {
+  async get(key: string, options: GetOptions = {}): Promise<Uint8Array> {
     this.checkKey(key);
     this.calls.get++;
     await Promise.resolve();
     const body = this.objects.get(key);
     if (body === undefined) throw new ObjectNotFoundError(key);
+    if (options.into !== undefined && options.into.byteLength >= body.length) {
+      const out = options.into.subarray(0, body.length);
+      out.set(body);
+      return out;
+    }
     return body.slice();
   }
 
@@ -71,23 +90,47 @@ export class MemoryObjectStore implements ObjectStore {
     this.checkKey(key);
     this.calls.head++;
     await Promise.resolve();
-    const body = this.objects.get(key);
-    return body === undefined ? null : { key, sizeBytes: body.length };
+    return this.info(key);
   }
 
-  async list(prefix: string): Promise<ObjectInfo[]> {
+  async list(prefix: string, options: ListOptions = {}): Promise<ObjectInfo[]> {
     validatePrefix(prefix);
+    const limit = checkListOptions(options);
     this.calls.list++;
-    return [...this.objects.entries()]
-      .filter(([k]) => k.startsWith(prefix))
-      .map(([key, body]) => ({ key, sizeBytes: body.length }))
-      .sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+    const startAfter = options.startAfter ?? '';
+    return Array.from(this.objects.keys())
+      .filter((k) => k.startsWith(prefix) && k > startAfter)
+      .sort((a, b) => (a < b ? -1 : a > b ? 1 : 0))
+      .slice(0, limit)
+      .map((k) => this.info(k) as ObjectInfo);
   }
 
   async delete(key: string): Promise<void> {
     this.checkKey(key);
     this.calls.delete++;
     this.objects.delete(key);
+    this.modifiedMs.delete(key);
+  }
+
+  async touch(key: string): Promise<ObjectInfo | null> {
+    this.checkKey(key);
+    this.calls.touch++;
+    await Promise.resolve();
+    if (!this.objects.has(key)) return null;
+    this.modifiedMs.set(key, this.now());
+    return this.info(key);
+  }
+
+  async deleteIfUnmodifiedSince(key: string, sinceMs: number): Promise<ConditionalDeleteResult> {
+    this.checkKey(key);
+    await Promise.resolve();
+    const info = this.info(key);
+    if (info === null) return { outcome: 'absent', sizeBytes: 0 };
+    if (info.lastModifiedMs >= sinceMs) return { outcome: 'modified', sizeBytes: info.sizeBytes };
+    this.calls.delete++;
+    this.objects.delete(key);
+    this.modifiedMs.delete(key);
+    return { outcome: 'deleted', sizeBytes: info.sizeBytes };
   }
 
   async ping(): Promise<void> {}
@@ -110,55 +153,79 @@ function blockMagnitude(rng: SeededRandom): number {
   return 2 ** (-6 + 10 * rng.nextUniform()); // normal range
 }
 
-/**
- * `rows` random rows of width `dim`, fake-quantized as main KV (E2M1 + E4M3 per 16) or index K
- * (MXFP4), so they are exactly the values a Sequence holds. Some elements are ±0.
- */
-export function randomFakeQuantRows(rng: SeededRandom, rows: number, dim: number, kind: 'main-kv' | 'index-k'): Float32Array {
-  const block = kind === 'main-kv' ? 16 : 32;
+/** Random values whose blocks of `block` elements have magnitudes from all-zero through tiny to large; 1 in 32 is -0. */
+function randomRawRows(rng: SeededRandom, rows: number, dim: number, block: number): Float32Array {
   const values = new Float32Array(rows * dim);
   for (let b = 0; b < values.length; b += block) {
     const magnitude = blockMagnitude(rng);
     for (let i = b; i < b + block; i++) {
       const x = rng.nextU32();
-      values[i] = (x & 31) === 0 ? -0 : ((x >>> 5) / 2 ** 26 - 1) * magnitude; // 1 in 32 is -0
+      values[i] = (x & 31) === 0 ? -0 : ((x >>> 5) / 2 ** 26 - 1) * magnitude;
     }
   }
+  return values;
+}
+
+/**
+ * `rows` random rows of width `dim`, fake-quantized as main KV (E2M1 + E4M3 per 16) or index K
+ * (MXFP4): exactly the values the model's quantization points produce. Some elements are ±0.
+ */
+export function randomFakeQuantRows(rng: SeededRandom, rows: number, dim: number, kind: 'main-kv' | 'index-k'): Float32Array {
+  const values = randomRawRows(rng, rows, dim, kind === 'main-kv' ? 16 : 32);
   if (kind === 'main-kv') fakeQuantFp4E4m3Block16(values, dim);
   else fakeQuantFp4Ue8m0Block32(values, dim);
   return values;
 }
 
-/** A Sequence for `layout` (window 8) holding `tokenCount` random tokens and floor(n/m) random rows per source. */
+/**
+ * `rows` random PACKED rows (the chunk codec's row bytes) as csa2-core's quantizers emit them, with
+ * the block magnitudes of randomFakeQuantRows (so the temporary float adapter's scale search is exercised).
+ */
+export function randomPackedRows(rng: SeededRandom, rows: number, layout: ArtifactLayout, kind: 'main-kv' | 'index-k'): Uint8Array {
+  if (kind === 'main-kv') return quantizeMainKvRows(randomRawRows(rng, rows, layout.headDim, 16), layout.headDim);
+  return quantizeIndexKRows(randomRawRows(rng, rows, layout.indexHeadDim, 32), layout.indexHeadDim);
+}
+
+/** An empty Sequence for `layout` (window 8). */
+export function emptySequence(layout: ArtifactLayout): Sequence {
+  return emptySequenceFor(layout, 8);
+}
+
+/**
+ * A Sequence for `layout` holding `tokenCount` random tokens (some near 2^32) and floor(n/m) random
+ * packed rows per source.
+ */
 export function syntheticSequence(layout: ArtifactLayout, tokenCount: number, seed: number): Sequence {
   const rng = new SeededRandom(seed);
-  const numLayers = Math.max(...layout.kvSources.map((s) => s.layer)) + 1;
-  const seq = new Sequence({ numLayers, window: 8, headDim: layout.headDim, indexHeadDim: layout.indexHeadDim, kvSources: layout.kvSources });
-  for (let i = 0; i < tokenCount; i++) seq.tokens.push(i % 7 === 3 ? 2 ** 32 - 1 - (rng.nextU32() % 1000) : rng.nextU32() % 130000);
+  const seq = emptySequence(layout);
+  const ids = new Array<number>(tokenCount);
+  for (let i = 0; i < tokenCount; i++) ids[i] = i % 7 === 3 ? 2 ** 32 - 1 - (rng.nextU32() % 1000) : rng.nextU32() % 130000;
+  appendTokenIds(seq, ids);
   for (const s of layout.kvSources) {
     const rows = Math.floor(tokenCount / s.ratio);
-    seq.cache(s.layer).mainKv.append(packMainKvRows(randomFakeQuantRows(rng, rows, layout.headDim, 'main-kv'), layout.headDim).bytesU8);
-    seq.cache(s.layer).indexK.append(packIndexKRows(randomFakeQuantRows(rng, rows, layout.indexHeadDim, 'index-k'), layout.indexHeadDim).bytesU8);
+    appendPackedRows(seq, layout, s.layer, randomPackedRows(rng, rows, layout, 'main-kv'), randomPackedRows(rng, rows, layout, 'index-k'));
   }
   return seq;
 }
 
-/** An empty Sequence for `layout`. */
-export function emptySequence(layout: ArtifactLayout): Sequence {
-  const numLayers = Math.max(...layout.kvSources.map((s) => s.layer)) + 1;
-  return new Sequence({ numLayers, window: 8, headDim: layout.headDim, indexHeadDim: layout.indexHeadDim, kvSources: layout.kvSources });
+/** The token ids of a Sequence (a copy). */
+export function tokensOf(seq: Sequence): number[] {
+  return Array.from(sequenceTokenIds(seq));
 }
 
 /** A new Sequence with the first `tokenCount` tokens of `seq` and the rows they complete (copies). */
 export function sequencePrefix(seq: Sequence, layout: ArtifactLayout, tokenCount: number): Sequence {
   const out = emptySequence(layout);
-  out.tokens.append(seq.tokens.view(0, tokenCount));
-  for (const s of layout.kvSources) {
-    const rows = Math.floor(tokenCount / s.ratio);
-    out.cache(s.layer).mainKv.append(seq.cache(s.layer).mainKv.view(rows).slice());
-    out.cache(s.layer).indexK.append(seq.cache(s.layer).indexK.view(rows).slice());
-  }
+  growTo(out, seq, layout, tokenCount);
   return out;
+}
+
+/** Asserts two byte arrays are equal, reporting the first difference. */
+export function assertSameBytes(actual: Uint8Array, expected: Uint8Array, label: string): void {
+  assert.equal(actual.length, expected.length, `${label}: length`);
+  for (let i = 0; i < actual.length; i++) {
+    if (actual[i] !== expected[i]) assert.fail(`${label}: byte ${i} is 0x${actual[i]?.toString(16)}, expected 0x${expected[i]?.toString(16)}`);
+  }
 }
 
 function bitsOf(values: Float32Array): Uint32Array {
@@ -175,17 +242,32 @@ export function assertSameBits(actual: Float32Array, expected: Float32Array, lab
   }
 }
 
-/** Asserts `actual` holds exactly `expected`'s first `tokenCount` tokens and the rows they complete, bit for bit. */
-export function assertSequencePrefix(actual: Sequence, expected: Sequence, layout: ArtifactLayout, tokenCount = expected.length): void {
-  assert.deepEqual(Array.from(actual.tokens.view()), Array.from(expected.tokens.view(0, tokenCount)), 'tokens');
+/**
+ * Asserts `actual` holds exactly `expected`'s first `tokenCount` tokens and the rows they complete.
+ * `compare: 'bytes'` (the default) compares packed bytes; `'values'` compares the dequantized values
+ * bit for bit, for artifacts that hold another valid encoding of the same values (an all-zero block
+ * under another scale byte decodes to the same zeros from other bytes).
+ */
+export function assertSequencePrefix(
+  actual: Sequence,
+  expected: Sequence,
+  layout: ArtifactLayout,
+  tokenCount = sequenceLength(expected),
+  compare: 'bytes' | 'values' = 'bytes',
+): void {
+  assert.deepEqual(sequenceTokenIds(actual), sequenceTokenIds(expected, 0, tokenCount), 'tokens');
   for (const s of layout.kvSources) {
     const rows = Math.floor(tokenCount / s.ratio);
-    assert.equal(actual.cache(s.layer).mainKv.rows, rows, `layer ${s.layer} main-KV rows`);
-    assert.equal(actual.cache(s.layer).indexK.rows, rows, `layer ${s.layer} index-K rows`);
-    const main = (q: Sequence, n = q.cache(s.layer).mainKv.rows) => dequantizeMainKvRows(q.cache(s.layer).mainKv.view(n), layout.headDim);
-    const index = (q: Sequence, n = q.cache(s.layer).indexK.rows) => dequantizeIndexKRows(q.cache(s.layer).indexK.view(n), layout.indexHeadDim);
-    assertSameBits(main(actual), main(expected, rows), `layer ${s.layer} main KV`);
-    assertSameBits(index(actual), index(expected, rows), `layer ${s.layer} index K`);
+    assert.equal(sequenceEntryCount(actual, s.layer), rows, `layer ${s.layer} rows`);
+    const got = packedRowsOf(actual, layout, s.layer);
+    const want = packedRowsOf(expected, layout, s.layer, 0, rows);
+    if (compare === 'bytes') {
+      assertSameBytes(got.mainKvU8, want.mainKvU8, `layer ${s.layer} main KV`);
+      assertSameBytes(got.indexKU8, want.indexKU8, `layer ${s.layer} index K`);
+    } else {
+      assertSameBits(dequantizeMainKvRows(got.mainKvU8, layout.headDim), dequantizeMainKvRows(want.mainKvU8, layout.headDim), `layer ${s.layer} main KV`);
+      assertSameBits(dequantizeIndexKRows(got.indexKU8, layout.indexHeadDim), dequantizeIndexKRows(want.indexKU8, layout.indexHeadDim), `layer ${s.layer} index K`);
+    }
   }
 }
 
@@ -194,12 +276,12 @@ export function assertSequencePrefix(actual: Sequence, expected: Sequence, layou
  * complete, as an encoder does.
  */
 export function growTo(seq: Sequence, full: Sequence, layout: ArtifactLayout, tokenCount: number): void {
-  seq.tokens.append(full.tokens.view(seq.tokens.length, tokenCount));
+  appendTokenIds(seq, sequenceTokenIds(full, sequenceLength(seq), tokenCount));
   for (const s of layout.kvSources) {
-    const have = seq.cache(s.layer).mainKv.rows;
+    const have = sequenceEntryCount(seq, s.layer);
     const want = Math.floor(tokenCount / s.ratio);
-    seq.cache(s.layer).mainKv.append(full.cache(s.layer).mainKv.range(have, want - have));
-    seq.cache(s.layer).indexK.append(full.cache(s.layer).indexK.range(have, want - have));
+    const rows = packedRowsOf(full, layout, s.layer, have, want - have);
+    appendPackedRows(seq, layout, s.layer, rows.mainKvU8, rows.indexKU8);
   }
 }
 
@@ -252,6 +334,11 @@ export class TrackingStore implements ObjectStore {
   readonly putLog: Array<{ key: string; putsInFlight: number }> = [];
   maxPutsInFlight = 0;
   maxGetsInFlight = 0;
+  /** The sizeBytesHint of every get, in call order. */
+  readonly getHints: Array<number | undefined> = [];
+  /** Distinct buffers given to gets as `into`, and distinct buffers of chunk put bodies. */
+  readonly getIntoBuffers = new Set<ArrayBufferLike>();
+  readonly chunkPutBuffers = new Set<ArrayBufferLike>();
   private puts = 0;
   private gets = 0;
 
@@ -265,6 +352,7 @@ export class TrackingStore implements ObjectStore {
 
   async put(key: string, body: Uint8Array, options?: PutOptions): Promise<boolean> {
     this.putLog.push({ key, putsInFlight: this.puts });
+    if (key.includes('/chunks/')) this.chunkPutBuffers.add(body.buffer);
     this.puts++;
     this.maxPutsInFlight = Math.max(this.maxPutsInFlight, this.puts);
     try {
@@ -275,12 +363,14 @@ export class TrackingStore implements ObjectStore {
     }
   }
 
-  async get(key: string): Promise<Uint8Array> {
+  async get(key: string, options?: GetOptions): Promise<Uint8Array> {
+    this.getHints.push(options?.sizeBytesHint);
+    if (options?.into !== undefined) this.getIntoBuffers.add(options.into.buffer);
     this.gets++;
     this.maxGetsInFlight = Math.max(this.maxGetsInFlight, this.gets);
     try {
       await this.pause();
-      return await this.inner.get(key);
+      return await this.inner.get(key, options);
     } finally {
       this.gets--;
     }
@@ -292,8 +382,14 @@ export class TrackingStore implements ObjectStore {
   head(key: string): Promise<ObjectInfo | null> {
     return this.inner.head(key);
   }
-  list(prefix: string): Promise<ObjectInfo[]> {
-    return this.inner.list(prefix);
+  list(prefix: string, options?: ListOptions): Promise<ObjectInfo[]> {
+    return this.inner.list(prefix, options);
+  }
+  touch(key: string): Promise<ObjectInfo | null> {
+    return this.inner.touch(key);
+  }
+  deleteIfUnmodifiedSince(key: string, sinceMs: number): Promise<ConditionalDeleteResult> {
+    return this.inner.deleteIfUnmodifiedSince(key, sinceMs);
   }
   delete(key: string): Promise<void> {
     return this.inner.delete(key);

@@ -1,6 +1,6 @@
 /**
  * @module cli/main
- * The `csa2` command line: generate, ingest, inspect, init-model. Every command has `--help`;
+ * The `csa2` command line: generate, ingest, inspect, init-model, gc (cli/gc). Every command has `--help`;
  * `csa2 --version` prints the version. User errors print one clear line and exit 1 (usage errors
  * exit 2, with the command's usage); only unexpected failures print a stack.
  *
@@ -33,6 +33,7 @@ import {
   type SamplingParams,
 } from '@csa2/core';
 import { EngineHost } from '../host/engine-host.js';
+import { GC_USAGE, cmdGc } from './gc.js';
 
 /** `init-model` writes checkpoints larger than this only with --force. */
 export const INIT_MODEL_FORCE_ABOVE_BYTES = 4e9;
@@ -501,6 +502,7 @@ const USAGE = [
   '',
   'commands:',
   ...COMMANDS.map((c) => `  ${c.name.padEnd(11)} ${c.summary}`),
+  `  ${'gc'.padEnd(11)} delete artifact chunks no document references (csa2 gc --help)`,
   '',
   '  csa2 --version   print the version',
 ].join('\n');
@@ -524,6 +526,14 @@ export async function main(argv: string[]): Promise<number> {
   }
   const command = COMMANDS.find((c) => c.name === name);
   try {
+    if (name === 'gc') {
+      // its own parser (cli/gc)
+      if (rest.includes('--help') || rest.includes('-h')) {
+        process.stdout.write(`${GC_USAGE}\n`);
+        return 0;
+      }
+      return await cmdGc(rest);
+    }
     if (command === undefined) throw new UsageError(`unknown command "${name}"`);
     const values = parse(rest, command.options);
     if (values['help'] === true) {
@@ -538,7 +548,12 @@ export async function main(argv: string[]): Promise<number> {
     return 0;
   } catch (err) {
     if (err instanceof UsageError) {
-      const usage = command !== undefined ? `usage: ${command.synopsis}\n(csa2 ${command.name} --help lists every option)` : USAGE;
+      const usage =
+        command !== undefined
+          ? `usage: ${command.synopsis}\n(csa2 ${command.name} --help lists every option)`
+          : name === 'gc'
+            ? GC_USAGE
+            : USAGE;
       process.stderr.write(`csa2: ${err.message}\n${usage}\n`);
       return 2;
     }

@@ -1,7 +1,8 @@
 /**
  * @module routes/documents
  * POST /v1/documents (one `{text}` / `{token_ids}` with an optional `id`, or `{documents: […]}`)
- * → 202 with each document's id and status; GET /v1/documents/:id → its status; DELETE
+ * → 202 with each document's id and status; GET /v1/documents → the tenant's documents, a page at a
+ * time (document-list); GET /v1/documents/:id → its status; DELETE
  * /v1/documents/:id → removes it. Every id is the caller's tenant's (documents.ts has the rules).
  */
 import { randomBytes } from 'node:crypto';
@@ -12,6 +13,7 @@ import { ID_PATTERN } from '@csa2/jobs';
 import { ApiError, invalidRequest, isRedisUnavailable, modelNotFound, redisUnavailable, waiting } from '../errors.js';
 import { RESERVED_DOCUMENT_PREFIX, deleteDocument, documentObject, documentStatus, ingestDocument } from '../documents.js';
 import type { GatewayDeps } from '../deps.js';
+import { DEFAULT_DOCUMENT_LIST_LIMIT, MAX_DOCUMENT_LIST_LIMIT, listDocuments, type DocumentListQuery } from '../document-list.js';
 import type { TenantVariables } from '../middleware/api-key-auth.js';
 import type { RequestIdVariables } from '../middleware/request-id.js';
 import { readJson } from '../middleware/json-body.js';
@@ -66,6 +68,23 @@ async function prepare(deps: GatewayDeps, input: DocumentInput, param: (field: s
   return { id: input.id ?? `doc-${randomBytes(12).toString('base64url')}`, tokenIds };
 }
 
+/** `limit` (1..100, default 20), `after` (an id) and `order` (only asc) of GET /v1/documents; 400 naming the parameter otherwise. */
+function parseListQuery(q: Record<string, string>): DocumentListQuery {
+  const limitText = q['limit'];
+  let limit = DEFAULT_DOCUMENT_LIST_LIMIT;
+  if (limitText !== undefined) {
+    limit = Number(limitText);
+    if (!/^[0-9]+$/.test(limitText) || limit < 1 || limit > MAX_DOCUMENT_LIST_LIMIT) {
+      throw invalidRequest(`Invalid value for 'limit': expected an integer from 1 to ${MAX_DOCUMENT_LIST_LIMIT}, got '${limitText}'`, 'limit', 'invalid_value');
+    }
+  }
+  const after = q['after'];
+  if (after !== undefined && !ID_PATTERN.test(after)) throw invalidRequest(`Invalid value for 'after': a document id matches [A-Za-z0-9_-]{1,64}`, 'after', 'invalid_value');
+  const order = q['order'];
+  if (order !== undefined && order !== 'asc') throw invalidRequest(`Invalid value for 'order': documents are listed by id in ascending order only ('asc')`, 'order', 'invalid_value');
+  return { limit, ...(after !== undefined ? { after } : {}) };
+}
+
 function mapRedis(err: unknown): never {
   if (isRedisUnavailable(err)) throw redisUnavailable(err);
   throw err;
@@ -107,6 +126,11 @@ export function documentsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVari
       mapRedis(err);
     }
     return c.json(batch ? { object: 'list', data: results } : results[0], 202);
+  });
+
+  app.get('/documents', async (c) => {
+    const query = parseListQuery(c.req.query());
+    return c.json(await listDocuments(deps, c.get('tenant'), query).catch(mapRedis));
   });
 
   app.get('/documents/:id', async (c) => {

@@ -13,8 +13,8 @@ import {
   quantizeIndexKRows,
   quantizeMainKvRows,
 } from '@csa2/core';
-import { RowNotRepresentableError, packIndexKRows, packMainKvRows, unpackIndexKRows, unpackMainKvRows } from './row-packing.js';
-import { assertSameBits, randomFakeQuantRows } from '../testing/artifact-test-support.js';
+import { RowNotRepresentableError, packIndexKRows, packMainKvRows, unpackIndexKRows, unpackMainKvRows } from './legacy-row-packing.js';
+import { assertSameBits, randomFakeQuantRows } from '@csa2/artifacts/testing';
 
 function sameBits(a: Float32Array, b: Float32Array): boolean {
   const x = new Uint32Array(a.buffer, a.byteOffset, a.length);

@@ -1,6 +1,7 @@
 /**
- * @module format/row-packing
- * Packs DEQUANTIZED cache rows (the exact fake-quantized float32 values a Sequence holds) back into
+ * @module legacy-row-packing
+ * The artifact write path before sequences held packed rows, kept for the artifacts bench's `float`
+ * column (the same run measures the old path beside the new one). Packs DEQUANTIZED cache rows (the exact fake-quantized float32 values a Sequence holds) back into
  * their FP4 bytes (csa2 reference §2.3), so that unpacking gives the same values bit for bit.
  *
  * Re-running the quantizer on fake-quantized values is not always enough:
