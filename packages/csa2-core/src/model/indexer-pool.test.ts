@@ -19,12 +19,16 @@ interface Trace {
   readonly logits: Float32Array[];
 }
 
-async function trace(ckpt: Checkpoint, indexerPool: boolean, prompt: readonly number[], steps: number, chunkTokens: number, indexerKeyChunk?: number): Promise<Trace> {
+async function trace(ckpt: Checkpoint, indexerPool: boolean, prompt: readonly number[], steps: number, chunkTokens: number, indexerKeyChunk?: number, share = false): Promise<Trace> {
   const model = await Csa2Model.create(ckpt.config, ckpt.plan, { get: (n) => ckpt.tensor(n).data }, { indexerPool, chunkTokens, ...(indexerKeyChunk !== undefined ? { indexerKeyChunk } : {}) });
   const topk = new Map<number, number[][]>();
   model.observer = { topk: (l, _p0, _rows, _kk, t) => (topk.get(l) ?? topk.set(l, []).get(l))!.push(Array.from(t)) };
-  const seq = model.createSequence();
-  const logits = [await model.prefillExact(seq, prompt)];
+  const prefilled = model.createSequence();
+  const logits = [await model.prefillExact(prefilled, prompt)];
+  // share: decode on a fork that reads the prompt's rows as a frozen prefix (a document shared by questions)
+  if (share) prefilled.freeze();
+  const seq = share ? prefilled.fork() : prefilled;
+  if (share) assert.ok(seq.sharedBytes() > 0 && seq.sharedBytes() === prefilled.globalCacheBytes());
   for (let s = 0; s < steps; s++) logits.push(await model.step(seq, argmax(logits[logits.length - 1] as Float32Array)));
   await model.dispose();
   return { topk, logits };
@@ -90,5 +94,19 @@ test('scans in chunks of keys (merged rankings) give the one-chunk lists and log
     const rng = new SeededRandom(6);
     const long = Array.from({ length: 75 }, () => rng.nextU32() % 256);
     sameTrace(await trace(seeded, true, long, 5, 32, 6), await trace(seeded, true, long, 5, 32));
+  });
+});
+
+test('decode on a fork that reads a frozen prefix in place gives the unshared lists and logits, bit for bit', async () => {
+  const config = { ...bundledConfig('v41-tiny-40l'), window_size: 8, index_topk: 6, candidate_topk_blocks: 2, candidate_block_size: 2, max_seq_len: 512 };
+  await withSeededCheckpoint(config, 12, async (seeded) => {
+    const rng = new SeededRandom(7);
+    // 75 and 77 tokens: ratio-4 prefixes of 18 and 19 rows (the scans split at a whole block, 18); key chunks of 6 and of all keys
+    for (const n of [75, 77]) {
+      const prompt = Array.from({ length: n }, () => rng.nextU32() % 256);
+      for (const chunk of [6, undefined]) sameTrace(await trace(seeded, true, prompt, 9, 32, chunk, true), await trace(seeded, true, prompt, 9, 32, chunk));
+    }
+    const prompt = Array.from({ length: 77 }, () => rng.nextU32() % 256);
+    sameTrace(await trace(seeded, false, prompt, 6, 32, 6, true), await trace(seeded, false, prompt, 6, 32, 6));
   });
 });

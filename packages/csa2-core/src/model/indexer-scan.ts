@@ -32,16 +32,20 @@ export interface ScanResult {
 }
 
 /**
- * Chunks [k0, k1) of `n` keys, `chunk` keys each (a multiple of the candidate block size); a single
- * leftover key joins the last chunk.
+ * Chunks [k0, k1) of `n` keys, `chunk` keys each (a multiple of the candidate block size), with a
+ * chunk boundary at `split` too (a multiple of the block size); a single leftover key joins the
+ * chunk before it.
  */
-export function keyChunks(n: number, chunk: number): Array<[number, number]> {
+export function keyChunks(n: number, chunk: number, split = n): Array<[number, number]> {
   const out: Array<[number, number]> = [];
-  for (let k0 = 0; k0 < n; k0 += chunk) out.push([k0, Math.min(n, k0 + chunk)]);
-  const last = out[out.length - 1];
-  if (out.length > 1 && last !== undefined && last[1] - last[0] === 1) {
-    out.pop();
-    (out[out.length - 1] as [number, number])[1] = n;
+  for (const [a, b] of split > 0 && split < n ? [[0, split], [split, n]] : [[0, n]]) {
+    const first = out.length;
+    for (let k0 = a as number; k0 < (b as number); k0 += chunk) out.push([k0, Math.min(b as number, k0 + chunk)]);
+    const last = out[out.length - 1];
+    if (out.length - first > 1 && last !== undefined && last[1] - last[0] === 1) {
+      out.pop();
+      (out[out.length - 1] as [number, number])[1] = b as number;
+    }
   }
   return out;
 }
@@ -130,7 +134,10 @@ export async function scanChunked(ctx: IndexerContext, graph: TypedGraph<typeof 
   const ranks = new Ranks(S);
   const blockRanks = e.isCandidateSource ? new Ranks(S) : null;
   const kkT = i32(Int32Array.of(job.kk), [1]);
-  for (const [k0, k1] of keyChunks(nVis, ctx.indexerKeyChunk)) {
+  // split where a shared prefix ends (rounded down to a whole candidate block): every chunk but the
+  // one holding the private tail is read in place (see PackedRowStore)
+  const split = Math.floor(job.src.indexK.sharedRowCount / bs) * bs;
+  for (const [k0, k1] of keyChunks(nVis, ctx.indexerKeyChunk, split)) {
     // at least two keys (a one-column product takes another code path): a zero row nobody may pick
     const N = Math.max(2, k1 - k0);
     let packed = job.src.indexK.range(k0, k1 - k0);
@@ -209,7 +216,7 @@ async function scanGroup(ctx: IndexerContext, graph: TypedGraph<typeof INDEXER_S
   const hi = new Array<number>(G * S).fill(0); // padding rows pick nothing
   const pin = new Array<number>(G * S).fill(-1);
   group.forEach((j, g) => {
-    packed.set(j.src.indexK.range(0, j.nVis), g * N * rowBytes);
+    j.src.indexK.copyRange(0, j.nVis, packed, g * N);
     iq.set(j.iq, g * S * hI * dI);
     iw.set(j.iw, g * S * hI);
     for (let r = 0; r < j.rows; r++) {

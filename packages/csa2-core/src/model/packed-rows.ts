@@ -5,12 +5,22 @@
  * artifact chunks hold them. Capacity grows by 1/16 at a time (so a cache that grows row by row during
  * decode stays within 1.07× of its size) and can be reserved exactly when the final size is known
  * (a document loaded from its artifact, an ingest of known length).
+ *
+ * Rows can be shared: `freeze()` turns the rows stored so far into an immutable prefix, and
+ * `shareFrom(other)` makes a store that reads other's prefix in place (and copies only its private
+ * rows). A document loaded once is read by every question on it this way; each question's own rows
+ * (prompt, output) go to its private tail. Reads that span the prefix and the tail copy
+ * (`view`, `range`); `segmentEnd` tells callers where they can split to read in place.
  */
 import { Csa2Error } from '../errors.js';
 
 const MIN_ROWS = 64;
 
 export class PackedRowStore {
+  /** Immutable rows [0, sharedRows), possibly read by other stores too. */
+  private shared: Uint8Array | null = null;
+  private sharedRows = 0;
+  /** Private rows [sharedRows, n), owned by this store. */
   private buf: Uint8Array;
   private n = 0;
 
@@ -23,17 +33,27 @@ export class PackedRowStore {
     return this.n;
   }
 
-  /** Bytes held, capacity included. */
+  /** Bytes this store owns (its private rows' capacity); the shared prefix is counted by `sharedBytes`. */
   get capacityBytes(): number {
     return this.buf.byteLength;
   }
 
+  /** Bytes of the shared (immutable) prefix this store reads. */
+  get sharedBytes(): number {
+    return this.sharedRows * this.rowBytes;
+  }
+
+  /** Rows in the shared prefix. */
+  get sharedRowCount(): number {
+    return this.sharedRows;
+  }
+
   /** Makes room for `rows` rows in all, exactly (no effect when there is room already). */
   reserve(rows: number): void {
-    const need = rows * this.rowBytes;
+    const need = (rows - this.sharedRows) * this.rowBytes;
     if (need <= this.buf.length) return;
     const next = new Uint8Array(need);
-    next.set(this.buf.subarray(0, this.n * this.rowBytes));
+    next.set(this.buf.subarray(0, (this.n - this.sharedRows) * this.rowBytes));
     this.buf = next;
   }
 
@@ -42,24 +62,46 @@ export class PackedRowStore {
     const count = bytesU8.length / this.rowBytes;
     if (!Number.isInteger(count)) throw new Csa2Error('runtime', `PackedRowStore.append: ${bytesU8.length} bytes is not a whole number of ${this.rowBytes}-byte rows`);
     const need = this.n + count;
-    if (need * this.rowBytes > this.buf.length) {
+    const own = need - this.sharedRows;
+    if (own * this.rowBytes > this.buf.length) {
       const cap = this.buf.length / this.rowBytes;
-      this.reserve(Math.max(need, cap + Math.max(MIN_ROWS, Math.ceil(cap / 16))));
+      this.reserve(this.sharedRows + Math.max(own, cap + Math.max(MIN_ROWS, Math.ceil(cap / 16))));
     }
-    this.buf.set(bytesU8, this.n * this.rowBytes);
+    this.buf.set(bytesU8, (this.n - this.sharedRows) * this.rowBytes);
     this.n = need;
   }
 
-  /** Rows [0, count) as one view (no copy; valid until the next append that grows the store). */
-  view(count = this.n): Uint8Array {
-    if (!(count >= 0 && count <= this.n)) throw new Csa2Error('runtime', `PackedRowStore.view: ${count} rows asked, ${this.n} stored`);
-    return this.buf.subarray(0, count * this.rowBytes);
+  /** The end of the run of rows that `first` belongs to and that one view can read: the shared prefix or the tail. */
+  segmentEnd(first: number): number {
+    return first < this.sharedRows ? this.sharedRows : this.n;
   }
 
-  /** Rows [first, first + count) as a view. */
+  /** Rows [0, count): a view when they lie in one segment, else a copy. A view is valid until the next append that grows the store. */
+  view(count = this.n): Uint8Array {
+    if (!(count >= 0 && count <= this.n)) throw new Csa2Error('runtime', `PackedRowStore.view: ${count} rows asked, ${this.n} stored`);
+    return this.range(0, count);
+  }
+
+  /** Rows [first, first + count): a view when they lie in one segment (see segmentEnd), else a copy. */
   range(first: number, count: number): Uint8Array {
     if (!(first >= 0 && count >= 0 && first + count <= this.n)) throw new Csa2Error('runtime', `PackedRowStore.range: rows [${first}, ${first + count}) of ${this.n}`);
-    return this.buf.subarray(first * this.rowBytes, (first + count) * this.rowBytes);
+    const R = this.rowBytes;
+    const end = first + count;
+    if (first >= this.sharedRows) return this.buf.subarray((first - this.sharedRows) * R, (end - this.sharedRows) * R);
+    if (end <= this.sharedRows) return (this.shared as Uint8Array).subarray(first * R, end * R);
+    return this.copyRange(first, count, new Uint8Array(count * R));
+  }
+
+  /** Copies rows [first, first + count) into `out` at row `outRow`. */
+  copyRange(first: number, count: number, out: Uint8Array, outRow = 0): Uint8Array {
+    if (!(first >= 0 && count >= 0 && first + count <= this.n)) throw new Csa2Error('runtime', `PackedRowStore.copyRange: rows [${first}, ${first + count}) of ${this.n}`);
+    const R = this.rowBytes;
+    const inShared = Math.max(0, Math.min(first + count, this.sharedRows) - first);
+    if (inShared > 0) out.set((this.shared as Uint8Array).subarray(first * R, (first + inShared) * R), outRow * R);
+    const p0 = first + inShared - this.sharedRows;
+    const rest = count - inShared;
+    if (rest > 0) out.set(this.buf.subarray(p0 * R, (p0 + rest) * R), (outRow + inShared) * R);
+    return out;
   }
 
   row(i: number): Uint8Array {
@@ -69,18 +111,54 @@ export class PackedRowStore {
   /** Copies the rows at `indices` into `out` (or a new buffer) as [indices.length, rowBytes]. */
   gather(indices: ArrayLike<number>, out = new Uint8Array(indices.length * this.rowBytes), outRow = 0): Uint8Array {
     const R = this.rowBytes;
+    const S = this.sharedRows;
     // Buffer.copy moves a row without allocating a view per row
-    const src = Buffer.from(this.buf.buffer, this.buf.byteOffset, this.buf.byteLength);
+    const own = Buffer.from(this.buf.buffer, this.buf.byteOffset, this.buf.byteLength);
+    const shared = this.shared === null ? own : Buffer.from(this.shared.buffer, this.shared.byteOffset, this.shared.byteLength);
     const dst = Buffer.from(out.buffer, out.byteOffset, out.byteLength);
     for (let i = 0; i < indices.length; i++) {
       const j = indices[i] as number;
       if (!(j >= 0 && j < this.n)) throw new Csa2Error('runtime', `PackedRowStore.gather: row ${j} of ${this.n}`);
-      src.copy(dst, (outRow + i) * R, j * R, (j + 1) * R);
+      if (j < S) shared.copy(dst, (outRow + i) * R, j * R, (j + 1) * R);
+      else own.copy(dst, (outRow + i) * R, (j - S) * R, (j - S + 1) * R);
     }
     return out;
   }
 
   truncate(count: number): void {
-    this.n = Math.max(0, Math.min(this.n, count));
+    const keep = Math.max(0, Math.min(this.n, count));
+    if (keep < this.sharedRows) {
+      // the shared prefix is immutable: keep a private copy of what remains
+      const own = (this.shared as Uint8Array).slice(0, keep * this.rowBytes);
+      this.shared = null;
+      this.sharedRows = 0;
+      this.buf = own.length > 0 ? own : new Uint8Array(this.rowBytes * MIN_ROWS);
+    }
+    this.n = keep;
+  }
+
+  /**
+   * Makes every row stored so far part of the immutable shared prefix (copied once when a prefix and
+   * private rows must be joined, or to drop spare capacity); later appends go to a new private tail.
+   */
+  freeze(): void {
+    if (this.n === this.sharedRows) return;
+    const R = this.rowBytes;
+    const exact = this.sharedRows === 0 && this.buf.length === this.n * R;
+    this.shared = exact ? this.buf : this.copyRange(0, this.n, new Uint8Array(this.n * R));
+    this.sharedRows = this.n;
+    this.buf = new Uint8Array(R * MIN_ROWS);
+  }
+
+  /** Makes this (empty) store read `other`'s shared prefix in place and hold a copy of its private rows. */
+  shareFrom(other: PackedRowStore): void {
+    if (other.rowBytes !== this.rowBytes) throw new Csa2Error('runtime', `PackedRowStore.shareFrom: ${other.rowBytes}-byte rows into a ${this.rowBytes}-byte store`);
+    if (this.n !== 0) throw new Csa2Error('runtime', 'PackedRowStore.shareFrom: the store is not empty');
+    this.shared = other.shared;
+    this.sharedRows = other.sharedRows;
+    const own = other.n - other.sharedRows;
+    this.buf = new Uint8Array(this.rowBytes * Math.max(MIN_ROWS, own));
+    this.buf.set(other.buf.subarray(0, own * this.rowBytes));
+    this.n = other.n;
   }
 }

@@ -31,6 +31,43 @@ test('PackedRowStore appends whole rows, grows by a sixteenth, reserves exactly,
   assert.equal(big.rows, 5);
 });
 
+test('PackedRowStore.freeze and shareFrom: forks read the prefix in place, keep their tails apart, copy only across the boundary', () => {
+  const a = new PackedRowStore(2, 4);
+  a.append(Uint8Array.of(1, 1, 2, 2, 3, 3));
+  a.freeze();
+  assert.deepEqual([a.rows, a.sharedRowCount, a.sharedBytes], [3, 3, 6]);
+  a.append(Uint8Array.of(4, 4));
+  const b = new PackedRowStore(2);
+  b.shareFrom(a);
+  assert.deepEqual([b.rows, b.sharedRowCount], [4, 3], 'the prefix shared, the private row copied');
+  b.append(Uint8Array.of(9, 9, 8, 8));
+  a.append(Uint8Array.of(5, 5));
+  assert.deepEqual(Array.from(a.view()), [1, 1, 2, 2, 3, 3, 4, 4, 5, 5]);
+  assert.deepEqual(Array.from(b.view()), [1, 1, 2, 2, 3, 3, 4, 4, 9, 9, 8, 8]);
+  // in place within a segment: the shared prefix is one buffer for both stores
+  assert.equal(a.range(0, 3).buffer, b.range(0, 3).buffer);
+  assert.equal(b.range(1, 2).byteOffset, a.range(1, 2).byteOffset);
+  assert.notEqual(a.range(3, 1).buffer, b.range(3, 1).buffer);
+  assert.deepEqual([b.segmentEnd(0), b.segmentEnd(2), b.segmentEnd(3)], [3, 3, 6]);
+  assert.deepEqual(Array.from(b.range(2, 3)), [3, 3, 4, 4, 9, 9], 'across the boundary: a copy');
+  assert.deepEqual(Array.from(b.gather([5, 0, 3, 2])), [8, 8, 1, 1, 4, 4, 3, 3]);
+  const out = new Uint8Array(8);
+  b.copyRange(1, 4, out);
+  assert.deepEqual(Array.from(out), [2, 2, 3, 3, 4, 4, 9, 9]);
+  // freezing again joins prefix and tail into a new prefix; the old one is untouched
+  b.freeze();
+  assert.deepEqual([b.sharedRowCount, b.capacityBytes > 0], [6, true]);
+  assert.deepEqual(Array.from(b.view()), [1, 1, 2, 2, 3, 3, 4, 4, 9, 9, 8, 8]);
+  // truncating into the prefix keeps a private copy
+  b.truncate(2);
+  assert.deepEqual([b.rows, b.sharedRowCount], [2, 0]);
+  b.append(Uint8Array.of(7, 7));
+  assert.deepEqual(Array.from(b.view()), [1, 1, 2, 2, 7, 7]);
+  assert.deepEqual(Array.from(a.view()), [1, 1, 2, 2, 3, 3, 4, 4, 5, 5], 'the other store never sees it');
+  assert.throws(() => b.shareFrom(a), /not empty/);
+  assert.throws(() => new PackedRowStore(3).shareFrom(a), /2-byte rows into a 3-byte store/);
+});
+
 test('TokenBuffer appends without spreading (a million ids), views and slices', () => {
   const t = new TokenBuffer(4);
   t.push(7);
@@ -78,4 +115,26 @@ test('Sequence.fork copies every piece of state; the copies evolve independently
   assert.equal(seq.globalCacheBytes(), c.mainKv.rowBytes + c.indexK.rowBytes);
   assert.ok(seq.residentBytes() > seq.globalCacheBytes());
   assert.throws(() => seq.cache(0), /layer 0 is not a KV source/);
+});
+
+test('Sequence.freeze: forks read the global cache in place and own only what they add', () => {
+  const seq = new Sequence({ numLayers: 2, window: 4, headDim: 32, indexHeadDim: 32, kvSources: [{ layer: 1, ratio: 1 }] });
+  const c = seq.cache(1);
+  seq.tokens.append(Array.from({ length: 1000 }, (_, i) => i));
+  seq.reserveTokens(1000);
+  for (let i = 0; i < 1000; i++) {
+    c.mainKv.append(new Uint8Array(c.mainKv.rowBytes).fill(i & 0xff));
+    c.indexK.append(new Uint8Array(c.indexK.rowBytes).fill(i & 0x7f));
+  }
+  const before = seq.residentBytes();
+  seq.freeze();
+  const forks = Array.from({ length: 8 }, () => seq.fork());
+  for (const f of forks) {
+    assert.equal(f.sharedBytes(), seq.globalCacheBytes());
+    assert.ok(f.residentBytes() < before / 4, `a fork owns ${f.residentBytes()} bytes, the cache is ${seq.globalCacheBytes()}`);
+    assert.equal(f.cache(1).mainKv.range(10, 1)[0], 10);
+  }
+  forks[0]!.cache(1).mainKv.append(new Uint8Array(c.mainKv.rowBytes).fill(0xee));
+  assert.equal(forks[1]!.cache(1).entries, 1000);
+  assert.equal(forks[0]!.cache(1).mainKv.row(1000)[0], 0xee);
 });

@@ -124,7 +124,7 @@ export class Sequence {
     return bytes;
   }
 
-  /** Bytes this sequence holds in memory: packed caches with their capacity, windows, token ids. */
+  /** Bytes this sequence owns in memory: packed caches with their capacity (not a shared prefix), windows, token ids. */
   residentBytes(): number {
     let bytes = this.tokens.length * 4;
     for (const c of this.caches.values()) bytes += c.mainKv.capacityBytes + c.indexK.capacityBytes + (c.pendingKv.byteLength + c.pendingScore.byteLength);
@@ -132,20 +132,39 @@ export class Sequence {
     return bytes;
   }
 
+  /** Bytes of the shared (immutable) global-cache prefix this sequence reads (see freeze). */
+  sharedBytes(): number {
+    let bytes = 0;
+    for (const c of this.caches.values()) bytes += c.mainKv.sharedBytes + c.indexK.sharedBytes;
+    return bytes;
+  }
+
   /**
-   * An independent copy of this sequence (n > 1 choices from one prefill): token ids, windows, caches
-   * and the open groups. O(context) once, at the fork.
+   * Makes the global-cache rows stored so far an immutable prefix that forks read in place instead of
+   * copying (a document loaded once, asked many questions). This sequence stays usable: its later
+   * rows go to a private tail.
+   */
+  freeze(): void {
+    for (const c of this.caches.values()) {
+      c.mainKv.freeze();
+      c.indexK.freeze();
+    }
+  }
+
+  /**
+   * An independent sequence with this one's state: token ids, windows, the compressors' open groups
+   * and every KV source's rows — the frozen prefix read in place (see freeze), the rows after it
+   * copied. O(tokens + window + private rows).
    */
   fork(): Sequence {
     const s = new Sequence(this.shape);
+    s.tokens.reserve(this.tokens.length);
     s.tokens.append(this.tokens.view());
     this.windows.forEach((w, l) => (s.windows[l] as WindowRing).copyFrom(w));
     for (const [layer, c] of this.caches) {
       const d = s.cache(layer);
-      d.mainKv.reserve(c.mainKv.rows);
-      d.indexK.reserve(c.indexK.rows);
-      d.mainKv.append(c.mainKv.view());
-      d.indexK.append(c.indexK.view());
+      d.mainKv.shareFrom(c.mainKv);
+      d.indexK.shareFrom(c.indexK);
       d.pendingGroup = c.pendingGroup;
       d.pendingCount = c.pendingCount;
       d.pendingKv.set(c.pendingKv);
