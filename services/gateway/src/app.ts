@@ -13,6 +13,8 @@
  * | POST /v1/documents | Bearer | 202, 400, 401, 413, 429, 503 |
  * | GET /v1/documents/:id | Bearer | 200, 401, 404, 503 |
  * | DELETE /v1/documents/:id | Bearer | 200, 401, 404, 409 (being encoded), 503 |
+ * | POST /v1/files (multipart), GET /v1/files, GET/DELETE /v1/files/:file_id, GET /v1/files/:file_id/content | Bearer | 200, 400, 401, 404, 409 (DELETE: a batch reads it), 413, 429 |
+ * | POST /v1/batches, GET /v1/batches, GET /v1/batches/:batch_id, POST /v1/batches/:batch_id/cancel | Bearer | 200, 400, 401, 404, 409 (cancel: ended) |
  *
  * Every error body is OpenAI's `{ error: { message, type, param, code } }`.
  */
@@ -26,6 +28,8 @@ import { completionsRoutes } from './routes/completions.js';
 import { documentsRoutes } from './routes/documents.js';
 import { healthRoutes } from './routes/health.js';
 import { modelsRoutes } from './routes/models.js';
+import { filesRoutes } from './routes/files.js';
+import { batchesRoutes } from './routes/batches.js';
 
 export type GatewayApp = Hono<{ Variables: TenantVariables }>;
 
@@ -46,10 +50,14 @@ export function createApp(deps: GatewayDeps): GatewayApp {
   app.use('*', requestMetrics(deps));
   app.route('/', healthRoutes(deps));
   app.use('/v1/*', apiKeyAuth({ keys: deps.apiKeys }));
-  app.use('/v1/*', maxBody({ maxBodyBytes: deps.limits.maxBodyBytes }));
+  const bodyLimit = maxBody({ maxBodyBytes: deps.limits.maxBodyBytes });
+  const uploadLimit = maxBody({ maxBodyBytes: deps.config.batch.maxFileBytes, variable: 'CSA2_MAX_FILE_BYTES' });
+  app.use('/v1/*', (c, next) => (c.req.method === 'POST' && c.req.path === '/v1/files' ? uploadLimit(c, next) : bodyLimit(c, next)));
   app.route('/v1', completionsRoutes(deps));
   app.route('/v1', modelsRoutes(deps));
   app.route('/v1', documentsRoutes(deps));
+  app.route('/v1', filesRoutes(deps));
+  app.route('/v1', batchesRoutes(deps));
   app.notFound((c) => new ApiError(404, `Unknown request URL: ${c.req.method} ${c.req.path}`, { code: 'unknown_url' }).getResponse());
   app.onError((err, c) => {
     const apiError = toApiError(err);

@@ -19,7 +19,7 @@ import { parseRequest } from '../openai/schemas.js';
 /** Documents per POST at most. */
 export const MAX_DOCUMENTS_PER_REQUEST = 256;
 
-const DocumentInputSchema = z.object({
+export const DocumentInputSchema = z.object({
   id: z.string().regex(ID_PATTERN, 'must match [A-Za-z0-9_-]{1,64}').optional(),
   text: z.string().optional(),
   token_ids: z.array(z.number().int().nonnegative()).optional(),
@@ -31,12 +31,13 @@ const BatchSchema = z.object({
 });
 type DocumentInput = z.infer<typeof DocumentInputSchema>;
 
-interface PreparedDocument {
+export interface PreparedDocument {
   readonly id: string;
   readonly tokenIds: number[];
 }
 
-async function prepare(deps: GatewayDeps, input: DocumentInput, param: (field: string) => string): Promise<PreparedDocument> {
+/** Checks and tokenizes one document of a POST /v1/documents (also a batch line's body); throws ApiError 400s. */
+export async function prepareDocument(deps: GatewayDeps, input: DocumentInput, param: (field: string) => string): Promise<PreparedDocument> {
   const { tokenizer, limits } = deps;
   if (input.model !== undefined && input.model !== deps.model.name) {
     throw new ApiError(400, `The model '${input.model}' does not exist; this server serves '${deps.model.name}'`, { param: param('model'), code: 'model_not_found' });
@@ -84,7 +85,7 @@ export function documentsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVari
       const body = parseRequest(BatchSchema, raw);
       docs = [];
       for (const [i, d] of body.documents.entries()) {
-        docs.push(await prepare(deps, { ...d, ...(d.model === undefined && body.model !== undefined ? { model: body.model } : {}) }, (f) => `documents[${i}].${f}`));
+        docs.push(await prepareDocument(deps, { ...d, ...(d.model === undefined && body.model !== undefined ? { model: body.model } : {}) }, (f) => `documents[${i}].${f}`));
       }
       const seen = new Set<string>();
       for (const [i, d] of docs.entries()) {
@@ -92,7 +93,7 @@ export function documentsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVari
         seen.add(d.id);
       }
     } else {
-      docs = [await prepare(deps, parseRequest(DocumentInputSchema, raw), (f) => f)];
+      docs = [await prepareDocument(deps, parseRequest(DocumentInputSchema, raw), (f) => f)];
     }
     if (!deps.inflight.isAccepting) throw new ApiError(503, 'the server is shutting down', { code: 'shutting_down', headers: { 'retry-after': '1' } });
     const acceptedAtMs = Date.now();
