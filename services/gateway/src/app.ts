@@ -14,6 +14,7 @@
  * | GET /v1/documents/:id | Bearer | 200, 401, 404, 503 |
  * | DELETE /v1/documents/:id | Bearer | 200, 401, 404, 409 (being encoded), 503 |
  * | POST /v1/files (multipart), GET /v1/files, GET/DELETE /v1/files/:file_id, GET /v1/files/:file_id/content | Bearer | 200, 400, 401, 404, 409 (DELETE: a batch reads it), 413, 429 |
+ * | POST /tokenize, POST /detokenize (vLLM's shapes) | Bearer | 200, 400, 401, 404 (document), 409 (document not ready), 413 |
  * | POST /v1/batches, GET /v1/batches, GET /v1/batches/:batch_id, POST /v1/batches/:batch_id/cancel | Bearer | 200, 400, 401, 404, 409 (cancel: ended) |
  *
  * Every error body is OpenAI's `{ error: { message, type, param, code } }`.
@@ -30,6 +31,7 @@ import { healthRoutes } from './routes/health.js';
 import { modelsRoutes } from './routes/models.js';
 import { filesRoutes } from './routes/files.js';
 import { batchesRoutes } from './routes/batches.js';
+import { tokenizeRoutes } from './routes/tokenize.js';
 
 export type GatewayApp = Hono<{ Variables: TenantVariables }>;
 
@@ -49,7 +51,8 @@ export function createApp(deps: GatewayDeps): GatewayApp {
   const app: GatewayApp = new Hono<{ Variables: TenantVariables }>();
   app.use('*', requestMetrics(deps));
   app.route('/', healthRoutes(deps));
-  app.use('/v1/*', apiKeyAuth({ keys: deps.apiKeys }));
+  const auth = apiKeyAuth({ keys: deps.apiKeys });
+  app.use('/v1/*', auth);
   const bodyLimit = maxBody({ maxBodyBytes: deps.limits.maxBodyBytes });
   const uploadLimit = maxBody({ maxBodyBytes: deps.config.batch.maxFileBytes, variable: 'CSA2_MAX_FILE_BYTES' });
   app.use('/v1/*', (c, next) => (c.req.method === 'POST' && c.req.path === '/v1/files' ? uploadLimit(c, next) : bodyLimit(c, next)));
@@ -58,6 +61,8 @@ export function createApp(deps: GatewayDeps): GatewayApp {
   app.route('/v1', documentsRoutes(deps));
   app.route('/v1', filesRoutes(deps));
   app.route('/v1', batchesRoutes(deps));
+  for (const path of ['/tokenize', '/detokenize']) app.use(path, auth, bodyLimit);
+  app.route('/', tokenizeRoutes(deps));
   app.notFound((c) => new ApiError(404, `Unknown request URL: ${c.req.method} ${c.req.path}`, { code: 'unknown_url' }).getResponse());
   app.onError((err, c) => {
     const apiError = toApiError(err);

@@ -103,16 +103,21 @@ export class Pipeline {
     const id = `${name}#${++this.instance}`;
     const child = spawn(process.execPath, [join(REPO_ROOT, ENTRY[name])], { cwd: REPO_ROOT, env: this.env, stdio: ['ignore', 'pipe', 'pipe'] });
     this.procs.set(id, child);
-    let ready = READY_TEXT[name] === null;
+    // the gateway is ready when /readyz answers 200 (polled below), a worker when it logged READY_TEXT
+    let ready = false;
     const onData = (d: Buffer) => {
       const text = d.toString();
       this.logs.push(...text.split('\n').filter((l) => l.length > 0).map((l) => `[${id}] ${l}`));
       if (this.logs.length > 4000) this.logs.splice(0, this.logs.length - 4000);
-      if (!ready && text.includes(READY_TEXT[name] as string)) ready = true;
+      const readyText = READY_TEXT[name];
+      if (!ready && readyText !== null && text.includes(readyText)) ready = true;
     };
     child.stdout?.on('data', onData);
     child.stderr?.on('data', onData);
-    child.on('exit', () => this.procs.delete(id));
+    child.on('exit', (code, signal) => {
+      this.procs.delete(id);
+      this.logs.push(`[${id}] exited (${signal ?? code})`);
+    });
     const deadline = Date.now() + 60_000;
     for (;;) {
       if (child.exitCode !== null || child.signalCode !== null) throw new Error(`${id} exited during start (${child.signalCode ?? child.exitCode})`);
