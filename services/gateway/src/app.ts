@@ -8,6 +8,8 @@
  * | GET /healthz | – | 200 |
  * | GET /readyz | – | 200, 503 |
  * | GET /metrics | – | 200 |
+ * | GET /openapi.json, GET /docs | – | 200 |
+ * | GET / (status page, HTML), GET /status.json | operator key: everything; API key: its tenant | 200, 401 |
  * | POST /v1/completions, POST /v1/chat/completions | Bearer | 200 (JSON or SSE), 400, 401, 404 (document), 409 (document not ready), 413, 429, 503, 504 |
  * | GET /v1/models, GET /v1/models/:id | Bearer | 200, 401, 404 |
  * | POST /v1/documents | Bearer | 202, 400, 401, 413, 429, 503 |
@@ -20,6 +22,7 @@
  * Every error body is OpenAI's `{ error: { message, type, param, code } }`.
  */
 import { Hono, type MiddlewareHandler } from 'hono';
+import { cors } from 'hono/cors';
 import { routePath } from 'hono/route';
 import { ApiError, toApiError } from './errors.js';
 import type { GatewayDeps } from './deps.js';
@@ -32,6 +35,8 @@ import { modelsRoutes } from './routes/models.js';
 import { filesRoutes } from './routes/files.js';
 import { batchesRoutes } from './routes/batches.js';
 import { tokenizeRoutes } from './routes/tokenize.js';
+import { openapiRoutes } from './routes/openapi.js';
+import { statusRoutes } from './routes/status.js';
 
 export type GatewayApp = Hono<{ Variables: TenantVariables }>;
 
@@ -47,10 +52,27 @@ function requestMetrics(deps: GatewayDeps): MiddlewareHandler {
   };
 }
 
+/**
+ * CSA2_CORS_ORIGINS: browsers on these origins may call the API (preflights are answered before
+ * authentication; the key still travels in Authorization, never in cookies).
+ */
+function corsFor(origins: '*' | readonly string[]): MiddlewareHandler {
+  return cors({
+    origin: origins === '*' ? '*' : [...origins],
+    allowMethods: ['GET', 'POST', 'DELETE', 'OPTIONS'],
+    allowHeaders: ['authorization', 'content-type', 'x-request-id'],
+    exposeHeaders: ['retry-after', 'x-request-id'],
+    maxAge: 600,
+  });
+}
+
 export function createApp(deps: GatewayDeps): GatewayApp {
   const app: GatewayApp = new Hono<{ Variables: TenantVariables }>();
   app.use('*', requestMetrics(deps));
+  if (deps.config.corsOrigins !== null) app.use('*', corsFor(deps.config.corsOrigins));
   app.route('/', healthRoutes(deps));
+  app.route('/', openapiRoutes(deps));
+  app.route('/', statusRoutes(deps));
   const auth = apiKeyAuth({ keys: deps.apiKeys });
   app.use('/v1/*', auth);
   const bodyLimit = maxBody({ maxBodyBytes: deps.limits.maxBodyBytes });

@@ -25,7 +25,7 @@ export const DocumentInputSchema = z.object({
   token_ids: z.array(z.number().int().nonnegative()).optional(),
   model: z.string().optional(),
 });
-const BatchSchema = z.object({
+export const BatchSchema = z.object({
   documents: z.array(DocumentInputSchema).min(1, 'must list at least one document').max(MAX_DOCUMENTS_PER_REQUEST, `at most ${MAX_DOCUMENTS_PER_REQUEST} documents per request`),
   model: z.string().optional(),
 });
