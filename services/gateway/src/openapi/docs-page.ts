@@ -12,6 +12,11 @@ export function escapeHtml(s: string): string {
   return s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c] as string);
 }
 
+/** Escaped text with `code` spans. */
+function prose(s: string): string {
+  return escapeHtml(s).replace(/`([^`]+)`/g, '<code>$1</code>');
+}
+
 function refName(ref: string): string {
   return ref.slice(ref.lastIndexOf('/') + 1);
 }
@@ -64,7 +69,7 @@ function propertiesTable(schema: Json): string {
   const props = (schema['properties'] ?? {}) as Record<string, Json>;
   const required = new Set((schema['required'] ?? []) as string[]);
   const rows = Object.entries(props).map(([name, p]) => {
-    const desc = typeof p['description'] === 'string' ? escapeHtml(p['description']) : '';
+    const desc = typeof p['description'] === 'string' ? prose(p['description']) : '';
     const extra = constraints(p);
     return `<tr><td><code>${escapeHtml(name)}</code>${required.has(name) ? ' <span class="req">required</span>' : ''}</td><td class="type">${typeOf(p)}</td><td>${desc}${desc !== '' && extra !== '' ? '<br>' : ''}${extra !== '' ? `<span class="muted">${extra}</span>` : ''}</td></tr>`;
   });
@@ -86,7 +91,17 @@ function mediaSchemas(content: unknown): string {
     .join('<br>');
 }
 
-function operationBlock(path: string, method: string, op: Json): string {
+/** The request body: its media types, and the properties of its schema inline. */
+function requestBody(body: Json, schemas: Record<string, Json>): string {
+  const content = (body['content'] ?? {}) as Record<string, Json>;
+  const first = Object.values(content)[0]?.['schema'] as Json | undefined;
+  const ref = typeof first?.['$ref'] === 'string' ? refName(first['$ref']) : null;
+  const schema = ref !== null ? schemas[ref] : undefined;
+  const table = schema !== undefined && schema['properties'] !== undefined ? propertiesTable(schema) : '';
+  return `<p>${mediaSchemas(content)}</p>${table}`;
+}
+
+function operationBlock(path: string, method: string, op: Json, schemas: Record<string, Json>): string {
   const security = (op['security'] ?? []) as Json[];
   const auth = security.length === 0 ? 'none' : security.map((s) => Object.keys(s).join('+')).join(' or ');
   const params = (op['parameters'] ?? []) as Json[];
@@ -99,10 +114,10 @@ function operationBlock(path: string, method: string, op: Json): string {
   return `<article class="op" id="op-${escapeHtml(id)}">
   <h3><span class="method ${escapeHtml(method)}">${escapeHtml(method.toUpperCase())}</span> <code class="path">${escapeHtml(path)}</code></h3>
   <p class="summary">${escapeHtml(String(op['summary'] ?? ''))}</p>
-  ${typeof op['description'] === 'string' ? `<p>${escapeHtml(op['description'])}</p>` : ''}
+  ${typeof op['description'] === 'string' ? `<p>${prose(op['description'])}</p>` : ''}
   <p class="muted">auth: ${escapeHtml(auth)}</p>
   ${paramRows.length > 0 ? `<h4>Parameters</h4><table class="props"><thead><tr><th>name</th><th>in</th><th>type</th></tr></thead><tbody>${paramRows.join('')}</tbody></table>` : ''}
-  ${body !== undefined ? `<h4>Request body</h4><p>${mediaSchemas(body['content'])}</p>` : ''}
+  ${body !== undefined ? `<h4>Request body</h4>${requestBody(body, schemas)}` : ''}
   <h4>Responses</h4><table class="props"><tbody>${responses}</tbody></table>
 </article>`;
 }
@@ -141,7 +156,7 @@ export function renderDocsPage(spec: Json): string {
   const nav = [...byTag.entries()]
     .map(([tag, ops]) => `<h2>${escapeHtml(tag)}</h2>${ops.map(({ path, method, op }) => `<a href="#op-${escapeHtml(String(op['operationId']))}"><span class="method ${escapeHtml(method)}" style="min-width:46px;font-size:10px">${escapeHtml(method.toUpperCase())}</span>${escapeHtml(path)}</a>`).join('')}`)
     .join('');
-  const sections = [...byTag.entries()].map(([tag, ops]) => `<h2 class="tag">${escapeHtml(tag)}</h2>${ops.map(({ path, method, op }) => operationBlock(path, method, op)).join('')}`).join('');
+  const sections = [...byTag.entries()].map(([tag, ops]) => `<h2 class="tag">${escapeHtml(tag)}</h2>${ops.map(({ path, method, op }) => operationBlock(path, method, op, schemas)).join('')}`).join('');
   const schemaNav = Object.keys(schemas).sort().map((n) => `<a href="#schema-${escapeHtml(n)}">${escapeHtml(n)}</a>`).join('');
   const schemaSections = Object.keys(schemas).sort().map((n) => schemaBlock(n, schemas[n] as Json)).join('');
   return `<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">

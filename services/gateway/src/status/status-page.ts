@@ -105,7 +105,7 @@ function tenantCard(t: TenantStatus, nowMs: number): string {
   const batches = t.batches.map((b) => batchRow(b, nowMs)).join('');
   return `<section class="card tenant"><h2>Tenant <code>${e(t.tenant)}</code></h2>
 <h3>Documents <span class="muted">${counts}</span></h3>
-${docs !== '' ? `<table><tbody>${docs}</tbody></table>` : '<p class="muted">No documents.</p>'}
+${docs !== '' ? `<table class="docs"><tbody>${docs}</tbody></table>` : '<p class="muted">No documents.</p>'}
 <h3>Batches</h3>
 ${batches !== '' ? `<table><thead><tr><th>batch</th><th>endpoint</th><th>status</th><th>lines</th><th class="num">output tokens</th><th>created</th></tr></thead><tbody>${batches}</tbody></table>` : '<p class="muted">No batches.</p>'}
 </section>`;
@@ -124,7 +124,7 @@ main{padding:20px 28px;max-width:1400px}
 .card{background:var(--card);border:1px solid var(--line);border-radius:10px;padding:14px 18px;margin-bottom:16px}
 .card h2{margin:0 0 8px;font-size:16px}.card h3{font-size:13px;margin:14px 0 6px;color:#334155}
 table{border-collapse:collapse;width:100%}th,td{text-align:left;padding:6px 8px;border-top:1px solid var(--line);vertical-align:middle}
-th{font-size:12px;color:var(--muted);font-weight:600;border-top:none}td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}td.wide{width:45%}
+th{font-size:12px;color:var(--muted);font-weight:600;border-top:none}table.docs td:first-child{width:34%}table.docs td:nth-child(2){width:110px}td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}td.wide{width:45%}
 code{font:12.5px ui-monospace,SFMono-Regular,Menlo,monospace}.muted{color:var(--muted)}
 .pill{display:inline-block;border-radius:999px;padding:1px 9px;font-size:12px;font-weight:600}
 .pill.ok{background:#d3f9d8;color:#2b8a3e}.pill.bad{background:#ffe3e3;color:#c92a2a}.pill.warn{background:#fff3bf;color:#a66a00}.pill.info{background:#dbe4ff;color:#364fc7}.pill.muted{background:#eceff3;color:#556070}
@@ -174,7 +174,7 @@ export function renderStatusPage(s: StatusData): string {
   return `<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
 <meta http-equiv="refresh" content="${STATUS_REFRESH_S}"><title>csa2-serve status</title><style>${STYLE}</style></head><body>
 <header><h1>csa2-serve</h1><span class="meta">model <b>${e(s.model)}</b> · ${e(scope)} · gateway up ${e(fmtDuration(s.uptimeS))} · ${e(new Date(nowMs).toISOString().replace('T', ' ').slice(0, 19))} UTC</span><span class="right">${health}</span></header>
-<main>${parts.join('\n')}<p class="muted">Refreshes every ${STATUS_REFRESH_S} s. Traffic figures are this gateway's. <a href="/docs">API reference</a> · <a href="/status.json">JSON</a></p></main>
+<main>${parts.join('\n')}<p class="muted">Refreshes every ${STATUS_REFRESH_S} s.${s.traffic !== null ? " Traffic figures are this gateway's." : ''} <a href="/docs">API reference</a> · <a href="/status.json">JSON</a></p></main>
 </body></html>`;
 }
 
