@@ -8,8 +8,8 @@ import { EnvConfigError, envInt, type Env } from '@csa2/jobs';
 export interface BatchConfig {
   /** CSA2_MAX_FILE_BYTES: largest uploaded file (413 past it). @defaultValue 100 MiB */
   readonly maxFileBytes: number;
-  /** CSA2_MAX_CONCURRENT_UPLOADS: uploads buffered at once per gateway (429 past it). @defaultValue 4 */
-  readonly maxConcurrentUploads: number;
+  /** CSA2_UPLOAD_CONCURRENCY: uploads buffered at once per gateway (429 past it). @defaultValue 4 */
+  readonly uploadConcurrency: number;
   /** CSA2_BATCH_MAX_LINES: requests in one batch input file. @defaultValue 50000 (OpenAI's limit) */
   readonly maxLines: number;
   /** CSA2_BATCH_CONCURRENCY: batches one gateway drives at once; 0 = this gateway drives none. @defaultValue 4 */
@@ -41,7 +41,7 @@ export function loadBatchConfig(env: Env): BatchConfig {
   if (stalledIntervalMs > lockDurationMs) throw new EnvConfigError('CSA2_BATCH_STALLED_INTERVAL_MS', `must not exceed CSA2_BATCH_LOCK_DURATION_MS (${lockDurationMs}), got ${stalledIntervalMs}`);
   return {
     maxFileBytes: envInt(env, 'CSA2_MAX_FILE_BYTES', 100 * MIB, { min: 1024 }),
-    maxConcurrentUploads: envInt(env, 'CSA2_MAX_CONCURRENT_UPLOADS', 4, { min: 1 }),
+    uploadConcurrency: envInt(env, 'CSA2_UPLOAD_CONCURRENCY', 4, { min: 1 }),
     maxLines: envInt(env, 'CSA2_BATCH_MAX_LINES', 50_000, { min: 1, max: 1_000_000 }),
     concurrency: envInt(env, 'CSA2_BATCH_CONCURRENCY', 4, { min: 0, max: 256 }),
     windowLines: envInt(env, 'CSA2_BATCH_WINDOW_LINES', 16, { min: 1, max: 4096 }),

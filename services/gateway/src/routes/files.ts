@@ -3,7 +3,7 @@
  * OpenAI's Files API for batch input and output, tenant-scoped (files/file-store.ts):
  *
  * - POST /v1/files — multipart/form-data with `file` and `purpose` ('batch'); the body may be up to
- *   CSA2_MAX_FILE_BYTES (413 past it) and at most CSA2_MAX_CONCURRENT_UPLOADS uploads are buffered at
+ *   CSA2_MAX_FILE_BYTES (413 past it) and at most CSA2_UPLOAD_CONCURRENCY uploads are buffered at
  *   once (429 past it). A batch input must be UTF-8 JSONL with 1 to CSA2_BATCH_MAX_LINES requests;
  *   each line is checked when a batch runs it;
  * - GET /v1/files (`purpose`, `limit` 1–10000, `order` asc|desc, `after`), GET /v1/files/:file_id,
@@ -50,8 +50,8 @@ export function filesRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVariable
     if (!contentType.toLowerCase().startsWith('multipart/form-data')) {
       throw invalidRequest('Upload a file as multipart/form-data with the fields `file` and `purpose`', null, 'invalid_content_type');
     }
-    if (uploading >= config.maxConcurrentUploads) {
-      throw new ApiError(429, `Too many uploads at once (CSA2_MAX_CONCURRENT_UPLOADS = ${config.maxConcurrentUploads}); retry shortly`, { code: 'too_many_uploads', headers: { 'retry-after': '1' } });
+    if (uploading >= config.uploadConcurrency) {
+      throw new ApiError(429, `Too many uploads at once (CSA2_UPLOAD_CONCURRENCY = ${config.uploadConcurrency}); retry shortly`, { code: 'too_many_uploads', headers: { 'retry-after': '1' } });
     }
     uploading++;
     try {
