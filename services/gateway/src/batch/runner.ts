@@ -86,8 +86,10 @@ class BatchRun {
     }
     if (this.record.status === 'finalizing') return this.finalize('completed');
     if (!(await this.loadInput())) return 'ended';
+    // the total is set whatever the status (a batch cancelled before its driver started has lines too)
+    if (this.record.total !== this.lines.length) await batches.setFields(id, { total: this.lines.length });
     if (this.record.status === 'validating') {
-      await batches.transition(id, ['validating'], 'in_progress', { in_progress_at_ms: Date.now(), total: this.lines.length });
+      await batches.transition(id, ['validating'], 'in_progress', { in_progress_at_ms: Date.now() });
       this.log.info({ batchId: id, tenant: this.record.tenant, lines: this.lines.length }, 'batch in progress');
     }
     this.done = await batches.doneLines(id);

@@ -301,6 +301,19 @@ describe('Files and Batch API', () => {
     assert.equal(mine.length, 9, `each line's job ran once: ${mine.map((r) => r.requestId).join(', ')}`);
   });
 
+  test('a batch cancelled before any driver took it: cancelled, its lines counted and written off, none run', async () => {
+    await drivers.close();
+    const b = await createBatch(jsonl([completionLine('n1', 'never run'), completionLine('n2', 'never run')]));
+    const id = b['id'] as string;
+    assert.equal(((await (await h.app.request(...post(`/v1/batches/${id}/cancel`, {}))).json()) as Json)['status'], 'cancelling');
+    drivers = await startBatchDrivers(h.deps);
+    const end = await settled(id);
+    assert.equal(end['status'], 'cancelled');
+    assert.deepEqual(end['request_counts'], { total: 2, completed: 0, failed: 2 });
+    assert.deepEqual((await fileLines(end['error_file_id'] as string)).map((e) => [e['custom_id'], e['error']['code']]), [['n1', 'batch_cancelled'], ['n2', 'batch_cancelled']]);
+    assert.equal(runs.filter((r) => r.requestId.includes(id.slice(6))).length, 0);
+  });
+
   test('bad batch requests name the field; an unknown or foreign file is a 404', async () => {
     const file = (await (await upload(jsonl([completionLine('a', 'x')]))).json()) as Json;
     const bad = async (body: Json, status = 400): Promise<Json> => {
