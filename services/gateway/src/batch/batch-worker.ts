@@ -4,12 +4,12 @@
  * (`batch.<batchId>`), processed by runBatch. BullMQ's job lock makes one gateway the driver of a
  * batch at a time; when that gateway dies its job stalls and another gateway (or the same one,
  * restarted) takes it over within CSA2_BATCH_LOCK_DURATION_MS + CSA2_BATCH_STALLED_INTERVAL_MS and
- * continues from Redis and the store (batch/runner.ts). On a graceful shutdown the running batches
- * are handed back to the queue at once (no attempt used) and their lines keep running on the
- * workers. An infrastructure failure (Redis, store) fails the attempt; it is retried every 5 s.
+ * continues from Redis and the store (batch/runner.ts). On a graceful shutdown the worker stops
+ * taking jobs, the running batches are handed back to the queue (due again after
+ * HAND_BACK_DELAY_MS, no attempt used) and their lines keep running on the workers. An
+ * infrastructure failure (Redis, store) fails the attempt; it is retried every 5 s.
  */
-import { Queue, Worker, connectRedis, handJobBack, type Job, type JobsOptions, type Logger as JobsLogger } from '@csa2/jobs';
-import type { Logger } from 'pino';
+import { DelayedError, Queue, Worker, connectRedis, type Job, type JobsOptions } from '@csa2/jobs';
 import type { GatewayDeps } from '../deps.js';
 import { BatchStore } from './batch-store.js';
 import { BATCH_JOB_NAME, BATCH_QUEUE, batchJobId } from './keys.js';
@@ -41,9 +41,11 @@ export function createBatchQueue(deps: Pick<GatewayDeps, 'redis'>): Queue<BatchR
   return queue;
 }
 
-function jobsLogger(logger: Logger): JobsLogger {
-  return (level, msg, fields) => logger[level](fields ?? {}, msg);
-}
+/**
+ * A batch handed back on shutdown is due again after this long, so that the closing gateway's worker
+ * (still winding down) cannot take it again; another gateway, or this one restarted, does.
+ */
+export const HAND_BACK_DELAY_MS = 1000;
 
 export interface BatchDrivers {
   /** null when CSA2_BATCH_CONCURRENCY is 0 (this gateway drives no batch). */
@@ -59,17 +61,26 @@ export async function startBatchDrivers(deps: GatewayDeps): Promise<BatchDrivers
   const connection = connectRedis(deps.config.redisUrl, { connectionName: 'csa2-gateway-batch' });
   connection.on('error', () => undefined); // the gateway's main connection logs Redis trouble
   const runner = { deps, batches: new BatchStore(deps.redis), config };
-  const log = jobsLogger(deps.logger);
+  let closing = false;
+  const running = new Set<AbortController>();
   const worker = new Worker<BatchRunJob>(
     BATCH_QUEUE,
     async (job: Job<BatchRunJob>, token, signal) => {
       const controller = new AbortController();
       const onAbort = (): void => controller.abort();
       signal?.addEventListener('abort', onAbort, { once: true });
+      running.add(controller);
+      // a job taken while this gateway closes goes straight back
+      if (closing) controller.abort();
       try {
         const result = await runBatch(runner, job.data.batchId, controller.signal);
-        if (result === 'detached') throw await handJobBack(job, token, log, { batchId: job.data.batchId });
+        if (result === 'detached') {
+          deps.logger.info({ batchId: job.data.batchId }, 'handing the batch back (shutting down)');
+          await job.moveToDelayed(Date.now() + HAND_BACK_DELAY_MS, token);
+          throw new DelayedError();
+        }
       } finally {
+        running.delete(controller);
         signal?.removeEventListener('abort', onAbort);
       }
     },
@@ -84,16 +95,18 @@ export async function startBatchDrivers(deps: GatewayDeps): Promise<BatchDrivers
   );
   worker.on('error', (err) => deps.logger.warn({ err: err.message }, 'batch worker error'));
   worker.on('failed', (job, err) => deps.logger.warn({ batchId: job?.data.batchId, err: err.message }, 'batch driver attempt failed; retrying'));
-  let closing: Promise<void> | null = null;
+  let closingDone: Promise<void> | null = null;
   return {
     worker,
     close() {
-      closing ??= (async () => {
-        worker.cancelAllJobs('shutdown');
-        await worker.close();
+      closingDone ??= (async () => {
+        closing = true;
+        const closed = worker.close();
+        for (const c of running) c.abort();
+        await closed;
         connection.disconnect();
       })();
-      return closing;
+      return closingDone;
     },
   };
 }

@@ -46,6 +46,9 @@ describe('Files and Batch API', () => {
   const failOnce = new Set<string>();
   /** Prompts the decoder holds until their cancel key appears. */
   const hold = new Set<string>();
+  /** Lines of the restart test from 4 on wait for this (they are mid-flight while the drivers restart). */
+  let openGate: () => void = () => undefined;
+  const gate = new Promise<void>((r) => (openGate = r));
 
   const promptOf = (job: DecodeJob): string => Buffer.from(job.promptIds.filter((id) => id < 256)).toString('latin1');
 
@@ -93,6 +96,8 @@ describe('Files and Batch API', () => {
         await writeEntries(redis, data.requestId, [{ kind: 'error', code: 'store-unavailable', message: 'the store blinked' }]);
         return;
       }
+      const restartLine = /^restart (\d+)$/.exec(prompt);
+      if (restartLine !== null && Number(restartLine[1]) >= 4) await gate;
       if (hold.has(prompt)) {
         await waitFor('cancel key', async () => ((await redis.exists(`csa2:cancel:${data.requestId}`)) === 1 ? true : undefined), 15_000);
         await writeEntries(redis, data.requestId, [finalEntry(data, 0, { finishReason: 'cancelled' })]);
@@ -292,6 +297,7 @@ describe('Files and Batch API', () => {
     const midway = await batchOf(id);
     assert.equal(midway['status'], 'in_progress');
     drivers = await startBatchDrivers(h.deps);
+    openGate();
     const end = await settled(id);
     assert.deepEqual(end['request_counts'], { total: 9, completed: 9, failed: 0 });
     const out = await fileLines(end['output_file_id'] as string);
