@@ -76,11 +76,15 @@ if (apiKeys === undefined || apiKeys === '') {
 } else {
   apiKey = (apiKeys.split(',')[0] ?? '').trim().replace(/:[^:]*$/, '');
 }
+// the status page's key (CSA2_OPERATOR_KEYS; the first one is printed)
+let operatorKeys = process.env.CSA2_OPERATOR_KEYS;
+if (operatorKeys === undefined || operatorKeys === '') operatorKeys = `sk-csa2-op-${randomBytes(24).toString('base64url')}`;
+const operatorKey = (operatorKeys.split(',')[0] ?? '').trim();
 const port = process.env.PORT !== undefined && process.env.PORT !== '' ? process.env.PORT : '8080';
 
 // --- services ---
 // MALLOC_MMAP_THRESHOLD_: see infra/README.md (glibc keeps freed multi-MB buffers otherwise)
-const env = { MALLOC_MMAP_THRESHOLD_: '131072', ...process.env, REDIS_URL: redisUrl, CSA2_STORE_URL: storeUrl, CSA2_MODEL_DIR: modelDir, CSA2_API_KEYS: apiKeys, PORT: port };
+const env = { MALLOC_MMAP_THRESHOLD_: '131072', ...process.env, REDIS_URL: redisUrl, CSA2_STORE_URL: storeUrl, CSA2_MODEL_DIR: modelDir, CSA2_API_KEYS: apiKeys, CSA2_OPERATOR_KEYS: operatorKeys, PORT: port };
 const children = new Map(); // name -> ChildProcess
 let stopping = false;
 let exitCode = 0;
@@ -196,6 +200,8 @@ process.stdout.write(
     `  model    ${modelName}  (${modelDir}${modelDir.includes('.csa2/models') ? '; random weights: the text is noise' : ''})`,
     `  redis    ${redisUrl}${redis !== null ? '  (local, in-memory: gone when this stops)' : ''}`,
     `  store    ${storeUrl}`,
+    `  status   ${base}/   (operator key ${operatorKey}: the browser asks for it as the password)`,
+    `  API docs ${base}/docs   (OpenAPI 3.1: ${base}/openapi.json)`,
     '',
     'try it:',
     `  curl -N ${base}/v1/completions -H 'Authorization: Bearer ${apiKey}' -H 'Content-Type: application/json' \\`,

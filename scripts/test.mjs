@@ -6,6 +6,7 @@ import { readdirSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
+import { ensureChromium } from './lib/ensure-chromium.mjs';
 import { ensureRedisServer } from './lib/ensure-redis.mjs';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -36,5 +37,7 @@ if (selected.length === 0) {
   console.error(`no test files matched ${filters.join(' ') || '(all)'}`);
   process.exit(1);
 }
+// browser tests (*.browser.test.js) drive Debian's chromium; install it only when one is selected
+if (selected.some((f) => f.endsWith('.browser.test.js')) && !ensureChromium()) process.exit(1);
 const run = spawnSync(process.execPath, ['--test', '--test-concurrency=1', ...selected], { cwd: root, stdio: 'inherit', env: process.env });
 process.exit(run.status ?? 1);

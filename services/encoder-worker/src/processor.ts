@@ -9,9 +9,9 @@
  *   wrote and a re-run of a finished job only rewrites the manifest.
  * - 'prompt': ingest the long prompt's prefix as document `promptDocumentId(requestId)` of the
  *   request's tenant, then add `decode` (documentId set to that document) to the decode queue under
- *   the job id `requestDecodeJobId(requestId)` — BullMQ ignores an add whose id exists, so a retried
- *   or repeated prefill job enqueues one decode job. A request whose stream already ended, or whose
- *   cancel key is set, is not encoded (a cancelled one gets its final 'cancelled' entry here, since
+ *   the job id `requestDecodeJobId(requestId)` and the prefill job's own BullMQ priority — BullMQ
+ *   ignores an add whose id exists, so a retried or repeated prefill job enqueues one decode job. A
+ *   request whose stream already ended, or whose cancel key is set, is not encoded (a cancelled one gets its final 'cancelled' entry here, since
  *   no decode job will write it).
  *
  * Failures follow the workers' common policy (@csa2/jobs job-failure): deterministic codes →
@@ -163,8 +163,10 @@ export function createEncodeProcessor(deps: EncodeDeps): EncodeProcessor {
       signal,
     );
     const decode: DecodeJob = { ...data.decode, documentId };
-    // the id makes this add a no-op when the decode job exists already (a retried/repeated prefill job)
-    await deps.decodeQueue.add(DECODE_JOB_NAME, decode, { ...DEFAULT_DECODE_JOB_OPTIONS, jobId: requestDecodeJobId(requestId) });
+    // the id makes this add a no-op when the decode job exists already (a retried/repeated prefill job);
+    // the decode job keeps the prefill job's priority (batch lines stay behind interactive requests)
+    const priority = job.opts.priority !== undefined && job.opts.priority > 0 ? { priority: job.opts.priority } : {};
+    await deps.decodeQueue.add(DECODE_JOB_NAME, decode, { ...DEFAULT_DECODE_JOB_OPTIONS, ...priority, jobId: requestDecodeJobId(requestId) });
     log('info', 'prompt encoded; decode enqueued', { jobId: job.id, requestId, tokens: out.tokens, reusedTokens: out.reusedTokens });
     return toResult(out);
   }

@@ -224,6 +224,16 @@ test('a prompt job encodes the prefix and enqueues exactly one decode job, also 
   assert.equal(await redis.exists(`csa2:stream:${longRequestId}`), 0, 'the encoder writes no tokens');
 });
 
+test("a prompt job's decode job keeps the prefill job's BullMQ priority (batch lines stay behind interactive requests)", async () => {
+  const requestId = nextId('prio');
+  await prefillQueue.add(PREFILL_JOB_NAME, promptJob(requestId, ids(40, 5), [7]), { ...DEFAULT_PREFILL_JOB_OPTIONS, priority: 1000, jobId: `p-${requestId}` });
+  const { state, job } = await waitForJobSettled(prefillQueue, `p-${requestId}`);
+  assert.equal(state, 'completed', job.failedReason);
+  const decodeJob = await decodeQueue.getJob(requestDecodeJobId(requestId));
+  assert.equal(decodeJob?.opts.priority, 1000);
+  await decodeJob?.remove();
+});
+
 test('a prompt job of a cancelled request encodes nothing, enqueues nothing, and ends the stream cancelled', async () => {
   const requestId = nextId('gone');
   await redis.set(cancelKey(requestId), '1', 'EX', 60);

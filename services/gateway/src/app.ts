@@ -8,11 +8,16 @@
  * | GET /healthz | – | 200 |
  * | GET /readyz | – | 200, 503 |
  * | GET /metrics | – | 200 |
+ * | GET /openapi.json, GET /docs | – | 200 |
+ * | GET / (status page, HTML), GET /status.json | operator key: everything; API key: its tenant | 200, 401 |
  * | POST /v1/completions, POST /v1/chat/completions | Bearer | 200 (JSON or SSE), 400, 401, 404 (document), 409 (document not ready), 413, 429, 503, 504 |
  * | GET /v1/models, GET /v1/models/:id | Bearer | 200, 401, 404 |
  * | POST /v1/documents | Bearer | 202, 400, 401, 413, 429, 503 |
  * | GET /v1/documents/:id | Bearer | 200, 401, 404, 503 |
  * | DELETE /v1/documents/:id | Bearer | 200, 401, 404, 409 (being encoded), 503 |
+ * | POST /v1/files (multipart), GET /v1/files, GET/DELETE /v1/files/:file_id, GET /v1/files/:file_id/content | Bearer | 200, 400, 401, 404, 409 (DELETE: a batch reads it), 413, 429 |
+ * | POST /tokenize, POST /detokenize (vLLM's shapes) | Bearer | 200, 400, 401, 404 (document), 409 (document not ready), 413 |
+ * | POST /v1/batches, GET /v1/batches, GET /v1/batches/:batch_id, POST /v1/batches/:batch_id/cancel | Bearer | 200, 400, 401, 404, 409 (cancel: ended) |
  *
  * Every error body is OpenAI's `{ error: { message, type, param, code } }`; server-side failures quote
  * the request id in the message and never carry internals (errors.ts). Every response has an
@@ -21,6 +26,7 @@
  * counted in csa2_http_client_aborts_total, never a 500.
  */
 import { Hono, type MiddlewareHandler } from 'hono';
+import { cors } from 'hono/cors';
 import { routePath } from 'hono/route';
 import { ApiError, toApiError } from './errors.js';
 import type { GatewayDeps } from './deps.js';
@@ -31,6 +37,11 @@ import { completionsRoutes } from './routes/completions.js';
 import { documentsRoutes } from './routes/documents.js';
 import { healthRoutes } from './routes/health.js';
 import { modelsRoutes } from './routes/models.js';
+import { filesRoutes } from './routes/files.js';
+import { batchesRoutes } from './routes/batches.js';
+import { tokenizeRoutes } from './routes/tokenize.js';
+import { openapiRoutes } from './routes/openapi.js';
+import { statusRoutes } from './routes/status.js';
 
 export type GatewayVariables = TenantVariables & RequestIdVariables;
 export type GatewayApp = Hono<{ Variables: GatewayVariables }>;
@@ -56,16 +67,40 @@ function requestMetrics(deps: GatewayDeps): MiddlewareHandler {
   };
 }
 
+/**
+ * CSA2_CORS_ORIGINS: browsers on these origins may call the API (preflights are answered before
+ * authentication; the key still travels in Authorization, never in cookies).
+ */
+function corsFor(origins: '*' | readonly string[]): MiddlewareHandler {
+  return cors({
+    origin: origins === '*' ? '*' : [...origins],
+    allowMethods: ['GET', 'POST', 'DELETE', 'OPTIONS'],
+    allowHeaders: ['authorization', 'content-type', 'x-request-id'],
+    exposeHeaders: ['retry-after', 'x-request-id'],
+    maxAge: 600,
+  });
+}
+
 export function createApp(deps: GatewayDeps): GatewayApp {
   const app: GatewayApp = new Hono<{ Variables: GatewayVariables }>();
   app.use('*', requestId());
   app.use('*', requestMetrics(deps));
+  if (deps.config.corsOrigins !== null) app.use('*', corsFor(deps.config.corsOrigins));
   app.route('/', healthRoutes(deps));
-  app.use('/v1/*', apiKeyAuth({ keys: deps.apiKeys }));
-  app.use('/v1/*', maxBody({ maxBodyBytes: deps.limits.maxBodyBytes }));
+  app.route('/', openapiRoutes(deps));
+  app.route('/', statusRoutes(deps));
+  const auth = apiKeyAuth({ keys: deps.apiKeys });
+  app.use('/v1/*', auth);
+  const bodyLimit = maxBody({ maxBodyBytes: deps.limits.maxBodyBytes });
+  const uploadLimit = maxBody({ maxBodyBytes: deps.config.batch.maxFileBytes, variable: 'CSA2_MAX_FILE_BYTES' });
+  app.use('/v1/*', (c, next) => (c.req.method === 'POST' && c.req.path === '/v1/files' ? uploadLimit(c, next) : bodyLimit(c, next)));
   app.route('/v1', completionsRoutes(deps));
   app.route('/v1', modelsRoutes(deps));
   app.route('/v1', documentsRoutes(deps));
+  app.route('/v1', filesRoutes(deps));
+  app.route('/v1', batchesRoutes(deps));
+  for (const path of ['/tokenize', '/detokenize']) app.use(path, auth, bodyLimit);
+  app.route('/', tokenizeRoutes(deps));
   app.notFound((c) => new ApiError(404, `Unknown request URL: ${c.req.method} ${c.req.path}`, { code: 'unknown_url' }).getResponse(c.get('reqId')));
   app.onError((err, c) => {
     const reqId = c.get('reqId');

@@ -76,3 +76,25 @@ test('limits are resolved against the model context; a limit past it names the v
     (err: unknown) => err instanceof EnvConfigError && err.variable === 'CSA2_MAX_PROMPT_TOKENS',
   );
 });
+
+test('CORS, operator keys and the batch settings: off / generated / defaults, bad values named', () => {
+  const c = loadGatewayConfig(base);
+  assert.equal(c.corsOrigins, null, 'CORS off by default');
+  assert.equal(c.operatorKeys, null);
+  assert.equal(c.batch.maxFileBytes, 100 * 1024 * 1024);
+  assert.equal(c.batch.maxLines, 50_000);
+  assert.equal(c.batch.windowLines, 16);
+  assert.equal(c.batch.priority, 1000);
+  assert.equal(c.batch.concurrency, 4);
+  const on = loadGatewayConfig({ ...base, CSA2_CORS_ORIGINS: 'https://a.example, http://localhost:3000', CSA2_OPERATOR_KEYS: 'sk-op-aaaaaaaa', CSA2_BATCH_CONCURRENCY: '0' });
+  assert.deepEqual(on.corsOrigins, ['https://a.example', 'http://localhost:3000']);
+  assert.deepEqual([...(on.operatorKeys ?? [])], ['sk-op-aaaaaaaa']);
+  assert.equal(on.batch.concurrency, 0);
+  assert.equal(loadGatewayConfig({ ...base, CSA2_CORS_ORIGINS: '*' }).corsOrigins, '*');
+  rejects({ ...base, CSA2_CORS_ORIGINS: 'https://a.example/' }, 'CSA2_CORS_ORIGINS', /not an origin/);
+  rejects({ ...base, CSA2_CORS_ORIGINS: 'a.example' }, 'CSA2_CORS_ORIGINS', /not an origin/);
+  rejects({ ...base, CSA2_OPERATOR_KEYS: 'short' }, 'CSA2_OPERATOR_KEYS', /8 characters/);
+  rejects({ ...base, CSA2_BATCH_PRIORITY: '0' }, 'CSA2_BATCH_PRIORITY');
+  rejects({ ...base, CSA2_BATCH_WINDOW_LINES: 'many' }, 'CSA2_BATCH_WINDOW_LINES', /integer/);
+  rejects({ ...base, CSA2_BATCH_STALLED_INTERVAL_MS: '60000', CSA2_BATCH_LOCK_DURATION_MS: '30000' }, 'CSA2_BATCH_STALLED_INTERVAL_MS', /must not exceed/);
+});

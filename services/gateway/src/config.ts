@@ -7,6 +7,7 @@
 import { randomBytes } from 'node:crypto';
 import { basename, resolve } from 'node:path';
 import { EnvConfigError, ID_PATTERN, envChoice, envInt, envOptionalInt, envOptionalString, envRedisUrl, envString, type Env } from '@csa2/jobs';
+import { loadBatchConfig, type BatchConfig } from './batch/batch-config.js';
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'silent';
 
@@ -53,6 +54,12 @@ export interface GatewayConfig {
   readonly shutdownGraceMs: number;
   /** CSA2_LOG_LEVEL. @defaultValue 'info' */
   readonly logLevel: LogLevel;
+  /** Files and Batch API settings (batch/batch-config.ts). */
+  readonly batch: BatchConfig;
+  /** CSA2_CORS_ORIGINS: '*' or a list of origins allowed to call from a browser; null (unset) = CORS off. */
+  readonly corsOrigins: '*' | readonly string[] | null;
+  /** CSA2_OPERATOR_KEYS: keys that see every tenant on the status page (`/`); null when unset (one is generated at start). */
+  readonly operatorKeys: ReadonlySet<string> | null;
 }
 
 const MIB = 1024 * 1024;
@@ -79,6 +86,38 @@ export function parseApiKeys(value: string, variable = 'CSA2_API_KEYS'): Map<str
   return keys;
 }
 
+/**
+ * Parses `CSA2_CORS_ORIGINS`: '*' (any origin) or comma-separated origins (`scheme://host[:port]`).
+ * @throws EnvConfigError naming the bad entry.
+ */
+export function parseCorsOrigins(value: string, variable = 'CSA2_CORS_ORIGINS'): '*' | string[] {
+  if (value.trim() === '*') return '*';
+  const origins = value.split(',').map((e) => e.trim()).filter((e) => e !== '');
+  if (origins.length === 0) throw new EnvConfigError(variable, "lists no origin (use '*' for any)");
+  for (const origin of origins) {
+    let url: URL | null = null;
+    try {
+      url = new URL(origin);
+    } catch {
+      url = null;
+    }
+    if (url === null || (url.protocol !== 'http:' && url.protocol !== 'https:') || url.origin !== origin) {
+      throw new EnvConfigError(variable, `"${origin}" is not an origin (scheme://host[:port], no path or trailing '/')`);
+    }
+  }
+  return origins;
+}
+
+/** Parses `CSA2_OPERATOR_KEYS` (comma-separated keys, each at least 8 characters without ':' , ',' or spaces). */
+export function parseOperatorKeys(value: string, variable = 'CSA2_OPERATOR_KEYS'): Set<string> {
+  const keys = value.split(',').map((e) => e.trim()).filter((e) => e !== '');
+  if (keys.length === 0) throw new EnvConfigError(variable, 'lists no key');
+  for (const [i, key] of keys.entries()) {
+    if (key.length < 8 || /[\s:,]/.test(key)) throw new EnvConfigError(variable, `entry ${i + 1}: a key has at least 8 characters and no spaces, ':' or ','`);
+  }
+  return new Set(keys);
+}
+
 /** A fresh API key (`sk-csa2-` + 32 random base64url characters). */
 export function generateApiKey(): string {
   return `sk-csa2-${randomBytes(24).toString('base64url')}`;
@@ -97,6 +136,8 @@ export function loadGatewayConfig(env: Env = process.env): GatewayConfig {
   const defaultMaxTokens = envInt(env, 'CSA2_DEFAULT_MAX_TOKENS', Math.min(256, maxTokens), { min: 1 });
   if (defaultMaxTokens > maxTokens) throw new EnvConfigError('CSA2_DEFAULT_MAX_TOKENS', `must not exceed CSA2_MAX_TOKENS (${maxTokens}), got ${defaultMaxTokens}`);
   const modelName = envOptionalString(env, 'CSA2_MODEL_NAME') ?? basename(modelDir);
+  const corsOrigins = envOptionalString(env, 'CSA2_CORS_ORIGINS');
+  const operatorKeys = envOptionalString(env, 'CSA2_OPERATOR_KEYS');
   if (modelName.length > 256) throw new EnvConfigError('CSA2_MODEL_NAME', 'must be at most 256 characters');
   return {
     redisUrl: envRedisUrl(env),
@@ -120,6 +161,9 @@ export function loadGatewayConfig(env: Env = process.env): GatewayConfig {
     jobPollMs: envInt(env, 'CSA2_JOB_POLL_MS', 2000, { min: 10 }),
     shutdownGraceMs: envInt(env, 'CSA2_SHUTDOWN_GRACE_MS', 30_000, { min: 0 }),
     logLevel: envChoice<LogLevel>(env, 'CSA2_LOG_LEVEL', ['debug', 'info', 'warn', 'error', 'silent'], 'info'),
+    batch: loadBatchConfig(env),
+    corsOrigins: corsOrigins === undefined ? null : parseCorsOrigins(corsOrigins),
+    operatorKeys: operatorKeys === undefined ? null : parseOperatorKeys(operatorKeys),
   };
 }
 

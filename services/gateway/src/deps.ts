@@ -30,6 +30,8 @@ import { Inflight } from './inflight.js';
 import { createGatewayMetrics, type GatewayMetrics } from './metrics.js';
 import { ObserveOnce } from './observe-once.js';
 import { ReaderPool } from './reader-pool.js';
+import { createBatchQueue, type BatchRunJob } from './batch/batch-worker.js';
+import { BatchStore } from './batch/batch-store.js';
 
 export interface GatewayQueues {
   readonly prefill: Queue<PrefillJob, PrefillResult>;
@@ -65,6 +67,10 @@ export interface GatewayDeps {
   readonly once: ObserveOnce;
   /** The queues' backlog for autoscaling (csa2_queue_backlog_*, csa2_prefill_*_tokens on /metrics). */
   readonly backlog: BacklogCollector;
+  /** Batch records (Redis) and the queue of their driver jobs (batch/). */
+  readonly batches: { readonly store: BatchStore; readonly queue: Queue<BatchRunJob> };
+  /** Keys that see every tenant on the status page (CSA2_OPERATOR_KEYS, or one generated at start). */
+  readonly operatorKeys: ReadonlySet<string>;
 }
 
 /** Job states read for the csa2_queue_jobs gauge (BullMQ names). */
@@ -84,6 +90,8 @@ export interface ConnectedDeps {
   readonly deps: GatewayDeps;
   /** The generated key when CSA2_API_KEYS is unset, else null. */
   readonly generatedApiKey: string | null;
+  /** The generated operator key when CSA2_OPERATOR_KEYS is unset, else null. */
+  readonly generatedOperatorKey: string | null;
   /** Closes the queues, readers, Redis and the store. */
   close(): Promise<void>;
 }
@@ -131,6 +139,13 @@ export async function connectGatewayDeps(config: GatewayConfig, options: Connect
     decode: new Queue<DecodeJob, DecodeResult>(DECODE_QUEUE, { connection: redis }),
   };
   for (const q of [queues.prefill, queues.decode]) q.on('error', () => undefined); // the connection's own listener logs
+  const batchQueue = createBatchQueue({ redis });
+  let generatedOperatorKey: string | null = null;
+  let operatorKeys = config.operatorKeys;
+  if (operatorKeys === null) {
+    generatedOperatorKey = `sk-csa2-op-${generateApiKey().slice('sk-csa2-'.length)}`;
+    operatorKeys = new Set([generatedOperatorKey]);
+  }
   const readers = new ReaderPool(redis, { commandTimeoutMs: config.redisCommandTimeoutMs });
   const metrics = createGatewayMetrics({
     defaultMetrics: options.defaultMetrics ?? false,
@@ -157,13 +172,16 @@ export async function connectGatewayDeps(config: GatewayConfig, options: Connect
     inflight: new Inflight(),
     once: new ObserveOnce(redis),
     backlog: createBacklogCollector(redis),
+    batches: { store: new BatchStore(redis), queue: batchQueue },
+    operatorKeys,
   };
   return {
     deps,
     generatedApiKey,
+    generatedOperatorKey,
     async close() {
       readers.close();
-      await Promise.allSettled([queues.prefill.close(), queues.decode.close()]);
+      await Promise.allSettled([queues.prefill.close(), queues.decode.close(), batchQueue.close()]);
       redis.disconnect();
       await store.close();
       await deps.tokenize.close();

@@ -154,21 +154,29 @@ export function documentObject(id: string, state: DocumentState): Record<string,
  * Enqueues a document's prefill job unless the id is already queued, encoding or ready (then its
  * status is returned unchanged). The caller checked the ids, token limits and queue capacity.
  */
-export async function ingestDocument(deps: GatewayDeps, tenant: string, documentId: string, tokenIds: readonly number[], acceptedAtMs: number, reqId?: string): Promise<DocumentState> {
+export async function ingestDocument(
+  deps: GatewayDeps,
+  tenant: string,
+  documentId: string,
+  tokenIds: readonly number[],
+  acceptedAtMs: number,
+  /** `priority`: BullMQ priority of the job (batch lines); none = interactive. `reqId`: the HTTP request's, for the worker's logs. */
+  options: { readonly priority?: number; readonly reqId?: string } = {},
+): Promise<DocumentState> {
   const existing = await documentStatus(deps, tenant, documentId);
   if (existing !== null && existing.state.status !== 'failed') return existing.state;
   if (existing?.job !== null && existing?.job !== undefined) await existing.job.remove();
   const data = parsePrefillJob({
     v: 1,
     kind: 'document',
-    ...(reqId !== undefined ? { reqId } : {}),
+    ...(options.reqId !== undefined ? { reqId: options.reqId } : {}),
     tenant,
     documentId,
     model: deps.model.name,
     input: { tokenIds: [...tokenIds] },
     acceptedAtMs,
   } satisfies PrefillJob);
-  await deps.queues.prefill.add(PREFILL_JOB_NAME, data, { ...DEFAULT_PREFILL_JOB_OPTIONS, jobId: documentJobId(tenant, documentId) });
+  await deps.queues.prefill.add(PREFILL_JOB_NAME, data, { ...DEFAULT_PREFILL_JOB_OPTIONS, ...(options.priority !== undefined ? { priority: options.priority } : {}), jobId: documentJobId(tenant, documentId) });
   deps.metrics.prefillTokens.inc({ kind: 'document' }, tokenIds.length);
   return { status: 'queued', createdS: Math.floor(acceptedAtMs / 1000), tokensTotal: tokenIds.length };
 }

@@ -69,6 +69,8 @@ export interface GenerationRequest {
   readonly ignoreEos: boolean;
   readonly stream: boolean;
   readonly includeUsage: boolean;
+  /** The request id to use (batch lines derive theirs); a fresh one when absent. */
+  readonly requestId?: string;
 }
 
 export interface GenerationPlan {
@@ -137,7 +139,7 @@ export async function planGeneration(deps: GatewayDeps, request: GenerationReque
     }
   }
 
-  const requestId = newRequestId(request.endpoint);
+  const requestId = request.requestId ?? newRequestId(request.endpoint);
   const acceptedAtMs = Date.now();
   const route: GenerationRoute = request.documentId !== null ? 'document' : request.promptIds.length >= limits.prefillThresholdTokens ? 'prefill' : 'decode';
   const ids = [...request.promptIds];
@@ -164,8 +166,14 @@ export async function planGeneration(deps: GatewayDeps, request: GenerationReque
   return { request, requestId, route, acceptedAtMs, promptTokens, documentTokens, decodeJob, prefillJob };
 }
 
+export interface EnqueueOptions {
+  /** BullMQ priority of the jobs (batch lines); interactive requests have none and run first. */
+  readonly priority?: number;
+}
+
 /** Refuses with 429 when the queue's backlog reached CSA2_MAX_QUEUE_DEPTH, else adds the plan's first job. */
-export async function enqueueGeneration(deps: GatewayDeps, plan: GenerationPlan): Promise<void> {
+export async function enqueueGeneration(deps: GatewayDeps, plan: GenerationPlan, options: EnqueueOptions = {}): Promise<void> {
+  const priority = options.priority !== undefined ? { priority: options.priority } : {};
   if (!deps.inflight.isAccepting) throw new ApiError(503, 'the server is shutting down', { code: 'shutting_down', headers: { 'retry-after': '1' } });
   const queue = plan.prefillJob !== null ? deps.queues.prefill : deps.queues.decode;
   try {
@@ -178,10 +186,10 @@ export async function enqueueGeneration(deps: GatewayDeps, plan: GenerationPlan)
       });
     }
     if (plan.prefillJob !== null) {
-      await deps.queues.prefill.add(PREFILL_JOB_NAME, plan.prefillJob, { ...DEFAULT_PREFILL_JOB_OPTIONS, jobId: requestPrefillJobId(plan.requestId) });
+      await deps.queues.prefill.add(PREFILL_JOB_NAME, plan.prefillJob, { ...DEFAULT_PREFILL_JOB_OPTIONS, ...priority, jobId: requestPrefillJobId(plan.requestId) });
       deps.metrics.prefillTokens.inc({ kind: 'prompt' }, plan.prefillJob.kind === 'prompt' ? plan.prefillJob.tokenIds.length : 0);
     } else {
-      await deps.queues.decode.add(DECODE_JOB_NAME, plan.decodeJob, { ...DEFAULT_DECODE_JOB_OPTIONS, jobId: requestDecodeJobId(plan.requestId) });
+      await deps.queues.decode.add(DECODE_JOB_NAME, plan.decodeJob, { ...DEFAULT_DECODE_JOB_OPTIONS, ...priority, jobId: requestDecodeJobId(plan.requestId) });
     }
   } catch (err) {
     if (isRedisUnavailable(err)) throw redisUnavailable(err);

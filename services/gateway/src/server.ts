@@ -14,6 +14,7 @@ import type { Env } from '@csa2/jobs';
 import { createApp, type GatewayApp } from './app.js';
 import { loadGatewayConfig } from './config.js';
 import { connectGatewayDeps, type GatewayDeps } from './deps.js';
+import { startBatchDrivers, type BatchDrivers } from './batch/batch-worker.js';
 
 /** After the requests in flight ended, how long their connections get to flush before they are cut. */
 const CLOSE_FLUSH_MS = 1000;
@@ -61,10 +62,21 @@ export async function startGateway(env: Env = process.env, options: StartOptions
     await connected.close();
     throw err;
   }
+  let drivers: BatchDrivers;
+  try {
+    drivers = await startBatchDrivers(deps);
+  } catch (err) {
+    server.close();
+    await connected.close();
+    throw err;
+  }
   const port = (server.address() as AddressInfo).port;
   const host = config.host.includes(':') ? `[${config.host}]` : config.host;
   const url = `http://${host === '0.0.0.0' || host === '[::]' ? '127.0.0.1' : host}:${port}`;
   const apiKey = connected.generatedApiKey ?? [...deps.apiKeys.keys()][0] ?? '';
+  if (connected.generatedOperatorKey !== null) {
+    deps.logger.info({ operatorKey: connected.generatedOperatorKey, statusPage: `${url}/` }, 'CSA2_OPERATOR_KEYS is unset: generated an operator key (status page) for this run');
+  }
   if (connected.generatedApiKey !== null) {
     deps.logger.info({ apiKey: connected.generatedApiKey, tenant: deps.apiKeys.get(connected.generatedApiKey) }, 'CSA2_API_KEYS is unset: generated an API key for this run');
   }
@@ -80,6 +92,8 @@ export async function startGateway(env: Env = process.env, options: StartOptions
     close() {
       closing ??= (async () => {
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+        // running batches go back to their queue at once (their lines keep running on the workers)
+        await drivers.close();
         await deps.inflight.drain(config.shutdownGraceMs);
         // Responses just ended (error events of cancelled streams) get a moment to flush.
         server.closeIdleConnections();

@@ -109,18 +109,21 @@ export class Pipeline {
     const child = spawn(process.execPath, [join(REPO_ROOT, ENTRY[name])], { cwd: REPO_ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
     this.procs.set(id, child);
     if (name !== 'gateway') this.httpPorts.set(id, Number(env['CSA2_WORKER_HTTP_PORT']));
-    let ready = READY_TEXT[name] === null;
+    // the gateway is ready when /readyz answers 200 (polled below), a worker when it logged READY_TEXT
+    let ready = false;
     const onData = (d: Buffer) => {
       const text = d.toString();
       this.logs.push(...text.split('\n').filter((l) => l.length > 0).map((l) => `[${id}] ${l}`));
       if (this.logs.length > 4000) this.logs.splice(0, this.logs.length - 4000);
-      if (!ready && text.includes(READY_TEXT[name] as string)) ready = true;
+      const readyText = READY_TEXT[name];
+      if (!ready && readyText !== null && text.includes(readyText)) ready = true;
     };
     child.stdout?.on('data', onData);
     child.stderr?.on('data', onData);
-    child.on('exit', () => {
+    child.on('exit', (code, signal) => {
       this.procs.delete(id);
       this.httpPorts.delete(id);
+      this.logs.push(`[${id}] exited (${signal ?? code})`);
     });
     const deadline = Date.now() + 60_000;
     for (;;) {

@@ -4,7 +4,7 @@
  * config loaders (compiled, in services/<name>/dist/config.js, built by the root `tsc -b` before the
  * tests run) and the environment variables their config.ts files read.
  */
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -34,9 +34,20 @@ export async function loadServiceConfig(service: ServiceName, env: Env): Promise
   return (load as (e: Env) => unknown)(env);
 }
 
-/** The environment variables a service's src/config.ts reads (`env*(env, 'NAME'…)`, `envRedisUrl(env)`). */
+/** Config files of a service: src/config.ts and any src/<dir>/<name>-config.ts it delegates to. */
+function configSources(service: ServiceName): string {
+  const src = join(REPO_ROOT, 'services', service, 'src');
+  const files = [join(src, 'config.ts')];
+  for (const dir of readdirSync(src, { withFileTypes: true })) {
+    if (!dir.isDirectory()) continue;
+    for (const f of readdirSync(join(src, dir.name))) if (f.endsWith('-config.ts')) files.push(join(src, dir.name, f));
+  }
+  return files.map((f) => readFileSync(f, 'utf8')).join('\n');
+}
+
+/** The environment variables a service's config files read (`env*(env, 'NAME'…)`, `envRedisUrl(env)`). */
 export function serviceEnvVariables(service: ServiceName): string[] {
-  const source = readFileSync(join(REPO_ROOT, 'services', service, 'src', 'config.ts'), 'utf8');
+  const source = configSources(service);
   const names = new Set<string>();
   for (const m of source.matchAll(/\benv[A-Za-z]*\(\s*env\s*,\s*'([A-Z][A-Z0-9_]*)'/g)) names.add(m[1] as string);
   for (const m of source.matchAll(/\benvRedisUrl\(\s*env\s*(?:,\s*'([A-Z][A-Z0-9_]*)')?\s*\)/g)) names.add(m[1] ?? 'REDIS_URL');

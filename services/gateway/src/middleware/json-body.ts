@@ -7,12 +7,13 @@ import type { Context, MiddlewareHandler } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { ApiError, invalidRequest } from '../errors.js';
 
-/** 413 in OpenAI's shape for bodies over `maxBodyBytes`. */
-export function maxBody(options: { readonly maxBodyBytes: number }): MiddlewareHandler {
+/** 413 in OpenAI's shape for bodies over `maxBodyBytes` (`variable`: the setting named in the message, @defaultValue 'CSA2_MAX_BODY_BYTES'). */
+export function maxBody(options: { readonly maxBodyBytes: number; readonly variable?: string }): MiddlewareHandler {
+  const variable = options.variable ?? 'CSA2_MAX_BODY_BYTES';
   return bodyLimit({
     maxSize: options.maxBodyBytes,
     onError: () => {
-      throw new ApiError(413, `The request body is too large: the limit is ${options.maxBodyBytes} bytes (CSA2_MAX_BODY_BYTES)`, { code: 'request_too_large' });
+      throw new ApiError(413, `The request body is too large: the limit is ${options.maxBodyBytes} bytes (${variable})`, { code: 'request_too_large' });
     },
   });
 }

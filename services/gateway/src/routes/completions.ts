@@ -68,63 +68,81 @@ async function generate(c: Parameters<typeof respondGeneration>[0], deps: Gatewa
   return respondGeneration(c, deps, plan);
 }
 
+/**
+ * The token ids of a completion prompt as the model sees them after the document (if any): text is
+ * tokenized with the tokenizer's BOS in front unless a document precedes it (`addBos` false drops
+ * it too); token ids are checked against the vocabulary and passed as given.
+ */
+export async function completionPromptIds(deps: GatewayDeps, prompt: CompletionRequest['prompt'], options: { documentId: string | null; addBos?: boolean }): Promise<number[]> {
+  const normalized = normalizePrompt(prompt);
+  if (normalized.kind === 'text') {
+    const ids = await deps.tokenize.encode(normalized.text);
+    if (deps.tokenizer.bosId !== null && options.documentId === null && options.addBos !== false) ids.unshift(deps.tokenizer.bosId);
+    return ids;
+  }
+  const ids = [...normalized.ids];
+  try {
+    validateTokenIds(ids, deps.model.vocabSize);
+  } catch (err) {
+    throw invalidRequest(`Invalid value for 'prompt': ${err instanceof Error ? err.message : String(err)}`, 'prompt', 'invalid_value');
+  }
+  return ids;
+}
+
+/** The token ids of chat messages as the model sees them: the tokenizer's chat template, whose BOS is dropped after a document. */
+export async function chatPromptIds(deps: GatewayDeps, messages: ChatRequest['messages'], options: { documentId: string | null }): Promise<number[]> {
+  const ids = await deps.tokenize.applyChatTemplate(normalizeMessages(messages));
+  if (options.documentId !== null && deps.tokenizer.bosId !== null && ids[0] === deps.tokenizer.bosId) ids.shift();
+  return ids;
+}
+
+/** A /v1/completions body → the GenerationRequest it stands for (parsed, checked, tokenized). Throws ApiError 400s. */
+export async function completionRequest(deps: GatewayDeps, tenant: string, raw: unknown, reqId?: string): Promise<GenerationRequest> {
+  const body = parseRequest(CompletionRequestSchema, raw);
+  checkCompletionUnsupported(body);
+  const documentId = body.document_id ?? null;
+  return {
+    ...(reqId !== undefined ? { reqId } : {}),
+    endpoint: 'completions',
+    tenant,
+    model: body.model,
+    promptIds: await completionPromptIds(deps, body.prompt, { documentId }),
+    promptParam: 'prompt',
+    documentId,
+    maxTokens: body.max_tokens ?? null,
+    maxTokensParam: 'max_tokens',
+    ...sampling(body, vocabLimit(deps)),
+  };
+}
+
+/** A /v1/chat/completions body → the GenerationRequest it stands for. Throws ApiError 400s. */
+export async function chatRequest(deps: GatewayDeps, tenant: string, raw: unknown, reqId?: string): Promise<GenerationRequest> {
+  const body = parseRequest(ChatRequestSchema, raw);
+  checkChatUnsupported(body);
+  const documentId = body.document_id ?? null;
+  const useCompletionTokens = body.max_completion_tokens !== null && body.max_completion_tokens !== undefined;
+  return {
+    ...(reqId !== undefined ? { reqId } : {}),
+    endpoint: 'chat',
+    tenant,
+    model: body.model,
+    promptIds: await chatPromptIds(deps, body.messages, { documentId }),
+    promptParam: 'messages',
+    documentId,
+    maxTokens: (useCompletionTokens ? body.max_completion_tokens : body.max_tokens) ?? null,
+    maxTokensParam: useCompletionTokens ? 'max_completion_tokens' : 'max_tokens',
+    ...sampling(body, vocabLimit(deps)),
+  };
+}
+
+/** Ids the workers can sample (engine: min(tokenizer vocabulary, model rows)): logit_bias keys must be below. */
+function vocabLimit(deps: GatewayDeps): number {
+  return Math.min(deps.tokenizer.vocabSize, deps.model.vocabSize);
+}
+
 export function completionsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVariables & RequestIdVariables }> {
   const app = new Hono<{ Variables: TenantVariables & RequestIdVariables }>();
-  const { tokenizer } = deps;
-  // ids the workers can sample (engine: min(tokenizer vocabulary, model rows)): logit_bias keys must be below
-  const vocabLimit = Math.min(tokenizer.vocabSize, deps.model.vocabSize);
-
-  app.post('/completions', async (c) => {
-    const body = parseRequest(CompletionRequestSchema, await readJson(c));
-    checkCompletionUnsupported(body);
-    const documentId = body.document_id ?? null;
-    const prompt = normalizePrompt(body.prompt);
-    let promptIds: number[];
-    if (prompt.kind === 'text') {
-      promptIds = await deps.tokenize.encode(prompt.text);
-      if (tokenizer.bosId !== null && documentId === null) promptIds.unshift(tokenizer.bosId);
-    } else {
-      promptIds = [...prompt.ids];
-      try {
-        validateTokenIds(promptIds, deps.model.vocabSize);
-      } catch (err) {
-        throw invalidRequest(`Invalid value for 'prompt': ${err instanceof Error ? err.message : String(err)}`, 'prompt', 'invalid_value');
-      }
-    }
-    return generate(c, deps, {
-      reqId: c.get('reqId'),
-      endpoint: 'completions',
-      tenant: c.get('tenant'),
-      model: body.model,
-      promptIds,
-      promptParam: 'prompt',
-      documentId,
-      maxTokens: body.max_tokens ?? null,
-      maxTokensParam: 'max_tokens',
-      ...sampling(body, vocabLimit),
-    });
-  });
-
-  app.post('/chat/completions', async (c) => {
-    const body = parseRequest(ChatRequestSchema, await readJson(c));
-    checkChatUnsupported(body);
-    const documentId = body.document_id ?? null;
-    const promptIds = await deps.tokenize.applyChatTemplate(normalizeMessages(body.messages));
-    if (documentId !== null && tokenizer.bosId !== null && promptIds[0] === tokenizer.bosId) promptIds.shift();
-    const useCompletionTokens = body.max_completion_tokens !== null && body.max_completion_tokens !== undefined;
-    return generate(c, deps, {
-      reqId: c.get('reqId'),
-      endpoint: 'chat',
-      tenant: c.get('tenant'),
-      model: body.model,
-      promptIds,
-      promptParam: 'messages',
-      documentId,
-      maxTokens: (useCompletionTokens ? body.max_completion_tokens : body.max_tokens) ?? null,
-      maxTokensParam: useCompletionTokens ? 'max_completion_tokens' : 'max_tokens',
-      ...sampling(body, vocabLimit),
-    });
-  });
-
+  app.post('/completions', async (c) => generate(c, deps, await completionRequest(deps, c.get('tenant'), await readJson(c), c.get('reqId'))));
+  app.post('/chat/completions', async (c) => generate(c, deps, await chatRequest(deps, c.get('tenant'), await readJson(c), c.get('reqId'))));
   return app;
 }

@@ -22,24 +22,25 @@ import { parseRequest } from '../openai/schemas.js';
 /** Documents per POST at most. */
 export const MAX_DOCUMENTS_PER_REQUEST = 256;
 
-const DocumentInputSchema = z.object({
+export const DocumentInputSchema = z.object({
   id: z.string().regex(ID_PATTERN, 'must match [A-Za-z0-9_-]{1,64}').optional(),
   text: z.string().optional(),
   token_ids: z.array(z.number().int().nonnegative()).optional(),
   model: z.string().optional(),
 });
-const BatchSchema = z.object({
+export const BatchSchema = z.object({
   documents: z.array(DocumentInputSchema).min(1, 'must list at least one document').max(MAX_DOCUMENTS_PER_REQUEST, `at most ${MAX_DOCUMENTS_PER_REQUEST} documents per request`),
   model: z.string().optional(),
 });
 type DocumentInput = z.infer<typeof DocumentInputSchema>;
 
-interface PreparedDocument {
+export interface PreparedDocument {
   readonly id: string;
   readonly tokenIds: number[];
 }
 
-async function prepare(deps: GatewayDeps, input: DocumentInput, param: (field: string) => string): Promise<PreparedDocument> {
+/** Checks and tokenizes one document of a POST /v1/documents (also a batch line's body); throws ApiError 400s. */
+export async function prepareDocument(deps: GatewayDeps, input: DocumentInput, param: (field: string) => string): Promise<PreparedDocument> {
   const { tokenizer, limits } = deps;
   if (input.model !== undefined && input.model !== deps.model.name) throw modelNotFound(input.model, deps.model.name, param('model'));
   if ((input.text === undefined) === (input.token_ids === undefined)) {
@@ -69,20 +70,22 @@ async function prepare(deps: GatewayDeps, input: DocumentInput, param: (field: s
 }
 
 /** `limit` (1..100, default 20), `after` (an id) and `order` (only asc) of GET /v1/documents; 400 naming the parameter otherwise. */
+/** GET /v1/documents query parameters (the OpenAPI document shows this schema). */
+export const DocumentListQuerySchema = z.object({
+  limit: z
+    .string()
+    .regex(/^[0-9]+$/, `expected an integer from 1 to ${MAX_DOCUMENT_LIST_LIMIT}`)
+    .transform(Number)
+    .refine((n) => n >= 1 && n <= MAX_DOCUMENT_LIST_LIMIT, `expected an integer from 1 to ${MAX_DOCUMENT_LIST_LIMIT}`)
+    .optional()
+    .meta({ description: `page size, 1 to ${MAX_DOCUMENT_LIST_LIMIT} (default ${DEFAULT_DOCUMENT_LIST_LIMIT})` }),
+  after: z.string().regex(ID_PATTERN, 'a document id matches [A-Za-z0-9_-]{1,64}').optional().meta({ description: 'list the ids after this one (the last page\'s last_id)' }),
+  order: z.literal('asc', { error: "documents are listed by id in ascending order only ('asc')" }).optional(),
+});
+
 function parseListQuery(q: Record<string, string>): DocumentListQuery {
-  const limitText = q['limit'];
-  let limit = DEFAULT_DOCUMENT_LIST_LIMIT;
-  if (limitText !== undefined) {
-    limit = Number(limitText);
-    if (!/^[0-9]+$/.test(limitText) || limit < 1 || limit > MAX_DOCUMENT_LIST_LIMIT) {
-      throw invalidRequest(`Invalid value for 'limit': expected an integer from 1 to ${MAX_DOCUMENT_LIST_LIMIT}, got '${limitText}'`, 'limit', 'invalid_value');
-    }
-  }
-  const after = q['after'];
-  if (after !== undefined && !ID_PATTERN.test(after)) throw invalidRequest(`Invalid value for 'after': a document id matches [A-Za-z0-9_-]{1,64}`, 'after', 'invalid_value');
-  const order = q['order'];
-  if (order !== undefined && order !== 'asc') throw invalidRequest(`Invalid value for 'order': documents are listed by id in ascending order only ('asc')`, 'order', 'invalid_value');
-  return { limit, ...(after !== undefined ? { after } : {}) };
+  const parsed = parseRequest(DocumentListQuerySchema, q);
+  return { limit: parsed.limit ?? DEFAULT_DOCUMENT_LIST_LIMIT, ...(parsed.after !== undefined ? { after: parsed.after } : {}) };
 }
 
 function mapRedis(err: unknown): never {
@@ -102,7 +105,7 @@ export function documentsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVari
       const body = parseRequest(BatchSchema, raw);
       docs = [];
       for (const [i, d] of body.documents.entries()) {
-        docs.push(await prepare(deps, { ...d, ...(d.model === undefined && body.model !== undefined ? { model: body.model } : {}) }, (f) => `documents[${i}].${f}`));
+        docs.push(await prepareDocument(deps, { ...d, ...(d.model === undefined && body.model !== undefined ? { model: body.model } : {}) }, (f) => `documents[${i}].${f}`));
       }
       const seen = new Set<string>();
       for (const [i, d] of docs.entries()) {
@@ -110,7 +113,7 @@ export function documentsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVari
         seen.add(d.id);
       }
     } else {
-      docs = [await prepare(deps, parseRequest(DocumentInputSchema, raw), (f) => f)];
+      docs = [await prepareDocument(deps, parseRequest(DocumentInputSchema, raw), (f) => f)];
     }
     if (!deps.inflight.isAccepting) throw new ApiError(503, 'the server is shutting down', { code: 'shutting_down', headers: { 'retry-after': '1' } });
     const acceptedAtMs = Date.now();
@@ -121,7 +124,7 @@ export function documentsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVari
       if (backlog + docs.length > deps.limits.maxQueueDepth) {
         throw new ApiError(429, `The server is overloaded: ${waiting(backlog, 'job')} for the prefill workers. Please retry shortly.`, { code: 'queue_full', headers: { 'retry-after': '1' } });
       }
-      for (const d of docs) results.push(documentObject(d.id, await ingestDocument(deps, tenant, d.id, d.tokenIds, acceptedAtMs, c.get('reqId'))));
+      for (const d of docs) results.push(documentObject(d.id, await ingestDocument(deps, tenant, d.id, d.tokenIds, acceptedAtMs, { reqId: c.get('reqId') })));
     } catch (err) {
       mapRedis(err);
     }

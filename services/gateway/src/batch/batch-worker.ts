@@ -1,0 +1,112 @@
+/**
+ * @module batch/batch-worker
+ * The batch drivers of one gateway: a BullMQ Worker on the `csa2-batch` queue, one job per batch
+ * (`batch.<batchId>`), processed by runBatch. BullMQ's job lock makes one gateway the driver of a
+ * batch at a time; when that gateway dies its job stalls and another gateway (or the same one,
+ * restarted) takes it over within CSA2_BATCH_LOCK_DURATION_MS + CSA2_BATCH_STALLED_INTERVAL_MS and
+ * continues from Redis and the store (batch/runner.ts). On a graceful shutdown the worker stops
+ * taking jobs, the running batches are handed back to the queue (due again after
+ * HAND_BACK_DELAY_MS, no attempt used) and their lines keep running on the workers. An
+ * infrastructure failure (Redis, store) fails the attempt; it is retried every 5 s.
+ */
+import { DelayedError, Queue, Worker, connectRedis, type Job, type JobsOptions } from '@csa2/jobs';
+import type { GatewayDeps } from '../deps.js';
+import { BatchStore } from './batch-store.js';
+import { BATCH_JOB_NAME, BATCH_QUEUE, batchJobId } from './keys.js';
+import { runBatch } from './runner.js';
+
+/** The driver job's payload. */
+export interface BatchRunJob {
+  readonly v: 1;
+  readonly batchId: string;
+  readonly tenant: string;
+}
+
+/** Options of a driver job: retried (every 5 s) for as long as infrastructure failures last; the batch's own expiry bounds it. */
+export const BATCH_JOB_OPTIONS = {
+  attempts: 100_000,
+  backoff: { type: 'fixed', delay: 5000 },
+  removeOnComplete: true,
+  removeOnFail: { age: 7 * 24 * 3600 },
+} as const satisfies JobsOptions;
+
+/** Adds the batch's driver job (a no-op when it exists). */
+export async function enqueueBatchRun(queue: Queue<BatchRunJob>, batchId: string, tenant: string): Promise<void> {
+  await queue.add(BATCH_JOB_NAME, { v: 1, batchId, tenant }, { ...BATCH_JOB_OPTIONS, jobId: batchJobId(batchId) });
+}
+
+export function createBatchQueue(deps: Pick<GatewayDeps, 'redis'>): Queue<BatchRunJob> {
+  const queue = new Queue<BatchRunJob>(BATCH_QUEUE, { connection: deps.redis });
+  queue.on('error', () => undefined); // the connection's own listener logs
+  return queue;
+}
+
+/**
+ * A batch handed back on shutdown is due again after this long, so that the closing gateway's worker
+ * (still winding down) cannot take it again; another gateway, or this one restarted, does.
+ */
+export const HAND_BACK_DELAY_MS = 1000;
+
+export interface BatchDrivers {
+  /** null when CSA2_BATCH_CONCURRENCY is 0 (this gateway drives no batch). */
+  readonly worker: Worker<BatchRunJob> | null;
+  /** Hands running batches back to the queue and closes the worker; idempotent. */
+  close(): Promise<void>;
+}
+
+/** Starts this gateway's batch drivers (CSA2_BATCH_CONCURRENCY at a time). */
+export async function startBatchDrivers(deps: GatewayDeps): Promise<BatchDrivers> {
+  const config = deps.config.batch;
+  if (config.concurrency === 0) return { worker: null, close: async () => undefined };
+  const connection = connectRedis(deps.config.redisUrl, { connectionName: 'csa2-gateway-batch' });
+  connection.on('error', () => undefined); // the gateway's main connection logs Redis trouble
+  const runner = { deps, batches: new BatchStore(deps.redis), config };
+  let closing = false;
+  const running = new Set<AbortController>();
+  const worker = new Worker<BatchRunJob>(
+    BATCH_QUEUE,
+    async (job: Job<BatchRunJob>, token, signal) => {
+      const controller = new AbortController();
+      const onAbort = (): void => controller.abort();
+      signal?.addEventListener('abort', onAbort, { once: true });
+      running.add(controller);
+      // a job taken while this gateway closes goes straight back
+      if (closing) controller.abort();
+      try {
+        const result = await runBatch(runner, job.data.batchId, controller.signal);
+        if (result === 'detached') {
+          deps.logger.info({ batchId: job.data.batchId }, 'handing the batch back (shutting down)');
+          await job.moveToDelayed(Date.now() + HAND_BACK_DELAY_MS, token);
+          throw new DelayedError();
+        }
+      } finally {
+        running.delete(controller);
+        signal?.removeEventListener('abort', onAbort);
+      }
+    },
+    {
+      connection,
+      concurrency: config.concurrency,
+      lockDuration: config.lockDurationMs,
+      stalledInterval: config.stalledIntervalMs,
+      // a gateway that dies mid-batch stalls its job: never give a batch up for that
+      maxStalledCount: 1_000_000,
+    },
+  );
+  worker.on('error', (err) => deps.logger.warn({ err: err.message }, 'batch worker error'));
+  worker.on('failed', (job, err) => deps.logger.warn({ batchId: job?.data.batchId, err: err.message }, 'batch driver attempt failed; retrying'));
+  let closingDone: Promise<void> | null = null;
+  return {
+    worker,
+    close() {
+      closingDone ??= (async () => {
+        closing = true;
+        const closed = worker.close();
+        for (const c of running) c.abort();
+        await closed;
+        connection.disconnect();
+      })();
+      return closingDone;
+    },
+  };
+}
