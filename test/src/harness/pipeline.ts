@@ -103,12 +103,13 @@ export class Pipeline {
     const id = `${name}#${++this.instance}`;
     const child = spawn(process.execPath, [join(REPO_ROOT, ENTRY[name])], { cwd: REPO_ROOT, env: this.env, stdio: ['ignore', 'pipe', 'pipe'] });
     this.procs.set(id, child);
-    let ready = READY_TEXT[name] === null;
+    let ready = false; // the gateway: once /readyz answers 200; a worker: once it logs READY_TEXT
     const onData = (d: Buffer) => {
       const text = d.toString();
       this.logs.push(...text.split('\n').filter((l) => l.length > 0).map((l) => `[${id}] ${l}`));
       if (this.logs.length > 4000) this.logs.splice(0, this.logs.length - 4000);
-      if (!ready && text.includes(READY_TEXT[name] as string)) ready = true;
+      const readyText = READY_TEXT[name];
+      if (!ready && readyText !== null && text.includes(readyText)) ready = true;
     };
     child.stdout?.on('data', onData);
     child.stderr?.on('data', onData);
