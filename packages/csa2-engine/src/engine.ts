@@ -75,6 +75,11 @@ export interface IngestRequest {
   readonly chunkTokens?: number;
   /** Encoder replay when leading chunks are reused. @defaultValue 128 */
   readonly replayTokens?: number;
+  /**
+   * When the document was accepted (ms since epoch): the manifest's createdAt, so that a document's
+   * creation time is the same before and after it is encoded (and on every retry). @defaultValue now
+   */
+  readonly createdAtMs?: number;
 }
 
 export interface IngestProgress {
@@ -373,7 +378,15 @@ export class Engine {
     if (ids.length === 0) throw new InputError(`document ${req.documentId} is empty`);
     const chunkTokens = req.chunkTokens ?? this.options.chunkTokens ?? DEFAULT_CHUNK_TOKENS;
     const replayTokens = req.replayTokens ?? DEFAULT_REPLAY_TOKENS;
-    const writer = new ArtifactWriter({ store, layout: this.layout, tenant: req.tenant, documentId: req.documentId, chunkTokens });
+    const createdAtMs = req.createdAtMs;
+    const writer = new ArtifactWriter({
+      store,
+      layout: this.layout,
+      tenant: req.tenant,
+      documentId: req.documentId,
+      chunkTokens,
+      ...(createdAtMs !== undefined ? { now: () => new Date(createdAtMs) } : {}),
+    });
     const seq = this.model.createSequence();
     // leading chunks that exist already (an equal prefix ingested before) are loaded, not encoded
     const reusedChunks = ids.length > chunkTokens ? await existingChunkPrefix(store, this.layout, req.tenant, ids, chunkTokens) : 0;

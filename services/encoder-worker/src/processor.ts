@@ -129,6 +129,7 @@ export function createEncodeProcessor(deps: EncodeDeps): EncodeProcessor {
       documentId: data.documentId,
       ...('text' in data.input ? { text: data.input.text } : { tokenIds: data.input.tokenIds }),
       ...(deps.chunkTokens !== undefined ? { chunkTokens: deps.chunkTokens } : {}),
+      createdAtMs: data.acceptedAtMs,
     };
     const out = await ingest(job, req, signal);
     log('info', 'document ingested', { jobId: job.id, tenant: data.tenant, documentId: data.documentId, tokens: out.tokens, reusedTokens: out.reusedTokens, bytesWritten: out.bytesWritten });
@@ -159,7 +160,7 @@ export function createEncodeProcessor(deps: EncodeDeps): EncodeProcessor {
     }
     const out = await ingest(
       job,
-      { tenant, documentId, tokenIds: data.tokenIds, ...(deps.chunkTokens !== undefined ? { chunkTokens: deps.chunkTokens } : {}) },
+      { tenant, documentId, tokenIds: data.tokenIds, createdAtMs: data.acceptedAtMs, ...(deps.chunkTokens !== undefined ? { chunkTokens: deps.chunkTokens } : {}) },
       signal,
     );
     const decode: DecodeJob = { ...data.decode, documentId };

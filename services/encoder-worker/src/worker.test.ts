@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { fixturesRoot } from '@csa2/core';
+import { FsObjectStore, manifestObjectKey, parseManifest } from '@csa2/artifacts';
 import {
   DECODE_QUEUE,
   DEFAULT_PREFILL_JOB_OPTIONS,
@@ -242,6 +243,17 @@ test('the encoded prompt is a stored document of the request\'s tenant that gene
     host.generate({ promptIds: SUFFIX, document: { tenant: 'other-tenant', documentId: promptDocumentId(longRequestId) }, maxTokens: 1, sampling: SAMPLING }),
     (err: unknown) => (err as { code?: string }).code === 'not-found',
   );
+});
+
+test('a document\'s manifest records when the document was accepted, so its created_at stays the same once it is ready', async () => {
+  const acceptedAtMs = Date.now() - 90_000;
+  await prefill({ ...documentJob('dated', { tokenIds: ids(40, 21) }), acceptedAtMs }, 'doc-dated');
+  const { state, job } = await waitForJobSettled(prefillQueue, 'doc-dated');
+  assert.equal(state, 'completed', job.failedReason);
+  const store = new FsObjectStore(storeDir);
+  const key = manifestObjectKey(TENANT, 'dated');
+  const manifest = parseManifest(key, await store.get(key));
+  assert.equal(Date.parse(manifest.createdAt), acceptedAtMs);
 });
 
 test('close() lets the running ingest finish', async () => {

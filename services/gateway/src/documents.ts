@@ -83,6 +83,16 @@ function tokensOf(job: Job<PrefillJob, PrefillResult>): number | null {
   return null;
 }
 
+/**
+ * When the document was accepted: the payload's acceptedAtMs, which the encoder also writes into the
+ * manifest (createdAt), so `created_at` is the same while queued, encoding and once ready. A job
+ * without one (another producer) falls back to its BullMQ timestamp.
+ */
+function acceptedAtMsOf(job: Job<PrefillJob, PrefillResult>): number {
+  const at: unknown = (job.data as { acceptedAtMs?: unknown } | undefined)?.acceptedAtMs;
+  return typeof at === 'number' && Number.isFinite(at) && at >= 0 ? at : job.timestamp;
+}
+
 function progressOf(job: Job<PrefillJob, PrefillResult>): PrefillProgress | null {
   const p: unknown = job.progress;
   if (typeof p !== 'object' || p === null) return null;
@@ -107,7 +117,7 @@ export async function documentStatus(deps: GatewayDeps, tenant: string, document
   const state = await deps.queues.prefill.getJobState(jobId);
   const job = state === 'unknown' ? undefined : await deps.queues.prefill.getJob(jobId);
   if (job === undefined) return null;
-  const createdS = Math.floor(job.timestamp / 1000);
+  const createdS = Math.floor(acceptedAtMsOf(job) / 1000);
   switch (state) {
     case 'active': {
       await observeQueueWait(deps, job);

@@ -34,7 +34,7 @@ describe('documents: ingest, status lifecycle, delete, tenant scoping', () => {
       const total = 'tokenIds' in data.input ? data.input.tokenIds.length : 0;
       await job.updateProgress({ tokensDone: 4, tokensTotal: total });
       await new Promise<void>((resolve) => gates.set(data.documentId, resolve));
-      await writeManifest(h, data.tenant, data.documentId, total, 8);
+      await writeManifest(h, data.tenant, data.documentId, total, 8, data.acceptedAtMs);
       return { documentId: data.documentId, tokens: total, bytesWritten: total * 100, artifactBytes: total * 100, reusedTokens: 0 };
     });
   }
@@ -50,7 +50,8 @@ describe('documents: ingest, status lifecycle, delete, tenant scoping', () => {
     assert.deepEqual(await status('guide'), [200, body]);
   });
 
-  test('queued → encoding (with progress) → ready (tokens, bytes from the manifest)', async () => {
+  test('queued → encoding (with progress) → ready (tokens, bytes from the manifest); created_at stays the same', async () => {
+    const createdAt = (await status('guide'))[1]['created_at'];
     startEncoder();
     const encoding = await waitFor('encoding', async () => {
       const [code, doc] = await status('guide');
@@ -58,6 +59,7 @@ describe('documents: ingest, status lifecycle, delete, tenant scoping', () => {
       return doc['status'] === 'encoding' && doc['progress'] !== undefined && (doc['progress'] as Doc)['tokens_done'] === 4 ? doc : undefined;
     });
     assert.deepEqual(encoding['progress'], { tokens_done: 4, tokens_total: 11 });
+    assert.equal(encoding['created_at'], createdAt);
     gates.get('guide')?.();
     const ready = await waitFor('ready', async () => {
       const [, doc] = await status('guide');
@@ -65,6 +67,7 @@ describe('documents: ingest, status lifecycle, delete, tenant scoping', () => {
     });
     assert.equal(ready['tokens'], 11);
     assert.equal(ready['bytes'], 1100);
+    assert.equal(ready['created_at'], createdAt);
     const metrics = await (await h.app.request('http://gateway.test/metrics')).text();
     assert.match(metrics, /^csa2_artifact_bytes_total\{kind="document"\} 1100$/m);
     assert.match(metrics, /^csa2_queue_wait_seconds_count\{queue="prefill"\} 1$/m);
