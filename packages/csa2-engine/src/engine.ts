@@ -63,6 +63,11 @@ export interface EngineOptions {
 export interface DocumentRef {
   readonly tenant: string;
   readonly documentId: string;
+  /**
+   * How many of its tokens count as cached in the outcome (`cachedTokens`): those served from chunks
+   * stored before the request. @defaultValue all of them (an ingested document)
+   */
+  readonly cachedTokens?: number;
 }
 
 export interface IngestRequest {
@@ -85,6 +90,8 @@ export interface IngestRequest {
 export interface IngestProgress {
   readonly tokensDone: number;
   readonly tokensTotal: number;
+  /** Leading tokens whose chunks were already stored (loaded, not encoded). */
+  readonly reusedTokens: number;
 }
 
 export interface IngestOutcome {
@@ -290,7 +297,7 @@ export class Engine {
     await reader.loadInto(seq, manifest);
     const stream = await this.model.encode(seq, promptIds, { replayTokens, keepRows: replayTokens });
     const logits = await this.model.decoderReplay(seq, stream);
-    return { seq, logits, cachedTokens: manifest.tokenCount };
+    return { seq, logits, cachedTokens: Math.min(manifest.tokenCount, doc.cachedTokens ?? manifest.tokenCount) };
   }
 
   async generate(req: GenerateRequest, hooks: GenerateHooks = {}): Promise<GenerateOutcome> {
@@ -398,7 +405,7 @@ export class Engine {
     }
     const segmentStart = reusedTokens === 0 ? 0 : Math.max(0, reusedTokens - Math.max(1, replayTokens));
     const total = ids.length;
-    hooks.onProgress?.({ tokensDone: reusedTokens, tokensTotal: total });
+    hooks.onProgress?.({ tokensDone: reusedTokens, tokensTotal: total, reusedTokens });
     const rest = ids.slice(reusedTokens);
     let pendingWrite: Promise<void> = Promise.resolve();
     if (rest.length > 0) {
@@ -410,7 +417,7 @@ export class Engine {
           const upto = segmentStart + done;
           pendingWrite = writer.writeAvailable(seq, upto);
           pendingWrite.catch(() => undefined); // surfaced by finish()
-          hooks.onProgress?.({ tokensDone: Math.max(reusedTokens, upto), tokensTotal: total });
+          hooks.onProgress?.({ tokensDone: Math.max(reusedTokens, upto), tokensTotal: total, reusedTokens });
         },
       });
     }

@@ -27,6 +27,13 @@ export const DecodeJobSchema = z.object({
   promptIds: tokenIds,
   /** A stored document whose tokens precede promptIds (an ingested document or an encoded long prompt). */
   documentId: id.nullable(),
+  /**
+   * How many of the document's tokens to report as cached (usage.prompt_tokens_details.cached_tokens):
+   * those served from chunks stored before this request. Absent or null: all of them (an ingested
+   * document). The encoder sets it for the artifact of a long prompt, which it encoded for this very
+   * request: the tokens of the leading chunks it found already stored (its first attempt's count).
+   */
+  cachedTokens: z.number().int().nonnegative().nullable().optional(),
   sampling: SamplingSchema,
   maxTokens: z.number().int().positive(),
   stop: z.array(z.string().min(1)).max(16),
@@ -80,6 +87,11 @@ export interface PrefillResult {
 export interface PrefillProgress {
   readonly tokensDone: number;
   readonly tokensTotal: number;
+  /**
+   * Leading tokens whose chunks were stored before the job's first attempt (a retry keeps the first
+   * attempt's count: the chunks an interrupted attempt wrote were computed for this request).
+   */
+  readonly reusedTokens?: number;
 }
 
 /** What a decode job returns. */

@@ -12,7 +12,9 @@
  *    except indexes the stream already holds (a retry regenerates them deterministically and checks
  *    they match instead of writing them again); the cancel key is polled every `cancelPollMs` and
  *    aborts generation (finish_reason 'cancelled');
- * 5. the final entry: finish_reason, usage (prompt_tokens_details.cached_tokens = document tokens),
+ * 5. the final entry: finish_reason, usage (prompt_tokens_details.cached_tokens = the job's
+ *    cachedTokens when set — a long prompt's artifact: what was stored before the request — else the
+ *    document's tokens),
  *    the tail text and the attempt's timing.
  *
  * Failures follow the workers' common policy (@csa2/jobs job-failure): deterministic codes (see
@@ -217,7 +219,9 @@ export function createDecodeProcessor(deps: DecodeDeps): DecodeProcessor {
       ignoreEos: data.ignoreEos,
       ...(data.stop.length > 0 ? { stopSequences: data.stop } : {}),
       ...(replayTokens !== undefined ? { replayTokens } : {}),
-      ...(data.documentId !== null ? { document: { tenant: data.tenant, documentId: data.documentId } } : {}),
+      ...(data.documentId !== null
+        ? { document: { tenant: data.tenant, documentId: data.documentId, ...(typeof data.cachedTokens === 'number' ? { cachedTokens: data.cachedTokens } : {}) } }
+        : {}),
     };
     let outcome: GenerateOutcome;
     try {

@@ -202,6 +202,17 @@ test('a job naming a document continues it: tokens as host.generate on the docum
   assert.equal(done.returnvalue.cachedTokens, 120);
 });
 
+test('a job naming a document with cachedTokens reports that many cached tokens (a long prompt encoded for the request)', async () => {
+  const job = decodeJob({ documentId: 'manual', promptIds: [40], maxTokens: 2, cachedTokens: 64 });
+  await enqueue(job, `j-${job.requestId}`);
+  const { state, job: done } = await waitForJobSettled(queue, `j-${job.requestId}`);
+  assert.equal(state, 'completed', done.failedReason);
+  const { end } = splitStream(await readStreamEntries(redis, job.requestId));
+  assert.ok(end.kind === 'final');
+  assert.deepEqual(end.usage, { prompt_tokens: 121, completion_tokens: 2, total_tokens: 123, prompt_tokens_details: { cached_tokens: 64 } });
+  assert.equal(done.returnvalue.cachedTokens, 64);
+});
+
 test('a job naming a missing document (or another tenant\'s) fails at once without retry: not-found + error entry', async () => {
   const job = decodeJob({ tenant: 'someone-else', documentId: 'manual' });
   await enqueue(job, `j-${job.requestId}`);

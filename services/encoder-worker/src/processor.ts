@@ -9,7 +9,9 @@
  *   wrote and a re-run of a finished job only rewrites the manifest.
  * - 'prompt': ingest the long prompt's prefix as document `promptDocumentId(requestId)` of the
  *   request's tenant, then add `decode` (documentId set to that document) to the decode queue under
- *   the job id `requestDecodeJobId(requestId)` — BullMQ ignores an add whose id exists, so a retried
+ *   the job id `requestDecodeJobId(requestId)`, with `cachedTokens` = the leading tokens whose chunks
+ *   were stored before the job first ran (never those it encoded itself, also across a retry: the
+ *   count is kept in the job's progress) — BullMQ ignores an add whose id exists, so a retried
  *   or repeated prefill job enqueues one decode job. A request whose stream already ended, or whose
  *   cancel key is set, is not encoded (a cancelled one gets its final 'cancelled' entry here, since
  *   no decode job will write it).
@@ -20,7 +22,7 @@
  * the last attempt), so the client is not left waiting. When BullMQ aborts `signal` (shutdown past its
  * grace period) the ingest stops and the job is handed back to the queue without using an attempt.
  */
-import type { IngestHooks, IngestOutcome, IngestRequest } from '@csa2/engine';
+import type { IngestHooks, IngestOutcome, IngestProgress, IngestRequest } from '@csa2/engine';
 import {
   DECODE_JOB_NAME,
   DEFAULT_DECODE_JOB_OPTIONS,
@@ -67,16 +69,31 @@ export interface EncodeDeps extends EngineJobDeps<EncodeEngine> {
 
 export type EncodeProcessor = (job: Job<unknown, PrefillResult>, token: string | undefined, signal: AbortSignal | undefined) => Promise<PrefillResult>;
 
-/** Forwards progress to the job, at most every `intervalMs` (always the last one), in order. */
-function progressForwarder(job: Job<unknown, PrefillResult>, intervalMs: number) {
+/**
+ * The reused-token count an earlier attempt of this job recorded in its progress (the chunks stored
+ * before the job first ran), or null on a first attempt.
+ */
+function firstAttemptReusedTokens(job: Job<unknown, PrefillResult>): number | null {
+  const p: unknown = job.progress;
+  if (typeof p !== 'object' || p === null) return null;
+  const reused = (p as { reusedTokens?: unknown }).reusedTokens;
+  return typeof reused === 'number' && Number.isSafeInteger(reused) && reused >= 0 ? reused : null;
+}
+
+/**
+ * Forwards progress to the job, at most every `intervalMs` (always the last one), in order. Every
+ * update carries `reusedTokens`: the first attempt's count when a retry runs (`firstReused`).
+ */
+function progressForwarder(job: Job<unknown, PrefillResult>, intervalMs: number, firstReused: number | null) {
   let chain: Promise<void> = Promise.resolve();
   let lastAtMs = 0;
-  let pending: PrefillProgress | null = null;
-  const send = (p: PrefillProgress) => {
-    chain = chain.then(() => job.updateProgress({ tokensDone: p.tokensDone, tokensTotal: p.tokensTotal })).catch(() => undefined);
+  let pending: IngestProgress | null = null;
+  const send = (p: IngestProgress) => {
+    const progress: PrefillProgress = { tokensDone: p.tokensDone, tokensTotal: p.tokensTotal, reusedTokens: firstReused ?? p.reusedTokens };
+    chain = chain.then(() => job.updateProgress(progress)).catch(() => undefined);
   };
   return {
-    onProgress(p: PrefillProgress) {
+    onProgress(p: IngestProgress) {
       const now = Date.now();
       if (now - lastAtMs >= intervalMs || p.tokensDone >= p.tokensTotal) {
         lastAtMs = now;
@@ -101,9 +118,11 @@ export function createEncodeProcessor(deps: EncodeDeps): EncodeProcessor {
   const progressIntervalMs = deps.progressIntervalMs ?? 200;
   const writeError = (requestId: string, code: string, message: string) => writeErrorEntry(deps.redis, log, requestId, code, message);
 
-  async function ingest(job: Job<unknown, PrefillResult>, req: IngestRequest, signal: AbortSignal | undefined): Promise<IngestOutcome> {
+  /** The ingest and the tokens stored before this job first ran (what a decode may count as cached). */
+  async function ingest(job: Job<unknown, PrefillResult>, req: IngestRequest, signal: AbortSignal | undefined): Promise<{ out: IngestOutcome; reusedBeforeJob: number }> {
     const engine = await deps.engine();
-    const progress = progressForwarder(job, progressIntervalMs);
+    const firstReused = firstAttemptReusedTokens(job);
+    const progress = progressForwarder(job, progressIntervalMs, firstReused);
     const abort = new AbortController();
     let handBack = false;
     const unfollowJob = followJobSignal(signal, () => {
@@ -112,8 +131,8 @@ export function createEncodeProcessor(deps: EncodeDeps): EncodeProcessor {
     });
     try {
       const out = await engine.ingest(req, { onProgress: (p) => progress.onProgress(p), signal: abort.signal });
-      progress.onProgress({ tokensDone: out.tokens, tokensTotal: out.tokens });
-      return out;
+      progress.onProgress({ tokensDone: out.tokens, tokensTotal: out.tokens, reusedTokens: out.reusedTokens });
+      return { out, reusedBeforeJob: Math.min(out.reusedTokens, firstReused ?? out.reusedTokens) };
     } catch (err) {
       if (handBack) throw new HandBackError();
       throw err;
@@ -131,7 +150,7 @@ export function createEncodeProcessor(deps: EncodeDeps): EncodeProcessor {
       ...(deps.chunkTokens !== undefined ? { chunkTokens: deps.chunkTokens } : {}),
       createdAtMs: data.acceptedAtMs,
     };
-    const out = await ingest(job, req, signal);
+    const { out } = await ingest(job, req, signal);
     log('info', 'document ingested', { jobId: job.id, tenant: data.tenant, documentId: data.documentId, tokens: out.tokens, reusedTokens: out.reusedTokens, bytesWritten: out.bytesWritten });
     return toResult(out);
   }
@@ -158,15 +177,16 @@ export function createEncodeProcessor(deps: EncodeDeps): EncodeProcessor {
       log('info', 'request cancelled before encoding', { jobId: job.id, requestId });
       return empty;
     }
-    const out = await ingest(
+    const { out, reusedBeforeJob } = await ingest(
       job,
       { tenant, documentId, tokenIds: data.tokenIds, createdAtMs: data.acceptedAtMs, ...(deps.chunkTokens !== undefined ? { chunkTokens: deps.chunkTokens } : {}) },
       signal,
     );
-    const decode: DecodeJob = { ...data.decode, documentId };
+    // cached: only the tokens of chunks stored before this request, not those it just encoded
+    const decode: DecodeJob = { ...data.decode, documentId, cachedTokens: reusedBeforeJob };
     // the id makes this add a no-op when the decode job exists already (a retried/repeated prefill job)
     await deps.decodeQueue.add(DECODE_JOB_NAME, decode, { ...DEFAULT_DECODE_JOB_OPTIONS, jobId: requestDecodeJobId(requestId) });
-    log('info', 'prompt encoded; decode enqueued', { jobId: job.id, requestId, tokens: out.tokens, reusedTokens: out.reusedTokens });
+    log('info', 'prompt encoded; decode enqueued', { jobId: job.id, requestId, tokens: out.tokens, reusedTokens: out.reusedTokens, cachedTokens: reusedBeforeJob });
     return toResult(out);
   }
 

@@ -140,9 +140,9 @@ test('a document job ingests with progress and returns PrefillResult; ingesting 
     assert.equal(result.tokens, 150);
     assert.equal(result.reusedTokens, 0);
     assert.ok(result.bytesWritten > 0 && result.artifactBytes >= result.bytesWritten, JSON.stringify(result));
-    assert.deepEqual(progress.at(-1), { tokensDone: 150, tokensTotal: 150 });
+    assert.deepEqual(progress.at(-1), { tokensDone: 150, tokensTotal: 150, reusedTokens: 0 });
     assert.ok(progress.every((p, i) => p.tokensTotal === 150 && (i === 0 || p.tokensDone >= (progress[i - 1] as PrefillProgress).tokensDone)));
-    assert.deepEqual(job.progress, { tokensDone: 150, tokensTotal: 150 }, 'the last progress is stored with the job');
+    assert.deepEqual(job.progress, { tokensDone: 150, tokensTotal: 150, reusedTokens: 0 }, 'the last progress is stored with the job');
 
     await prefill(documentJob(DOC_ID, { tokenIds: DOC }), `doc-2`);
     const again = await waitForJobSettled(prefillQueue, 'doc-2');
@@ -217,9 +217,40 @@ test('a prompt job encodes the prefix and enqueues exactly one decode job, also 
   const data = parseDecodeJob(decodeJob.data);
   assert.equal(data.documentId, promptDocumentId(longRequestId));
   assert.deepEqual(data.promptIds, SUFFIX);
+  assert.equal(data.cachedTokens, 0, 'nothing of the prompt was stored before the request: nothing is cached');
   assert.equal(decodeJob.opts.attempts, 5);
   assert.equal(await redis.exists(`csa2:stream:${longRequestId}`), 0, 'the encoder writes no tokens');
 });
+
+test('cached tokens of a long prompt are the chunks stored before the request, also when the job is retried', async () => {
+  // another request with the same prefix: the three full chunks the first one stored are cached
+  const again = nextId('same');
+  await prefill(promptJob(again, LONG_PREFIX, [9, 9]), `p-${again}`);
+  assert.equal((await waitForJobSettled(prefillQueue, `p-${again}`)).state, 'completed');
+  assert.equal(parseDecodeJob((await decodeQueue.getJob(requestDecodeJobId(again)))?.data).cachedTokens, 96);
+
+  // a retried job: its first attempt found nothing stored (its progress says so), so the chunks it
+  // wrote before it was interrupted are not cached either
+  const retried = nextId('retried');
+  const prefix = ids(70, 31);
+  const first = await waitForJobSettledAfter(async () => {
+    await prefillQueue.add(PREFILL_JOB_NAME, promptJob(`${retried}x`, prefix, [4]), { ...DEFAULT_PREFILL_JOB_OPTIONS, jobId: `p-${retried}x` });
+  }, `p-${retried}x`);
+  assert.equal(first, 'completed'); // the "interrupted attempt": its chunks are stored now
+  await prefillQueue.add(PREFILL_JOB_NAME, promptJob(retried, prefix, [4]), { ...DEFAULT_PREFILL_JOB_OPTIONS, jobId: `p-${retried}`, delay: 400 });
+  const waiting = await prefillQueue.getJob(`p-${retried}`);
+  await waiting?.updateProgress({ tokensDone: 32, tokensTotal: 70, reusedTokens: 0 } satisfies PrefillProgress);
+  const { state, job } = await waitForJobSettled(prefillQueue, `p-${retried}`);
+  assert.equal(state, 'completed', job.failedReason);
+  assert.equal((job.returnvalue as PrefillResult).reusedTokens, 64, 'the retry loaded the two full chunks');
+  assert.equal(parseDecodeJob((await decodeQueue.getJob(requestDecodeJobId(retried)))?.data).cachedTokens, 0);
+  assert.equal((job.progress as PrefillProgress).reusedTokens, 0, 'the progress keeps the first attempt\'s count');
+});
+
+async function waitForJobSettledAfter(add: () => Promise<void>, jobId: string): Promise<string> {
+  await add();
+  return (await waitForJobSettled(prefillQueue, jobId)).state;
+}
 
 test('a prompt job of a cancelled request encodes nothing, enqueues nothing, and ends the stream cancelled', async () => {
   const requestId = nextId('gone');
