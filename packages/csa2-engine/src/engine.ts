@@ -8,8 +8,10 @@
  * use `EngineHost` (host/engine-host), which runs an Engine in a worker thread with the same API.
  */
 import {
+  ArtifactMissingError,
   ArtifactReader,
   ArtifactWriter,
+  ObjectNotFoundError,
   ChunkCache,
   DEFAULT_CHUNK_TOKENS,
   artifactLayout,
@@ -294,7 +296,13 @@ export class Engine {
       throw new InputError(`document ${doc.documentId} (${manifest.tokenCount} tokens) plus the prompt (${promptIds.length}) exceed max_seq_len ${this.model.config.maxSeqLen}`);
     }
     const seq = this.model.createSequence();
-    await reader.loadInto(seq, manifest);
+    try {
+      await reader.loadInto(seq, manifest);
+    } catch (err) {
+      // the manifest lists the chunk, so a missing one is storage loss, not an unknown document
+      if (err instanceof ObjectNotFoundError) throw new ArtifactMissingError(err.key, `document ${doc.documentId} of tenant ${doc.tenant}`, { cause: err });
+      throw err;
+    }
     const stream = await this.model.encode(seq, promptIds, { replayTokens, keepRows: replayTokens });
     const logits = await this.model.decoderReplay(seq, stream);
     return { seq, logits, cachedTokens: Math.min(manifest.tokenCount, doc.cachedTokens ?? manifest.tokenCount) };

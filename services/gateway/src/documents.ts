@@ -8,11 +8,16 @@
  * - `queued`   — its prefill job (`doc.<tenant>.<id>`) is waiting, prioritized, delayed or retrying;
  * - `encoding` — the job is active; progress is the job's PrefillProgress (tokensDone / tokensTotal);
  * - `failed`   — the job failed for good (reason from its failedReason `[code] message`), or it
- *                completed but no manifest is there (deleted meanwhile);
+ *                completed but no manifest is there (deleted meanwhile), or a reader found its stored
+ *                artifact damaged: a chunk missing (`artifact-missing`, storage loss) or failing
+ *                verification (`artifact-corrupt`). Completions that read a document report such a
+ *                failure here (`markDocumentDamaged`, a Redis flag tied to the manifest's createdAt),
+ *                so the status says what the completions say (a 5xx storage error, not `ready`);
  * - unknown (404) — neither a manifest nor a job.
  *
  * Ids are immutable: posting an id that is queued, encoding or ready returns its status and changes
- * nothing (delete it first to replace it); posting a failed id enqueues it again. Deleting removes
+ * nothing (delete it first to replace it); posting a failed id enqueues it again (a damaged one
+ * loses its manifest first, so it reads as queued until the encoder wrote it again). Deleting removes
  * the manifest and the job record; chunk objects are content-addressed and may be shared with
  * other documents of the tenant, so they stay (garbage collection of unreferenced chunks is a
  * separate, offline concern). A document being encoded cannot be deleted (409).
@@ -20,6 +25,7 @@
 import {
   DEFAULT_PREFILL_JOB_OPTIONS,
   PREFILL_JOB_NAME,
+  documentDamageKey,
   documentJobId,
   parseFailure,
   parsePrefillJob,
@@ -36,7 +42,57 @@ export type DocumentState =
   | { readonly status: 'queued'; readonly createdS: number; readonly tokensTotal: number | null }
   | { readonly status: 'encoding'; readonly createdS: number; readonly tokensDone: number; readonly tokensTotal: number | null }
   | { readonly status: 'ready'; readonly createdS: number; readonly tokens: number; readonly bytes: number; readonly manifest: DocumentManifest }
-  | { readonly status: 'failed'; readonly createdS: number; readonly reason: string; readonly code: string };
+  | {
+      readonly status: 'failed';
+      readonly createdS: number;
+      readonly reason: string;
+      readonly code: string;
+      /** The manifest of a damaged artifact (a STORAGE_FAILURE_CODES code). */
+      readonly manifest?: DocumentManifest;
+    };
+
+/** Failure codes of a damaged stored artifact (storage loss or corruption): server-side, 5xx. */
+export const STORAGE_FAILURE_CODES: ReadonlySet<string> = new Set(['artifact-missing', 'artifact-corrupt']);
+
+const DAMAGE_REASON: Readonly<Record<string, string>> = {
+  'artifact-missing': 'part of the stored artifact is missing from the object store (storage loss); post the document again (or delete it) to re-encode it',
+  'artifact-corrupt': 'part of the stored artifact failed verification (a corrupt object); post the document again (or delete it) to re-encode it',
+};
+
+/** Damage flags outlive a forgotten document this long at most. */
+const DAMAGE_TTL_SECONDS = 30 * 24 * 3600;
+
+/**
+ * Records that a reader found the document's artifact damaged (`code` is a STORAGE_FAILURE_CODES
+ * member): its status turns `failed` with that code until it is posted again or deleted. The flag
+ * names the manifest (its createdAt), so a document ingested anew after it is not affected.
+ * Best-effort: a Redis failure is logged, not thrown.
+ */
+export async function markDocumentDamaged(deps: GatewayDeps, tenant: string, documentId: string, manifestCreatedAt: string, code: string): Promise<void> {
+  if (!STORAGE_FAILURE_CODES.has(code)) return;
+  try {
+    await deps.redis.set(documentDamageKey(tenant, documentId), JSON.stringify({ code, manifestCreatedAt }), 'EX', DAMAGE_TTL_SECONDS);
+  } catch (err) {
+    deps.logger.warn({ tenant, documentId, code, err: err instanceof Error ? err.message : String(err) }, 'could not flag the document as damaged');
+  }
+}
+
+/** The damage recorded for this manifest, or null (also when Redis cannot say: the manifest is then all we know). */
+async function damageOf(deps: GatewayDeps, manifest: DocumentManifest): Promise<string | null> {
+  let raw: string | null;
+  try {
+    raw = await deps.redis.get(documentDamageKey(manifest.tenant, manifest.documentId));
+  } catch {
+    return null;
+  }
+  if (raw === null) return null;
+  try {
+    const flag = JSON.parse(raw) as { code?: unknown; manifestCreatedAt?: unknown };
+    return flag.manifestCreatedAt === manifest.createdAt && typeof flag.code === 'string' && STORAGE_FAILURE_CODES.has(flag.code) ? flag.code : null;
+  } catch {
+    return null;
+  }
+}
 
 /** Ids starting with this are the artifacts of long prompts (promptDocumentId); clients cannot take them. */
 export const RESERVED_DOCUMENT_PREFIX = 'prompt-';
@@ -66,7 +122,11 @@ function manifestBytes(manifest: DocumentManifest): number {
   return manifest.chunks.reduce((sum, c) => sum + c.sizeBytes, 0);
 }
 
+/** `ready` from the manifest, or `failed` when a reader found the artifact damaged. */
 async function readyState(deps: GatewayDeps, manifest: DocumentManifest): Promise<DocumentState> {
+  const createdS = Math.floor(Date.parse(manifest.createdAt) / 1000);
+  const damage = await damageOf(deps, manifest);
+  if (damage !== null) return { status: 'failed', createdS, reason: DAMAGE_REASON[damage] ?? 'the stored artifact is damaged', code: damage, manifest };
   const bytes = manifestBytes(manifest);
   await deps.once.run(`artifact:${manifest.tenant}/${manifest.documentId}/${manifest.createdAt}`, async () => {
     deps.metrics.artifactBytes.inc({ kind: 'document' }, bytes);
@@ -74,7 +134,7 @@ async function readyState(deps: GatewayDeps, manifest: DocumentManifest): Promis
     const job = await deps.queues.prefill.getJob(documentJobId(manifest.tenant, manifest.documentId)).catch(() => undefined);
     if (job !== undefined) await observeQueueWait(deps, job);
   });
-  return { status: 'ready', createdS: Math.floor(Date.parse(manifest.createdAt) / 1000), tokens: manifest.tokenCount, bytes, manifest };
+  return { status: 'ready', createdS, tokens: manifest.tokenCount, bytes, manifest };
 }
 
 function tokensOf(job: Job<PrefillJob, PrefillResult>): number | null {
@@ -166,6 +226,12 @@ export async function ingestDocument(deps: GatewayDeps, tenant: string, document
   const existing = await documentStatus(deps, tenant, documentId);
   if (existing !== null && existing.state.status !== 'failed') return existing.state;
   if (existing?.job !== null && existing?.job !== undefined) await existing.job.remove();
+  if (existing?.state.status === 'failed' && existing.state.manifest !== undefined) {
+    // a damaged artifact: without its manifest the document reads as queued until it is encoded again
+    // (the encoder re-uses the chunks that are intact and writes the missing or corrupt ones)
+    await deps.store.delete(manifestObjectKey(tenant, documentId));
+    await deps.redis.del(documentDamageKey(tenant, documentId));
+  }
   const data = parsePrefillJob({
     v: 1,
     kind: 'document',
@@ -203,5 +269,6 @@ export async function deleteDocument(deps: GatewayDeps, tenant: string, document
     await deps.store.delete(key);
     existed = true;
   }
+  await deps.redis.del(documentDamageKey(tenant, documentId));
   return existed;
 }

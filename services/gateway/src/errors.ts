@@ -85,6 +85,8 @@ export const CSA2_ERROR_TO_HTTP_STATUS: Record<Csa2ErrorCode, ContentfulStatusCo
   'store-unavailable': 503,
   'not-found': 404,
   'artifact-corrupt': 500,
+  // an object a manifest lists is gone: storage loss, the server's fault (not the client's 404)
+  'artifact-missing': 500,
   'model-mismatch': 409,
   'unsupported-version': 500,
 };

@@ -33,7 +33,7 @@ import {
 } from '@csa2/jobs';
 import { manifestObjectKey } from '@csa2/artifacts';
 import { ApiError, invalidRequest, isRedisUnavailable, redisUnavailable, toApiError, workerError } from './errors.js';
-import { documentStatus } from './documents.js';
+import { STORAGE_FAILURE_CODES, documentStatus, markDocumentDamaged } from './documents.js';
 import type { GatewayDeps } from './deps.js';
 import type { AbortReason } from './inflight.js';
 import type { Endpoint, GenerationRoute } from './metrics.js';
@@ -72,6 +72,8 @@ export interface GenerationPlan {
   readonly promptTokens: number;
   /** Tokens the artifact of a named document holds (0 without one). */
   readonly documentTokens: number;
+  /** The createdAt of the named document's manifest (null without one): names it when a reader finds it damaged. */
+  readonly documentCreatedAt: string | null;
   readonly decodeJob: DecodeJob;
   readonly prefillJob: PrefillJob | null;
 }
@@ -99,14 +101,20 @@ export async function planGeneration(deps: GatewayDeps, request: GenerationReque
   }
 
   let documentTokens = 0;
+  let documentCreatedAt: string | null = null;
   if (request.documentId !== null) {
     const doc = await documentStatus(deps, request.tenant, request.documentId);
     if (doc === null) throw new ApiError(404, `No document found with id '${request.documentId}'`, { param: 'document_id', code: 'document_not_found' });
+    if (doc.state.status === 'failed' && STORAGE_FAILURE_CODES.has(doc.state.code)) {
+      // the artifact is damaged: the server lost data, the request is fine (5xx, not 409)
+      throw workerError(doc.state.code, `Document '${request.documentId}' cannot be read: ${doc.state.reason}`);
+    }
     if (doc.state.status !== 'ready') {
       const why = doc.state.status === 'failed' ? `failed: ${doc.state.reason}` : `is ${doc.state.status}`;
       throw new ApiError(409, `Document '${request.documentId}' is not ready (it ${why})`, { param: 'document_id', code: 'document_not_ready' });
     }
     documentTokens = doc.state.tokens;
+    documentCreatedAt = doc.state.manifest.createdAt;
   }
   const promptTokens = documentTokens + request.promptIds.length;
   if (promptTokens > limits.maxPromptTokens) {
@@ -153,7 +161,7 @@ export async function planGeneration(deps: GatewayDeps, request: GenerationReque
     route === 'prefill'
       ? parsePrefillJob({ v: 1, kind: 'prompt', tenant: request.tenant, requestId, model: deps.model.name, tokenIds: ids.slice(0, -1), decode: decodeJob, acceptedAtMs } satisfies PrefillJob)
       : null;
-  return { request, requestId, route, acceptedAtMs, promptTokens, documentTokens, decodeJob, prefillJob };
+  return { request, requestId, route, acceptedAtMs, promptTokens, documentTokens, documentCreatedAt, decodeJob, prefillJob };
 }
 
 /** Refuses with 429 when the queue's backlog reached CSA2_MAX_QUEUE_DEPTH, else adds the plan's first job. */
@@ -333,6 +341,10 @@ class GenerationRun {
       if (err instanceof ApiError && err.code === 'timeout') {
         outcome = 'timeout';
         this.setCancelKey();
+      }
+      if (err instanceof ApiError && err.code !== null && plan.request.documentId !== null && plan.documentCreatedAt !== null) {
+        // the worker could not read the document's artifact: its status says so from now on
+        await markDocumentDamaged(deps, plan.request.tenant, plan.request.documentId, plan.documentCreatedAt, err.code.replaceAll('_', '-'));
       }
       throw err;
     } finally {

@@ -12,6 +12,7 @@ import {
 } from '@csa2/jobs';
 import { manifestObjectKey } from '@csa2/artifacts';
 import {
+  KEY_A,
   KEY_B,
   MODEL_NAME,
   TENANT_A,
@@ -214,6 +215,31 @@ describe('completions and chat completions against a fake decoder', () => {
     assert.equal(job?.documentId, 'handbook');
     assert.deepEqual(job?.promptIds, [...Buffer.from(' doc-question')]);
     assert.deepEqual(body['usage'], { prompt_tokens: 53, completion_tokens: 2, total_tokens: 55, prompt_tokens_details: { cached_tokens: 40 } });
+  });
+
+  test('a document whose artifact lost a chunk: 500 artifact_missing, its status says so, posting it again re-encodes it', async () => {
+    await writeManifest(h, TENANT_A, 'damaged', 40);
+    scripts.set('lost-chunk', async (job) => {
+      await writeEntries(h.redis, job.requestId, [{ kind: 'error', code: 'artifact-missing', message: 'document damaged of tenant tenant-a: object tenants/… is missing from the store' }]);
+    });
+    const res = await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: ' lost-chunk', document_id: 'damaged' }));
+    assert.equal(res.status, 500);
+    assert.equal(((await res.json()) as Record<string, any>)['error'].code, 'artifact_missing');
+    const status = (await (await h.app.request(`http://gateway.test/v1/documents/damaged`, { headers: { authorization: `Bearer ${KEY_A}` } })).json()) as Record<string, unknown>;
+    assert.equal(status['status'], 'failed');
+    assert.equal(status['error_code'], 'artifact_missing');
+    assert.match(String(status['reason']), /missing from the object store/);
+
+    const jobsBefore = jobs.length;
+    const again = await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: ' anything', document_id: 'damaged' }));
+    assert.equal(again.status, 500, 'refused at once: a storage error, not 409');
+    assert.equal(((await again.json()) as Record<string, any>)['error'].code, 'artifact_missing');
+    assert.equal(jobs.length, jobsBefore, 'nothing was enqueued');
+
+    const repost = await h.app.request(...post('/v1/documents', { id: 'damaged', text: 'the same text' }));
+    assert.equal(repost.status, 202);
+    assert.equal(((await repost.json()) as Record<string, unknown>)['status'], 'queued');
+    assert.equal(await h.store.head(manifestObjectKey(TENANT_A, 'damaged')), null, 'the damaged manifest is gone until the encoder writes it again');
   });
 
   test("another tenant's document is unknown (404 naming document_id)", async () => {
