@@ -8,10 +8,15 @@
  * use `EngineHost` (host/engine-host), which runs an Engine in a worker thread with the same API.
  */
 import {
+  ArtifactCorruptError,
   ArtifactMissingError,
   ArtifactReader,
   ArtifactWriter,
+  ModelMismatchError,
   ObjectNotFoundError,
+  UnsupportedVersionError,
+  chunkObjectKey,
+  fullChunkKeys,
   ChunkCache,
   DEFAULT_CHUNK_TOKENS,
   artifactLayout,
@@ -107,6 +112,8 @@ export interface IngestOutcome {
   readonly reusedTokens: number;
   readonly chunksWritten: number;
   readonly chunksSkipped: number;
+  /** Stored chunks that failed verification (corrupt, or gone) and were written again. */
+  readonly chunksRepaired: number;
   /** Global-cache bytes per token of this model's layout (890 at the released configuration). */
   readonly bytesPerToken: number;
 }
@@ -381,8 +388,10 @@ export class Engine {
 
   /**
    * Encodes a document into an artifact: leading chunks that already exist in the tenant's store are
-   * loaded instead of encoded (then the encoder replays the last R cached tokens), chunks are written
-   * as the encoder completes them, the manifest last. Re-running the same ingest rewrites nothing.
+   * loaded (and verified) instead of encoded (then the encoder replays the last R cached tokens),
+   * chunks are written as the encoder completes them, the manifest last. Re-running the same ingest
+   * rewrites nothing. A stored chunk that fails verification ends the re-used prefix and is written
+   * again (`chunksRepaired`), as is any other stored chunk the writer finds damaged.
    */
   async ingest(req: IngestRequest, hooks: IngestHooks = {}): Promise<IngestOutcome> {
     const store = this.requireStore();
@@ -400,17 +409,17 @@ export class Engine {
       tenant: req.tenant,
       documentId: req.documentId,
       chunkTokens,
+      // a stored chunk this ingest does not load (past a damaged one, the trailing partial chunk) is
+      // downloaded and verified before it counts as written; a corrupt one is replaced
+      verifyExisting: 'full',
       ...(createdAtMs !== undefined ? { now: () => new Date(createdAtMs) } : {}),
     });
-    const seq = this.model.createSequence();
-    // leading chunks that exist already (an equal prefix ingested before) are loaded, not encoded
-    const reusedChunks = ids.length > chunkTokens ? await existingChunkPrefix(store, this.layout, req.tenant, ids, chunkTokens) : 0;
+    // leading chunks that exist already (an equal prefix ingested before) are loaded, not encoded;
+    // each is verified, and the first one that fails verification ends the prefix: it is encoded again
+    const existing = ids.length > chunkTokens ? await existingChunkPrefix(store, this.layout, req.tenant, ids, chunkTokens) : 0;
+    const { seq, chunks: reusedChunks, damaged } = await this.loadStoredPrefix(store, req.tenant, ids, chunkTokens, existing);
     const reusedTokens = reusedChunks * chunkTokens;
-    if (reusedChunks > 0) {
-      const reader = new ArtifactReader({ store, layout: this.layout, cache: this.cache });
-      await reader.loadChunkPrefix(seq, { tenant: req.tenant, tokenIds: ids, chunkTokens, chunkCount: reusedChunks });
-      await writer.adoptStoredChunks(seq, reusedChunks); // verified by the reader: not packed again
-    }
+    if (reusedChunks > 0) await writer.adoptStoredChunks(seq, reusedChunks); // verified by the reader: not packed again
     const segmentStart = reusedTokens === 0 ? 0 : Math.max(0, reusedTokens - Math.max(1, replayTokens));
     const total = ids.length;
     hooks.onProgress?.({ tokensDone: reusedTokens, tokensTotal: total, reusedTokens });
@@ -432,6 +441,7 @@ export class Engine {
     await pendingWrite.catch(() => undefined);
     const manifest = await writer.finish(seq);
     const stats = writer.stats;
+    // (a damaged chunk was deleted before it was written again, so the writer counts it as written)
     const artifactBytes = manifest.chunks.reduce((a, c) => a + c.sizeBytes, 0) + encodeManifest(manifest).length;
     return {
       documentId: req.documentId,
@@ -441,14 +451,57 @@ export class Engine {
       reusedTokens,
       chunksWritten: stats.chunksWritten,
       chunksSkipped: stats.chunksSkipped,
+      chunksRepaired: damaged + stats.chunksRepaired,
       bytesPerToken: bytesPerToken(this.layout),
     };
+  }
+
+  /**
+   * Loads the first `chunkCount` stored full chunks of `ids` into a fresh sequence, each verified by
+   * the reader. A chunk that fails verification (or vanished since it was found) ends the prefix
+   * there: it is deleted, so that the writer stores it again, and the chunks before it are loaded
+   * again (from the chunk cache) into a new sequence. Returns the sequence, the chunks loaded and the
+   * number of damaged chunks found (0 or 1).
+   */
+  private async loadStoredPrefix(
+    store: ObjectStore,
+    tenant: string,
+    ids: readonly number[],
+    chunkTokens: number,
+    chunkCount: number,
+  ): Promise<{ seq: Sequence; chunks: number; damaged: number }> {
+    const reader = new ArtifactReader({ store, layout: this.layout, cache: this.cache });
+    const objectKeys = fullChunkKeys(this.layout.modelId, ids, chunkTokens, chunkCount).map((k) => chunkObjectKey(tenant, k));
+    let count = chunkCount;
+    let damaged = 0;
+    for (;;) {
+      const seq = this.model.createSequence();
+      if (count === 0) return { seq, chunks: 0, damaged };
+      try {
+        await reader.loadChunkPrefix(seq, { tenant, tokenIds: ids, chunkTokens, chunkCount: count });
+        return { seq, chunks: count, damaged };
+      } catch (err) {
+        if (!isDamagedChunkError(err)) throw err;
+        const bad = objectKeys.indexOf(err.key);
+        if (bad < 0 || bad >= count) throw err;
+        // the key is its content's hash: whatever is stored under it that does not verify is damage
+        await store.delete(err.key);
+        this.cache.delete(err.key);
+        damaged = 1;
+        count = bad;
+      }
+    }
   }
 
   async close(): Promise<void> {
     await this.model.dispose();
     await this.store?.close();
   }
+}
+
+/** A stored chunk that cannot be used as it is: it failed verification, or it is gone. */
+function isDamagedChunkError(err: unknown): err is ArtifactCorruptError | ObjectNotFoundError | ModelMismatchError | UnsupportedVersionError {
+  return err instanceof ArtifactCorruptError || err instanceof ObjectNotFoundError || err instanceof ModelMismatchError || err instanceof UnsupportedVersionError;
 }
 
 /** Errors cross the worker-thread boundary as plain data; this is their shape. */
