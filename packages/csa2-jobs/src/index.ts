@@ -20,3 +20,4 @@ export * from './backlog.js';
 export * from './worker-config.js';
 export * from './worker-runtime.js';
 export * from './job-failure.js';
+export * from './cancel-watch.js';

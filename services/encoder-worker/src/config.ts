@@ -13,6 +13,8 @@ export interface EncoderConfig extends WorkerConfig {
   readonly chunkTokens?: number;
   /** CSA2_PROGRESS_INTERVAL_MS: least time between two job.updateProgress calls of one job. @defaultValue 200 */
   readonly progressIntervalMs: number;
+  /** CSA2_CANCEL_POLL_MS: how often a running prompt job checks its request's cancel key. @defaultValue 50 */
+  readonly cancelPollMs: number;
 }
 
 export function loadEncoderConfig(env: Env = process.env): EncoderConfig {
@@ -31,6 +33,7 @@ export function loadEncoderConfig(env: Env = process.env): EncoderConfig {
     provider: envChoice(env, 'CSA2_PROVIDER', EXECUTION_PROVIDERS, 'cpu'),
     shutdownGraceMs: envInt(env, 'CSA2_SHUTDOWN_GRACE_MS', 20_000, { min: 0 }),
     progressIntervalMs: envInt(env, 'CSA2_PROGRESS_INTERVAL_MS', 200, { min: 0 }),
+    cancelPollMs: envInt(env, 'CSA2_CANCEL_POLL_MS', 50, { min: 5, max: 10_000 }),
     logLevel: envChoice(env, 'CSA2_LOG_LEVEL', LOG_LEVELS, 'info'),
   };
 }

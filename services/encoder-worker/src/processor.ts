@@ -22,6 +22,7 @@
  * the last attempt), so the client is not left waiting. When BullMQ aborts `signal` (shutdown past its
  * grace period) the ingest stops and the job is handed back to the queue without using an attempt.
  */
+import { manifestObjectKey, type ObjectStore } from '@csa2/artifacts';
 import type { IngestHooks, IngestOutcome, IngestProgress, IngestRequest } from '@csa2/engine';
 import {
   DECODE_JOB_NAME,
@@ -29,10 +30,11 @@ import {
   HandBackError,
   JobPayloadError,
   appendStreamEntry,
-  cancelKey,
   failJob,
   followJobSignal,
   handJobBack,
+  isCancelled,
+  watchCancelKey,
   parseJobPayload,
   parsePrefillJob,
   promptDocumentId,
@@ -61,6 +63,10 @@ export interface EncodeEngine extends Closable {
 export interface EncodeDeps extends EngineJobDeps<EncodeEngine> {
   /** The decode queue, where 'prompt' jobs hand their request on. */
   readonly decodeQueue: Queue;
+  /** The artifact store (the engine's): a cancelled request's prompt artifact is deleted here. */
+  readonly store: ObjectStore;
+  /** How often a running prompt job checks its request's cancel key. @defaultValue 50 */
+  readonly cancelPollMs?: number;
   /** Tokens per chunk; undefined = the engine's default. */
   readonly chunkTokens?: number;
   /** Least time between two progress updates of one job. @defaultValue 200 */
@@ -109,6 +115,14 @@ function progressForwarder(job: Job<unknown, PrefillResult>, intervalMs: number,
   };
 }
 
+/** The request of a prompt job was cancelled while it was being encoded (its client is gone). */
+class RequestCancelledError extends Error {
+  constructor(readonly tokensDone: number) {
+    super('the request was cancelled during its prefill');
+    this.name = 'RequestCancelledError';
+  }
+}
+
 function toResult(out: IngestOutcome): PrefillResult {
   return { documentId: out.documentId, tokens: out.tokens, bytesWritten: out.bytesWritten, artifactBytes: out.artifactBytes, reusedTokens: out.reusedTokens };
 }
@@ -116,27 +130,54 @@ function toResult(out: IngestOutcome): PrefillResult {
 export function createEncodeProcessor(deps: EncodeDeps): EncodeProcessor {
   const log = deps.log ?? silentLogger;
   const progressIntervalMs = deps.progressIntervalMs ?? 200;
+  const cancelPollMs = deps.cancelPollMs ?? 50;
   const writeError = (requestId: string, code: string, message: string) => writeErrorEntry(deps.redis, log, requestId, code, message);
 
-  /** The ingest and the tokens stored before this job first ran (what a decode may count as cached). */
-  async function ingest(job: Job<unknown, PrefillResult>, req: IngestRequest, signal: AbortSignal | undefined): Promise<{ out: IngestOutcome; reusedBeforeJob: number }> {
+  /**
+   * The ingest and the tokens stored before this job first ran (what a decode may count as cached).
+   * With `requestId` (a prompt job) the request's cancel key is polled meanwhile: once it is set the
+   * engine stops between two chunks and this throws RequestCancelledError.
+   */
+  async function ingest(
+    job: Job<unknown, PrefillResult>,
+    req: IngestRequest,
+    signal: AbortSignal | undefined,
+    requestId: string | null,
+  ): Promise<{ out: IngestOutcome; reusedBeforeJob: number }> {
     const engine = await deps.engine();
     const firstReused = firstAttemptReusedTokens(job);
     const progress = progressForwarder(job, progressIntervalMs, firstReused);
     const abort = new AbortController();
     let handBack = false;
+    let cancelled = false;
+    let tokensDone = 0;
     const unfollowJob = followJobSignal(signal, () => {
       handBack = true;
       abort.abort();
     });
+    const stopWatching =
+      requestId === null
+        ? () => undefined
+        : watchCancelKey(deps.redis, requestId, cancelPollMs, () => {
+            cancelled = true;
+            abort.abort();
+          });
     try {
-      const out = await engine.ingest(req, { onProgress: (p) => progress.onProgress(p), signal: abort.signal });
+      const out = await engine.ingest(req, {
+        onProgress: (p) => {
+          tokensDone = p.tokensDone;
+          progress.onProgress(p);
+        },
+        signal: abort.signal,
+      });
       progress.onProgress({ tokensDone: out.tokens, tokensTotal: out.tokens, reusedTokens: out.reusedTokens });
       return { out, reusedBeforeJob: Math.min(out.reusedTokens, firstReused ?? out.reusedTokens) };
     } catch (err) {
       if (handBack) throw new HandBackError();
+      if (cancelled) throw new RequestCancelledError(tokensDone);
       throw err;
     } finally {
+      stopWatching();
       unfollowJob();
       await progress.flush();
     }
@@ -150,7 +191,7 @@ export function createEncodeProcessor(deps: EncodeDeps): EncodeProcessor {
       ...(deps.chunkTokens !== undefined ? { chunkTokens: deps.chunkTokens } : {}),
       createdAtMs: data.acceptedAtMs,
     };
-    const { out } = await ingest(job, req, signal);
+    const { out } = await ingest(job, req, signal, null);
     log('info', 'document ingested', { jobId: job.id, tenant: data.tenant, documentId: data.documentId, tokens: out.tokens, reusedTokens: out.reusedTokens, bytesWritten: out.bytesWritten });
     return toResult(out);
   }
@@ -170,18 +211,39 @@ export function createEncodeProcessor(deps: EncodeDeps): EncodeProcessor {
       log('info', 'request already ended; not encoding', { jobId: job.id, requestId, end: state.end.kind });
       return empty;
     }
-    if ((await deps.redis.exists(cancelKey(requestId))) > 0) {
+    /** Ends the stream of a cancelled request (no decode job will): final entry 'cancelled'. */
+    const endCancelled = async (when: string, fields: Readonly<Record<string, unknown>> = {}): Promise<PrefillResult> => {
       const promptTokens = data.tokenIds.length + data.decode.promptIds.length;
       const usage = { prompt_tokens: promptTokens, completion_tokens: 0, total_tokens: promptTokens, prompt_tokens_details: { cached_tokens: 0 } };
       await appendStreamEntry(deps.redis, requestId, { kind: 'final', finishReason: 'cancelled', usage, tokens: 0 });
-      log('info', 'request cancelled before encoding', { jobId: job.id, requestId });
+      log('info', `request cancelled ${when}`, { jobId: job.id, requestId, ...fields });
       return empty;
+    };
+    if (await isCancelled(deps.redis, requestId)) return endCancelled('before encoding');
+    let encoded: { out: IngestOutcome; reusedBeforeJob: number };
+    try {
+      encoded = await ingest(
+        job,
+        { tenant, documentId, tokenIds: data.tokenIds, createdAtMs: data.acceptedAtMs, ...(deps.chunkTokens !== undefined ? { chunkTokens: deps.chunkTokens } : {}) },
+        signal,
+        requestId,
+      );
+    } catch (err) {
+      // stopped between two chunks: no manifest was written (the chunks written stay, shared and reusable)
+      if (err instanceof RequestCancelledError) return endCancelled('during encoding', { tokensDone: err.tokensDone, tokensTotal: data.tokenIds.length });
+      throw err;
     }
-    const { out, reusedBeforeJob } = await ingest(
-      job,
-      { tenant, documentId, tokenIds: data.tokenIds, createdAtMs: data.acceptedAtMs, ...(deps.chunkTokens !== undefined ? { chunkTokens: deps.chunkTokens } : {}) },
-      signal,
-    );
+    const { out, reusedBeforeJob } = encoded;
+    // cancelled after the last check, or answered with an error meanwhile: nobody will read the artifact
+    const ended = (await readStreamState(deps.redis, requestId)).end !== null;
+    if (ended || (await isCancelled(deps.redis, requestId))) {
+      await deps.store.delete(manifestObjectKey(tenant, documentId));
+      if (ended) {
+        log('info', 'request ended during encoding; prompt artifact removed', { jobId: job.id, requestId });
+        return empty;
+      }
+      return endCancelled('at the end of encoding; prompt artifact removed');
+    }
     // cached: only the tokens of chunks stored before this request, not those it just encoded
     const decode: DecodeJob = { ...data.decode, documentId, cachedTokens: reusedBeforeJob };
     // the id makes this add a no-op when the decode job exists already (a retried/repeated prefill job)

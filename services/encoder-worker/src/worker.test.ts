@@ -76,6 +76,7 @@ before(async () => {
     provider: 'cpu',
     shutdownGraceMs: 10_000,
     progressIntervalMs: 0,
+    cancelPollMs: 20,
     logLevel: 'error',
   };
   encoder = await startEncoderWorker(config, { log: silentLogger });

@@ -41,6 +41,11 @@ export interface GatewayConfig {
   readonly prefillThresholdTokens: number;
   /** CSA2_REQUEST_TIMEOUT_MS: longest a completion may take end to end before it is cancelled (504). @defaultValue 600000 */
   readonly requestTimeoutMs: number;
+  /**
+   * CSA2_PROMPT_ARTIFACT_TTL_MS: a long prompt's artifact left in the store (its gateway died before
+   * deleting it) is deleted this long after its request was accepted. @defaultValue CSA2_REQUEST_TIMEOUT_MS + 60000
+   */
+  readonly promptArtifactTtlMs: number;
   /** CSA2_READY_TIMEOUT_MS: /readyz probe timeout per dependency. @defaultValue 1000 */
   readonly readyTimeoutMs: number;
   /** CSA2_REDIS_COMMAND_TIMEOUT_MS: a Redis command that takes longer fails (503). @defaultValue 5000 */
@@ -97,6 +102,7 @@ export function loadGatewayConfig(env: Env = process.env): GatewayConfig {
   const defaultMaxTokens = envInt(env, 'CSA2_DEFAULT_MAX_TOKENS', Math.min(256, maxTokens), { min: 1 });
   if (defaultMaxTokens > maxTokens) throw new EnvConfigError('CSA2_DEFAULT_MAX_TOKENS', `must not exceed CSA2_MAX_TOKENS (${maxTokens}), got ${defaultMaxTokens}`);
   const modelName = envOptionalString(env, 'CSA2_MODEL_NAME') ?? basename(modelDir);
+  const requestTimeoutMs = envInt(env, 'CSA2_REQUEST_TIMEOUT_MS', 600_000, { min: 100 });
   if (modelName.length > 256) throw new EnvConfigError('CSA2_MODEL_NAME', 'must be at most 256 characters');
   return {
     redisUrl: envRedisUrl(env),
@@ -113,7 +119,8 @@ export function loadGatewayConfig(env: Env = process.env): GatewayConfig {
     defaultMaxTokens,
     maxQueueDepth: envInt(env, 'CSA2_MAX_QUEUE_DEPTH', 1000, { min: 1 }),
     prefillThresholdTokens: envInt(env, 'CSA2_PREFILL_THRESHOLD_TOKENS', 2048, { min: 2 }),
-    requestTimeoutMs: envInt(env, 'CSA2_REQUEST_TIMEOUT_MS', 600_000, { min: 100 }),
+    requestTimeoutMs,
+    promptArtifactTtlMs: envInt(env, 'CSA2_PROMPT_ARTIFACT_TTL_MS', requestTimeoutMs + 60_000, { min: requestTimeoutMs }),
     readyTimeoutMs: envInt(env, 'CSA2_READY_TIMEOUT_MS', 1000, { min: 10, max: 60_000 }),
     redisCommandTimeoutMs: envInt(env, 'CSA2_REDIS_COMMAND_TIMEOUT_MS', 5000, { min: 10 }),
     sseKeepaliveMs: envInt(env, 'CSA2_SSE_KEEPALIVE_MS', 15_000, { min: 100 }),

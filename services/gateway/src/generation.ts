@@ -31,13 +31,13 @@ import {
   type PrefillJob,
   type StreamEntry,
 } from '@csa2/jobs';
-import { manifestObjectKey } from '@csa2/artifacts';
 import { ApiError, invalidRequest, isRedisUnavailable, redisUnavailable, toApiError, workerError } from './errors.js';
 import { STORAGE_FAILURE_CODES, documentStatus, markDocumentDamaged } from './documents.js';
 import type { GatewayDeps } from './deps.js';
 import type { AbortReason } from './inflight.js';
 import type { Endpoint, GenerationRoute } from './metrics.js';
 import { completionBody, finishChunk, roleChunk, textChunk, toOpenAiUsage, usageChunk, type FinishReason, type OpenAiUsage, type ResponseMeta } from './openai/format.js';
+import { deletePromptArtifact, isPromptArtifactId } from './prompt-artifacts.js';
 import { relayStream } from './relay.js';
 import { createSseWriter } from './sse.js';
 
@@ -90,6 +90,10 @@ export async function planGeneration(deps: GatewayDeps, request: GenerationReque
   const { limits } = deps;
   if (request.model !== deps.model.name) {
     throw new ApiError(400, `The model '${request.model}' does not exist; this server serves '${deps.model.name}'`, { param: 'model', code: 'model_not_found' });
+  }
+  if (request.documentId !== null && isPromptArtifactId(request.documentId)) {
+    // a long prompt's artifact serves its own request only: never a document to the tenant
+    throw new ApiError(404, `No document found with id '${request.documentId}'`, { param: 'document_id', code: 'document_not_found' });
   }
   if (request.promptIds.length === 0) throw invalidRequest(`Invalid value for '${request.promptParam}': the prompt is empty`, request.promptParam, 'invalid_value');
   const maxTokensParam = request.maxTokensParam;
@@ -397,7 +401,8 @@ class GenerationRun {
       const job = await deps.queues.prefill.getJob(requestPrefillJobId(plan.requestId));
       const bytes = job?.returnvalue?.artifactBytes;
       if (typeof bytes === 'number' && bytes > 0) deps.metrics.artifactBytes.inc({ kind: 'prompt' }, bytes);
-      if (job !== undefined && (await job.getState()) === 'completed') await deps.store.delete(manifestObjectKey(plan.request.tenant, promptDocumentId(plan.requestId)));
+      // a prefill still running leaves nothing: the request's cancel key is set, and it checks it
+      if (job !== undefined && (await job.getState()) === 'completed') await deletePromptArtifact(deps, plan.request.tenant, plan.requestId);
     } catch (err) {
       deps.logger.debug({ requestId: plan.requestId, err: err instanceof Error ? err.message : String(err) }, 'prompt artifact cleanup skipped');
     }

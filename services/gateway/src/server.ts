@@ -14,6 +14,7 @@ import type { Env } from '@csa2/jobs';
 import { createApp, type GatewayApp } from './app.js';
 import { loadGatewayConfig } from './config.js';
 import { connectGatewayDeps, type GatewayDeps } from './deps.js';
+import { startPromptArtifactSweeper } from './prompt-artifacts.js';
 
 /** After the requests in flight ended, how long their connections get to flush before they are cut. */
 const CLOSE_FLUSH_MS = 1000;
@@ -69,6 +70,7 @@ export async function startGateway(env: Env = process.env, options: StartOptions
     deps.logger.info({ apiKey: connected.generatedApiKey, tenant: deps.apiKeys.get(connected.generatedApiKey) }, 'CSA2_API_KEYS is unset: generated an API key for this run');
   }
   deps.logger.info({ url, model: deps.model.name, tenants: new Set(deps.apiKeys.values()).size }, 'gateway listening');
+  const stopSweeper = startPromptArtifactSweeper(deps, config.promptArtifactTtlMs);
 
   let closing: Promise<void> | null = null;
   return {
@@ -79,6 +81,7 @@ export async function startGateway(env: Env = process.env, options: StartOptions
     deps,
     close() {
       closing ??= (async () => {
+        stopSweeper();
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));
         await deps.inflight.drain(config.shutdownGraceMs);
         // Responses just ended (error events of cancelled streams) get a moment to flush.

@@ -2,7 +2,8 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { manifestObjectKey } from '@csa2/artifacts';
 import { UnrecoverableError, documentJobId, formatFailure, type DocumentPrefillJob } from '@csa2/jobs';
-import { KEY_B, TENANT_A, fakeEncoder, get, post, startHarness, waitFor, writeManifest, type Harness } from '../testing/harness.js';
+import { KEY_B, MODEL_NAME, TENANT_A, TENANT_B, fakeEncoder, get, post, startHarness, waitFor, writeManifest, type Harness } from '../testing/harness.js';
+import { sweepPromptArtifacts } from '../prompt-artifacts.js';
 
 type Doc = Record<string, unknown>;
 
@@ -151,6 +152,29 @@ describe('documents: ingest, status lifecycle, delete, tenant scoping', () => {
     await bad({ text: 'x'.repeat(300) }, 'text');
     await bad({ text: 'a', model: 'other-model' }, 'model');
     assert.equal(await h.deps.queues.prefill.getJob(documentJobId(TENANT_A, 'dup')), undefined);
+  });
+
+  test("a long prompt's artifact is never one of the tenant's documents: GET, DELETE and document_id answer 404", async () => {
+    await writeManifest(h, TENANT_A, 'prompt-cmpl-abc', 30, 8);
+    assert.equal((await status('prompt-cmpl-abc'))[0], 404);
+    assert.equal((await h.app.request(...get('/v1/documents/prompt-cmpl-abc', undefined, 'DELETE'))).status, 404);
+    assert.notEqual(await h.store.head(manifestObjectKey(TENANT_A, 'prompt-cmpl-abc')), null, 'DELETE did not touch it');
+    const completion = await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: 'x', document_id: 'prompt-cmpl-abc' }));
+    assert.equal(completion.status, 404);
+    assert.equal(((await completion.json()) as { error: Doc }).error['code'], 'document_not_found');
+  });
+
+  test('prompt artifacts left in the store expire: a sweep deletes those older than the TTL, and nothing else', async () => {
+    const hourAgo = Date.now() - 3600_000;
+    await writeManifest(h, TENANT_A, 'prompt-cmpl-old', 10, 8, hourAgo);
+    await writeManifest(h, TENANT_B, 'prompt-cmpl-old-b', 10, 8, hourAgo);
+    await writeManifest(h, TENANT_A, 'prompt-cmpl-young', 10, 8);
+    await writeManifest(h, TENANT_A, 'old-document', 10, 8, hourAgo);
+    assert.equal(await sweepPromptArtifacts(h.deps, 600_000), 2, 'the two old ones, of both tenants');
+    assert.equal(await h.store.head(manifestObjectKey(TENANT_A, 'prompt-cmpl-old')), null);
+    assert.equal(await h.store.head(manifestObjectKey(TENANT_B, 'prompt-cmpl-old-b')), null);
+    assert.notEqual(await h.store.head(manifestObjectKey(TENANT_A, 'prompt-cmpl-young')), null, 'its request may still be running');
+    assert.notEqual(await h.store.head(manifestObjectKey(TENANT_A, 'old-document')), null, 'documents never expire');
   });
 
   test('a manifest written directly (an encoder elsewhere) makes the document ready for its tenant only', async () => {

@@ -12,6 +12,7 @@ import { ID_PATTERN } from '@csa2/jobs';
 import { ApiError, invalidRequest, isRedisUnavailable, redisUnavailable } from '../errors.js';
 import { RESERVED_DOCUMENT_PREFIX, deleteDocument, documentObject, documentStatus, ingestDocument } from '../documents.js';
 import type { GatewayDeps } from '../deps.js';
+import { isPromptArtifactId } from '../prompt-artifacts.js';
 import type { TenantVariables } from '../middleware/api-key-auth.js';
 import { readJson } from '../middleware/json-body.js';
 import { parseRequest } from '../openai/schemas.js';
@@ -113,7 +114,8 @@ export function documentsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVari
   app.get('/documents/:id', async (c) => {
     const id = c.req.param('id');
     const notFound = new ApiError(404, `No document found with id '${id}'`, { param: 'id', code: 'document_not_found' });
-    if (!ID_PATTERN.test(id)) throw notFound;
+    // a long prompt's artifact is not a document of the tenant's
+    if (!ID_PATTERN.test(id) || isPromptArtifactId(id)) throw notFound;
     const found = await documentStatus(deps, c.get('tenant'), id).catch(mapRedis);
     if (found === null) throw notFound;
     return c.json(documentObject(id, found.state));
@@ -122,7 +124,7 @@ export function documentsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVari
   app.delete('/documents/:id', async (c) => {
     const id = c.req.param('id');
     const notFound = new ApiError(404, `No document found with id '${id}'`, { param: 'id', code: 'document_not_found' });
-    if (!ID_PATTERN.test(id)) throw notFound;
+    if (!ID_PATTERN.test(id) || isPromptArtifactId(id)) throw notFound;
     const existed = await deleteDocument(deps, c.get('tenant'), id).catch(mapRedis);
     if (!existed) throw notFound;
     return c.json({ id, object: 'document.deleted', deleted: true });
