@@ -22,6 +22,7 @@ import {
   type PrefillResult,
   type Redis,
 } from '@csa2/jobs';
+import { Cancellations } from './cancellations.js';
 import { OffThreadTokenizer } from './tokenize-pool.js';
 import { DEFAULT_TENANT, generateApiKey, resolveLimits, type GatewayConfig, type GatewayLimits } from './config.js';
 import { withTimeout } from './errors.js';
@@ -61,6 +62,8 @@ export interface GatewayDeps {
   readonly metrics: GatewayMetrics;
   readonly logger: Logger;
   readonly inflight: Inflight;
+  /** Sets cancel keys, retrying while Redis refuses them. */
+  readonly cancellations: Cancellations;
   readonly once: ObserveOnce;
   /** The queues' backlog for autoscaling (csa2_queue_backlog_*, csa2_prefill_*_tokens on /metrics). */
   readonly backlog: BacklogCollector;
@@ -153,6 +156,7 @@ export async function connectGatewayDeps(config: GatewayConfig, options: Connect
     metrics,
     logger,
     inflight: new Inflight(),
+    cancellations: new Cancellations(redis, logger),
     once: new ObserveOnce(redis),
     backlog: createBacklogCollector(redis),
   };
@@ -160,6 +164,7 @@ export async function connectGatewayDeps(config: GatewayConfig, options: Connect
     deps,
     generatedApiKey,
     async close() {
+      await deps.cancellations.close();
       readers.close();
       await Promise.allSettled([queues.prefill.close(), queues.decode.close()]);
       redis.disconnect();

@@ -20,8 +20,6 @@ import {
   DEFAULT_DECODE_JOB_OPTIONS,
   DEFAULT_PREFILL_JOB_OPTIONS,
   PREFILL_JOB_NAME,
-  STREAM_TTL_SECONDS,
-  cancelKey,
   parseDecodeJob,
   parsePrefillJob,
   promptDocumentId,
@@ -188,7 +186,11 @@ export async function enqueueGeneration(deps: GatewayDeps, plan: GenerationPlan)
       await deps.queues.decode.add(DECODE_JOB_NAME, plan.decodeJob, { ...DEFAULT_DECODE_JOB_OPTIONS, jobId: requestDecodeJobId(plan.requestId) });
     }
   } catch (err) {
-    if (isRedisUnavailable(err)) throw redisUnavailable(err);
+    if (isRedisUnavailable(err)) {
+      // an add that timed out may still reach Redis once it is back: that job must not run for nobody
+      deps.cancellations.cancel(plan.requestId);
+      throw redisUnavailable(err);
+    }
     throw err;
   }
 }
@@ -276,7 +278,9 @@ class GenerationRun {
     private readonly plan: GenerationPlan,
   ) {
     this.releaseInflight = deps.inflight.track(this.controller);
-    this.controller.signal.addEventListener('abort', () => this.setCancelKey(), { once: true });
+    this.controller.signal.addEventListener('abort', () => {
+      if (!this.ended) this.setCancelKey();
+    }, { once: true });
   }
 
   /** Releases the request's place in the in-flight set: call once its response is complete. */
@@ -289,11 +293,9 @@ class GenerationRun {
     if (!this.ended && !this.controller.signal.aborted) this.controller.abort(reason);
   }
 
+  /** The request ends without its answer: its jobs must stop (retried until Redis takes it). */
   private setCancelKey(): void {
-    if (this.ended) return;
-    this.deps.redis.set(cancelKey(this.plan.requestId), '1', 'EX', STREAM_TTL_SECONDS).catch((err: unknown) => {
-      this.deps.logger.warn({ requestId: this.plan.requestId, err: err instanceof Error ? err.message : String(err) }, 'could not set the cancel key');
-    });
+    this.deps.cancellations.cancel(this.plan.requestId);
   }
 
   /** Relays the stream, calling `onText` for each new piece of text; resolves with the outcome. */
@@ -342,16 +344,16 @@ class GenerationRun {
       outcome = 'cancelled';
       throw new Aborted((this.controller.signal.reason as AbortReason | undefined) ?? 'client');
     } catch (err) {
-      if (err instanceof ApiError && err.code === 'timeout') {
-        outcome = 'timeout';
-        this.setCancelKey();
-      }
+      if (err instanceof ApiError && err.code === 'timeout') outcome = 'timeout';
       if (err instanceof ApiError && err.code !== null && plan.request.documentId !== null && plan.documentCreatedAt !== null) {
         // the worker could not read the document's artifact: its status says so from now on
         await markDocumentDamaged(deps, plan.request.tenant, plan.request.documentId, plan.documentCreatedAt, err.code.replaceAll('_', '-'));
       }
       throw err;
     } finally {
+      // answered with an error, timed out or cut off: whatever still runs for this request stops
+      // (a client that got a 503 because Redis froze must not have its 300 tokens generated later)
+      if (outcome !== 'ok') this.setCancelKey();
       this.ended = true;
       deps.metrics.e2eLatency.observe({ ...labels, outcome }, (Date.now() - plan.acceptedAtMs) / 1000);
       if (plan.route === 'prefill') void this.cleanupPromptArtifact();

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import {
   DECODE_JOB_NAME,
+  cancelKey,
   DEFAULT_DECODE_JOB_OPTIONS,
   UnrecoverableError,
   formatFailure,
@@ -200,7 +201,11 @@ describe('completions and chat completions against a fake decoder', () => {
     });
     const res = await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: 'fails-hard' }));
     assert.equal(res.status, 400);
-    assert.deepEqual(((await res.json()) as Record<string, any>)['error'], { message: 'token id 999 is out of range', type: 'invalid_request_error', param: null, code: 'input_invalid' });
+    const body = (await res.json()) as Record<string, any>;
+    assert.deepEqual(body['error'], { message: 'token id 999 is out of range', type: 'invalid_request_error', param: null, code: 'input_invalid' });
+    const failed = jobs.at(-1);
+    assert.ok(failed !== undefined);
+    await waitFor('the cancel key of a request answered with an error', async () => ((await h.redis.exists(cancelKey(failed.requestId))) === 1 ? true : undefined));
   });
 
   test('a document completion: the job names the document, usage reports cached tokens', async () => {
