@@ -4,7 +4,7 @@
  * engine workers' common ones (WorkerConfig, @csa2/jobs worker-config) plus the decoder's own.
  * A bad value fails start with an EnvConfigError naming the variable.
  */
-import { EXECUTION_PROVIDERS, LOG_LEVELS, envChoice, envInt, envOptionalInt, envOptionalString, envRedisUrl, envString, envThreads, type Env, type WorkerConfig } from '@csa2/jobs';
+import { EXECUTION_PROVIDERS, LOG_LEVELS, envChoice, envInt, envOptionalInt, envOptionalString, envRedisUrl, envStalledIntervalMs, envString, envThreads, type Env, type WorkerConfig } from '@csa2/jobs';
 
 export interface DecoderConfig extends WorkerConfig {
   /** CSA2_STORE_URL: artifact store (file:///… or s3://…); needed for jobs that name a document. */
@@ -19,13 +19,14 @@ export function loadDecoderConfig(env: Env = process.env): DecoderConfig {
   const storeUrl = envOptionalString(env, 'CSA2_STORE_URL');
   const replayTokens = envOptionalInt(env, 'CSA2_REPLAY_TOKENS', { min: 1 });
   const chunkCacheBytes = envOptionalInt(env, 'CSA2_CHUNK_CACHE_BYTES', { min: 0 });
+  const lockDurationMs = envInt(env, 'CSA2_LOCK_DURATION_MS', 30_000, { min: 1000 });
   return {
     redisUrl: envRedisUrl(env),
     modelDir: envString(env, 'CSA2_MODEL_DIR', 'a checkpoint directory with config.json and model.safetensors'),
     ...(storeUrl !== undefined ? { storeUrl } : {}),
     concurrency: envInt(env, 'CSA2_DECODE_CONCURRENCY', 1, { min: 1, max: 256 }),
-    lockDurationMs: envInt(env, 'CSA2_LOCK_DURATION_MS', 30_000, { min: 1000 }),
-    stalledIntervalMs: envInt(env, 'CSA2_STALLED_INTERVAL_MS', 30_000, { min: 1000 }),
+    lockDurationMs,
+    stalledIntervalMs: envStalledIntervalMs(env, 'CSA2_STALLED_INTERVAL_MS', lockDurationMs),
     ...(replayTokens !== undefined ? { replayTokens } : {}),
     ...(chunkCacheBytes !== undefined ? { chunkCacheBytes } : {}),
     threads: envThreads(env, 'CSA2_THREADS'),

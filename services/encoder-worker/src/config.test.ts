@@ -12,7 +12,9 @@ test('defaults, and every variable read', () => {
   assert.equal(c.concurrency, 1);
   assert.equal(c.chunkTokens, undefined);
   assert.equal(c.lockDurationMs, 30_000);
+  assert.equal(c.stalledIntervalMs, 5000, 'a dead worker\'s job is back within 35 s');
   assert.equal(c.progressIntervalMs, 200);
+  assert.equal(c.cancelPollMs, 50);
   const d = loadEncoderConfig({ ...BASE, CSA2_PREFILL_CONCURRENCY: '2', CSA2_CHUNK_TOKENS: '1024', CSA2_CHUNK_CACHE_BYTES: '0', CSA2_LOCK_DURATION_MS: '120000' });
   assert.deepEqual([d.concurrency, d.chunkTokens, d.chunkCacheBytes, d.lockDurationMs], [2, 1024, 0, 120_000]);
 });
@@ -22,4 +24,6 @@ test('the store is required; bad numbers name their variable', () => {
   assert.throws(() => loadEncoderConfig({ ...BASE, CSA2_STORE_URL: '' }), named('CSA2_STORE_URL'));
   assert.throws(() => loadEncoderConfig({ ...BASE, CSA2_PREFILL_CONCURRENCY: '-1' }), named('CSA2_PREFILL_CONCURRENCY'));
   assert.throws(() => loadEncoderConfig({ ...BASE, CSA2_CHUNK_TOKENS: '4k' }), named('CSA2_CHUNK_TOKENS'));
+  assert.throws(() => loadEncoderConfig({ ...BASE, CSA2_STALLED_INTERVAL_MS: '20000' }), named('CSA2_STALLED_INTERVAL_MS'));
+  assert.throws(() => loadEncoderConfig({ ...BASE, CSA2_CANCEL_POLL_MS: '1' }), named('CSA2_CANCEL_POLL_MS'));
 });

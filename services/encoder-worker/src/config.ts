@@ -4,7 +4,7 @@
  * engine workers' common ones (WorkerConfig, @csa2/jobs worker-config) plus the encoder's own.
  * A bad value fails start with an EnvConfigError naming the variable.
  */
-import { EXECUTION_PROVIDERS, LOG_LEVELS, envChoice, envInt, envOptionalInt, envRedisUrl, envString, envThreads, type Env, type WorkerConfig } from '@csa2/jobs';
+import { EXECUTION_PROVIDERS, LOG_LEVELS, envChoice, envInt, envOptionalInt, envRedisUrl, envStalledIntervalMs, envString, envThreads, type Env, type WorkerConfig } from '@csa2/jobs';
 
 export interface EncoderConfig extends WorkerConfig {
   /** CSA2_STORE_URL: where artifacts are written (file:///… or s3://…). Required. */
@@ -20,6 +20,7 @@ export interface EncoderConfig extends WorkerConfig {
 export function loadEncoderConfig(env: Env = process.env): EncoderConfig {
   const chunkTokens = envOptionalInt(env, 'CSA2_CHUNK_TOKENS', { min: 1 });
   const chunkCacheBytes = envOptionalInt(env, 'CSA2_CHUNK_CACHE_BYTES', { min: 0 });
+  const lockDurationMs = envInt(env, 'CSA2_LOCK_DURATION_MS', 30_000, { min: 1000 });
   return {
     redisUrl: envRedisUrl(env),
     modelDir: envString(env, 'CSA2_MODEL_DIR', 'a checkpoint directory with config.json and model.safetensors'),
@@ -27,8 +28,8 @@ export function loadEncoderConfig(env: Env = process.env): EncoderConfig {
     concurrency: envInt(env, 'CSA2_PREFILL_CONCURRENCY', 1, { min: 1, max: 256 }),
     ...(chunkTokens !== undefined ? { chunkTokens } : {}),
     ...(chunkCacheBytes !== undefined ? { chunkCacheBytes } : {}),
-    lockDurationMs: envInt(env, 'CSA2_LOCK_DURATION_MS', 30_000, { min: 1000 }),
-    stalledIntervalMs: envInt(env, 'CSA2_STALLED_INTERVAL_MS', 30_000, { min: 1000 }),
+    lockDurationMs,
+    stalledIntervalMs: envStalledIntervalMs(env, 'CSA2_STALLED_INTERVAL_MS', lockDurationMs),
     threads: envThreads(env, 'CSA2_THREADS'),
     provider: envChoice(env, 'CSA2_PROVIDER', EXECUTION_PROVIDERS, 'cpu'),
     shutdownGraceMs: envInt(env, 'CSA2_SHUTDOWN_GRACE_MS', 20_000, { min: 0 }),

@@ -36,7 +36,7 @@ import type { AbortReason } from './inflight.js';
 import type { Endpoint, GenerationRoute } from './metrics.js';
 import { completionBody, finishChunk, roleChunk, textChunk, toOpenAiUsage, usageChunk, type FinishReason, type OpenAiUsage, type ResponseMeta } from './openai/format.js';
 import { deletePromptArtifact, isPromptArtifactId } from './prompt-artifacts.js';
-import { relayStream } from './relay.js';
+import { progressComment, relayStream, type RelayProgress } from './relay.js';
 import { createSseWriter } from './sse.js';
 
 /** What a route hands over after parsing and tokenizing. */
@@ -248,7 +248,10 @@ export async function respondGeneration(c: Context, deps: GatewayDeps, plan: Gen
   if (first !== null) sse.send(first);
   void (async () => {
     try {
-      const outcome = await run.consume((text) => sse.send(textChunk(meta, text)));
+      const outcome = await run.consume(
+        (text) => sse.send(textChunk(meta, text)),
+        (progress) => sse.comment(progressComment(progress)),
+      );
       sse.send(finishChunk(meta, outcome.finishReason));
       if (request.includeUsage) sse.send(usageChunk(meta, outcome.usage));
       sse.done();
@@ -298,8 +301,11 @@ class GenerationRun {
     this.deps.cancellations.cancel(this.plan.requestId);
   }
 
-  /** Relays the stream, calling `onText` for each new piece of text; resolves with the outcome. */
-  async consume(onText: (text: string) => void): Promise<Outcome> {
+  /**
+   * Relays the stream, calling `onText` for each new piece of text (and `onProgress` at each quiet
+   * job poll); resolves with the outcome.
+   */
+  async consume(onText: (text: string) => void, onProgress?: (progress: RelayProgress) => void): Promise<Outcome> {
     const { deps, plan } = this;
     const labels = { endpoint: plan.request.endpoint, route: plan.route };
     let outcome: 'ok' | 'error' | 'cancelled' | 'timeout' = 'error';
@@ -313,6 +319,7 @@ class GenerationRun {
         prefillJobId: plan.prefillJob !== null ? requestPrefillJobId(plan.requestId) : null,
         deadlineMs: plan.acceptedAtMs + deps.config.requestTimeoutMs,
         signal: this.controller.signal,
+        ...(onProgress !== undefined ? { onProgress } : {}),
       });
       let seenEntry = false;
       for await (const entry of entries) {

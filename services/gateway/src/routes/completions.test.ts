@@ -43,7 +43,9 @@ describe('completions and chat completions against a fake decoder', () => {
     h = await startHarness();
     fakeDecoder(h, async (job) => {
       jobs.push(job.data);
-      const prompt = Buffer.from(job.data.promptIds.filter((id) => id < 256)).toString('latin1');
+      // a long prompt's decode job holds its last token only: its prefill job has the rest
+      const prefix = prefillJobs.find((p) => p.requestId === job.data.requestId)?.tokenIds ?? [];
+      const prompt = Buffer.from([...prefix, ...job.data.promptIds].filter((id) => id < 256)).toString('latin1');
       const script = [...scripts.entries()].find(([word]) => prompt.includes(word))?.[1];
       if (script !== undefined) {
         await script(job.data);
@@ -58,6 +60,10 @@ describe('completions and chat completions against a fake decoder', () => {
       if (data.kind !== 'prompt') throw new UnrecoverableError('unexpected document job');
       prefillJobs.push(data);
       if (Buffer.from(data.tokenIds).toString('latin1').startsWith('prefill-fail')) throw new UnrecoverableError(formatFailure('artifact-corrupt', 'internal error in the encoder'));
+      if (Buffer.from(data.tokenIds).toString('latin1').startsWith('slow-prefill')) {
+        await job.updateProgress({ tokensDone: 64, tokensTotal: data.tokenIds.length });
+        await new Promise((r) => setTimeout(r, 700));
+      }
       await writeManifest(h, data.tenant, promptDocumentId(data.requestId), data.tokenIds.length);
       await h.deps.queues.decode.add(DECODE_JOB_NAME, data.decode, { ...DEFAULT_DECODE_JOB_OPTIONS, jobId: requestDecodeJobId(data.requestId) });
       return { documentId: promptDocumentId(data.requestId), tokens: data.tokenIds.length, bytesWritten: 1234, artifactBytes: 1234, reusedTokens: 0 };
@@ -282,6 +288,34 @@ describe('completions and chat completions against a fake decoder', () => {
     const res = await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: 'x'.repeat(99) }));
     assert.equal(res.status, 200);
     assert.equal(prefillJobs.length, before);
+  });
+
+  test('a quiet stream carries progress comments: the prefill\'s tokens, then the decode job, and a job whose worker died (lock gone)', async () => {
+    let release: () => void = () => undefined;
+    scripts.set('slow-decode', async (job) => {
+      await new Promise<void>((resolve) => (release = resolve));
+      await writeEntries(h.redis, job.requestId, [...tokenEntries('ok'), finalEntry(job, 2)]);
+    });
+    const res = await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: `slow-prefill slow-decode ${'z'.repeat(100)}`, stream: true }));
+    assert.equal(res.status, 200);
+    const body = res.text();
+    // the decode job runs and holds: its lock disappears as when the worker died and the lock expired
+    const job = await waitFor('the decode job to be active', async () =>
+      jobs.find((d) => prefillJobs.some((p) => p.requestId === d.requestId && Buffer.from(p.tokenIds).toString('latin1').startsWith('slow-prefill'))),
+    );
+    await new Promise((r) => setTimeout(r, 500)); // a progress poll or two while it is active
+    await h.redis.del(h.deps.queues.decode.toKey(`${requestDecodeJobId(job.requestId)}:lock`));
+    await new Promise((r) => setTimeout(r, 500));
+    release();
+    const raw = await body;
+    const progress = raw
+      .split('\n\n')
+      .filter((e) => e.startsWith(': progress '))
+      .map((e) => JSON.parse(e.slice(': progress '.length)) as Record<string, unknown>);
+    assert.ok(progress.some((p) => p['stage'] === 'prefill' && p['state'] === 'active' && p['tokens_done'] === 64), JSON.stringify(progress));
+    assert.ok(progress.some((p) => p['stage'] === 'decode' && p['state'] === 'active' && p['tokens'] === 0 && p['attempt'] === 1 && p['stalled'] === undefined), JSON.stringify(progress));
+    assert.ok(progress.some((p) => p['stage'] === 'decode' && p['state'] === 'active' && p['stalled'] === true), JSON.stringify(progress));
+    assert.deepEqual(parseSse(raw).at(-1), '[DONE]');
   });
 
   test("a long prompt's prefill job that fails for good ends the request with its failure", async () => {
