@@ -26,7 +26,8 @@ try {
         const event = buffered.slice(0, cut);
         buffered = buffered.slice(cut + 2);
         if (event.startsWith(':')) {
-          if (killedAt > 0) comments.push(`${fmt((Date.now() - killedAt) / 1000)} s ${event}`);
+          // consecutive equal comments are shown once, with the time of the first
+          if (killedAt > 0 && comments.at(-1)?.event !== event) comments.push({ atS: (Date.now() - killedAt) / 1000, event });
           continue;
         }
         tokens++;
@@ -40,7 +41,7 @@ try {
     }
     await reader.cancel().catch(() => undefined);
     console.log(`run ${run + 1}: decoder killed after 20 tokens; next token ${resumedAt > 0 ? `${fmt((resumedAt - killedAt) / 1000)} s later` : 'never (stream ended)'}`);
-    console.log(`  the client's stream meanwhile: ${comments.length === 0 ? 'nothing' : comments.join(' | ')}`);
+    console.log(`  the client's stream meanwhile (from the kill; repeats left out): ${comments.length === 0 ? 'nothing' : comments.map((c) => `${fmt(c.atS)} s ${c.event}`).join(' | ')}`);
   }
 } finally {
   await pipe.stop();
