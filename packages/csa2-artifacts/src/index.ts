@@ -10,6 +10,7 @@ export { SequenceStateError } from './format/sequence-rows.js';
 export * from './writer.js';
 export * from './reader.js';
 export * from './chunk-cache.js';
+export * from './token-lists.js';
 export { FsObjectStore } from './store/fs-store.js';
 export type { FsObjectStoreOptions } from './store/fs-store.js';
 export { S3ObjectStore, MIN_MULTIPART_PART_SIZE_BYTES } from './store/s3-store.js';

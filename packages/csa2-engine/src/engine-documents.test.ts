@@ -166,3 +166,14 @@ test('ingest verifies the stored chunks it adopts: a corrupt one is encoded agai
     await fresh.close();
   }
 });
+
+test('ingest with a prefix document: its tokens come first and its full chunks are re-used, not encoded', async () => {
+  const question = randomIds(70, 31);
+  const out = await engine.ingest({ tenant: 'acme', documentId: 'doc1-and-question', tokenIds: question, prefix: { tenant: 'acme', documentId: 'doc1' } });
+  assert.equal(out.tokens, DOC.length + question.length);
+  assert.equal(out.reusedTokens, 128, 'the four full chunks of doc1');
+  const direct = await engine.generate({ promptIds: [...DOC, ...question], maxTokens: 4, sampling: greedy, exact: true, ignoreEos: true });
+  const stored = await engine.generate({ promptIds: [], document: { tenant: 'acme', documentId: 'doc1-and-question' }, maxTokens: 4, sampling: greedy, replayTokens: 400, ignoreEos: true });
+  assert.deepEqual(stored.tokens, direct.tokens, 'the artifact holds the document then the question');
+  await assert.rejects(engine.ingest({ tenant: 'acme', documentId: 'x', tokenIds: question, prefix: { tenant: 'acme', documentId: 'no-such-doc' } }), (e: unknown) => (e as { code?: string }).code === 'not-found');
+});

@@ -85,6 +85,11 @@ export interface IngestRequest {
   readonly text?: string;
   /** Tokens per chunk. @defaultValue the engine's chunkTokens */
   readonly chunkTokens?: number;
+  /**
+   * A stored document of the same tenant whose tokens come first (a long prompt that follows a
+   * document): its full chunks are re-used as stored, not encoded again.
+   */
+  readonly prefix?: DocumentRef;
   /** Encoder replay when leading chunks are reused. @defaultValue 128 */
   readonly replayTokens?: number;
   /**
@@ -303,13 +308,7 @@ export class Engine {
       throw new InputError(`document ${doc.documentId} (${manifest.tokenCount} tokens) plus the prompt (${promptIds.length}) exceed max_seq_len ${this.model.config.maxSeqLen}`);
     }
     const seq = this.model.createSequence();
-    try {
-      await reader.loadInto(seq, manifest);
-    } catch (err) {
-      // the manifest lists the chunk, so a missing one is storage loss, not an unknown document
-      if (err instanceof ObjectNotFoundError) throw new ArtifactMissingError(err.key, `document ${doc.documentId} of tenant ${doc.tenant}`, { cause: err });
-      throw err;
-    }
+    await listedChunks(doc, () => reader.loadInto(seq, manifest));
     const stream = await this.model.encode(seq, promptIds, { replayTokens, keepRows: replayTokens });
     const logits = await this.model.decoderReplay(seq, stream);
     return { seq, logits, cachedTokens: Math.min(manifest.tokenCount, doc.cachedTokens ?? manifest.tokenCount) };
@@ -398,7 +397,8 @@ export class Engine {
     if ((req.tokenIds === undefined) === (req.text === undefined)) throw new InputError('give the document as exactly one of tokenIds and text');
     // a text document starts with the tokenizer's BOS, as the gateway sends it
     const bos = this.tokenizer.bosId;
-    const ids = req.tokenIds !== undefined ? [...req.tokenIds] : [...(bos !== null ? [bos] : []), ...this.tokenize(req.text as string)];
+    const own = req.tokenIds !== undefined ? req.tokenIds : [...(bos !== null ? [bos] : []), ...this.tokenize(req.text as string)];
+    const ids = req.prefix !== undefined ? (await this.documentTokens(store, req.prefix)).concat(own) : [...own];
     if (ids.length === 0) throw new InputError(`document ${req.documentId} is empty`);
     const chunkTokens = req.chunkTokens ?? this.options.chunkTokens ?? DEFAULT_CHUNK_TOKENS;
     const replayTokens = req.replayTokens ?? DEFAULT_REPLAY_TOKENS;
@@ -456,6 +456,13 @@ export class Engine {
     };
   }
 
+  /** A stored document's token ids (its manifest, then every chunk, verified). */
+  private async documentTokens(store: ObjectStore, doc: DocumentRef): Promise<number[]> {
+    const reader = new ArtifactReader({ store, layout: this.layout, cache: this.cache });
+    const manifest = await reader.readManifest(doc.tenant, doc.documentId);
+    return listedChunks(doc, () => reader.readTokens(manifest));
+  }
+
   /**
    * Loads the first `chunkCount` stored full chunks of `ids` into a fresh sequence, each verified by
    * the reader. A chunk that fails verification (or vanished since it was found) ends the prefix
@@ -496,6 +503,19 @@ export class Engine {
   async close(): Promise<void> {
     await this.model.dispose();
     await this.store?.close();
+  }
+}
+
+/**
+ * Runs a read of the chunks a manifest lists: one that is missing is storage loss
+ * (ArtifactMissingError), not an unknown document.
+ */
+async function listedChunks<T>(doc: DocumentRef, read: () => Promise<T>): Promise<T> {
+  try {
+    return await read();
+  } catch (err) {
+    if (err instanceof ObjectNotFoundError) throw new ArtifactMissingError(err.key, `document ${doc.documentId} of tenant ${doc.tenant}`, { cause: err });
+    throw err;
   }
 }
 

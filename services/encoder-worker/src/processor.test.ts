@@ -9,10 +9,11 @@ import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { FsObjectStore, manifestObjectKey } from '@csa2/artifacts';
+import { FsObjectStore, manifestObjectKey, putTokenList } from '@csa2/artifacts';
 import type { IngestHooks, IngestOutcome, IngestRequest } from '@csa2/engine';
 import {
   DEFAULT_PREFILL_JOB_OPTIONS,
+  MAX_INLINE_TOKEN_IDS,
   PREFILL_JOB_NAME,
   Queue,
   Worker,
@@ -94,14 +95,16 @@ after(async () => {
   rmSync(storeDir, { recursive: true, force: true });
 });
 
-function promptJob(requestId: string, prefixTokens: number): PrefillJob {
+/** A prompt job; a prefix longer than a payload may carry goes through the store, as the gateway sends it. */
+async function promptJob(requestId: string, prefixTokens: number): Promise<PrefillJob> {
+  const ids = Array.from({ length: prefixTokens }, (_, i) => i % 250);
   return {
     v: 1,
     kind: 'prompt',
     tenant: 'acme',
     requestId,
     model: 'tiny',
-    tokenIds: Array.from({ length: prefixTokens }, (_, i) => i % 250),
+    ...(prefixTokens > MAX_INLINE_TOKEN_IDS ? { tokensRef: await putTokenList(store, 'acme', `req.${requestId}.prefill`, ids) } : { tokenIds: ids }),
     decode: {
       v: 1,
       requestId,
@@ -129,11 +132,12 @@ async function cancelledEnd(requestId: string): Promise<void> {
 test('a request cancelled during its prefill stops the encoder between two chunks: no manifest, no decode job, a cancelled end', async () => {
   const requestId = `cut-${randomUUID()}`;
   const tokens = 40 * STEP_TOKENS;
-  await prefillQueue.add(PREFILL_JOB_NAME, promptJob(requestId, tokens), { ...DEFAULT_PREFILL_JOB_OPTIONS, jobId: requestId });
+  const job0 = await promptJob(requestId, tokens);
+  await prefillQueue.add(PREFILL_JOB_NAME, job0, { ...DEFAULT_PREFILL_JOB_OPTIONS, jobId: requestId });
   // the client goes away once the encoder is a few chunks in
-  for (;;) {
-    const steps = runs.get(promptDocumentId(requestId))?.steps ?? 0;
-    if (steps >= 3) break;
+  const deadline = Date.now() + 20_000;
+  while ((runs.get(promptDocumentId(requestId))?.steps ?? 0) < 3) {
+    if (Date.now() > deadline) throw new Error(`the job did not start: ${(await prefillQueue.getJob(requestId))?.failedReason ?? 'still waiting'}`);
     await new Promise((r) => setTimeout(r, 5));
   }
   await redis.set(cancelKey(requestId), '1', 'EX', 60);
@@ -147,6 +151,8 @@ test('a request cancelled during its prefill stops the encoder between two chunk
   assert.equal(await store.head(manifestObjectKey('acme', promptDocumentId(requestId))), null, 'no prompt artifact is left');
   assert.equal(await decodeQueue.getJob(requestDecodeJobId(requestId)), undefined, 'nothing to decode');
   await cancelledEnd(requestId);
+  assert.ok(job0.kind === 'prompt' && job0.tokensRef !== undefined);
+  assert.equal(await store.head(job0.tokensRef.key), null, 'its stored input token list is deleted once the job is done');
 });
 
 test('a request cancelled just as its prefill finished: the prompt artifact is removed and no decode job is added', async () => {
@@ -155,7 +161,7 @@ test('a request cancelled just as its prefill finished: the prompt artifact is r
   atEnd.set(promptDocumentId(requestId), async () => {
     await redis.set(cancelKey(requestId), '1', 'EX', 60);
   });
-  await prefillQueue.add(PREFILL_JOB_NAME, promptJob(requestId, 2 * STEP_TOKENS), { ...DEFAULT_PREFILL_JOB_OPTIONS, jobId: requestId });
+  await prefillQueue.add(PREFILL_JOB_NAME, await promptJob(requestId, 2 * STEP_TOKENS), { ...DEFAULT_PREFILL_JOB_OPTIONS, jobId: requestId });
   const { state, job } = await waitForJobSettled(prefillQueue, requestId);
   assert.equal(state, 'completed', job.failedReason);
   assert.equal(runs.get(promptDocumentId(requestId))?.aborted, false);
@@ -166,7 +172,7 @@ test('a request cancelled just as its prefill finished: the prompt artifact is r
 
 test('a request that is not cancelled gets its decode job and keeps its artifact', async () => {
   const requestId = `kept-${randomUUID()}`;
-  await prefillQueue.add(PREFILL_JOB_NAME, promptJob(requestId, 2 * STEP_TOKENS), { ...DEFAULT_PREFILL_JOB_OPTIONS, jobId: requestId });
+  await prefillQueue.add(PREFILL_JOB_NAME, await promptJob(requestId, 2 * STEP_TOKENS), { ...DEFAULT_PREFILL_JOB_OPTIONS, jobId: requestId });
   const { state, job } = await waitForJobSettled(prefillQueue, requestId);
   assert.equal(state, 'completed', job.failedReason);
   assert.notEqual(await store.head(manifestObjectKey('acme', promptDocumentId(requestId))), null);

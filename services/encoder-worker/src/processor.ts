@@ -22,7 +22,7 @@
  * the last attempt), so the client is not left waiting. When BullMQ aborts `signal` (shutdown past its
  * grace period) the ingest stops and the job is handed back to the queue without using an attempt.
  */
-import { manifestObjectKey, type ObjectStore } from '@csa2/artifacts';
+import { deleteTokenList, getTokenList, manifestObjectKey, type ObjectStore } from '@csa2/artifacts';
 import type { IngestHooks, IngestOutcome, IngestProgress, IngestRequest } from '@csa2/engine';
 import {
   DECODE_JOB_NAME,
@@ -34,6 +34,8 @@ import {
   followJobSignal,
   handJobBack,
   isCancelled,
+  isFinalFailure,
+  promptPrefixTokens,
   watchCancelKey,
   parseJobPayload,
   parsePrefillJob,
@@ -52,6 +54,7 @@ import {
   type PrefillResult,
   type PromptPrefillJob,
   type Queue,
+  type TokenListRefPayload,
 } from '@csa2/jobs';
 
 /** What the processor needs from the engine (EngineHost satisfies it). */
@@ -183,11 +186,19 @@ export function createEncodeProcessor(deps: EncodeDeps): EncodeProcessor {
     }
   }
 
+  /** A payload's token list: inline, or read back from the object store (size and SHA-256 verified). */
+  async function tokenList(tenant: string, inline: number[] | undefined, ref: TokenListRefPayload | undefined): Promise<number[]> {
+    if (inline !== undefined) return inline;
+    if (ref === undefined) throw new JobPayloadError('prefill', ['tokenIds: neither token ids nor a tokensRef']);
+    return getTokenList(deps.store, tenant, ref);
+  }
+
   async function runDocument(job: Job<unknown, PrefillResult>, data: DocumentPrefillJob, signal: AbortSignal | undefined): Promise<PrefillResult> {
+    const { input } = data;
     const req: IngestRequest = {
       tenant: data.tenant,
       documentId: data.documentId,
-      ...('text' in data.input ? { text: data.input.text } : { tokenIds: data.input.tokenIds }),
+      ...('text' in input ? { text: input.text } : { tokenIds: await tokenList(data.tenant, 'tokenIds' in input ? input.tokenIds : undefined, 'tokensRef' in input ? input.tokensRef : undefined) }),
       ...(deps.chunkTokens !== undefined ? { chunkTokens: deps.chunkTokens } : {}),
       createdAtMs: data.acceptedAtMs,
     };
@@ -213,24 +224,33 @@ export function createEncodeProcessor(deps: EncodeDeps): EncodeProcessor {
     }
     /** Ends the stream of a cancelled request (no decode job will): final entry 'cancelled'. */
     const endCancelled = async (when: string, fields: Readonly<Record<string, unknown>> = {}): Promise<PrefillResult> => {
-      const promptTokens = data.tokenIds.length + data.decode.promptIds.length;
+      const promptTokens = promptPrefixTokens(data) + data.decode.promptIds.length;
       const usage = { prompt_tokens: promptTokens, completion_tokens: 0, total_tokens: promptTokens, prompt_tokens_details: { cached_tokens: 0 } };
       await appendStreamEntry(deps.redis, requestId, { kind: 'final', finishReason: 'cancelled', usage, tokens: 0 });
       log('info', `request cancelled ${when}`, { jobId: job.id, requestId, ...fields });
       return empty;
     };
     if (await isCancelled(deps.redis, requestId)) return endCancelled('before encoding');
+    const tokenIds = await tokenList(tenant, data.tokenIds, data.tokensRef);
+    const prefixDocumentId = data.prefixDocumentId ?? null;
     let encoded: { out: IngestOutcome; reusedBeforeJob: number };
     try {
       encoded = await ingest(
         job,
-        { tenant, documentId, tokenIds: data.tokenIds, createdAtMs: data.acceptedAtMs, ...(deps.chunkTokens !== undefined ? { chunkTokens: deps.chunkTokens } : {}) },
+        {
+          tenant,
+          documentId,
+          tokenIds,
+          createdAtMs: data.acceptedAtMs,
+          ...(prefixDocumentId !== null ? { prefix: { tenant, documentId: prefixDocumentId } } : {}),
+          ...(deps.chunkTokens !== undefined ? { chunkTokens: deps.chunkTokens } : {}),
+        },
         signal,
         requestId,
       );
     } catch (err) {
       // stopped between two chunks: no manifest was written (the chunks written stay, shared and reusable)
-      if (err instanceof RequestCancelledError) return endCancelled('during encoding', { tokensDone: err.tokensDone, tokensTotal: data.tokenIds.length });
+      if (err instanceof RequestCancelledError) return endCancelled('during encoding', { tokensDone: err.tokensDone, tokensTotal: tokenIds.length });
       throw err;
     }
     const { out, reusedBeforeJob } = encoded;
@@ -252,15 +272,26 @@ export function createEncodeProcessor(deps: EncodeDeps): EncodeProcessor {
     return toResult(out);
   }
 
+  /** The job's input token list is not needed once the job is done for good (best-effort). */
+  async function dropInput(job: Job<unknown, PrefillResult>, ref: TokenListRefPayload | undefined): Promise<void> {
+    if (ref === undefined) return;
+    await deleteTokenList(deps.store, ref).catch((err: unknown) => log('warn', 'could not delete the job\'s input token list', { jobId: job.id, key: ref.key, err: String(err) }));
+  }
+
   return async function processPrefillJob(job, token, signal) {
     // only a prompt job has a request stream to write the error entry to
     const data = await parseJobPayload(job, parsePrefillJob, { what: 'prefill', log, requestIdOf: (d) => readableRequestId(d, 'prompt'), writeError });
     const requestId = data.kind === 'prompt' ? data.requestId : null;
+    const inputRef = data.kind === 'prompt' ? data.tokensRef : 'tokensRef' in data.input ? data.input.tokensRef : undefined;
     try {
-      return data.kind === 'document' ? await runDocument(job, data, signal) : await runPrompt(job, data, signal);
+      const result = data.kind === 'document' ? await runDocument(job, data, signal) : await runPrompt(job, data, signal);
+      await dropInput(job, inputRef);
+      return result;
     } catch (err) {
       if (err instanceof HandBackError) throw await handJobBack(job, token, log, { jobId: job.id });
-      throw await failJob(err, job, { log, msg: 'prefill failed', fields: { jobId: job.id, kind: data.kind, requestId }, requestId, writeError });
+      const failure = await failJob(err, job, { log, msg: 'prefill failed', fields: { jobId: job.id, kind: data.kind, requestId }, requestId, writeError });
+      if (isFinalFailure(err, job)) await dropInput(job, inputRef);
+      throw failure;
     }
   };
 }

@@ -6,7 +6,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { basename, resolve } from 'node:path';
-import { EnvConfigError, ID_PATTERN, envChoice, envInt, envOptionalInt, envOptionalString, envRedisUrl, envString, type Env } from '@csa2/jobs';
+import { EnvConfigError, ID_PATTERN, MAX_INLINE_TOKEN_IDS, envChoice, envInt, envOptionalInt, envOptionalString, envRedisUrl, envString, type Env } from '@csa2/jobs';
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'silent';
 
@@ -118,7 +118,8 @@ export function loadGatewayConfig(env: Env = process.env): GatewayConfig {
     maxTokens,
     defaultMaxTokens,
     maxQueueDepth: envInt(env, 'CSA2_MAX_QUEUE_DEPTH', 1000, { min: 1 }),
-    prefillThresholdTokens: envInt(env, 'CSA2_PREFILL_THRESHOLD_TOKENS', 2048, { min: 2 }),
+    // shorter prompts travel inline in decode payloads, which carry at most MAX_INLINE_TOKEN_IDS
+    prefillThresholdTokens: envInt(env, 'CSA2_PREFILL_THRESHOLD_TOKENS', 2048, { min: 2, max: MAX_INLINE_TOKEN_IDS }),
     requestTimeoutMs,
     promptArtifactTtlMs: envInt(env, 'CSA2_PROMPT_ARTIFACT_TTL_MS', requestTimeoutMs + 60_000, { min: requestTimeoutMs }),
     readyTimeoutMs: envInt(env, 'CSA2_READY_TIMEOUT_MS', 1000, { min: 10, max: 60_000 }),

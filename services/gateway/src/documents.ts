@@ -24,6 +24,7 @@
  */
 import {
   DEFAULT_PREFILL_JOB_OPTIONS,
+  MAX_INLINE_TOKEN_IDS,
   PREFILL_JOB_NAME,
   documentDamageKey,
   documentJobId,
@@ -34,7 +35,7 @@ import {
   type PrefillProgress,
   type PrefillResult,
 } from '@csa2/jobs';
-import { manifestObjectKey, parseManifest, type DocumentManifest } from '@csa2/artifacts';
+import { deleteTokenList, manifestObjectKey, parseManifest, putTokenList, type DocumentManifest } from '@csa2/artifacts';
 import { ApiError } from './errors.js';
 import type { GatewayDeps } from './deps.js';
 
@@ -140,7 +141,15 @@ async function readyState(deps: GatewayDeps, manifest: DocumentManifest): Promis
 function tokensOf(job: Job<PrefillJob, PrefillResult>): number | null {
   const input: unknown = (job.data as { input?: unknown } | undefined)?.input;
   if (typeof input === 'object' && input !== null && 'tokenIds' in input && Array.isArray(input.tokenIds)) return input.tokenIds.length;
-  return null;
+  return tokensRefOf(job)?.count ?? null;
+}
+
+/** The stored token list of a document job's input, or null (inline, or not a document job). */
+function tokensRefOf(job: Job<PrefillJob, PrefillResult>): { key: string; count: number } | null {
+  const input: unknown = (job.data as { input?: unknown } | undefined)?.input;
+  if (typeof input !== 'object' || input === null || !('tokensRef' in input)) return null;
+  const ref = input.tokensRef as { key?: unknown; count?: unknown } | null;
+  return typeof ref?.key === 'string' && typeof ref.count === 'number' ? { key: ref.key, count: ref.count } : null;
 }
 
 /**
@@ -232,16 +241,11 @@ export async function ingestDocument(deps: GatewayDeps, tenant: string, document
     await deps.store.delete(manifestObjectKey(tenant, documentId));
     await deps.redis.del(documentDamageKey(tenant, documentId));
   }
-  const data = parsePrefillJob({
-    v: 1,
-    kind: 'document',
-    tenant,
-    documentId,
-    model: deps.model.name,
-    input: { tokenIds: [...tokenIds] },
-    acceptedAtMs,
-  } satisfies PrefillJob);
-  await deps.queues.prefill.add(PREFILL_JOB_NAME, data, { ...DEFAULT_PREFILL_JOB_OPTIONS, jobId: documentJobId(tenant, documentId) });
+  // a long document travels through the object store, not the payload Redis keeps (the encoder deletes it)
+  const jobId = documentJobId(tenant, documentId);
+  const input = tokenIds.length > MAX_INLINE_TOKEN_IDS ? { tokensRef: await putTokenList(deps.store, tenant, jobId, tokenIds) } : { tokenIds: [...tokenIds] };
+  const data = parsePrefillJob({ v: 1, kind: 'document', tenant, documentId, model: deps.model.name, input, acceptedAtMs } satisfies PrefillJob);
+  await deps.queues.prefill.add(PREFILL_JOB_NAME, data, { ...DEFAULT_PREFILL_JOB_OPTIONS, jobId });
   deps.metrics.prefillTokens.inc({ kind: 'document' }, tokenIds.length);
   return { status: 'queued', createdS: Math.floor(acceptedAtMs / 1000), tokensTotal: tokenIds.length };
 }
@@ -263,6 +267,9 @@ export async function deleteDocument(deps: GatewayDeps, tenant: string, document
       throw err;
     }
     existed = state !== 'unknown';
+    // a job removed before it ran leaves its stored input behind: nobody else deletes it
+    const ref = tokensRefOf(job);
+    if (ref !== null) await deleteTokenList(deps.store, ref);
   }
   const key = manifestObjectKey(tenant, documentId);
   if ((await deps.store.head(key)) !== null) {

@@ -6,19 +6,23 @@
  * 1. plan: model check, document readiness, prompt / max_tokens limits, routing, job payloads;
  * 2. enqueue: queue backlog check (429), then the job with its dedup id:
  *    - no document, prompt < CSA2_PREFILL_THRESHOLD_TOKENS → DecodeJob on the decode queue (`decode`);
- *    - no document, longer prompt → PromptPrefillJob on the prefill queue (`prefill`): the encoder
- *      encodes all but the last prompt token into the artifact `prompt-<requestId>` and enqueues the
- *      embedded DecodeJob (documentId = that artifact, promptIds = the last token);
- *    - a ready document → DecodeJob with documentId (`document`);
+ *    - a prompt ≥ CSA2_PREFILL_THRESHOLD_TOKENS, after a document or not → PromptPrefillJob on the
+ *      prefill queue (`prefill`): the encoder encodes [the document's tokens, re-using its chunks, +]
+ *      all but the last prompt token into the artifact `prompt-<requestId>` and enqueues the embedded
+ *      DecodeJob (documentId = that artifact, promptIds = the last token); a prefix longer than
+ *      MAX_INLINE_TOKEN_IDS travels through the object store (TokenListRef), not the payload;
+ *    - a ready document and a shorter prompt → DecodeJob with documentId (`document`);
  * 3. relay: the request's stream as SSE chunks, or one JSON body when the stream ends. A client that
  *    goes away (request signal / stream cancel) sets the cancel key; so does a timeout or shutdown.
  */
 import { randomBytes, randomInt } from 'node:crypto';
 import type { Context } from 'hono';
+import { putTokenList } from '@csa2/artifacts';
 import {
   DECODE_JOB_NAME,
   DEFAULT_DECODE_JOB_OPTIONS,
   DEFAULT_PREFILL_JOB_OPTIONS,
+  MAX_INLINE_TOKEN_IDS,
   PREFILL_JOB_NAME,
   parseDecodeJob,
   parsePrefillJob,
@@ -73,7 +77,11 @@ export interface GenerationPlan {
   /** The createdAt of the named document's manifest (null without one): names it when a reader finds it damaged. */
   readonly documentCreatedAt: string | null;
   readonly decodeJob: DecodeJob;
-  readonly prefillJob: PrefillJob | null;
+  /**
+   * The prefill route: the tokens the encoder encodes into the request's prompt artifact (after the
+   * named document's, if any); its PromptPrefillJob is built at enqueue, once a long list is stored.
+   */
+  readonly prefillPrefix: readonly number[] | null;
 }
 
 /** Backlog states: accepted, not yet running. */
@@ -143,7 +151,8 @@ export async function planGeneration(deps: GatewayDeps, request: GenerationReque
 
   const requestId = newRequestId(request.endpoint);
   const acceptedAtMs = Date.now();
-  const route: GenerationRoute = request.documentId !== null ? 'document' : request.promptIds.length >= limits.prefillThresholdTokens ? 'prefill' : 'decode';
+  // a long prompt goes through an encoder, also after a document (the decoder gets short prompts only)
+  const route: GenerationRoute = request.promptIds.length >= limits.prefillThresholdTokens ? 'prefill' : request.documentId !== null ? 'document' : 'decode';
   const ids = [...request.promptIds];
   const decodeJob = parseDecodeJob({
     v: 1,
@@ -159,29 +168,48 @@ export async function planGeneration(deps: GatewayDeps, request: GenerationReque
     replayTokens: null,
     acceptedAtMs,
   } satisfies DecodeJob);
-  const prefillJob =
-    route === 'prefill'
-      ? parsePrefillJob({ v: 1, kind: 'prompt', tenant: request.tenant, requestId, model: deps.model.name, tokenIds: ids.slice(0, -1), decode: decodeJob, acceptedAtMs } satisfies PrefillJob)
-      : null;
-  return { request, requestId, route, acceptedAtMs, promptTokens, documentTokens, documentCreatedAt, decodeJob, prefillJob };
+  const prefillPrefix = route === 'prefill' ? ids.slice(0, -1) : null;
+  return { request, requestId, route, acceptedAtMs, promptTokens, documentTokens, documentCreatedAt, decodeJob, prefillPrefix };
+}
+
+/**
+ * The PromptPrefillJob of a prefill-route plan: a prefix longer than MAX_INLINE_TOKEN_IDS is stored
+ * in the object store first (the encoder reads it back and deletes it), so no payload carries it.
+ */
+async function promptPrefillJob(deps: GatewayDeps, plan: GenerationPlan, prefix: readonly number[]): Promise<PrefillJob> {
+  const { request, requestId } = plan;
+  const tokens =
+    prefix.length > MAX_INLINE_TOKEN_IDS ? { tokensRef: await putTokenList(deps.store, request.tenant, requestPrefillJobId(requestId), prefix) } : { tokenIds: [...prefix] };
+  return parsePrefillJob({
+    v: 1,
+    kind: 'prompt',
+    tenant: request.tenant,
+    requestId,
+    model: deps.model.name,
+    ...tokens,
+    prefixDocumentId: request.documentId,
+    decode: plan.decodeJob,
+    acceptedAtMs: plan.acceptedAtMs,
+  } satisfies PrefillJob);
 }
 
 /** Refuses with 429 when the queue's backlog reached CSA2_MAX_QUEUE_DEPTH, else adds the plan's first job. */
 export async function enqueueGeneration(deps: GatewayDeps, plan: GenerationPlan): Promise<void> {
   if (!deps.inflight.isAccepting) throw new ApiError(503, 'the server is shutting down', { code: 'shutting_down', headers: { 'retry-after': '1' } });
-  const queue = plan.prefillJob !== null ? deps.queues.prefill : deps.queues.decode;
+  const prefix = plan.prefillPrefix;
+  const queue = prefix !== null ? deps.queues.prefill : deps.queues.decode;
   try {
     const counts = await queue.getJobCounts(...BACKLOG_STATES);
     const backlog = Object.values(counts).reduce((a, b) => a + b, 0);
     if (backlog >= deps.limits.maxQueueDepth) {
-      throw new ApiError(429, `The server is overloaded: ${backlog} requests are waiting for the ${plan.prefillJob !== null ? 'prefill' : 'decode'} workers. Please retry shortly.`, {
+      throw new ApiError(429, `The server is overloaded: ${backlog} requests are waiting for the ${prefix !== null ? 'prefill' : 'decode'} workers. Please retry shortly.`, {
         code: 'queue_full',
         headers: { 'retry-after': '1' },
       });
     }
-    if (plan.prefillJob !== null) {
-      await deps.queues.prefill.add(PREFILL_JOB_NAME, plan.prefillJob, { ...DEFAULT_PREFILL_JOB_OPTIONS, jobId: requestPrefillJobId(plan.requestId) });
-      deps.metrics.prefillTokens.inc({ kind: 'prompt' }, plan.prefillJob.kind === 'prompt' ? plan.prefillJob.tokenIds.length : 0);
+    if (prefix !== null) {
+      await deps.queues.prefill.add(PREFILL_JOB_NAME, await promptPrefillJob(deps, plan, prefix), { ...DEFAULT_PREFILL_JOB_OPTIONS, jobId: requestPrefillJobId(plan.requestId) });
+      deps.metrics.prefillTokens.inc({ kind: 'prompt' }, prefix.length);
     } else {
       await deps.queues.decode.add(DECODE_JOB_NAME, plan.decodeJob, { ...DEFAULT_DECODE_JOB_OPTIONS, jobId: requestDecodeJobId(plan.requestId) });
     }
@@ -316,7 +344,7 @@ class GenerationRun {
       const entries = relayStream(deps, {
         requestId: plan.requestId,
         decodeJobId: requestDecodeJobId(plan.requestId),
-        prefillJobId: plan.prefillJob !== null ? requestPrefillJobId(plan.requestId) : null,
+        prefillJobId: plan.route === 'prefill' ? requestPrefillJobId(plan.requestId) : null,
         deadlineMs: plan.acceptedAtMs + deps.config.requestTimeoutMs,
         signal: this.controller.signal,
         ...(onProgress !== undefined ? { onProgress } : {}),
@@ -390,7 +418,7 @@ class GenerationRun {
     try {
       const jobs = [
         { queue: 'decode' as const, job: await deps.queues.decode.getJob(requestDecodeJobId(plan.requestId)) },
-        ...(plan.prefillJob !== null ? [{ queue: 'prefill' as const, job: await deps.queues.prefill.getJob(requestPrefillJobId(plan.requestId)) }] : []),
+        ...(plan.route === 'prefill' ? [{ queue: 'prefill' as const, job: await deps.queues.prefill.getJob(requestPrefillJobId(plan.requestId)) }] : []),
       ];
       for (const { queue, job } of jobs) {
         if (job?.processedOn !== undefined && job.processedOn >= job.timestamp) deps.metrics.queueWait.observe({ queue }, (job.processedOn - job.timestamp) / 1000);

@@ -58,6 +58,7 @@ describe('completions and chat completions against a fake decoder', () => {
     fakeEncoder(h, async (job) => {
       const data = job.data;
       if (data.kind !== 'prompt') throw new UnrecoverableError('unexpected document job');
+      if (data.tokenIds === undefined) throw new UnrecoverableError('the test prompts are short enough to travel inline');
       prefillJobs.push(data);
       if (Buffer.from(data.tokenIds).toString('latin1').startsWith('prefill-fail')) throw new UnrecoverableError(formatFailure('artifact-corrupt', 'internal error in the encoder'));
       if (Buffer.from(data.tokenIds).toString('latin1').startsWith('slow-prefill')) {
@@ -283,6 +284,20 @@ describe('completions and chat completions against a fake decoder', () => {
     );
   });
 
+  test('a long prompt after a document goes through the encoder too: the document is its artifact\'s prefix, the decoder gets one token', async () => {
+    await writeManifest(h, TENANT_A, 'prefix-doc', 40);
+    const prompt = ' question '.repeat(12); // 120 tokens ≥ CSA2_PREFILL_THRESHOLD_TOKENS
+    const res = await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt, document_id: 'prefix-doc', max_tokens: 4 }));
+    assert.equal(res.status, 200);
+    const body = (await res.json()) as Record<string, any>;
+    const pj = prefillJobs.find((j) => j.requestId === body['id']);
+    assert.ok(pj, 'a prompt prefill job was enqueued');
+    assert.equal(pj.prefixDocumentId, 'prefix-doc');
+    assert.deepEqual(pj.tokenIds, [...Buffer.from(prompt)].slice(0, -1));
+    assert.deepEqual(pj.decode.promptIds, [...Buffer.from(prompt)].slice(-1));
+    assert.equal(pj.decode.documentId, promptDocumentId(pj.requestId));
+  });
+
   test('a shorter prompt does not touch the prefill queue', async () => {
     const before = prefillJobs.length;
     const res = await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: 'x'.repeat(99) }));
@@ -301,7 +316,7 @@ describe('completions and chat completions against a fake decoder', () => {
     const body = res.text();
     // the decode job runs and holds: its lock disappears as when the worker died and the lock expired
     const job = await waitFor('the decode job to be active', async () =>
-      jobs.find((d) => prefillJobs.some((p) => p.requestId === d.requestId && Buffer.from(p.tokenIds).toString('latin1').startsWith('slow-prefill'))),
+      jobs.find((d) => prefillJobs.some((p) => p.requestId === d.requestId && Buffer.from(p.tokenIds ?? []).toString('latin1').startsWith('slow-prefill'))),
     );
     await new Promise((r) => setTimeout(r, 500)); // a progress poll or two while it is active
     await h.redis.del(h.deps.queues.decode.toKey(`${requestDecodeJobId(job.requestId)}:lock`));

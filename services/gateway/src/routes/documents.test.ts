@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { manifestObjectKey } from '@csa2/artifacts';
-import { UnrecoverableError, documentJobId, formatFailure, type DocumentPrefillJob } from '@csa2/jobs';
+import { getTokenList, manifestObjectKey } from '@csa2/artifacts';
+import { MAX_INLINE_TOKEN_IDS, UnrecoverableError, documentJobId, formatFailure, type DocumentPrefillJob } from '@csa2/jobs';
+import { ingestDocument } from '../documents.js';
 import { KEY_B, MODEL_NAME, TENANT_A, TENANT_B, fakeEncoder, get, post, startHarness, waitFor, writeManifest, type Harness } from '../testing/harness.js';
 import { sweepPromptArtifacts } from '../prompt-artifacts.js';
 
@@ -175,6 +176,24 @@ describe('documents: ingest, status lifecycle, delete, tenant scoping', () => {
     assert.equal(await h.store.head(manifestObjectKey(TENANT_B, 'prompt-cmpl-old-b')), null);
     assert.notEqual(await h.store.head(manifestObjectKey(TENANT_A, 'prompt-cmpl-young')), null, 'its request may still be running');
     assert.notEqual(await h.store.head(manifestObjectKey(TENANT_A, 'old-document')), null, 'documents never expire');
+  });
+
+  test('a long document travels to the encoder through the object store, not the job payload; deleting it queued removes that too', async () => {
+    // (called directly: this model's context is shorter than MAX_INLINE_TOKEN_IDS)
+    const ids = Array.from({ length: MAX_INLINE_TOKEN_IDS + 904 }, (_, i) => (i * 31) % 256);
+    await h.deps.queues.prefill.pause(); // it stays queued (the fake encoder would take it)
+    const state = await ingestDocument(h.deps, TENANT_A, 'long-doc', ids, Date.now());
+    assert.equal(state.status, 'queued');
+    const job = await h.deps.queues.prefill.getJob(documentJobId(TENANT_A, 'long-doc'));
+    assert.ok(job !== undefined);
+    const input = (job.data as DocumentPrefillJob).input;
+    assert.ok('tokensRef' in input, JSON.stringify(input).slice(0, 200));
+    assert.ok(JSON.stringify(job.data).length < 1024, `payload of ${JSON.stringify(job.data).length} bytes`);
+    assert.deepEqual(await getTokenList(h.store, TENANT_A, input.tokensRef), ids);
+    assert.equal((await status('long-doc'))[1]['tokens'], ids.length, 'its status still counts its tokens');
+    assert.equal((await h.app.request(...get('/v1/documents/long-doc', undefined, 'DELETE'))).status, 200);
+    assert.equal(await h.store.head(input.tokensRef.key), null, 'the stored list went with the job');
+    await h.deps.queues.prefill.resume();
   });
 
   test('a manifest written directly (an encoder elsewhere) makes the document ready for its tenant only', async () => {
