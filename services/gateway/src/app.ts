@@ -21,6 +21,7 @@ import { routePath } from 'hono/route';
 import { ApiError, toApiError } from './errors.js';
 import type { GatewayDeps } from './deps.js';
 import { apiKeyAuth, type TenantVariables } from './middleware/api-key-auth.js';
+import { bodyBudget } from './middleware/body-budget.js';
 import { maxBody } from './middleware/json-body.js';
 import { completionsRoutes } from './routes/completions.js';
 import { documentsRoutes } from './routes/documents.js';
@@ -46,6 +47,7 @@ export function createApp(deps: GatewayDeps): GatewayApp {
   app.use('*', requestMetrics(deps));
   app.route('/', healthRoutes(deps));
   app.use('/v1/*', apiKeyAuth({ keys: deps.apiKeys }));
+  app.use('/v1/*', bodyBudget({ budget: deps.bodyBudget, maxBodyBytes: deps.limits.maxBodyBytes }));
   app.use('/v1/*', maxBody({ maxBodyBytes: deps.limits.maxBodyBytes }));
   app.route('/v1', completionsRoutes(deps));
   app.route('/v1', modelsRoutes(deps));

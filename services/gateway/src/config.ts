@@ -27,6 +27,11 @@ export interface GatewayConfig {
   readonly apiKeys: ReadonlyMap<string, string> | null;
   /** CSA2_MAX_BODY_BYTES: largest request body. @defaultValue 16 MiB */
   readonly maxBodyBytes: number;
+  /**
+   * CSA2_MAX_INFLIGHT_BODY_BYTES: request bodies read, parsed and tokenized at once, in bytes; more
+   * wait their turn (middleware/body-budget). At least CSA2_MAX_BODY_BYTES. @defaultValue 4 × CSA2_MAX_BODY_BYTES
+   */
+  readonly maxInflightBodyBytes: number;
   /** CSA2_MAX_PROMPT_TOKENS: prompt tokens (document included) per completion. @defaultValue model max_seq_len - 1 */
   readonly maxPromptTokens: number | undefined;
   /** CSA2_MAX_DOCUMENT_TOKENS: tokens per ingested document. @defaultValue model max_seq_len - 1 */
@@ -103,6 +108,7 @@ export function loadGatewayConfig(env: Env = process.env): GatewayConfig {
   if (defaultMaxTokens > maxTokens) throw new EnvConfigError('CSA2_DEFAULT_MAX_TOKENS', `must not exceed CSA2_MAX_TOKENS (${maxTokens}), got ${defaultMaxTokens}`);
   const modelName = envOptionalString(env, 'CSA2_MODEL_NAME') ?? basename(modelDir);
   const requestTimeoutMs = envInt(env, 'CSA2_REQUEST_TIMEOUT_MS', 600_000, { min: 100 });
+  const maxBodyBytes = envInt(env, 'CSA2_MAX_BODY_BYTES', 16 * MIB, { min: 1024 });
   if (modelName.length > 256) throw new EnvConfigError('CSA2_MODEL_NAME', 'must be at most 256 characters');
   return {
     redisUrl: envRedisUrl(env),
@@ -112,7 +118,8 @@ export function loadGatewayConfig(env: Env = process.env): GatewayConfig {
     host: envOptionalString(env, 'CSA2_HOST') ?? '127.0.0.1',
     port: envInt(env, 'PORT', 8080, { min: 0, max: 65535 }),
     apiKeys: apiKeys === undefined ? null : parseApiKeys(apiKeys),
-    maxBodyBytes: envInt(env, 'CSA2_MAX_BODY_BYTES', 16 * MIB, { min: 1024 }),
+    maxBodyBytes,
+    maxInflightBodyBytes: envInt(env, 'CSA2_MAX_INFLIGHT_BODY_BYTES', 4 * maxBodyBytes, { min: maxBodyBytes }),
     maxPromptTokens,
     maxDocumentTokens,
     maxTokens,
@@ -134,6 +141,7 @@ export function loadGatewayConfig(env: Env = process.env): GatewayConfig {
 /** The limits a request is checked against, resolved against the served model. */
 export interface GatewayLimits {
   readonly maxBodyBytes: number;
+  readonly maxInflightBodyBytes: number;
   /** The model's context: prompt tokens + max_tokens never exceed it. */
   readonly contextTokens: number;
   readonly maxPromptTokens: number;
@@ -159,6 +167,7 @@ export function resolveLimits(config: GatewayConfig, model: { readonly maxSeqLen
   };
   return {
     maxBodyBytes: config.maxBodyBytes,
+    maxInflightBodyBytes: config.maxInflightBodyBytes,
     contextTokens,
     maxPromptTokens: check('CSA2_MAX_PROMPT_TOKENS', config.maxPromptTokens),
     maxDocumentTokens: check('CSA2_MAX_DOCUMENT_TOKENS', config.maxDocumentTokens),

@@ -23,6 +23,7 @@ import {
   type Redis,
 } from '@csa2/jobs';
 import { Cancellations } from './cancellations.js';
+import { ByteBudget } from './middleware/body-budget.js';
 import { OffThreadTokenizer } from './tokenize-pool.js';
 import { DEFAULT_TENANT, generateApiKey, resolveLimits, type GatewayConfig, type GatewayLimits } from './config.js';
 import { withTimeout } from './errors.js';
@@ -62,6 +63,8 @@ export interface GatewayDeps {
   readonly metrics: GatewayMetrics;
   readonly logger: Logger;
   readonly inflight: Inflight;
+  /** Bytes of request bodies being read and tokenized at once (CSA2_MAX_INFLIGHT_BODY_BYTES). */
+  readonly bodyBudget: ByteBudget;
   /** Sets cancel keys, retrying while Redis refuses them. */
   readonly cancellations: Cancellations;
   readonly once: ObserveOnce;
@@ -156,6 +159,7 @@ export async function connectGatewayDeps(config: GatewayConfig, options: Connect
     metrics,
     logger,
     inflight: new Inflight(),
+    bodyBudget: new ByteBudget(limits.maxInflightBodyBytes),
     cancellations: new Cancellations(redis, logger),
     once: new ObserveOnce(redis),
     backlog: createBacklogCollector(redis),

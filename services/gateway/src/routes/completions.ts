@@ -10,6 +10,8 @@ import { validateTokenIds } from '@csa2/core';
 import { invalidRequest } from '../errors.js';
 import { enqueueGeneration, planGeneration, respondGeneration, type GenerationRequest } from '../generation.js';
 import type { GatewayDeps } from '../deps.js';
+import { TokenLimitError } from '../tokenize-pool.js';
+import { releaseBody } from '../middleware/body-budget.js';
 import type { TenantVariables } from '../middleware/api-key-auth.js';
 import { readJson } from '../middleware/json-body.js';
 import {
@@ -42,6 +44,18 @@ function sampling(body: CompletionRequest | ChatRequest): Pick<GenerationRequest
   };
 }
 
+/** A prompt refused by the tokenizer for its length: the 400 planGeneration gives, said before tokenizing it all. */
+function tooLong(err: unknown, deps: GatewayDeps, param: string): never {
+  if (err instanceof TokenLimitError) {
+    throw invalidRequest(
+      `This model's maximum prompt length is ${deps.limits.maxPromptTokens} tokens. However, your prompt has at least ${err.tokensAtLeast} tokens. Please reduce the length of the prompt.`,
+      param,
+      'context_length_exceeded',
+    );
+  }
+  throw err;
+}
+
 async function generate(c: Parameters<typeof respondGeneration>[0], deps: GatewayDeps, request: GenerationRequest): Promise<Response> {
   const plan = await planGeneration(deps, request);
   await enqueueGeneration(deps, plan);
@@ -59,7 +73,7 @@ export function completionsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVa
     const prompt = normalizePrompt(body.prompt);
     let promptIds: number[];
     if (prompt.kind === 'text') {
-      promptIds = await deps.tokenize.encode(prompt.text);
+      promptIds = await deps.tokenize.encode(prompt.text, deps.limits.maxPromptTokens).catch((err: unknown) => tooLong(err, deps, 'prompt'));
       if (tokenizer.bosId !== null && documentId === null) promptIds.unshift(tokenizer.bosId);
     } else {
       promptIds = [...prompt.ids];
@@ -69,6 +83,7 @@ export function completionsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVa
         throw invalidRequest(`Invalid value for 'prompt': ${err instanceof Error ? err.message : String(err)}`, 'prompt', 'invalid_value');
       }
     }
+    releaseBody(c.req.raw); // tokenized: the answer may take long, the body budget is not needed for it
     return generate(c, deps, {
       endpoint: 'completions',
       tenant: c.get('tenant'),
@@ -86,8 +101,9 @@ export function completionsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVa
     const body = parseRequest(ChatRequestSchema, await readJson(c));
     checkChatUnsupported(body);
     const documentId = body.document_id ?? null;
-    const promptIds = await deps.tokenize.applyChatTemplate(normalizeMessages(body.messages));
+    const promptIds = await deps.tokenize.applyChatTemplate(normalizeMessages(body.messages), deps.limits.maxPromptTokens).catch((err: unknown) => tooLong(err, deps, 'messages'));
     if (documentId !== null && tokenizer.bosId !== null && promptIds[0] === tokenizer.bosId) promptIds.shift();
+    releaseBody(c.req.raw);
     const useCompletionTokens = body.max_completion_tokens !== null && body.max_completion_tokens !== undefined;
     return generate(c, deps, {
       endpoint: 'chat',

@@ -151,6 +151,10 @@ describe('documents: ingest, status lifecycle, delete, tenant scoping', () => {
     await bad({ text: '' }, 'text');
     await bad({ token_ids: [1, 999] }, 'token_ids');
     await bad({ text: 'x'.repeat(300) }, 'text');
+    // refused before it is tokenized (the byte count alone says so), with what is known of its length
+    const long = await h.app.request(...post('/v1/documents', { text: 'x'.repeat(30_000) }));
+    assert.equal(long.status, 400);
+    assert.match(((await long.json()) as { error: Doc }).error['message'] as string, /^The document has at least 30000 tokens; this server accepts at most 255/);
     await bad({ text: 'a', model: 'other-model' }, 'model');
     assert.equal(await h.deps.queues.prefill.getJob(documentJobId(TENANT_A, 'dup')), undefined);
   });

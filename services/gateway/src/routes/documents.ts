@@ -15,6 +15,7 @@ import type { GatewayDeps } from '../deps.js';
 import { isPromptArtifactId } from '../prompt-artifacts.js';
 import type { TenantVariables } from '../middleware/api-key-auth.js';
 import { readJson } from '../middleware/json-body.js';
+import { TokenLimitError } from '../tokenize-pool.js';
 import { parseRequest } from '../openai/schemas.js';
 
 /** Documents per POST at most. */
@@ -49,8 +50,18 @@ async function prepare(deps: GatewayDeps, input: DocumentInput, param: (field: s
     throw invalidRequest(`Invalid value for '${param('id')}': ids starting with '${RESERVED_DOCUMENT_PREFIX}' are reserved`, param('id'), 'invalid_value');
   }
   let tokenIds: number[];
+  const field = param(input.text !== undefined ? 'text' : 'token_ids');
+  const tooMany = (n: string): ApiError =>
+    invalidRequest(`The document has ${n} tokens; this server accepts at most ${limits.maxDocumentTokens} (CSA2_MAX_DOCUMENT_TOKENS)`, field, 'context_length_exceeded');
   if (input.text !== undefined) {
-    tokenIds = await deps.tokenize.encode(input.text);
+    // refused before (or while) it is tokenized when it cannot fit: the BOS takes one token
+    const bos = tokenizer.bosId !== null ? 1 : 0;
+    try {
+      tokenIds = await deps.tokenize.encode(input.text, limits.maxDocumentTokens - bos);
+    } catch (err) {
+      if (err instanceof TokenLimitError) throw tooMany(`at least ${err.tokensAtLeast + bos}`);
+      throw err;
+    }
     if (tokenizer.bosId !== null) tokenIds.unshift(tokenizer.bosId);
   } else {
     tokenIds = input.token_ids ?? [];
@@ -60,11 +71,8 @@ async function prepare(deps: GatewayDeps, input: DocumentInput, param: (field: s
       throw invalidRequest(`Invalid value for '${param('token_ids')}': ${err instanceof Error ? err.message : String(err)}`, param('token_ids'), 'invalid_value');
     }
   }
-  const field = param(input.text !== undefined ? 'text' : 'token_ids');
   if (tokenIds.length === 0) throw invalidRequest(`Invalid value for '${field}': the document is empty`, field, 'invalid_value');
-  if (tokenIds.length > limits.maxDocumentTokens) {
-    throw invalidRequest(`The document has ${tokenIds.length} tokens; this server accepts at most ${limits.maxDocumentTokens} (CSA2_MAX_DOCUMENT_TOKENS)`, field, 'context_length_exceeded');
-  }
+  if (tokenIds.length > limits.maxDocumentTokens) throw tooMany(String(tokenIds.length));
   return { id: input.id ?? `doc-${randomBytes(12).toString('base64url')}`, tokenIds };
 }
 
