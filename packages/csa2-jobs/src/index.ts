@@ -21,3 +21,4 @@ export * from './worker-config.js';
 export * from './worker-runtime.js';
 export * from './job-failure.js';
 export * from './cancel-watch.js';
+export * from './fair-priority.js';

@@ -11,6 +11,7 @@
  * (@csa2/artifacts token-lists), which the worker reads back and deletes once the job is done.
  */
 import { z } from 'zod';
+import { MAX_FAIR_WEIGHT, MIN_FAIR_WEIGHT } from './fair-priority.js';
 
 /** Tenant and document ids: also used in object keys and Redis keys. */
 export const ID_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;
@@ -101,6 +102,8 @@ export const PromptPrefillSchema = z.object({
   /** A stored document of the tenant whose tokens precede the prompt (they are re-used, not encoded again). */
   prefixDocumentId: id.nullable().optional(),
   decode: DecodeJobSchema,
+  /** The tenant's fair-share weight (its API key's), for the priority of the decode job the encoder adds. */
+  weight: z.number().min(MIN_FAIR_WEIGHT).max(MAX_FAIR_WEIGHT).optional(),
   acceptedAtMs: z.number().int().nonnegative(),
 }).refine((j) => (j.tokenIds === undefined) !== (j.tokensRef === undefined), { message: 'exactly one of tokenIds and tokensRef', path: ['tokenIds'] });
 

@@ -31,6 +31,8 @@ import {
   JobPayloadError,
   appendStreamEntry,
   failJob,
+  decodeCostTokens,
+  fairPriority,
   followJobSignal,
   handJobBack,
   isCancelled,
@@ -266,8 +268,10 @@ export function createEncodeProcessor(deps: EncodeDeps): EncodeProcessor {
     }
     // cached: only the tokens of chunks stored before this request, not those it just encoded
     const decode: DecodeJob = { ...data.decode, documentId, cachedTokens: reusedBeforeJob };
-    // the id makes this add a no-op when the decode job exists already (a retried/repeated prefill job)
-    await deps.decodeQueue.add(DECODE_JOB_NAME, decode, { ...DEFAULT_DECODE_JOB_OPTIONS, jobId: requestDecodeJobId(requestId) });
+    // the id makes this add a no-op when the decode job exists already (a retried/repeated prefill job);
+    // its priority is the tenant's fair share of the decode queue, as the gateway gives its own decode jobs
+    const priority = await fairPriority(deps.redis, deps.decodeQueue.name, { tenant, costTokens: decodeCostTokens(decode), ...(data.weight !== undefined ? { weight: data.weight } : {}) });
+    await deps.decodeQueue.add(DECODE_JOB_NAME, decode, { ...DEFAULT_DECODE_JOB_OPTIONS, jobId: requestDecodeJobId(requestId), priority });
     log('info', 'prompt encoded; decode enqueued', { jobId: job.id, requestId, tokens: out.tokens, reusedTokens: out.reusedTokens, cachedTokens: reusedBeforeJob });
     return toResult(out);
   }

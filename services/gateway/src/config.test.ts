@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { EnvConfigError } from '@csa2/jobs';
 import { loadGatewayConfig, parseApiKeys, resolveLimits } from './config.js';
+import { resolveKeyLimits } from './key-limits-config.js';
 
 const base = { REDIS_URL: 'redis://127.0.0.1:6390', CSA2_STORE_URL: 'file:///tmp/store', CSA2_MODEL_DIR: '/models/deepseek-v41-tiny-a' };
 
@@ -64,6 +65,22 @@ test('CSA2_API_KEYS: key:tenant pairs, checked', () => {
   rejects({ ...base, CSA2_API_KEYS: 'short:acme' }, 'CSA2_API_KEYS', /8 characters/);
   rejects({ ...base, CSA2_API_KEYS: 'sk-aaaaaaaa:bad tenant' }, 'CSA2_API_KEYS', /tenant/);
   rejects({ ...base, CSA2_API_KEYS: 'sk-aaaaaaaa:a,sk-aaaaaaaa:b' }, 'CSA2_API_KEYS', /twice/);
+});
+
+test('CSA2_API_KEYS entries carry per-key limits and weights; CSA2_DEFAULT_KEY_LIMITS fills the rest', () => {
+  const c = loadGatewayConfig({
+    ...base,
+    CSA2_API_KEYS: 'sk-aaaaaaaa:acme;rpm=600;tpm=2000000;weight=4, sk-bbbbbbbb:beta;concurrency=2;queued_documents=50, sk-cccccccc:gamma',
+    CSA2_DEFAULT_KEY_LIMITS: 'rpm=60; tpm=100000',
+  });
+  assert.deepEqual([...(c.apiKeys ?? [])], [['sk-aaaaaaaa', 'acme'], ['sk-bbbbbbbb', 'beta'], ['sk-cccccccc', 'gamma']]);
+  assert.deepEqual(resolveKeyLimits(c.apiKeyLimits.get('sk-aaaaaaaa'), c.defaultKeyLimits), { requestsPerMinute: 600, tokensPerMinute: 2_000_000, concurrentRequests: null, queuedDocuments: null, weight: 4 });
+  assert.deepEqual(resolveKeyLimits(c.apiKeyLimits.get('sk-bbbbbbbb'), c.defaultKeyLimits), { requestsPerMinute: 60, tokensPerMinute: 100_000, concurrentRequests: 2, queuedDocuments: 50, weight: 1 });
+  assert.deepEqual(resolveKeyLimits(c.apiKeyLimits.get('sk-cccccccc'), c.defaultKeyLimits), { requestsPerMinute: 60, tokensPerMinute: 100_000, concurrentRequests: null, queuedDocuments: null, weight: 1 });
+  rejects({ ...base, CSA2_API_KEYS: 'sk-aaaaaaaa:acme;rpm=0' }, 'CSA2_API_KEYS', /entry 1: rpm must be a positive integer/);
+  rejects({ ...base, CSA2_API_KEYS: 'sk-aaaaaaaa:acme;burst=5' }, 'CSA2_API_KEYS', /unknown setting "burst"/);
+  rejects({ ...base, CSA2_API_KEYS: 'sk-aaaaaaaa:acme;weight=5000' }, 'CSA2_API_KEYS', /weight/);
+  rejects({ ...base, CSA2_DEFAULT_KEY_LIMITS: 'tpm=lots' }, 'CSA2_DEFAULT_KEY_LIMITS', /tpm must be a positive integer/);
 });
 
 test('limits are resolved against the model context; a limit past it names the variable', () => {

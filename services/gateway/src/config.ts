@@ -5,6 +5,7 @@
  * context length) are resolved against the model's config in `resolveLimits`.
  */
 import { randomBytes } from 'node:crypto';
+import { parseKeyLimitSettings, type KeyLimitSettings } from './key-limits-config.js';
 import { basename, resolve } from 'node:path';
 import { EnvConfigError, ID_PATTERN, MAX_INLINE_TOKEN_IDS, envChoice, envInt, envOptionalInt, envOptionalString, envRedisUrl, envString, type Env } from '@csa2/jobs';
 
@@ -25,6 +26,10 @@ export interface GatewayConfig {
   readonly port: number;
   /** CSA2_API_KEYS as key → tenant; null when unset (one key is generated at start). */
   readonly apiKeys: ReadonlyMap<string, string> | null;
+  /** The limits CSA2_API_KEYS sets per key (key → settings; keys without any are absent). */
+  readonly apiKeyLimits: ReadonlyMap<string, KeyLimitSettings>;
+  /** CSA2_DEFAULT_KEY_LIMITS: the limits of every key that does not set its own. @defaultValue none (unlimited, weight 1) */
+  readonly defaultKeyLimits: KeyLimitSettings;
   /** CSA2_MAX_BODY_BYTES: largest request body. @defaultValue 16 MiB */
   readonly maxBodyBytes: number;
   /**
@@ -67,26 +72,43 @@ export interface GatewayConfig {
 
 const MIB = 1024 * 1024;
 
+/** One entry of CSA2_API_KEYS: `key:tenant`, then optional `;name=value` limits (key-limits-config). */
+export interface ApiKeyEntry {
+  readonly key: string;
+  readonly tenant: string;
+  readonly limits: KeyLimitSettings;
+}
+
 /**
- * Parses `CSA2_API_KEYS` ("key1:tenant1,key2:tenant2"). Keys are at least 8 characters without
- * ':' , ',' or spaces; tenants match [A-Za-z0-9_-]{1,64}; a key may appear once.
+ * Parses `CSA2_API_KEYS` ("key1:tenant1,key2:tenant2;rpm=60;weight=2"). Keys are at least 8
+ * characters without ':', ',', ';' or spaces; tenants match [A-Za-z0-9_-]{1,64}; a key may appear
+ * once; the settings after ';' are those of key-limits-config.
  * @throws EnvConfigError naming CSA2_API_KEYS and the bad entry.
  */
-export function parseApiKeys(value: string, variable = 'CSA2_API_KEYS'): Map<string, string> {
-  const keys = new Map<string, string>();
+export function parseApiKeyEntries(value: string, variable = 'CSA2_API_KEYS'): ApiKeyEntry[] {
+  const seen = new Set<string>();
+  const out: ApiKeyEntry[] = [];
   const entries = value.split(',').map((e) => e.trim()).filter((e) => e !== '');
   if (entries.length === 0) throw new EnvConfigError(variable, 'lists no key:tenant pair');
   for (const [i, entry] of entries.entries()) {
-    const colon = entry.lastIndexOf(':');
-    if (colon <= 0 || colon === entry.length - 1) throw new EnvConfigError(variable, `entry ${i + 1} is not key:tenant`);
-    const key = entry.slice(0, colon);
-    const tenant = entry.slice(colon + 1);
-    if (key.length < 8 || /[\s:,]/.test(key)) throw new EnvConfigError(variable, `entry ${i + 1}: a key has at least 8 characters and no spaces, ':' or ','`);
+    const semi = entry.indexOf(';');
+    const head = semi < 0 ? entry : entry.slice(0, semi);
+    const colon = head.lastIndexOf(':');
+    if (colon <= 0 || colon === head.length - 1) throw new EnvConfigError(variable, `entry ${i + 1} is not key:tenant`);
+    const key = head.slice(0, colon);
+    const tenant = head.slice(colon + 1);
+    if (key.length < 8 || /[\s:,;]/.test(key)) throw new EnvConfigError(variable, `entry ${i + 1}: a key has at least 8 characters and no spaces, ':', ',' or ';'`);
     if (!ID_PATTERN.test(tenant)) throw new EnvConfigError(variable, `entry ${i + 1}: tenant "${tenant}" must match [A-Za-z0-9_-]{1,64}`);
-    if (keys.has(key)) throw new EnvConfigError(variable, `entry ${i + 1}: the key appears twice`);
-    keys.set(key, tenant);
+    if (seen.has(key)) throw new EnvConfigError(variable, `entry ${i + 1}: the key appears twice`);
+    seen.add(key);
+    out.push({ key, tenant, limits: semi < 0 ? {} : parseKeyLimitSettings(entry.slice(semi + 1), variable, `entry ${i + 1}`) });
   }
-  return keys;
+  return out;
+}
+
+/** `CSA2_API_KEYS` as key → tenant (see parseApiKeyEntries). */
+export function parseApiKeys(value: string, variable = 'CSA2_API_KEYS'): Map<string, string> {
+  return new Map(parseApiKeyEntries(value, variable).map((e) => [e.key, e.tenant]));
 }
 
 /** A fresh API key (`sk-csa2-` + 32 random base64url characters). */
@@ -101,6 +123,8 @@ export const DEFAULT_TENANT = 'default';
 export function loadGatewayConfig(env: Env = process.env): GatewayConfig {
   const modelDir = resolve(envString(env, 'CSA2_MODEL_DIR', 'a checkpoint directory with config.json'));
   const apiKeys = envOptionalString(env, 'CSA2_API_KEYS');
+  const apiKeyEntries = apiKeys === undefined ? [] : parseApiKeyEntries(apiKeys);
+  const defaultKeyLimits = parseKeyLimitSettings(envOptionalString(env, 'CSA2_DEFAULT_KEY_LIMITS') ?? '', 'CSA2_DEFAULT_KEY_LIMITS', 'the defaults');
   const maxPromptTokens = envOptionalInt(env, 'CSA2_MAX_PROMPT_TOKENS', { min: 1 });
   const maxDocumentTokens = envOptionalInt(env, 'CSA2_MAX_DOCUMENT_TOKENS', { min: 1 });
   const maxTokens = envInt(env, 'CSA2_MAX_TOKENS', 4096, { min: 1 });
@@ -117,7 +141,9 @@ export function loadGatewayConfig(env: Env = process.env): GatewayConfig {
     modelName,
     host: envOptionalString(env, 'CSA2_HOST') ?? '127.0.0.1',
     port: envInt(env, 'PORT', 8080, { min: 0, max: 65535 }),
-    apiKeys: apiKeys === undefined ? null : parseApiKeys(apiKeys),
+    apiKeys: apiKeys === undefined ? null : new Map(apiKeyEntries.map((e) => [e.key, e.tenant])),
+    apiKeyLimits: new Map(apiKeyEntries.filter((e) => Object.keys(e.limits).length > 0).map((e) => [e.key, e.limits])),
+    defaultKeyLimits,
     maxBodyBytes,
     maxInflightBodyBytes: envInt(env, 'CSA2_MAX_INFLIGHT_BODY_BYTES', 4 * maxBodyBytes, { min: maxBodyBytes }),
     maxPromptTokens,

@@ -23,6 +23,8 @@ import {
   type Redis,
 } from '@csa2/jobs';
 import { Cancellations } from './cancellations.js';
+import { resolveKeyLimits, type KeyLimits } from './key-limits-config.js';
+import { KeyLimiter, keyIdOf } from './key-limiter.js';
 import { ByteBudget } from './middleware/body-budget.js';
 import { OffThreadTokenizer } from './tokenize-pool.js';
 import { DEFAULT_TENANT, generateApiKey, resolveLimits, type GatewayConfig, type GatewayLimits } from './config.js';
@@ -63,6 +65,10 @@ export interface GatewayDeps {
   readonly metrics: GatewayMetrics;
   readonly logger: Logger;
   readonly inflight: Inflight;
+  /** Per-key limits (requests and tokens per minute, concurrency, queued documents), shared in Redis. */
+  readonly keyLimiter: KeyLimiter;
+  /** The limits and fair-share weight of a key (by keyId); unknown ids get the defaults. */
+  readonly keyLimits: (keyId: string) => KeyLimits;
   /** Bytes of request bodies being read and tokenized at once (CSA2_MAX_INFLIGHT_BODY_BYTES). */
   readonly bodyBudget: ByteBudget;
   /** Sets cancel keys, retrying while Redis refuses them. */
@@ -108,6 +114,8 @@ export async function connectGatewayDeps(config: GatewayConfig, options: Connect
     apiKeys = new Map([[generatedApiKey, DEFAULT_TENANT]]);
   }
 
+  const defaultLimits = resolveKeyLimits(undefined, config.defaultKeyLimits);
+  const limitsById = new Map([...apiKeys.keys()].map((key) => [keyIdOf(key), resolveKeyLimits(config.apiKeyLimits.get(key), config.defaultKeyLimits)]));
   const redis = connectRedis(config.redisUrl, {
     enableOfflineQueue: false,
     maxRetriesPerRequest: 0,
@@ -159,6 +167,8 @@ export async function connectGatewayDeps(config: GatewayConfig, options: Connect
     metrics,
     logger,
     inflight: new Inflight(),
+    keyLimiter: new KeyLimiter(redis, { leaseMs: config.requestTimeoutMs + 60_000 }),
+    keyLimits: (keyId) => limitsById.get(keyId) ?? defaultLimits,
     bodyBudget: new ByteBudget(limits.maxInflightBodyBytes),
     cancellations: new Cancellations(redis, logger),
     once: new ObserveOnce(redis),

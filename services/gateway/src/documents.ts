@@ -26,7 +26,9 @@ import {
   DEFAULT_PREFILL_JOB_OPTIONS,
   MAX_INLINE_TOKEN_IDS,
   PREFILL_JOB_NAME,
+  PREFILL_QUEUE,
   documentDamageKey,
+  fairPriority,
   documentJobId,
   parseFailure,
   parsePrefillJob,
@@ -231,7 +233,21 @@ export function documentObject(id: string, state: DocumentState): Record<string,
  * Enqueues a document's prefill job unless the id is already queued, encoding or ready (then its
  * status is returned unchanged). The caller checked the ids, token limits and queue capacity.
  */
-export async function ingestDocument(deps: GatewayDeps, tenant: string, documentId: string, tokenIds: readonly number[], acceptedAtMs: number): Promise<DocumentState> {
+export interface IngestOptions {
+  /** The tenant's fair-share weight (its key's). @defaultValue 1 */
+  readonly weight?: number;
+  /** Called with the job id when a prefill job was enqueued (not when the id was queued, encoding or ready already). */
+  readonly onEnqueued?: (jobId: string) => void;
+}
+
+export async function ingestDocument(
+  deps: GatewayDeps,
+  tenant: string,
+  documentId: string,
+  tokenIds: readonly number[],
+  acceptedAtMs: number,
+  options: IngestOptions = {},
+): Promise<DocumentState> {
   const existing = await documentStatus(deps, tenant, documentId);
   if (existing !== null && existing.state.status !== 'failed') return existing.state;
   if (existing?.job !== null && existing?.job !== undefined) await existing.job.remove();
@@ -245,7 +261,10 @@ export async function ingestDocument(deps: GatewayDeps, tenant: string, document
   const jobId = documentJobId(tenant, documentId);
   const input = tokenIds.length > MAX_INLINE_TOKEN_IDS ? { tokensRef: await putTokenList(deps.store, tenant, jobId, tokenIds) } : { tokenIds: [...tokenIds] };
   const data = parsePrefillJob({ v: 1, kind: 'document', tenant, documentId, model: deps.model.name, input, acceptedAtMs } satisfies PrefillJob);
-  await deps.queues.prefill.add(PREFILL_JOB_NAME, data, { ...DEFAULT_PREFILL_JOB_OPTIONS, jobId });
+  // fair shares between tenants: the job's priority is its start tag (fair-priority)
+  const priority = await fairPriority(deps.redis, PREFILL_QUEUE, { tenant, costTokens: tokenIds.length, ...(options.weight !== undefined ? { weight: options.weight } : {}) });
+  await deps.queues.prefill.add(PREFILL_JOB_NAME, data, { ...DEFAULT_PREFILL_JOB_OPTIONS, jobId, priority });
+  options.onEnqueued?.(jobId);
   deps.metrics.prefillTokens.inc({ kind: 'document' }, tokenIds.length);
   return { status: 'queued', createdS: Math.floor(acceptedAtMs / 1000), tokensTotal: tokenIds.length };
 }

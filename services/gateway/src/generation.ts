@@ -20,10 +20,14 @@ import type { Context } from 'hono';
 import { putTokenList } from '@csa2/artifacts';
 import {
   DECODE_JOB_NAME,
+  DECODE_QUEUE,
   DEFAULT_DECODE_JOB_OPTIONS,
   DEFAULT_PREFILL_JOB_OPTIONS,
   MAX_INLINE_TOKEN_IDS,
   PREFILL_JOB_NAME,
+  PREFILL_QUEUE,
+  decodeCostTokens,
+  fairPriority,
   parseDecodeJob,
   parsePrefillJob,
   promptDocumentId,
@@ -41,6 +45,10 @@ import type { Endpoint, GenerationRoute } from './metrics.js';
 import { completionBody, finishChunk, roleChunk, textChunk, toOpenAiUsage, usageChunk, type FinishReason, type OpenAiUsage, type ResponseMeta } from './openai/format.js';
 import { deletePromptArtifact, isPromptArtifactId } from './prompt-artifacts.js';
 import { progressComment, relayStream, type RelayProgress } from './relay.js';
+import type { Admission } from './key-limiter.js';
+
+/** The admission of a request under no limits. */
+const NO_LIMITS: Admission = { headers: {}, release: () => undefined };
 import { createSseWriter } from './sse.js';
 
 /** What a route hands over after parsing and tokenizing. */
@@ -63,6 +71,8 @@ export interface GenerationRequest {
   readonly ignoreEos: boolean;
   readonly stream: boolean;
   readonly includeUsage: boolean;
+  /** The key's fair-share weight (its jobs' priorities, fair-priority). @defaultValue 1 */
+  readonly weight?: number;
 }
 
 export interface GenerationPlan {
@@ -189,6 +199,7 @@ async function promptPrefillJob(deps: GatewayDeps, plan: GenerationPlan, prefix:
     ...tokens,
     prefixDocumentId: request.documentId,
     decode: plan.decodeJob,
+    ...(request.weight !== undefined ? { weight: request.weight } : {}),
     acceptedAtMs: plan.acceptedAtMs,
   } satisfies PrefillJob);
 }
@@ -207,11 +218,16 @@ export async function enqueueGeneration(deps: GatewayDeps, plan: GenerationPlan)
         headers: { 'retry-after': '1' },
       });
     }
+    // fair shares between tenants: the job's priority is its start tag (fair-priority)
+    const share = { tenant: plan.request.tenant, ...(plan.request.weight !== undefined ? { weight: plan.request.weight } : {}) };
     if (prefix !== null) {
-      await deps.queues.prefill.add(PREFILL_JOB_NAME, await promptPrefillJob(deps, plan, prefix), { ...DEFAULT_PREFILL_JOB_OPTIONS, jobId: requestPrefillJobId(plan.requestId) });
+      const job = await promptPrefillJob(deps, plan, prefix);
+      const priority = await fairPriority(deps.redis, PREFILL_QUEUE, { ...share, costTokens: prefix.length });
+      await deps.queues.prefill.add(PREFILL_JOB_NAME, job, { ...DEFAULT_PREFILL_JOB_OPTIONS, jobId: requestPrefillJobId(plan.requestId), priority });
       deps.metrics.prefillTokens.inc({ kind: 'prompt' }, prefix.length);
     } else {
-      await deps.queues.decode.add(DECODE_JOB_NAME, plan.decodeJob, { ...DEFAULT_DECODE_JOB_OPTIONS, jobId: requestDecodeJobId(plan.requestId) });
+      const priority = await fairPriority(deps.redis, DECODE_QUEUE, { ...share, costTokens: decodeCostTokens(plan.decodeJob) });
+      await deps.queues.decode.add(DECODE_JOB_NAME, plan.decodeJob, { ...DEFAULT_DECODE_JOB_OPTIONS, jobId: requestDecodeJobId(plan.requestId), priority });
     }
   } catch (err) {
     if (isRedisUnavailable(err)) {
@@ -237,8 +253,8 @@ class Aborted extends Error {
   }
 }
 
-/** Runs an enqueued plan to its answer: an SSE response, or the whole JSON body. */
-export async function respondGeneration(c: Context, deps: GatewayDeps, plan: GenerationPlan): Promise<Response> {
+/** Runs an enqueued plan to its answer: an SSE response, or the whole JSON body (with the admission's headers). */
+export async function respondGeneration(c: Context, deps: GatewayDeps, plan: GenerationPlan, admission: Admission = NO_LIMITS): Promise<Response> {
   const { request } = plan;
   const meta: ResponseMeta = {
     id: plan.requestId,
@@ -247,7 +263,7 @@ export async function respondGeneration(c: Context, deps: GatewayDeps, plan: Gen
     endpoint: request.endpoint,
     includeUsage: request.includeUsage,
   };
-  const run = new GenerationRun(deps, plan);
+  const run = new GenerationRun(deps, plan, admission);
   const clientSignal = c.req.raw.signal;
   const onClientGone = (): void => run.abort('client');
   if (clientSignal.aborted) onClientGone();
@@ -257,7 +273,7 @@ export async function respondGeneration(c: Context, deps: GatewayDeps, plan: Gen
   if (!request.stream) {
     try {
       const outcome = await run.consume(() => undefined);
-      return c.json(completionBody(meta, outcome.text, outcome.finishReason, outcome.usage));
+      return c.json(completionBody(meta, outcome.text, outcome.finishReason, outcome.usage), 200, { ...admission.headers });
     } catch (err) {
       if (err instanceof Aborted) {
         if (err.reason === 'shutdown') throw new ApiError(503, 'the server is shutting down; the request was cancelled', { code: 'shutting_down', headers: { 'retry-after': '1' } });
@@ -270,7 +286,7 @@ export async function respondGeneration(c: Context, deps: GatewayDeps, plan: Gen
     }
   }
 
-  const sse = createSseWriter({ keepaliveMs: deps.config.sseKeepaliveMs });
+  const sse = createSseWriter({ keepaliveMs: deps.config.sseKeepaliveMs, headers: admission.headers });
   sse.onCancel(onClientGone);
   const first = roleChunk(meta);
   if (first !== null) sse.send(first);
@@ -307,6 +323,7 @@ class GenerationRun {
   constructor(
     private readonly deps: GatewayDeps,
     private readonly plan: GenerationPlan,
+    private readonly admission: Admission,
   ) {
     this.releaseInflight = deps.inflight.track(this.controller);
     this.controller.signal.addEventListener('abort', () => {
@@ -318,6 +335,7 @@ class GenerationRun {
   release(): void {
     this.ended = true;
     this.releaseInflight();
+    this.admission.release();
   }
 
   abort(reason: AbortReason): void {
@@ -337,6 +355,7 @@ class GenerationRun {
     const { deps, plan } = this;
     const labels = { endpoint: plan.request.endpoint, route: plan.route };
     let outcome: 'ok' | 'error' | 'cancelled' | 'timeout' = 'error';
+    let queueWaits: Promise<void> | undefined;
     let text = '';
     let tokens = 0;
     let lastTokenMs = 0;
@@ -349,12 +368,9 @@ class GenerationRun {
         signal: this.controller.signal,
         ...(onProgress !== undefined ? { onProgress } : {}),
       });
-      let seenEntry = false;
       for await (const entry of entries) {
-        if (!seenEntry) {
-          seenEntry = true;
-          void this.observeQueueWaits();
-        }
+        // the jobs have started once their stream shows an entry (awaited before the answer ends)
+        queueWaits ??= this.observeQueueWaits();
         const nowMs = Date.now();
         if (entry.kind === 'token') {
           if (tokens === 0) deps.metrics.timeToFirstToken.observe(labels, (nowMs - plan.acceptedAtMs) / 1000);
@@ -389,6 +405,7 @@ class GenerationRun {
       // answered with an error, timed out or cut off: whatever still runs for this request stops
       // (a client that got a 503 because Redis froze must not have its 300 tokens generated later)
       if (outcome !== 'ok') this.setCancelKey();
+      await queueWaits;
       this.ended = true;
       deps.metrics.e2eLatency.observe({ ...labels, outcome }, (Date.now() - plan.acceptedAtMs) / 1000);
       if (plan.route === 'prefill') void this.cleanupPromptArtifact();

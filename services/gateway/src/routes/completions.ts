@@ -5,9 +5,9 @@
  * chat uses the tokenizer's chat template, whose BOS is dropped after a document), then hand a
  * GenerationRequest to generation.ts.
  */
-import { Hono } from 'hono';
+import { Hono, type Context } from 'hono';
 import { validateTokenIds } from '@csa2/core';
-import { invalidRequest } from '../errors.js';
+import { invalidRequest, isRedisUnavailable, redisUnavailable } from '../errors.js';
 import { enqueueGeneration, planGeneration, respondGeneration, type GenerationRequest } from '../generation.js';
 import type { GatewayDeps } from '../deps.js';
 import { TokenLimitError } from '../tokenize-pool.js';
@@ -56,10 +56,23 @@ function tooLong(err: unknown, deps: GatewayDeps, param: string): never {
   throw err;
 }
 
-async function generate(c: Parameters<typeof respondGeneration>[0], deps: GatewayDeps, request: GenerationRequest): Promise<Response> {
-  const plan = await planGeneration(deps, request);
-  await enqueueGeneration(deps, plan);
-  return respondGeneration(c, deps, plan);
+async function generate(c: Context<{ Variables: TenantVariables }>, deps: GatewayDeps, request: Omit<GenerationRequest, 'weight'>): Promise<Response> {
+  const keyId = c.get('keyId');
+  const limits = deps.keyLimits(keyId);
+  const plan = await planGeneration(deps, { ...request, weight: limits.weight });
+  // the key's limits: its prompt plus what it may generate count against its tokens per minute
+  const admission = await deps.keyLimiter
+    .admitCompletion(keyId, limits, { requestId: plan.requestId, tokens: plan.promptTokens + plan.decodeJob.maxTokens })
+    .catch((err: unknown) => {
+      throw isRedisUnavailable(err) ? redisUnavailable(err) : err;
+    });
+  try {
+    await enqueueGeneration(deps, plan);
+  } catch (err) {
+    admission.release();
+    throw err;
+  }
+  return respondGeneration(c, deps, plan, admission);
 }
 
 export function completionsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVariables }> {

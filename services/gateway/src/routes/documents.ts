@@ -106,17 +106,27 @@ export function documentsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVari
     if (!deps.inflight.isAccepting) throw new ApiError(503, 'the server is shutting down', { code: 'shutting_down', headers: { 'retry-after': '1' } });
     const acceptedAtMs = Date.now();
     const results: Record<string, unknown>[] = [];
+    const keyId = c.get('keyId');
+    const limits = deps.keyLimits(keyId);
+    const enqueued: string[] = [];
+    let headers: Readonly<Record<string, string>> = {};
     try {
+      // the key's limits: one request, the documents' tokens, and its queued documents
+      headers = (await deps.keyLimiter.admitDocuments(keyId, limits, { count: docs.length, tokens: docs.reduce((n, d) => n + d.tokenIds.length, 0) })).headers;
       const counts = await deps.queues.prefill.getJobCounts('wait', 'prioritized', 'delayed');
       const backlog = Object.values(counts).reduce((a, b) => a + b, 0);
       if (backlog + docs.length > deps.limits.maxQueueDepth) {
         throw new ApiError(429, `The server is overloaded: ${backlog} jobs are waiting for the prefill workers. Please retry shortly.`, { code: 'queue_full', headers: { 'retry-after': '1' } });
       }
-      for (const d of docs) results.push(documentObject(d.id, await ingestDocument(deps, tenant, d.id, d.tokenIds, acceptedAtMs)));
+      for (const d of docs) {
+        results.push(documentObject(d.id, await ingestDocument(deps, tenant, d.id, d.tokenIds, acceptedAtMs, { weight: limits.weight, onEnqueued: (id) => enqueued.push(id) })));
+      }
     } catch (err) {
       mapRedis(err);
+    } finally {
+      await deps.keyLimiter.countDocumentJobs(keyId, limits, enqueued).catch(() => undefined);
     }
-    return c.json(batch ? { object: 'list', data: results } : results[0], 202);
+    return c.json(batch ? { object: 'list', data: results } : results[0], 202, { ...headers });
   });
 
   app.get('/documents/:id', async (c) => {
