@@ -8,13 +8,14 @@
  * | GET /healthz | – | 200 |
  * | GET /readyz | – | 200, 503 |
  * | GET /metrics | – | 200 |
- * | POST /v1/completions, POST /v1/chat/completions | Bearer | 200 (JSON or SSE), 400, 401, 404 (document), 409 (document not ready), 413, 429, 503, 504 |
+ * | POST /v1/completions, POST /v1/chat/completions | Bearer | 200 (JSON or SSE), 400, 401, 404 (document), 409 (document not ready), 413, 429 (queue full, key limits), 500 (document damaged), 503, 504 |
  * | GET /v1/models, GET /v1/models/:id | Bearer | 200, 401, 404 |
- * | POST /v1/documents | Bearer | 202, 400, 401, 413, 429, 503 |
+ * | POST /v1/documents | Bearer | 202, 400, 401, 413, 429 (queue full, key limits), 503 |
  * | GET /v1/documents/:id | Bearer | 200, 401, 404, 503 |
  * | DELETE /v1/documents/:id | Bearer | 200, 401, 404, 409 (being encoded), 503 |
  *
- * Every error body is OpenAI's `{ error: { message, type, param, code } }`.
+ * Every error body is OpenAI's `{ error: { message, type, param, code } }`. Request bodies share a
+ * byte budget while they are read and tokenized (middleware/body-budget).
  */
 import { Hono, type MiddlewareHandler } from 'hono';
 import { routePath } from 'hono/route';
