@@ -48,8 +48,9 @@ export function createApp(deps: GatewayDeps): GatewayApp {
   app.use('*', requestMetrics(deps));
   app.route('/', healthRoutes(deps));
   app.use('/v1/*', apiKeyAuth({ keys: deps.apiKeys }));
-  app.use('/v1/*', bodyBudget({ budget: deps.bodyBudget, maxBodyBytes: deps.limits.maxBodyBytes }));
+  // a body declared too large is refused (413) before it waits for the body budget
   app.use('/v1/*', maxBody({ maxBodyBytes: deps.limits.maxBodyBytes }));
+  app.use('/v1/*', bodyBudget({ budget: deps.bodyBudget, maxBodyBytes: deps.limits.maxBodyBytes }));
   app.route('/v1', completionsRoutes(deps));
   app.route('/v1', modelsRoutes(deps));
   app.route('/v1', documentsRoutes(deps));
