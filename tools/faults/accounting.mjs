@@ -2,13 +2,14 @@
 // Issue 12 items 1, 4, 5: cached_tokens of a cold 2,048-token prompt and of a 12,000-token prompt sent
 // twice; a document's created_at while queued and once ready; a completion on a document whose chunk was
 // deleted from the store, and that document's status. Usage: node tools/faults/accounting.mjs
-import { mkdtempSync, readFileSync, unlinkSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, unlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { API_KEY, Pipeline, postJson, seededTestModel, sleep } from './lib.mjs';
 
-const modelDir = await seededTestModel(mkdtempSync(join(tmpdir(), 'csa2-faults-model-')), 20_000);
+const modelRoot = mkdtempSync(join(tmpdir(), 'csa2-faults-model-'));
+const modelDir = await seededTestModel(modelRoot, 20_000);
 const pipe = await Pipeline.start({ modelDir });
 const get = async (path) => (await fetch(`${pipe.url}${path}`, { headers: { authorization: `Bearer ${API_KEY}` } })).json();
 try {
@@ -41,4 +42,5 @@ try {
   console.log(`its status then: ${status.status}${status.error_code ? ` (${status.error_code})` : ''}`);
 } finally {
   await pipe.stop();
+  rmSync(modelRoot, { recursive: true, force: true });
 }

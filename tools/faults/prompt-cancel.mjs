@@ -2,14 +2,15 @@
 // Issue 12 item 2: a 16,000-token streamed completion whose client leaves after 0.5 s (during its prefill).
 // Prints how many of its tokens the encoder still encoded, and whether its prompt artifact is left in
 // the store and readable as a document. Usage: node tools/faults/prompt-cancel.mjs
-import { existsSync, mkdtempSync, readdirSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { connectRedis } from '../../packages/csa2-jobs/dist/index.js';
 import { API_KEY, Pipeline, postJson, seededTestModel, sleep } from './lib.mjs';
 
-const modelDir = await seededTestModel(mkdtempSync(join(tmpdir(), 'csa2-faults-model-')), 20_000);
+const modelRoot = mkdtempSync(join(tmpdir(), 'csa2-faults-model-'));
+const modelDir = await seededTestModel(modelRoot, 20_000);
 const pipe = await Pipeline.start({ modelDir });
 const redis = connectRedis(pipe.redis.url);
 try {
@@ -38,4 +39,5 @@ try {
 } finally {
   redis.disconnect();
   await pipe.stop();
+  rmSync(modelRoot, { recursive: true, force: true });
 }
