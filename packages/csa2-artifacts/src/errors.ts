@@ -49,6 +49,19 @@ export class ArtifactCorruptError extends Csa2Error {
   }
 }
 
+/**
+ * An object that a manifest lists is gone from the store: storage loss (a deleted or lost chunk), a
+ * server-side failure, unlike ObjectNotFoundError for something that never existed. Deterministic:
+ * the document must be ingested again.
+ */
+export class ArtifactMissingError extends Csa2Error {
+  readonly key: string;
+  constructor(key: string, what: string, options?: { cause?: unknown }) {
+    super('artifact-missing', `${what}: object ${key} is missing from the store`, options);
+    this.key = key;
+  }
+}
+
 /** An artifact was written for another model (or cache layout) than the reader's. */
 export class ModelMismatchError extends Csa2Error {
   readonly key: string;

@@ -13,6 +13,7 @@ export * from './reader.js';
 export * from './chunk-cache.js';
 export { BufferPool } from './buffer-pool.js';
 export type { BufferPoolOptions } from './buffer-pool.js';
+export * from './token-lists.js';
 export { FsObjectStore } from './store/fs-store.js';
 export type { FsObjectStoreOptions } from './store/fs-store.js';
 export { S3ObjectStore, MIN_MULTIPART_PART_SIZE_BYTES } from './store/s3-store.js';

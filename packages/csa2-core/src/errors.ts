@@ -17,6 +17,7 @@ export type Csa2ErrorCode =
   | 'store-unavailable'
   | 'not-found'
   | 'artifact-corrupt'
+  | 'artifact-missing'
   | 'model-mismatch'
   | 'unsupported-version';
 

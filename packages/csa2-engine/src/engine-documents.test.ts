@@ -131,3 +131,49 @@ test('missing documents, other tenants and damaged chunks are refused with their
     await fresh.close();
   }
 });
+
+test('ingest verifies the stored chunks it adopts: a corrupt one is encoded again and replaced, for the same or any text sharing it', async () => {
+  const doc = randomIds(150, 21); // chunks of 32: four full ones and a partial one
+  await engine.ingest({ tenant: 'acme', documentId: 'rot', tokenIds: doc });
+  const manifest = JSON.parse(readFileSync(join(root, 'store/tenants/acme/documents/rot/manifest.json'), 'utf8')) as { chunks: { key: string }[] };
+  const chunkFile = (i: number): string => {
+    const key = manifest.chunks[i]?.key ?? '';
+    return join(root, 'store/tenants/acme/chunks', key.slice(0, 2), key);
+  };
+  const flip = (file: string): void => {
+    const b = readFileSync(file);
+    b[Math.floor(b.length / 2)] = (b[Math.floor(b.length / 2)] as number) ^ 0x01;
+    writeFileSync(file, b);
+  };
+  flip(chunkFile(1)); // a leading full chunk: adopted by the prefix reuse
+  flip(chunkFile(4)); // the trailing partial chunk: written by the writer, which finds it stored
+  const fresh = await Engine.open({ modelDir: TINY, store: STORE, chunkTokens: 32 }); // nothing cached
+  try {
+    await assert.rejects(fresh.generate({ promptIds: PROMPT, document: { tenant: 'acme', documentId: 'rot' }, maxTokens: 1, sampling: greedy }), (e: unknown) => (e as { code?: string }).code === 'artifact-corrupt');
+    // the same text under a new id: chunk 0 is re-used, chunk 1 fails verification, so the rest is encoded
+    const again = await fresh.ingest({ tenant: 'acme', documentId: 'rot-again', tokenIds: doc });
+    assert.equal(again.reusedTokens, 32, 'the prefix ends at the corrupt chunk');
+    assert.equal(again.chunksRepaired, 2, 'the corrupt full chunk and the corrupt partial chunk');
+    // both documents read again (the shared chunks are sound now); the old one gives the same tokens
+    const a = await fresh.generate({ promptIds: PROMPT, document: { tenant: 'acme', documentId: 'rot' }, maxTokens: 4, sampling: greedy, ignoreEos: true });
+    const b = await fresh.generate({ promptIds: PROMPT, document: { tenant: 'acme', documentId: 'rot-again' }, maxTokens: 4, sampling: greedy, ignoreEos: true });
+    assert.deepEqual(a.tokens, b.tokens);
+    // a text that shares the first 96 tokens re-uses all three of its full chunks
+    const sharing = await fresh.ingest({ tenant: 'acme', documentId: 'rot-sharing', tokenIds: [...doc.slice(0, 96), ...randomIds(20, 22)] });
+    assert.equal(sharing.reusedTokens, 96);
+    assert.equal(sharing.chunksRepaired, 0);
+  } finally {
+    await fresh.close();
+  }
+});
+
+test('ingest with a prefix document: its tokens come first and its full chunks are re-used, not encoded', async () => {
+  const question = randomIds(70, 31);
+  const out = await engine.ingest({ tenant: 'acme', documentId: 'doc1-and-question', tokenIds: question, prefix: { tenant: 'acme', documentId: 'doc1' } });
+  assert.equal(out.tokens, DOC.length + question.length);
+  assert.equal(out.reusedTokens, 128, 'the four full chunks of doc1');
+  const direct = await engine.generate({ promptIds: [...DOC, ...question], maxTokens: 4, sampling: greedy, exact: true, ignoreEos: true });
+  const stored = await engine.generate({ promptIds: [], document: { tenant: 'acme', documentId: 'doc1-and-question' }, maxTokens: 4, sampling: greedy, replayTokens: 400, ignoreEos: true });
+  assert.deepEqual(stored.tokens, direct.tokens, 'the artifact holds the document then the question');
+  await assert.rejects(engine.ingest({ tenant: 'acme', documentId: 'x', tokenIds: question, prefix: { tenant: 'acme', documentId: 'no-such-doc' } }), (e: unknown) => (e as { code?: string }).code === 'not-found');
+});

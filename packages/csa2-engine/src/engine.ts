@@ -14,6 +14,7 @@
  */
 import { ChunkCache, artifactLayout, bytesPerToken, openStore, type ArtifactLayout, type ObjectStore } from '@csa2/artifacts';
 import { Csa2Error, InputError, loadModel, loadTokenizer, modelFingerprint, DEFAULT_RUNTIME_OPTIONS, type Csa2Model, type Tokenizer } from '@csa2/core';
+import { DEFAULT_DOCUMENT_CACHE_BYTES, DocumentCache } from './scheduler/document-cache.js';
 import { EngineLoop } from './scheduler/engine-loop.js';
 import { GenerateWork } from './scheduler/generate-work.js';
 import { IngestWork } from './scheduler/ingest-work.js';
@@ -37,6 +38,7 @@ export type * from './types.js';
 
 export class Engine {
   private readonly cache: ChunkCache;
+  private readonly documents: DocumentCache;
   private readonly scheduler: Scheduler;
   private readonly loop: EngineLoop;
   private readonly ctx: WorkContext;
@@ -53,6 +55,7 @@ export class Engine {
     private readonly warmUpMs: number | null,
   ) {
     this.cache = new ChunkCache({ maxBytes: options.chunkCacheBytes ?? 256 * 1024 * 1024 });
+    this.documents = new DocumentCache(options.documentCacheBytes ?? DEFAULT_DOCUMENT_CACHE_BYTES);
     this.scheduler = new Scheduler(resolvePolicy(options.scheduler), () => this.loop.poke());
     this.loop = new EngineLoop(model, this.scheduler);
     this.ctx = {
@@ -60,6 +63,7 @@ export class Engine {
       tokenizer,
       layout,
       cache: this.cache,
+      documents: this.documents,
       requireStore: () => this.requireStore(),
       chunkTokens: options.chunkTokens ?? 4096,
       wake: () => this.loop.poke(),
@@ -105,7 +109,7 @@ export class Engine {
 
   /** The scheduler's state and counters (for metrics). */
   stats(): EngineStats {
-    return this.scheduler.stats();
+    return { ...this.scheduler.stats(), documentCache: this.documents.stats, chunkCache: this.cache.stats };
   }
 
   tokenize(text: string): number[] {
@@ -131,8 +135,10 @@ export class Engine {
 
   /**
    * Encodes a document into an artifact: leading chunks that already exist in the tenant's store are
-   * loaded instead of encoded (then the encoder replays the last R cached tokens), chunks are written
-   * as the encoder completes them, the manifest last. Re-running the same ingest rewrites nothing.
+   * loaded (and verified) instead of encoded (then the encoder replays the last R cached tokens),
+   * chunks are written as the encoder completes them, the manifest last. Re-running the same ingest
+   * rewrites nothing. A stored chunk that fails verification ends the re-used prefix and is written
+   * again (`chunksRepaired`), as is any other stored chunk the writer finds damaged.
    */
   ingest(req: IngestRequest, hooks: IngestHooks = {}): Promise<IngestOutcome> {
     return this.submit((id, settle) => new IngestWork(id, this.ctx, req, hooks, settle), hooks.signal);

@@ -22,6 +22,7 @@ export type {
 export type { SerializedError } from './engine.js';
 export { Engine, serializeError } from './engine.js';
 export { StopMatcher } from './stop-matcher.js';
+export { FlowControl } from './flow-control.js';
 export type { SchedulerPolicy } from './scheduler/scheduler-policy.js';
 export { DEFAULT_SCHEDULER_POLICY, resolvePolicy } from './scheduler/scheduler-policy.js';
 export { EngineHost, EngineError } from './host/engine-host.js';

@@ -4,6 +4,9 @@
  * Engine and get back.
  */
 import type { NumericsMode, RuntimeOptions, SamplingParams, TokenLogprob, Tokenizer } from '@csa2/core';
+import type { ChunkCacheStats } from '@csa2/artifacts';
+import type { FlowControl } from './flow-control.js';
+import type { DocumentCacheStats } from './scheduler/document-cache.js';
 import type { SchedulerPolicy } from './scheduler/scheduler-policy.js';
 
 export interface EngineOptions {
@@ -14,8 +17,17 @@ export interface EngineOptions {
   readonly runtime?: Partial<RuntimeOptions>;
   /** Object store of the artifacts (file:///… or s3://bucket/prefix?…); documents need one. */
   readonly store?: string;
-  /** Bytes of verified chunks kept in memory for repeated queries on the same documents. @defaultValue 256 MiB */
+  /**
+   * Bytes of verified chunks kept in memory: re-used prefixes of ingests, and documents loaded
+   * outside the document cache. @defaultValue 256 MiB
+   */
   readonly chunkCacheBytes?: number;
+  /**
+   * Bytes of loaded documents kept for the questions on them (scheduler/document-cache): every
+   * generation on a cached document reads its rows in place. 0 turns it off (each generation loads
+   * a private copy through the chunk cache). @defaultValue 2 GiB
+   */
+  readonly documentCacheBytes?: number;
   /** Tokens per artifact chunk for documents this engine writes. @defaultValue 4096 */
   readonly chunkTokens?: number;
   /**
@@ -32,6 +44,11 @@ export interface EngineOptions {
 export interface DocumentRef {
   readonly tenant: string;
   readonly documentId: string;
+  /**
+   * How many of its tokens count as cached in the outcome (`cachedTokens`): those served from chunks
+   * stored before the request. @defaultValue all of them (an ingested document)
+   */
+  readonly cachedTokens?: number;
 }
 
 export interface IngestRequest {
@@ -44,13 +61,25 @@ export interface IngestRequest {
   readonly text?: string;
   /** Tokens per chunk. @defaultValue the engine's chunkTokens */
   readonly chunkTokens?: number;
+  /**
+   * A stored document of the same tenant whose tokens come first (a long prompt that follows a
+   * document): its full chunks are re-used as stored, not encoded again.
+   */
+  readonly prefix?: DocumentRef;
   /** Encoder replay when leading chunks are reused. @defaultValue 128 */
   readonly replayTokens?: number;
+  /**
+   * When the document was accepted (ms since epoch): the manifest's createdAt, so that a document's
+   * creation time is the same before and after it is encoded (and on every retry). @defaultValue now
+   */
+  readonly createdAtMs?: number;
 }
 
 export interface IngestProgress {
   readonly tokensDone: number;
   readonly tokensTotal: number;
+  /** Leading tokens whose chunks were already stored (loaded, not encoded). */
+  readonly reusedTokens: number;
 }
 
 export interface IngestOutcome {
@@ -64,6 +93,8 @@ export interface IngestOutcome {
   readonly reusedTokens: number;
   readonly chunksWritten: number;
   readonly chunksSkipped: number;
+  /** Stored chunks that failed verification (corrupt, or gone) and were written again. */
+  readonly chunksRepaired: number;
   /** Global-cache bytes per token of this model's layout (890 at the released configuration). */
   readonly bytesPerToken: number;
 }
@@ -139,6 +170,8 @@ export interface GenerateOutcome {
 export interface GenerateHooks {
   readonly onToken?: (event: TokenEvent) => void;
   readonly signal?: AbortSignal;
+  /** Pauses decoding while the consumer cannot take more tokens (flow-control). */
+  readonly flow?: FlowControl;
 }
 
 export interface ModelInfo {
@@ -166,7 +199,12 @@ export interface ModelInfo {
 }
 
 /** A snapshot of the engine's scheduler, for metrics (counters are totals since the engine opened). */
-export interface EngineStats {
+export interface EngineStats extends SchedulerStats {
+  readonly documentCache: DocumentCacheStats;
+  readonly chunkCache: ChunkCacheStats;
+}
+
+export interface SchedulerStats {
   /** Work admitted (holding KV bytes): decoding, prefilling or loading. */
   readonly running: number;
   /** Work waiting for admission (KV budget or decode batch full). */

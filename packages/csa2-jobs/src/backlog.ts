@@ -22,10 +22,11 @@
  * Completed, failed and waiting-children jobs never count (the pipeline uses no flows).
  *
  * Prefill tokens (the prefill queue's unit of work): the sum over its backlog jobs of the tokens the
- * encoder will encode — a document's `input.tokenIds.length`, or for a document given as
+ * encoder will encode — a document's `input.tokenIds.length` (or `input.tokensRef.count` when the list
+ * is in the object store), or for a document given as
  * `input.text` its UTF-8 byte length + 1 (an upper bound: a byte-level BPE token covers at least one
  * byte, +1 for a BOS token the tokenizer may add; the gateway always enqueues token ids, so this
- * only applies to other producers), and a long prompt's `tokenIds.length` (its `decode.promptIds`
+ * only applies to other producers), and a long prompt's `tokenIds.length` or `tokensRef.count` (its `decode.promptIds`
  * are the decoder's work, not the encoder's). Active prefill tokens are what the running jobs still
  * have to encode: tokens − `progress.tokensDone` when the job reported PrefillProgress.
  *
@@ -92,12 +93,17 @@ export interface BacklogCollector {
  */
 export function estimatePrefillTokens(data: unknown): number | null {
   if (typeof data !== 'object' || data === null) return null;
-  const d = data as { kind?: unknown; input?: unknown; tokenIds?: unknown };
-  if (d.kind === 'prompt') return Array.isArray(d.tokenIds) ? d.tokenIds.length : null;
+  const d = data as { kind?: unknown; input?: unknown; tokenIds?: unknown; tokensRef?: unknown };
+  const refCount = (ref: unknown): number | null => {
+    const count = typeof ref === 'object' && ref !== null ? (ref as { count?: unknown }).count : undefined;
+    return typeof count === 'number' && Number.isSafeInteger(count) && count >= 0 ? count : null;
+  };
+  if (d.kind === 'prompt') return Array.isArray(d.tokenIds) ? d.tokenIds.length : refCount(d.tokensRef);
   if (d.kind === 'document' && typeof d.input === 'object' && d.input !== null) {
-    const input = d.input as { tokenIds?: unknown; text?: unknown };
+    const input = d.input as { tokenIds?: unknown; text?: unknown; tokensRef?: unknown };
     if (Array.isArray(input.tokenIds)) return input.tokenIds.length;
     if (typeof input.text === 'string') return Buffer.byteLength(input.text, 'utf8') + 1;
+    if (input.tokensRef !== undefined) return refCount(input.tokensRef);
   }
   return null;
 }

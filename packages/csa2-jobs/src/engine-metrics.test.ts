@@ -22,6 +22,7 @@ test('gauges, counters and histograms from one stats read; absent while there is
     stepMs: hist([5, 10], [10, 30, 40], 420),
     batchRows: hist([1, 2, 4], [5, 20, 35, 40], 900),
     decodeBatch: hist([1, 2, 4], [5, 20, 40, 40], 120),
+    documentCache: { hits: 7, misses: 2, bypassed: 1, evictions: 1, entries: 2, leased: 1, bytes: 5_000_000 },
   };
   registerEngineMetrics(registry, async () => {
     reads++;
@@ -45,6 +46,12 @@ test('gauges, counters and histograms from one stats read; absent while there is
     'csa2_engine_step_seconds_count{service="decoder-worker"} 40',
     'csa2_engine_decode_batch_sequences_bucket{le="4",service="decoder-worker"} 40',
     '# TYPE csa2_engine_step_tokens histogram',
+    'csa2_engine_document_cache_bytes{service="decoder-worker"} 5000000',
+    'csa2_engine_document_cache_documents{state="leased",service="decoder-worker"} 1',
+    'csa2_engine_document_cache_documents{state="idle",service="decoder-worker"} 1',
+    'csa2_engine_document_cache_lookups_total{result="hit",service="decoder-worker"} 7',
+    'csa2_engine_document_cache_lookups_total{result="bypassed",service="decoder-worker"} 1',
+    'csa2_engine_document_cache_evictions_total{service="decoder-worker"} 1',
   ]) {
     assert.ok(text.includes(line), `missing: ${line}`);
   }

@@ -18,6 +18,10 @@
  * | csa2_engine_step_seconds | histogram | time of one step (one forward call) |
  * | csa2_engine_step_tokens | histogram | rows (tokens) per step, decode and prefill together |
  * | csa2_engine_decode_batch_sequences | histogram | decode rows per step, in steps that decoded |
+ * | csa2_engine_document_cache_bytes | gauge | packed bytes of the loaded documents the engine keeps (CSA2_DOCUMENT_CACHE_BYTES bounds it) |
+ * | csa2_engine_document_cache_documents | gauge | documents kept; `state` = `leased` (read by running work) or `idle` |
+ * | csa2_engine_document_cache_lookups_total | counter | generations on a document; `result` = `hit` (shared), `miss` (loaded), `bypassed` (no room: a private copy) |
+ * | csa2_engine_document_cache_evictions_total | counter | idle documents dropped to make room |
  *
  * There is no preemption counter: admission reserves a sequence's whole KV bytes (prompt + max tokens),
  * so a running sequence is never preempted.
@@ -44,6 +48,15 @@ export interface EngineSchedulerStats {
   readonly stepMs: HistogramSnapshot;
   readonly batchRows: HistogramSnapshot;
   readonly decodeBatch: HistogramSnapshot;
+  readonly documentCache?: {
+    readonly hits: number;
+    readonly misses: number;
+    readonly bypassed: number;
+    readonly evictions: number;
+    readonly entries: number;
+    readonly leased: number;
+    readonly bytes: number;
+  };
 }
 
 type Value = { readonly value: number; readonly labels?: Record<string, string | number>; readonly metricName?: string };
@@ -78,11 +91,11 @@ export function registerEngineMetrics(registry: Registry, read: () => Promise<En
     if (cached === null || now - cached.atMs > 250) cached = { atMs: now, stats: read().catch(() => null) };
     return cached.stats;
   };
-  const metric = (name: string, help: string, type: SnapshotMetric['type'], values: (s: EngineSchedulerStats) => Value[]): SnapshotMetric => ({
+  const metric = (name: string, help: string, type: SnapshotMetric['type'], values: (s: EngineSchedulerStats) => Value[], labelNames: readonly string[] = []): SnapshotMetric => ({
     name,
     help,
     type,
-    labelNames: [],
+    labelNames,
     aggregator: 'sum',
     async get() {
       const s = await stats();
@@ -104,6 +117,27 @@ export function registerEngineMetrics(registry: Registry, read: () => Promise<En
     metric('csa2_engine_step_seconds', 'Time of one engine step (one forward call)', 'histogram', (s) => histogramValues('csa2_engine_step_seconds', s.stepMs, 1e-3)),
     metric('csa2_engine_step_tokens', 'Rows (tokens) per engine step, decode and prefill together', 'histogram', (s) => histogramValues('csa2_engine_step_tokens', s.batchRows, 1)),
     metric('csa2_engine_decode_batch_sequences', 'Decode rows per engine step, in steps that decoded', 'histogram', (s) => histogramValues('csa2_engine_decode_batch_sequences', s.decodeBatch, 1)),
+    metric('csa2_engine_document_cache_bytes', 'Packed bytes of the loaded documents the engine keeps', 'gauge', (s) => (s.documentCache !== undefined ? [{ value: s.documentCache.bytes }] : [])),
+    metric('csa2_engine_document_cache_documents', 'Loaded documents the engine keeps, leased (read by running work) or idle', 'gauge', (s) =>
+      s.documentCache !== undefined
+        ? [
+            { labels: { state: 'leased' }, value: s.documentCache.leased },
+            { labels: { state: 'idle' }, value: s.documentCache.entries - s.documentCache.leased },
+          ]
+        : [],
+      ['state'],
+    ),
+    metric('csa2_engine_document_cache_lookups_total', 'Generations on a stored document: hit (shared), miss (loaded), bypassed (a private copy)', 'counter', (s) =>
+      s.documentCache !== undefined
+        ? [
+            { labels: { result: 'hit' }, value: s.documentCache.hits },
+            { labels: { result: 'miss' }, value: s.documentCache.misses },
+            { labels: { result: 'bypassed' }, value: s.documentCache.bypassed },
+          ]
+        : [],
+      ['result'],
+    ),
+    metric('csa2_engine_document_cache_evictions_total', 'Idle loaded documents dropped to make room', 'counter', (s) => (s.documentCache !== undefined ? [{ value: s.documentCache.evictions }] : [])),
   ];
   for (const m of metrics) registry.registerMetric(m as unknown as Parameters<Registry['registerMetric']>[0]);
 }

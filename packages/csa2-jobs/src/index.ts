@@ -23,3 +23,5 @@ export * from './worker-runtime.js';
 export * from './job-failure.js';
 export * from './worker-http.js';
 export * from './worker-metrics.js';
+export * from './cancel-watch.js';
+export * from './fair-priority.js';

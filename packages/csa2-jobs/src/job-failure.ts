@@ -101,6 +101,11 @@ export interface FailJobOptions {
   readonly writeError: ErrorEntryWriter;
 }
 
+/** True when `err` ends the job for good: deterministic, or on the job's last attempt. */
+export function isFinalFailure<R>(err: unknown, job: Job<unknown, R>): boolean {
+  return err instanceof JobPayloadError || isDeterministicError(err) || job.attemptsMade + 1 >= (job.opts.attempts ?? 1);
+}
+
 /** Logs a failed job, writes the error entry when the failure is final, and returns what to throw. */
 export async function failJob<R>(err: unknown, job: Job<unknown, R>, opts: FailJobOptions): Promise<Error> {
   const payloadInvalid = err instanceof JobPayloadError;
@@ -108,7 +113,7 @@ export async function failJob<R>(err: unknown, job: Job<unknown, R>, opts: FailJ
   const message = err instanceof Error ? err.message : String(err);
   const deterministic = payloadInvalid || isDeterministicError(err);
   const attempt = job.attemptsMade + 1;
-  const final = deterministic || attempt >= (job.opts.attempts ?? 1);
+  const final = isFinalFailure(err, job);
   opts.log(final ? 'error' : 'warn', opts.msg, { ...opts.fields, code, deterministic, attempt, ...errorFields(err) });
   if (final && opts.requestId !== null) await opts.writeError(opts.requestId, code, message);
   if (deterministic) return new UnrecoverableError(formatFailure(code, message));

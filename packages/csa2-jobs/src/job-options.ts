@@ -53,6 +53,7 @@ export const DETERMINISTIC_ERROR_CODES: ReadonlySet<string> = new Set([
   'input-invalid',
   'not-found',
   'artifact-corrupt',
+  'artifact-missing',
   'model-mismatch',
   'unsupported-version',
   'unsupported-feature',

@@ -3,13 +3,45 @@
  * Typed job payloads and results with their parsers. Everything read from a queue goes through
  * `parse*`; a malformed payload throws JobPayloadError naming the field — workers fail such a job at
  * once, without retry (it can never succeed).
+ *
+ * Every field is bounded, so that a payload (which Redis keeps for the job's whole life and an hour
+ * or a day after) stays small: ids and names by length, numbers by range, stop sequences by count
+ * and length, and token lists at MAX_INLINE_TOKEN_IDS inline — a longer list (a document, a long
+ * prompt) is stored in the object store by the producer and passed as a TokenListRef
+ * (@csa2/artifacts token-lists), which the worker reads back and deletes once the job is done.
  */
 import { z } from 'zod';
+import { MAX_FAIR_WEIGHT, MIN_FAIR_WEIGHT } from './fair-priority.js';
 
 /** Tenant and document ids: also used in object keys and Redis keys. */
 export const ID_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;
 const id = z.string().regex(ID_PATTERN, 'must match [A-Za-z0-9_-]{1,64}');
-const tokenIds = z.array(z.number().int().nonnegative());
+
+/** Longest token list a payload carries inline (~20 KB of JSON); longer ones go by reference. */
+export const MAX_INLINE_TOKEN_IDS = 4096;
+/** Stop sequences per request, and characters per stop sequence. */
+export const MAX_STOP_SEQUENCES = 4;
+export const MAX_STOP_SEQUENCE_CHARS = 512;
+/** Longest document text a payload carries inline (the gateway itself always sends token ids). */
+export const MAX_INLINE_TEXT_CHARS = 65_536;
+/** Longest model name. */
+export const MAX_MODEL_NAME_CHARS = 256;
+/** Bound of token counts (context, max_tokens, replay, a referenced list): 16M. */
+export const MAX_TOKEN_COUNT = 1 << 24;
+
+const tokenIds = z
+  .array(z.number().int().nonnegative().max(0xffffffff))
+  .max(MAX_INLINE_TOKEN_IDS, `at most ${MAX_INLINE_TOKEN_IDS} token ids inline; a longer list goes through the object store (tokensRef)`);
+const modelName = z.string().min(1).max(MAX_MODEL_NAME_CHARS);
+const tokenCount = z.number().int().positive().max(MAX_TOKEN_COUNT);
+
+/** A token list stored in the object store (@csa2/artifacts TokenListRef). */
+export const TokenListRefSchema = z.object({
+  key: z.string().min(1).max(1024),
+  count: tokenCount,
+  sha256: z.string().regex(/^[0-9a-f]{64}$/, 'must be 64 lowercase hex characters'),
+});
+export type TokenListRefPayload = z.infer<typeof TokenListRefSchema>;
 
 /**
  * `x-request-id` values: what the gateway accepts from a client (and the `req_…` ids it makes when
@@ -51,17 +83,24 @@ export const DecodeJobSchema = z.object({
   /** The x-request-id of the HTTP request that made the job (logged by the workers). */
   reqId,
   tenant: id,
-  model: z.string().min(1),
-  /** Tokens after the document (the whole prompt when there is no document). */
+  model: modelName,
+  /** Tokens after the document (the whole prompt when there is no document); longer prompts go through an encoder. */
   promptIds: tokenIds,
   /** A stored document whose tokens precede promptIds (an ingested document or an encoded long prompt). */
   documentId: id.nullable(),
+  /**
+   * How many of the document's tokens to report as cached (usage.prompt_tokens_details.cached_tokens):
+   * those served from chunks stored before this request. Absent or null: all of them (an ingested
+   * document). The encoder sets it for the artifact of a long prompt, which it encoded for this very
+   * request: the tokens of the leading chunks it found already stored (its first attempt's count).
+   */
+  cachedTokens: z.number().int().nonnegative().max(MAX_TOKEN_COUNT).nullable().optional(),
   sampling: SamplingSchema,
-  maxTokens: z.number().int().positive(),
-  stop: z.array(z.string().min(1)).max(16),
+  maxTokens: tokenCount,
+  stop: z.array(z.string().min(1).max(MAX_STOP_SEQUENCE_CHARS)).max(MAX_STOP_SEQUENCES),
   ignoreEos: z.boolean(),
   /** Bounded replay length; null = the worker's default. */
-  replayTokens: z.number().int().positive().nullable(),
+  replayTokens: tokenCount.nullable(),
   /** When the gateway accepted the request (ms since epoch), for latency metrics. */
   acceptedAtMs: z.number().int().nonnegative(),
 });
@@ -74,8 +113,9 @@ export const DocumentPrefillSchema = z.object({
   reqId,
   tenant: id,
   documentId: id,
-  model: z.string().min(1),
-  input: z.union([z.object({ text: z.string() }), z.object({ tokenIds })]),
+  model: modelName,
+  /** The document: inline text or token ids, or token ids stored in the object store. */
+  input: z.union([z.object({ text: z.string().max(MAX_INLINE_TEXT_CHARS) }), z.object({ tokenIds }), z.object({ tokensRef: TokenListRefSchema })]),
   acceptedAtMs: z.number().int().nonnegative(),
 });
 
@@ -86,12 +126,19 @@ export const PromptPrefillSchema = z.object({
   reqId,
   tenant: id,
   requestId: id,
-  model: z.string().min(1),
-  /** The prompt prefix to encode; decode.promptIds is the rest (at least one token). */
-  tokenIds,
+  model: modelName,
+  /** The prompt prefix to encode, inline or stored (exactly one); decode.promptIds is the rest (at least one token). */
+  tokenIds: tokenIds.optional(),
+  tokensRef: TokenListRefSchema.optional(),
+  /** A stored document of the tenant whose tokens precede the prompt (they are re-used, not encoded again). */
+  prefixDocumentId: id.nullable().optional(),
   decode: DecodeJobSchema,
+  /** The flow's fair-share weight (its API key's; a batch line's times CSA2_BATCH_WEIGHT), for the priority of the decode job the encoder adds. */
+  weight: z.number().min(MIN_FAIR_WEIGHT).max(MAX_FAIR_WEIGHT).optional(),
+  /** A batch line: the decode job goes to the tenant's batch flow (fair-priority fairFlow). */
+  batch: z.boolean().optional(),
   acceptedAtMs: z.number().int().nonnegative(),
-});
+}).refine((j) => (j.tokenIds === undefined) !== (j.tokensRef === undefined), { message: 'exactly one of tokenIds and tokensRef', path: ['tokenIds'] });
 
 export const PrefillJobSchema = z.discriminatedUnion('kind', [DocumentPrefillSchema, PromptPrefillSchema]);
 export type PrefillJob = z.infer<typeof PrefillJobSchema>;
@@ -111,6 +158,11 @@ export interface PrefillResult {
 export interface PrefillProgress {
   readonly tokensDone: number;
   readonly tokensTotal: number;
+  /**
+   * Leading tokens whose chunks were stored before the job's first attempt (a retry keeps the first
+   * attempt's count: the chunks an interrupted attempt wrote were computed for this request).
+   */
+  readonly reusedTokens?: number;
 }
 
 /** What a decode job returns. */
@@ -140,4 +192,9 @@ function parseWith<T>(schema: z.ZodType<T>, what: string, data: unknown): T {
 }
 
 export const parseDecodeJob = (data: unknown): DecodeJob => parseWith(DecodeJobSchema, 'decode', data);
+
+/** Tokens of a prompt job's prefix (inline or referenced). */
+export function promptPrefixTokens(job: Pick<PromptPrefillJob, 'tokenIds' | 'tokensRef'>): number {
+  return job.tokenIds?.length ?? job.tokensRef?.count ?? 0;
+}
 export const parsePrefillJob = (data: unknown): PrefillJob => parseWith(PrefillJobSchema, 'prefill', data);

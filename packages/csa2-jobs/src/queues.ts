@@ -7,6 +7,9 @@
  *   bull:csa2-decode:*             BullMQ queue of DecodeJob (decoder workers)
  *   csa2:stream:<requestId>        Redis Stream of StreamEntry (decoder → gateway), expires after STREAM_TTL_SECONDS
  *   csa2:cancel:<requestId>        present = the client went away; workers stop generating
+ *   csa2:document-damage:<tenant>:<documentId>
+ *                                  JSON { code, manifestCreatedAt }: a reader found the document's stored
+ *                                  artifact damaged (a chunk missing or corrupt); its status says so
  */
 
 export const PREFILL_QUEUE = 'csa2-prefill';
@@ -18,6 +21,7 @@ export const STREAM_TTL_SECONDS = 3600;
 
 export const streamKey = (requestId: string): string => `csa2:stream:${requestId}`;
 export const cancelKey = (requestId: string): string => `csa2:cancel:${requestId}`;
+export const documentDamageKey = (tenant: string, documentId: string): string => `csa2:document-damage:${tenant}:${documentId}`;
 
 /** BullMQ job id of a document's prefill job: one job per (tenant, document), so re-ingesting dedups. */
 export const documentJobId = (tenant: string, documentId: string): string => `doc.${tenant}.${documentId}`;

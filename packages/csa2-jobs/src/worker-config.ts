@@ -8,7 +8,7 @@
  * variable itself (with `env*(env, 'NAME', …)`): that file is the one list of what a service reads,
  * which its README table and the infra tests are checked against.
  */
-import { envInt, envOptionalInt, envOptionalNumber, envOptionalString, type Env } from './env-config.js';
+import { EnvConfigError, envInt, envOptionalInt, envOptionalNumber, envOptionalString, type Env } from './env-config.js';
 import type { LogLevel } from './log-line.js';
 
 /** onnxruntime execution providers a worker can run on (CSA2_PROVIDER). */
@@ -28,12 +28,24 @@ export interface WorkerConfig {
   readonly concurrency?: number;
   /** How the engine batches: the CSA2_* scheduler variables (see `envEngineScheduler`). */
   readonly scheduler: EngineSchedulerSettings;
-  /** CSA2_LOCK_DURATION_MS: BullMQ job lock; a dead worker's job is picked up again after it expires. @defaultValue 30000 */
+  /**
+   * CSA2_LOCK_DURATION_MS: BullMQ job lock, renewed every half of it while the job runs; a dead
+   * worker's job is picked up again once it expired, at the next stalled check: within
+   * lockDurationMs + stalledIntervalMs of the death (see DEFAULT_STALLED_INTERVAL_MS below). @defaultValue 30000
+   */
   readonly lockDurationMs: number;
-  /** CSA2_STALLED_INTERVAL_MS: how often this worker looks for stalled jobs. @defaultValue 30000 */
+  /**
+   * CSA2_STALLED_INTERVAL_MS: how often the workers look for stalled jobs (one check per interval
+   * across all workers of a queue); at most half the lock duration. @defaultValue min(5000, lockDurationMs / 2)
+   */
   readonly stalledIntervalMs: number;
   /** CSA2_CHUNK_CACHE_BYTES: verified artifact chunks kept in memory (re-used prefixes). @defaultValue the engine's (256 MiB) */
   readonly chunkCacheBytes?: number;
+  /**
+   * CSA2_DOCUMENT_CACHE_BYTES (decoder): loaded documents kept for the questions on them, each held
+   * once and read in place by every generation on it; 0 = off. @defaultValue the engine's (2 GiB)
+   */
+  readonly documentCacheBytes?: number;
   /** CSA2_THREADS: onnxruntime intra-op threads, a number or 'auto'. @defaultValue 'auto' */
   readonly threads: number | 'auto';
   /** CSA2_PROVIDER: onnxruntime execution provider. @defaultValue 'cpu' */
@@ -85,6 +97,34 @@ export function envEngineScheduler(env: Env): EngineSchedulerSettings {
  */
 export const WORKER_HTTP_PORTS = { encoder: 9301, decoder: 9302 } as const;
 
+/**
+ * How BullMQ recovers the job of a dead worker (its stalled-job check, moveStalledJobsToWait): the
+ * job's lock was last renewed at most lockDuration / 2 before the death, so it expires between
+ * lockDuration / 2 and lockDuration after it; every check first moves the jobs it marked at the
+ * previous check whose lock is gone back to the queue, then marks the active ones again (a renewal
+ * unmarks a live job). A job is therefore back in the queue within lockDuration + stalledInterval
+ * of the death, provided stalledInterval ≤ lockDuration / 2 (so that a check has marked it before
+ * its lock expires). With BullMQ's own default (stalledInterval = lockDuration = 30 s) it took up to
+ * three periods: 61–94 s measured.
+ */
+export const DEFAULT_STALLED_INTERVAL_MS = 5000;
+
+/** The longest time from a worker's death to its job back in the queue, for the given settings. */
+export function stalledRecoveryBoundMs(config: Pick<WorkerConfig, 'lockDurationMs' | 'stalledIntervalMs'>): number {
+  return config.lockDurationMs + config.stalledIntervalMs;
+}
+
+/**
+ * CSA2_STALLED_INTERVAL_MS against the lock duration: unset → min(DEFAULT_STALLED_INTERVAL_MS,
+ * lockDurationMs / 2); at least 100 and at most lockDurationMs / 2 (a longer interval can miss a dead
+ * worker's job for a whole extra period).
+ */
+export function envStalledIntervalMs(env: Env, name: string, lockDurationMs: number): number {
+  const max = Math.floor(lockDurationMs / 2);
+  const v = envInt(env, name, Math.min(DEFAULT_STALLED_INTERVAL_MS, max), { min: 100 });
+  if (v > max) throw new EnvConfigError(name, `must be at most half of CSA2_LOCK_DURATION_MS (${max}), got ${v}: a dead worker's job is then picked up again within their sum`);
+  return v;
+}
 
 /** A thread count: unset, blank or 'auto' → 'auto'; otherwise an integer in [1, 1024]. */
 export function envThreads(env: Env, name: string): number | 'auto' {

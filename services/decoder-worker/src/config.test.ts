@@ -1,19 +1,19 @@
 /** Decoder config from the environment: defaults, and errors that name the variable. */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { EnvConfigError } from '@csa2/jobs';
+import { EnvConfigError, stalledRecoveryBoundMs } from '@csa2/jobs';
 import { loadDecoderConfig } from './config.js';
 
 const BASE = { REDIS_URL: 'redis://127.0.0.1:6379', CSA2_MODEL_DIR: '/models/tiny' };
 
-test('defaults: jobs at once sized by the engine (unset), 30 s locks, 50 ms cancel polls, no store, engine defaults', () => {
+test('defaults: jobs at once sized by the engine (unset), 30 s locks checked every 5 s, 50 ms cancel polls, no store, engine defaults', () => {
   const c = loadDecoderConfig(BASE);
   assert.deepEqual(c, {
     redisUrl: 'redis://127.0.0.1:6379',
     modelDir: '/models/tiny',
     scheduler: {},
     lockDurationMs: 30_000,
-    stalledIntervalMs: 30_000,
+    stalledIntervalMs: 5000,
     threads: 'auto',
     provider: 'cpu',
     shutdownGraceMs: 20_000,
@@ -33,6 +33,7 @@ test('every variable is read', () => {
     CSA2_LOCK_DURATION_MS: '60000',
     CSA2_REPLAY_TOKENS: '256',
     CSA2_CHUNK_CACHE_BYTES: '1048576',
+    CSA2_DOCUMENT_CACHE_BYTES: '0',
     CSA2_THREADS: '2',
     CSA2_SHUTDOWN_GRACE_MS: '5000',
     CSA2_HOST: '0.0.0.0',
@@ -45,8 +46,20 @@ test('every variable is read', () => {
   assert.equal(c.lockDurationMs, 60_000);
   assert.equal(c.replayTokens, 256);
   assert.equal(c.chunkCacheBytes, 1_048_576);
+  assert.equal(c.documentCacheBytes, 0);
   assert.equal(c.threads, 2);
   assert.equal(c.shutdownGraceMs, 5000);
+});
+
+test('stalled checks run at least twice per lock duration, so a dead worker\'s job is back within lock + interval', () => {
+  const c = loadDecoderConfig(BASE);
+  assert.equal(stalledRecoveryBoundMs(c), 35_000);
+  assert.equal(loadDecoderConfig({ ...BASE, CSA2_LOCK_DURATION_MS: '4000' }).stalledIntervalMs, 2000, 'the default follows a short lock');
+  assert.equal(loadDecoderConfig({ ...BASE, CSA2_STALLED_INTERVAL_MS: '15000' }).stalledIntervalMs, 15_000);
+  assert.throws(
+    () => loadDecoderConfig({ ...BASE, CSA2_STALLED_INTERVAL_MS: '30000' }),
+    (err: unknown) => err instanceof EnvConfigError && err.variable === 'CSA2_STALLED_INTERVAL_MS' && /at most half of CSA2_LOCK_DURATION_MS \(15000\)/.test(err.message),
+  );
 });
 
 test('a missing or bad value fails with an error naming the variable', () => {

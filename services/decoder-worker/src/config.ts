@@ -4,7 +4,7 @@
  * engine workers' common ones (WorkerConfig, @csa2/jobs worker-config) plus the decoder's own.
  * A bad value fails start with an EnvConfigError naming the variable.
  */
-import { EXECUTION_PROVIDERS, LOG_LEVELS, envChoice, envEngineScheduler, envInt, envOptionalInt, envOptionalString, envRedisUrl, envString, envThreads, type Env, type WorkerConfig, WORKER_HTTP_PORTS } from '@csa2/jobs';
+import { EXECUTION_PROVIDERS, LOG_LEVELS, envChoice, envEngineScheduler, envInt, envOptionalInt, envOptionalString, envRedisUrl, envStalledIntervalMs, envString, envThreads, type Env, type WorkerConfig, WORKER_HTTP_PORTS } from '@csa2/jobs';
 
 const optional = <K extends string, V>(k: K, v: V | undefined): { [P in K]?: V } => (v === undefined ? {} : ({ [k]: v } as { [P in K]: V }));
 
@@ -26,16 +26,19 @@ export function loadDecoderConfig(env: Env = process.env): DecoderConfig {
   const storeUrl = envOptionalString(env, 'CSA2_STORE_URL');
   const replayTokens = envOptionalInt(env, 'CSA2_REPLAY_TOKENS', { min: 1 });
   const chunkCacheBytes = envOptionalInt(env, 'CSA2_CHUNK_CACHE_BYTES', { min: 0 });
+  const documentCacheBytes = envOptionalInt(env, 'CSA2_DOCUMENT_CACHE_BYTES', { min: 0 });
+  const lockDurationMs = envInt(env, 'CSA2_LOCK_DURATION_MS', 30_000, { min: 1000 });
   return {
     redisUrl: envRedisUrl(env),
     modelDir: envString(env, 'CSA2_MODEL_DIR', 'a checkpoint directory with config.json and model.safetensors'),
     ...(storeUrl !== undefined ? { storeUrl } : {}),
     ...optional('concurrency', envOptionalInt(env, 'CSA2_DECODE_CONCURRENCY', { min: 1, max: 4096 })),
     scheduler: envEngineScheduler(env),
-    lockDurationMs: envInt(env, 'CSA2_LOCK_DURATION_MS', 30_000, { min: 1000 }),
-    stalledIntervalMs: envInt(env, 'CSA2_STALLED_INTERVAL_MS', 30_000, { min: 1000 }),
+    lockDurationMs,
+    stalledIntervalMs: envStalledIntervalMs(env, 'CSA2_STALLED_INTERVAL_MS', lockDurationMs),
     ...(replayTokens !== undefined ? { replayTokens } : {}),
     ...(chunkCacheBytes !== undefined ? { chunkCacheBytes } : {}),
+    ...(documentCacheBytes !== undefined ? { documentCacheBytes } : {}),
     threads: envThreads(env, 'CSA2_THREADS'),
     provider: envChoice(env, 'CSA2_PROVIDER', EXECUTION_PROVIDERS, 'cpu'),
     shutdownGraceMs: envInt(env, 'CSA2_SHUTDOWN_GRACE_MS', 20_000, { min: 0 }),

@@ -14,7 +14,9 @@
  *    generation continues after them exactly as the undisturbed run would (greedy, or seeded
  *    sampling, whose randomness depends on (seed, token index) only); the cancel key is polled every
  *    `cancelPollMs` and aborts generation (finish_reason 'cancelled');
- * 5. the final entry: finish_reason, usage (prompt_tokens_details.cached_tokens = document tokens),
+ * 5. the final entry: finish_reason, usage (prompt_tokens_details.cached_tokens = the job's
+ *    cachedTokens when set — a long prompt's artifact: what was stored before the request — else the
+ *    document's tokens),
  *    the tail text and the attempt's timing.
  *
  * Failures follow the workers' common policy (@csa2/jobs job-failure): deterministic codes (see
@@ -23,7 +25,7 @@
  * client is never left waiting. When BullMQ aborts `signal` (shutdown past its grace period) the job
  * stops and is handed back to the queue without using an attempt.
  */
-import type { GenerateHooks, GenerateOutcome, GenerateRequest, TokenEvent } from '@csa2/engine';
+import { FlowControl, type GenerateHooks, type GenerateOutcome, type GenerateRequest, type TokenEvent } from '@csa2/engine';
 import {
   HandBackError,
   UnrecoverableError,
@@ -93,9 +95,19 @@ function usage(promptTokens: number, cachedTokens: number, completionTokens: num
   };
 }
 
-/** Appends token entries one after another (in order) without holding up the engine's callbacks. */
+/** Token entries not yet written at which the generation is paused, and resumed again (backpressure). */
+export const STREAM_PAUSE_ENTRIES = 64;
+export const STREAM_RESUME_ENTRIES = 16;
+
+/**
+ * Appends token entries one after another (in order) without holding up the engine's callbacks. While
+ * STREAM_PAUSE_ENTRIES entries wait (Redis is slow or frozen) the generation is paused (`flow`), and
+ * it resumes once they are down to STREAM_RESUME_ENTRIES: a decoder never computes far ahead of what
+ * its clients can be sent, and a cancel set meanwhile finds little done.
+ */
 class TokenAppender {
   private chain: Promise<void> = Promise.resolve();
+  private waiting = 0;
   failure: unknown = null;
   /** Another attempt ended the stream while this one was writing. */
   endedElsewhere = false;
@@ -104,12 +116,15 @@ class TokenAppender {
     private readonly deps: DecodeDeps,
     private readonly requestId: string,
     private readonly onStop: () => void,
+    private readonly flow: FlowControl,
   ) {}
 
   append(entry: StreamEntry): void {
+    this.waiting++;
+    if (this.waiting >= STREAM_PAUSE_ENTRIES) this.flow.pause();
     this.chain = this.chain.then(async () => {
-      if (this.failure !== null || this.endedElsewhere) return;
       try {
+        if (this.failure !== null || this.endedElsewhere) return;
         const r = await appendStreamEntry(this.deps.redis, this.requestId, entry, this.deps.streamTtlMs);
         if (r === 'ended') {
           this.endedElsewhere = true;
@@ -118,6 +133,9 @@ class TokenAppender {
       } catch (err) {
         this.failure = err;
         this.onStop();
+      } finally {
+        this.waiting--;
+        if (this.waiting <= STREAM_RESUME_ENTRIES) this.flow.resume();
       }
     });
   }
@@ -171,7 +189,8 @@ export function createDecodeProcessor(deps: DecodeDeps): DecodeProcessor {
     let cancelled = false;
     let handBack = false;
     const stop = () => abort.abort();
-    const appender = new TokenAppender(deps, requestId, stop);
+    const flow = new FlowControl();
+    const appender = new TokenAppender(deps, requestId, stop, flow);
     const unfollowJob = followJobSignal(signal, () => {
       handBack = true;
       stop();
@@ -204,11 +223,13 @@ export function createDecodeProcessor(deps: DecodeDeps): DecodeProcessor {
       ignoreEos: data.ignoreEos,
       ...(data.stop.length > 0 ? { stopSequences: data.stop } : {}),
       ...(replayTokens !== undefined ? { replayTokens } : {}),
-      ...(data.documentId !== null ? { document: { tenant: data.tenant, documentId: data.documentId } } : {}),
+      ...(data.documentId !== null
+        ? { document: { tenant: data.tenant, documentId: data.documentId, ...(typeof data.cachedTokens === 'number' ? { cachedTokens: data.cachedTokens } : {}) } }
+        : {}),
     };
     let outcome: GenerateOutcome;
     try {
-      outcome = await engine.generate(req, { onToken, signal: abort.signal });
+      outcome = await engine.generate(req, { onToken, signal: abort.signal, flow });
     } finally {
       stopWatching();
       unfollowJob();

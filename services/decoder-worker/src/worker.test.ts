@@ -5,7 +5,7 @@
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, unlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -207,6 +207,33 @@ test('a job naming a document continues it: tokens as host.generate on the docum
   assert.ok(end.kind === 'final');
   assert.deepEqual(end.usage, { prompt_tokens: 123, completion_tokens: 6, total_tokens: 129, prompt_tokens_details: { cached_tokens: 120 } });
   assert.equal(done.returnvalue.cachedTokens, 120);
+});
+
+test('a job naming a document with cachedTokens reports that many cached tokens (a long prompt encoded for the request)', async () => {
+  const job = decodeJob({ documentId: 'manual', promptIds: [40], maxTokens: 2, cachedTokens: 64 });
+  await enqueue(job, `j-${job.requestId}`);
+  const { state, job: done } = await waitForJobSettled(queue, `j-${job.requestId}`);
+  assert.equal(state, 'completed', done.failedReason);
+  const { end } = splitStream(await readStreamEntries(redis, job.requestId));
+  assert.ok(end.kind === 'final');
+  assert.deepEqual(end.usage, { prompt_tokens: 121, completion_tokens: 2, total_tokens: 123, prompt_tokens_details: { cached_tokens: 64 } });
+  assert.equal(done.returnvalue.cachedTokens, 64);
+});
+
+test('a chunk lost from the store fails the job at once as artifact-missing (a storage error, not not-found)', async () => {
+  const doc = Array.from({ length: 80 }, (_, i) => 3 + ((i * 31 + 5) % 250));
+  await ref.ingest({ tenant: 'acme', documentId: 'lossy', tokenIds: doc });
+  const manifest = JSON.parse(readFileSync(join(storeDir, 'tenants/acme/documents/lossy/manifest.json'), 'utf8')) as { chunks: { key: string }[] };
+  const lost = manifest.chunks[1]?.key ?? '';
+  unlinkSync(join(storeDir, 'tenants/acme/chunks', lost.slice(0, 2), lost));
+  const job = decodeJob({ documentId: 'lossy', promptIds: [40], maxTokens: 2 });
+  await enqueue(job, `j-${job.requestId}`);
+  const { state, job: failed } = await waitForJobSettled(queue, `j-${job.requestId}`);
+  assert.equal(state, 'failed');
+  assert.equal(failed.attemptsMade, 1, 'no retry');
+  assert.match(failed.failedReason, /^\[artifact-missing\]/);
+  const entries = await readStreamEntries(redis, job.requestId);
+  assert.ok(entries.length === 1 && entries[0]?.entry.kind === 'error' && entries[0].entry.code === 'artifact-missing', JSON.stringify(entries));
 });
 
 test('a job naming a missing document (or another tenant\'s) fails at once without retry: not-found + error entry', async () => {

@@ -29,6 +29,7 @@ export function decoderEngineOptions(config: DecoderConfig): EngineOptions {
     warmUp: true,
     ...(config.storeUrl !== undefined ? { store: config.storeUrl } : {}),
     ...(config.chunkCacheBytes !== undefined ? { chunkCacheBytes: config.chunkCacheBytes } : {}),
+    ...(config.documentCacheBytes !== undefined ? { documentCacheBytes: config.documentCacheBytes } : {}),
     scheduler: config.scheduler,
   };
 }

@@ -13,8 +13,10 @@ test('defaults, and every variable read', () => {
   assert.deepEqual(c.scheduler, {});
   assert.equal(c.chunkTokens, undefined);
   assert.equal(c.lockDurationMs, 30_000);
+  assert.equal(c.stalledIntervalMs, 5000, 'a dead worker\'s job is back within 35 s');
   assert.equal(c.progressIntervalMs, 200);
   assert.deepEqual([c.httpHost, c.httpPort, c.readyTimeoutMs], ['127.0.0.1', 9301, 1000], 'its own default port, not the decoder\'s 9302');
+  assert.equal(c.cancelPollMs, 50);
   const d = loadEncoderConfig({ ...BASE, CSA2_PREFILL_CONCURRENCY: '2', CSA2_CHUNK_TOKENS: '1024', CSA2_CHUNK_CACHE_BYTES: '0', CSA2_LOCK_DURATION_MS: '120000' });
   assert.deepEqual([d.concurrency, d.chunkTokens, d.chunkCacheBytes, d.lockDurationMs], [2, 1024, 0, 120_000]);
 });
@@ -25,4 +27,6 @@ test('the store is required; bad numbers name their variable', () => {
   assert.throws(() => loadEncoderConfig({ ...BASE, CSA2_PREFILL_CONCURRENCY: '-1' }), named('CSA2_PREFILL_CONCURRENCY'));
   assert.throws(() => loadEncoderConfig({ ...BASE, CSA2_CHUNK_TOKENS: '4k' }), named('CSA2_CHUNK_TOKENS'));
   assert.throws(() => loadEncoderConfig({ ...BASE, CSA2_WORKER_HTTP_PORT: 'http' }), named('CSA2_WORKER_HTTP_PORT'));
+  assert.throws(() => loadEncoderConfig({ ...BASE, CSA2_STALLED_INTERVAL_MS: '20000' }), named('CSA2_STALLED_INTERVAL_MS'));
+  assert.throws(() => loadEncoderConfig({ ...BASE, CSA2_CANCEL_POLL_MS: '1' }), named('CSA2_CANCEL_POLL_MS'));
 });

@@ -4,7 +4,7 @@
  * engine workers' common ones (WorkerConfig, @csa2/jobs worker-config) plus the encoder's own.
  * A bad value fails start with an EnvConfigError naming the variable.
  */
-import { EXECUTION_PROVIDERS, LOG_LEVELS, envChoice, envEngineScheduler, envInt, envOptionalInt, envOptionalString, envRedisUrl, envString, envThreads, type Env, type WorkerConfig, WORKER_HTTP_PORTS } from '@csa2/jobs';
+import { EXECUTION_PROVIDERS, LOG_LEVELS, envChoice, envEngineScheduler, envInt, envOptionalInt, envOptionalString, envRedisUrl, envStalledIntervalMs, envString, envThreads, type Env, type WorkerConfig, WORKER_HTTP_PORTS } from '@csa2/jobs';
 
 const optional = <K extends string, V>(k: K, v: V | undefined): { [P in K]?: V } => (v === undefined ? {} : ({ [k]: v } as { [P in K]: V }));
 
@@ -22,11 +22,14 @@ export interface EncoderConfig extends WorkerConfig {
   readonly chunkTokens?: number;
   /** CSA2_PROGRESS_INTERVAL_MS: least time between two job.updateProgress calls of one job. @defaultValue 200 */
   readonly progressIntervalMs: number;
+  /** CSA2_CANCEL_POLL_MS: how often a running prompt job checks its request's cancel key. @defaultValue 50 */
+  readonly cancelPollMs: number;
 }
 
 export function loadEncoderConfig(env: Env = process.env): EncoderConfig {
   const chunkTokens = envOptionalInt(env, 'CSA2_CHUNK_TOKENS', { min: 1 });
   const chunkCacheBytes = envOptionalInt(env, 'CSA2_CHUNK_CACHE_BYTES', { min: 0 });
+  const lockDurationMs = envInt(env, 'CSA2_LOCK_DURATION_MS', 30_000, { min: 1000 });
   return {
     redisUrl: envRedisUrl(env),
     modelDir: envString(env, 'CSA2_MODEL_DIR', 'a checkpoint directory with config.json and model.safetensors'),
@@ -35,12 +38,13 @@ export function loadEncoderConfig(env: Env = process.env): EncoderConfig {
     scheduler: envEngineScheduler(env),
     ...(chunkTokens !== undefined ? { chunkTokens } : {}),
     ...(chunkCacheBytes !== undefined ? { chunkCacheBytes } : {}),
-    lockDurationMs: envInt(env, 'CSA2_LOCK_DURATION_MS', 30_000, { min: 1000 }),
-    stalledIntervalMs: envInt(env, 'CSA2_STALLED_INTERVAL_MS', 30_000, { min: 1000 }),
+    lockDurationMs,
+    stalledIntervalMs: envStalledIntervalMs(env, 'CSA2_STALLED_INTERVAL_MS', lockDurationMs),
     threads: envThreads(env, 'CSA2_THREADS'),
     provider: envChoice(env, 'CSA2_PROVIDER', EXECUTION_PROVIDERS, 'cpu'),
     shutdownGraceMs: envInt(env, 'CSA2_SHUTDOWN_GRACE_MS', 20_000, { min: 0 }),
     progressIntervalMs: envInt(env, 'CSA2_PROGRESS_INTERVAL_MS', 200, { min: 0 }),
+    cancelPollMs: envInt(env, 'CSA2_CANCEL_POLL_MS', 50, { min: 5, max: 10_000 }),
     logLevel: envChoice(env, 'CSA2_LOG_LEVEL', LOG_LEVELS, 'info'),
     httpHost: envOptionalString(env, 'CSA2_HOST') ?? '127.0.0.1',
     httpPort: envInt(env, 'CSA2_WORKER_HTTP_PORT', WORKER_HTTP_PORTS.encoder, { min: 0, max: 65535 }),

@@ -10,13 +10,17 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { fixturesRoot } from '@csa2/core';
+import { FsObjectStore, manifestObjectKey, parseManifest } from '@csa2/artifacts';
 import {
   DECODE_QUEUE,
   DEFAULT_PREFILL_JOB_OPTIONS,
   PREFILL_JOB_NAME,
   PREFILL_QUEUE,
   Queue,
+  FAIR_UNIT_TOKENS,
   cancelKey,
+  decodeCostTokens,
+  fairStateKey,
   connectRedis,
   parseDecodeJob,
   promptDocumentId,
@@ -76,6 +80,7 @@ before(async () => {
     provider: 'cpu',
     shutdownGraceMs: 10_000,
     progressIntervalMs: 0,
+    cancelPollMs: 20,
     logLevel: 'error',
     httpHost: '127.0.0.1',
     httpPort: 0,
@@ -143,9 +148,9 @@ test('a document job ingests with progress and returns PrefillResult; ingesting 
     assert.equal(result.tokens, 150);
     assert.equal(result.reusedTokens, 0);
     assert.ok(result.bytesWritten > 0 && result.artifactBytes >= result.bytesWritten, JSON.stringify(result));
-    assert.deepEqual(progress.at(-1), { tokensDone: 150, tokensTotal: 150 });
+    assert.deepEqual(progress.at(-1), { tokensDone: 150, tokensTotal: 150, reusedTokens: 0 });
     assert.ok(progress.every((p, i) => p.tokensTotal === 150 && (i === 0 || p.tokensDone >= (progress[i - 1] as PrefillProgress).tokensDone)));
-    assert.deepEqual(job.progress, { tokensDone: 150, tokensTotal: 150 }, 'the last progress is stored with the job');
+    assert.deepEqual(job.progress, { tokensDone: 150, tokensTotal: 150, reusedTokens: 0 }, 'the last progress is stored with the job');
 
     await prefill(documentJob(DOC_ID, { tokenIds: DOC }), `doc-2`);
     const again = await waitForJobSettled(prefillQueue, 'doc-2');
@@ -220,19 +225,56 @@ test('a prompt job encodes the prefix and enqueues exactly one decode job, also 
   const data = parseDecodeJob(decodeJob.data);
   assert.equal(data.documentId, promptDocumentId(longRequestId));
   assert.deepEqual(data.promptIds, SUFFIX);
+  assert.equal(data.cachedTokens, 0, 'nothing of the prompt was stored before the request: nothing is cached');
   assert.equal(decodeJob.opts.attempts, 5);
   assert.equal(await redis.exists(`csa2:stream:${longRequestId}`), 0, 'the encoder writes no tokens');
 });
 
-test("a prompt job's decode job keeps the prefill job's BullMQ priority (batch lines stay behind interactive requests)", async () => {
-  const requestId = nextId('prio');
-  await prefillQueue.add(PREFILL_JOB_NAME, promptJob(requestId, ids(40, 5), [7]), { ...DEFAULT_PREFILL_JOB_OPTIONS, priority: 1000, jobId: `p-${requestId}` });
+test("a batch line's prompt job hands its decode job on in the tenant's batch flow, at its weight", async () => {
+  const requestId = nextId('batchflow');
+  const interactiveBefore = await redis.hget(fairStateKey(decodeQueue.name), `f:${TENANT}`);
+  await prefillQueue.add(PREFILL_JOB_NAME, { ...promptJob(requestId, ids(40, 5), [7]), batch: true, weight: 0.01 }, { ...DEFAULT_PREFILL_JOB_OPTIONS, jobId: `p-${requestId}` });
   const { state, job } = await waitForJobSettled(prefillQueue, `p-${requestId}`);
   assert.equal(state, 'completed', job.failedReason);
   const decodeJob = await decodeQueue.getJob(requestDecodeJobId(requestId));
-  assert.equal(decodeJob?.opts.priority, 1000);
-  await decodeJob?.remove();
+  assert.ok(decodeJob !== undefined && (decodeJob.opts.priority ?? 0) >= 1, 'a fair-share priority');
+  // the batch flow's finish tag advanced by the decode job's cost / 0.01; the interactive flow's did not move
+  const tags = await redis.hgetall(fairStateKey(decodeQueue.name));
+  const cost = decodeCostTokens(parseDecodeJob(decodeJob.data)) / FAIR_UNIT_TOKENS;
+  assert.ok(Number(tags[`f:${TENANT}/batch`]) >= cost / 0.01 - 1e-9, JSON.stringify(tags));
+  assert.equal(tags[`f:${TENANT}`] ?? null, interactiveBefore, 'the interactive flow was not charged');
+  await decodeJob.remove();
 });
+
+test('cached tokens of a long prompt are the chunks stored before the request, also when the job is retried', async () => {
+  // another request with the same prefix: the three full chunks the first one stored are cached
+  const again = nextId('same');
+  await prefill(promptJob(again, LONG_PREFIX, [9, 9]), `p-${again}`);
+  assert.equal((await waitForJobSettled(prefillQueue, `p-${again}`)).state, 'completed');
+  assert.equal(parseDecodeJob((await decodeQueue.getJob(requestDecodeJobId(again)))?.data).cachedTokens, 96);
+
+  // a retried job: its first attempt found nothing stored (its progress says so), so the chunks it
+  // wrote before it was interrupted are not cached either
+  const retried = nextId('retried');
+  const prefix = ids(70, 31);
+  const first = await waitForJobSettledAfter(async () => {
+    await prefillQueue.add(PREFILL_JOB_NAME, promptJob(`${retried}x`, prefix, [4]), { ...DEFAULT_PREFILL_JOB_OPTIONS, jobId: `p-${retried}x` });
+  }, `p-${retried}x`);
+  assert.equal(first, 'completed'); // the "interrupted attempt": its chunks are stored now
+  await prefillQueue.add(PREFILL_JOB_NAME, promptJob(retried, prefix, [4]), { ...DEFAULT_PREFILL_JOB_OPTIONS, jobId: `p-${retried}`, delay: 400 });
+  const waiting = await prefillQueue.getJob(`p-${retried}`);
+  await waiting?.updateProgress({ tokensDone: 32, tokensTotal: 70, reusedTokens: 0 } satisfies PrefillProgress);
+  const { state, job } = await waitForJobSettled(prefillQueue, `p-${retried}`);
+  assert.equal(state, 'completed', job.failedReason);
+  assert.equal((job.returnvalue as PrefillResult).reusedTokens, 64, 'the retry loaded the two full chunks');
+  assert.equal(parseDecodeJob((await decodeQueue.getJob(requestDecodeJobId(retried)))?.data).cachedTokens, 0);
+  assert.equal((job.progress as PrefillProgress).reusedTokens, 0, 'the progress keeps the first attempt\'s count');
+});
+
+async function waitForJobSettledAfter(add: () => Promise<void>, jobId: string): Promise<string> {
+  await add();
+  return (await waitForJobSettled(prefillQueue, jobId)).state;
+}
 
 test('a prompt job of a cancelled request encodes nothing, enqueues nothing, and ends the stream cancelled', async () => {
   const requestId = nextId('gone');
@@ -256,6 +298,17 @@ test('the encoded prompt is a stored document of the request\'s tenant that gene
     host.generate({ promptIds: SUFFIX, document: { tenant: 'other-tenant', documentId: promptDocumentId(longRequestId) }, maxTokens: 1, sampling: SAMPLING }),
     (err: unknown) => (err as { code?: string }).code === 'not-found',
   );
+});
+
+test('a document\'s manifest records when the document was accepted, so its created_at stays the same once it is ready', async () => {
+  const acceptedAtMs = Date.now() - 90_000;
+  await prefill({ ...documentJob('dated', { tokenIds: ids(40, 21) }), acceptedAtMs }, 'doc-dated');
+  const { state, job } = await waitForJobSettled(prefillQueue, 'doc-dated');
+  assert.equal(state, 'completed', job.failedReason);
+  const store = new FsObjectStore(storeDir);
+  const key = manifestObjectKey(TENANT, 'dated');
+  const manifest = parseManifest(key, await store.get(key));
+  assert.equal(Date.parse(manifest.createdAt), acceptedAtMs);
 });
 
 test('close() lets the running ingest finish', async () => {

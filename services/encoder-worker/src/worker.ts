@@ -9,6 +9,7 @@
  *   const w = await startEncoderWorker(loadEncoderConfig());
  *   process.once('SIGTERM', () => void w.close());
  */
+import { openStore } from '@csa2/artifacts';
 import { EngineHost, type EngineOptions } from '@csa2/engine';
 import { DECODE_QUEUE, PREFILL_QUEUE, Queue, jsonLogger, startEngineWorker, type EngineWorker, type Logger, type PrefillResult } from '@csa2/jobs';
 import { DEFAULT_PREFILL_CONCURRENCY, type EncoderConfig } from './config.js';
@@ -48,13 +49,17 @@ export async function startEncoderWorker(config: EncoderConfig, options: Encoder
     defaultConcurrency: (host) => Math.min(DEFAULT_PREFILL_CONCURRENCY, host.info.batchCapacity),
     setup: (deps) => {
       const decodeQueue = new Queue(DECODE_QUEUE, { connection: deps.redis });
+      // the engine thread has its own client of the same store; this one serves the processor
+      const store = openStore(config.storeUrl);
       const processor = createEncodeProcessor({
         ...deps,
         decodeQueue,
+        store,
         progressIntervalMs: config.progressIntervalMs,
+        cancelPollMs: config.cancelPollMs,
         ...(config.chunkTokens !== undefined ? { chunkTokens: config.chunkTokens } : {}),
       });
-      return { processor, close: () => decodeQueue.close() };
+      return { processor, close: () => Promise.allSettled([decodeQueue.close(), store.close()]) };
     },
     startedFields: { store: config.storeUrl },
   });

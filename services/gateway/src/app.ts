@@ -10,10 +10,10 @@
  * | GET /metrics | – | 200 |
  * | GET /openapi.json, GET /docs | – | 200 |
  * | GET / (status page, HTML), GET /status.json | operator key: everything; API key: its tenant | 200, 401 |
- * | POST /v1/completions, POST /v1/chat/completions | Bearer | 200 (JSON or SSE), 400, 401, 404 (document), 409 (document not ready), 413, 429, 503, 504 |
+ * | POST /v1/completions, POST /v1/chat/completions | Bearer | 200 (JSON or SSE), 400, 401, 404 (document), 409 (document not ready), 413, 429 (queue full, key limits), 500 (document damaged), 503, 504 |
  * | GET /v1/models, GET /v1/models/:id | Bearer | 200, 401, 404 |
- * | POST /v1/documents | Bearer | 202, 400, 401, 413, 429, 503 |
- * | GET /v1/documents/:id | Bearer | 200, 401, 404, 503 |
+ * | POST /v1/documents | Bearer | 202, 400, 401, 413, 429 (queue full, key limits), 503 |
+ * | GET /v1/documents (pages), GET /v1/documents/:id | Bearer | 200, 400 (list query), 401, 404, 503 |
  * | DELETE /v1/documents/:id | Bearer | 200, 401, 404, 409 (being encoded), 503 |
  * | POST /v1/files (multipart), GET /v1/files, GET/DELETE /v1/files/:file_id, GET /v1/files/:file_id/content | Bearer | 200, 400, 401, 404, 409 (DELETE: a batch reads it), 413, 429 |
  * | POST /tokenize, POST /detokenize (vLLM's shapes) | Bearer | 200, 400, 401, 404 (document), 409 (document not ready), 413 |
@@ -23,7 +23,8 @@
  * the request id in the message and never carry internals (errors.ts). Every response has an
  * `x-request-id` (middleware/request-id). A client that closes the connection before its answer
  * (mid-body, mid-wait) is a client abort: status 499 in csa2_http_requests_total and in the log,
- * counted in csa2_http_client_aborts_total, never a 500.
+ * counted in csa2_http_client_aborts_total, never a 500. Request bodies share a byte budget while
+ * they are read and tokenized (middleware/body-budget).
  */
 import { Hono, type MiddlewareHandler } from 'hono';
 import { cors } from 'hono/cors';
@@ -31,6 +32,7 @@ import { routePath } from 'hono/route';
 import { ApiError, toApiError } from './errors.js';
 import type { GatewayDeps } from './deps.js';
 import { apiKeyAuth, type TenantVariables } from './middleware/api-key-auth.js';
+import { bodyBudget } from './middleware/body-budget.js';
 import { maxBody } from './middleware/json-body.js';
 import { requestId, type RequestIdVariables } from './middleware/request-id.js';
 import { completionsRoutes } from './routes/completions.js';
@@ -91,15 +93,20 @@ export function createApp(deps: GatewayDeps): GatewayApp {
   app.route('/', statusRoutes(deps));
   const auth = apiKeyAuth({ keys: deps.apiKeys });
   app.use('/v1/*', auth);
+  // a body declared too large is refused (413) before it waits for the body budget; uploads have their
+  // own limits (CSA2_MAX_FILE_BYTES, CSA2_UPLOAD_CONCURRENCY) and do not hold the budget
   const bodyLimit = maxBody({ maxBodyBytes: deps.limits.maxBodyBytes });
+  const budget = bodyBudget({ budget: deps.bodyBudget, maxBodyBytes: deps.limits.maxBodyBytes });
   const uploadLimit = maxBody({ maxBodyBytes: deps.config.batch.maxFileBytes, variable: 'CSA2_MAX_FILE_BYTES' });
-  app.use('/v1/*', (c, next) => (c.req.method === 'POST' && c.req.path === '/v1/files' ? uploadLimit(c, next) : bodyLimit(c, next)));
+  const isUpload = (c: { req: { method: string; path: string } }) => c.req.method === 'POST' && c.req.path === '/v1/files';
+  app.use('/v1/*', (c, next) => (isUpload(c) ? uploadLimit(c, next) : bodyLimit(c, next)));
+  app.use('/v1/*', (c, next) => (isUpload(c) ? next() : budget(c, next)));
   app.route('/v1', completionsRoutes(deps));
   app.route('/v1', modelsRoutes(deps));
   app.route('/v1', documentsRoutes(deps));
   app.route('/v1', filesRoutes(deps));
   app.route('/v1', batchesRoutes(deps));
-  for (const path of ['/tokenize', '/detokenize']) app.use(path, auth, bodyLimit);
+  for (const path of ['/tokenize', '/detokenize']) app.use(path, auth, bodyLimit, budget);
   app.route('/', tokenizeRoutes(deps));
   app.notFound((c) => new ApiError(404, `Unknown request URL: ${c.req.method} ${c.req.path}`, { code: 'unknown_url' }).getResponse(c.get('reqId')));
   app.onError((err, c) => {

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { EnvConfigError } from '@csa2/jobs';
 import { loadGatewayConfig, parseApiKeys, resolveLimits } from './config.js';
+import { resolveKeyLimits } from './key-limits-config.js';
 
 const base = { REDIS_URL: 'redis://127.0.0.1:6390', CSA2_STORE_URL: 'file:///tmp/store', CSA2_MODEL_DIR: '/models/deepseek-v41-tiny-a' };
 
@@ -66,6 +67,22 @@ test('CSA2_API_KEYS: key:tenant pairs, checked', () => {
   rejects({ ...base, CSA2_API_KEYS: 'sk-aaaaaaaa:a,sk-aaaaaaaa:b' }, 'CSA2_API_KEYS', /twice/);
 });
 
+test('CSA2_API_KEYS entries carry per-key limits and weights; CSA2_DEFAULT_KEY_LIMITS fills the rest', () => {
+  const c = loadGatewayConfig({
+    ...base,
+    CSA2_API_KEYS: 'sk-aaaaaaaa:acme;rpm=600;tpm=2000000;weight=4, sk-bbbbbbbb:beta;concurrency=2;queued_documents=50, sk-cccccccc:gamma',
+    CSA2_DEFAULT_KEY_LIMITS: 'rpm=60; tpm=100000',
+  });
+  assert.deepEqual([...(c.apiKeys ?? [])], [['sk-aaaaaaaa', 'acme'], ['sk-bbbbbbbb', 'beta'], ['sk-cccccccc', 'gamma']]);
+  assert.deepEqual(resolveKeyLimits(c.apiKeyLimits.get('sk-aaaaaaaa'), c.defaultKeyLimits), { requestsPerMinute: 600, tokensPerMinute: 2_000_000, concurrentRequests: null, queuedDocuments: null, weight: 4 });
+  assert.deepEqual(resolveKeyLimits(c.apiKeyLimits.get('sk-bbbbbbbb'), c.defaultKeyLimits), { requestsPerMinute: 60, tokensPerMinute: 100_000, concurrentRequests: 2, queuedDocuments: 50, weight: 1 });
+  assert.deepEqual(resolveKeyLimits(c.apiKeyLimits.get('sk-cccccccc'), c.defaultKeyLimits), { requestsPerMinute: 60, tokensPerMinute: 100_000, concurrentRequests: null, queuedDocuments: null, weight: 1 });
+  rejects({ ...base, CSA2_API_KEYS: 'sk-aaaaaaaa:acme;rpm=0' }, 'CSA2_API_KEYS', /entry 1: rpm must be a positive integer/);
+  rejects({ ...base, CSA2_API_KEYS: 'sk-aaaaaaaa:acme;burst=5' }, 'CSA2_API_KEYS', /unknown setting "burst"/);
+  rejects({ ...base, CSA2_API_KEYS: 'sk-aaaaaaaa:acme;weight=5000' }, 'CSA2_API_KEYS', /weight/);
+  rejects({ ...base, CSA2_DEFAULT_KEY_LIMITS: 'tpm=lots' }, 'CSA2_DEFAULT_KEY_LIMITS', /tpm must be a positive integer/);
+});
+
 test('limits are resolved against the model context; a limit past it names the variable', () => {
   const limits = resolveLimits(loadGatewayConfig(base), { maxSeqLen: 256 });
   assert.equal(limits.contextTokens, 256);
@@ -84,7 +101,7 @@ test('CORS, operator keys and the batch settings: off / generated / defaults, ba
   assert.equal(c.batch.maxFileBytes, 100 * 1024 * 1024);
   assert.equal(c.batch.maxLines, 50_000);
   assert.equal(c.batch.windowLines, 16);
-  assert.equal(c.batch.priority, 1000);
+  assert.equal(c.batch.weight, 0.01);
   assert.equal(c.batch.concurrency, 4);
   const on = loadGatewayConfig({ ...base, CSA2_CORS_ORIGINS: 'https://a.example, http://localhost:3000', CSA2_OPERATOR_KEYS: 'sk-op-aaaaaaaa', CSA2_BATCH_CONCURRENCY: '0' });
   assert.deepEqual(on.corsOrigins, ['https://a.example', 'http://localhost:3000']);
@@ -94,7 +111,7 @@ test('CORS, operator keys and the batch settings: off / generated / defaults, ba
   rejects({ ...base, CSA2_CORS_ORIGINS: 'https://a.example/' }, 'CSA2_CORS_ORIGINS', /not an origin/);
   rejects({ ...base, CSA2_CORS_ORIGINS: 'a.example' }, 'CSA2_CORS_ORIGINS', /not an origin/);
   rejects({ ...base, CSA2_OPERATOR_KEYS: 'short' }, 'CSA2_OPERATOR_KEYS', /8 characters/);
-  rejects({ ...base, CSA2_BATCH_PRIORITY: '0' }, 'CSA2_BATCH_PRIORITY');
+  rejects({ ...base, CSA2_BATCH_WEIGHT: '0' }, 'CSA2_BATCH_WEIGHT');
   rejects({ ...base, CSA2_BATCH_WINDOW_LINES: 'many' }, 'CSA2_BATCH_WINDOW_LINES', /integer/);
   rejects({ ...base, CSA2_BATCH_STALLED_INTERVAL_MS: '60000', CSA2_BATCH_LOCK_DURATION_MS: '30000' }, 'CSA2_BATCH_STALLED_INTERVAL_MS', /must not exceed/);
 });

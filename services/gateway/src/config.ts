@@ -5,8 +5,9 @@
  * context length) are resolved against the model's config in `resolveLimits`.
  */
 import { randomBytes } from 'node:crypto';
+import { parseKeyLimitSettings, type KeyLimitSettings } from './key-limits-config.js';
 import { basename, resolve } from 'node:path';
-import { EnvConfigError, ID_PATTERN, envChoice, envInt, envOptionalInt, envOptionalString, envRedisUrl, envString, type Env } from '@csa2/jobs';
+import { EnvConfigError, ID_PATTERN, MAX_INLINE_TOKEN_IDS, envChoice, envInt, envOptionalInt, envOptionalString, envRedisUrl, envString, type Env } from '@csa2/jobs';
 import { loadBatchConfig, type BatchConfig } from './batch/batch-config.js';
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'silent';
@@ -26,8 +27,17 @@ export interface GatewayConfig {
   readonly port: number;
   /** CSA2_API_KEYS as key → tenant; null when unset (one key is generated at start). */
   readonly apiKeys: ReadonlyMap<string, string> | null;
+  /** The limits CSA2_API_KEYS sets per key (key → settings; keys without any are absent). */
+  readonly apiKeyLimits: ReadonlyMap<string, KeyLimitSettings>;
+  /** CSA2_DEFAULT_KEY_LIMITS: the limits of every key that does not set its own. @defaultValue none (unlimited, weight 1) */
+  readonly defaultKeyLimits: KeyLimitSettings;
   /** CSA2_MAX_BODY_BYTES: largest request body. @defaultValue 16 MiB */
   readonly maxBodyBytes: number;
+  /**
+   * CSA2_MAX_INFLIGHT_BODY_BYTES: request bodies read, parsed and tokenized at once, in bytes; more
+   * wait their turn (middleware/body-budget). At least CSA2_MAX_BODY_BYTES. @defaultValue 4 × CSA2_MAX_BODY_BYTES
+   */
+  readonly maxInflightBodyBytes: number;
   /** CSA2_MAX_PROMPT_TOKENS: prompt tokens (document included) per completion. @defaultValue model max_seq_len - 1 */
   readonly maxPromptTokens: number | undefined;
   /** CSA2_MAX_DOCUMENT_TOKENS: tokens per ingested document. @defaultValue model max_seq_len - 1 */
@@ -42,6 +52,11 @@ export interface GatewayConfig {
   readonly prefillThresholdTokens: number;
   /** CSA2_REQUEST_TIMEOUT_MS: longest a completion may take end to end before it is cancelled (504). @defaultValue 600000 */
   readonly requestTimeoutMs: number;
+  /**
+   * CSA2_PROMPT_ARTIFACT_TTL_MS: a long prompt's artifact left in the store (its gateway died before
+   * deleting it) is deleted this long after its request was accepted. @defaultValue CSA2_REQUEST_TIMEOUT_MS + 60000
+   */
+  readonly promptArtifactTtlMs: number;
   /** CSA2_READY_TIMEOUT_MS: /readyz probe timeout per dependency. @defaultValue 1000 */
   readonly readyTimeoutMs: number;
   /** CSA2_REDIS_COMMAND_TIMEOUT_MS: a Redis command that takes longer fails (503). @defaultValue 5000 */
@@ -64,26 +79,43 @@ export interface GatewayConfig {
 
 const MIB = 1024 * 1024;
 
+/** One entry of CSA2_API_KEYS: `key:tenant`, then optional `;name=value` limits (key-limits-config). */
+export interface ApiKeyEntry {
+  readonly key: string;
+  readonly tenant: string;
+  readonly limits: KeyLimitSettings;
+}
+
 /**
- * Parses `CSA2_API_KEYS` ("key1:tenant1,key2:tenant2"). Keys are at least 8 characters without
- * ':' , ',' or spaces; tenants match [A-Za-z0-9_-]{1,64}; a key may appear once.
+ * Parses `CSA2_API_KEYS` ("key1:tenant1,key2:tenant2;rpm=60;weight=2"). Keys are at least 8
+ * characters without ':', ',', ';' or spaces; tenants match [A-Za-z0-9_-]{1,64}; a key may appear
+ * once; the settings after ';' are those of key-limits-config.
  * @throws EnvConfigError naming CSA2_API_KEYS and the bad entry.
  */
-export function parseApiKeys(value: string, variable = 'CSA2_API_KEYS'): Map<string, string> {
-  const keys = new Map<string, string>();
+export function parseApiKeyEntries(value: string, variable = 'CSA2_API_KEYS'): ApiKeyEntry[] {
+  const seen = new Set<string>();
+  const out: ApiKeyEntry[] = [];
   const entries = value.split(',').map((e) => e.trim()).filter((e) => e !== '');
   if (entries.length === 0) throw new EnvConfigError(variable, 'lists no key:tenant pair');
   for (const [i, entry] of entries.entries()) {
-    const colon = entry.lastIndexOf(':');
-    if (colon <= 0 || colon === entry.length - 1) throw new EnvConfigError(variable, `entry ${i + 1} is not key:tenant`);
-    const key = entry.slice(0, colon);
-    const tenant = entry.slice(colon + 1);
-    if (key.length < 8 || /[\s:,]/.test(key)) throw new EnvConfigError(variable, `entry ${i + 1}: a key has at least 8 characters and no spaces, ':' or ','`);
+    const semi = entry.indexOf(';');
+    const head = semi < 0 ? entry : entry.slice(0, semi);
+    const colon = head.lastIndexOf(':');
+    if (colon <= 0 || colon === head.length - 1) throw new EnvConfigError(variable, `entry ${i + 1} is not key:tenant`);
+    const key = head.slice(0, colon);
+    const tenant = head.slice(colon + 1);
+    if (key.length < 8 || /[\s:,;]/.test(key)) throw new EnvConfigError(variable, `entry ${i + 1}: a key has at least 8 characters and no spaces, ':', ',' or ';'`);
     if (!ID_PATTERN.test(tenant)) throw new EnvConfigError(variable, `entry ${i + 1}: tenant "${tenant}" must match [A-Za-z0-9_-]{1,64}`);
-    if (keys.has(key)) throw new EnvConfigError(variable, `entry ${i + 1}: the key appears twice`);
-    keys.set(key, tenant);
+    if (seen.has(key)) throw new EnvConfigError(variable, `entry ${i + 1}: the key appears twice`);
+    seen.add(key);
+    out.push({ key, tenant, limits: semi < 0 ? {} : parseKeyLimitSettings(entry.slice(semi + 1), variable, `entry ${i + 1}`) });
   }
-  return keys;
+  return out;
+}
+
+/** `CSA2_API_KEYS` as key → tenant (see parseApiKeyEntries). */
+export function parseApiKeys(value: string, variable = 'CSA2_API_KEYS'): Map<string, string> {
+  return new Map(parseApiKeyEntries(value, variable).map((e) => [e.key, e.tenant]));
 }
 
 /**
@@ -130,6 +162,8 @@ export const DEFAULT_TENANT = 'default';
 export function loadGatewayConfig(env: Env = process.env): GatewayConfig {
   const modelDir = resolve(envString(env, 'CSA2_MODEL_DIR', 'a checkpoint directory with config.json'));
   const apiKeys = envOptionalString(env, 'CSA2_API_KEYS');
+  const apiKeyEntries = apiKeys === undefined ? [] : parseApiKeyEntries(apiKeys);
+  const defaultKeyLimits = parseKeyLimitSettings(envOptionalString(env, 'CSA2_DEFAULT_KEY_LIMITS') ?? '', 'CSA2_DEFAULT_KEY_LIMITS', 'the defaults');
   const maxPromptTokens = envOptionalInt(env, 'CSA2_MAX_PROMPT_TOKENS', { min: 1 });
   const maxDocumentTokens = envOptionalInt(env, 'CSA2_MAX_DOCUMENT_TOKENS', { min: 1 });
   const maxTokens = envInt(env, 'CSA2_MAX_TOKENS', 4096, { min: 1 });
@@ -138,6 +172,8 @@ export function loadGatewayConfig(env: Env = process.env): GatewayConfig {
   const modelName = envOptionalString(env, 'CSA2_MODEL_NAME') ?? basename(modelDir);
   const corsOrigins = envOptionalString(env, 'CSA2_CORS_ORIGINS');
   const operatorKeys = envOptionalString(env, 'CSA2_OPERATOR_KEYS');
+  const requestTimeoutMs = envInt(env, 'CSA2_REQUEST_TIMEOUT_MS', 600_000, { min: 100 });
+  const maxBodyBytes = envInt(env, 'CSA2_MAX_BODY_BYTES', 16 * MIB, { min: 1024 });
   if (modelName.length > 256) throw new EnvConfigError('CSA2_MODEL_NAME', 'must be at most 256 characters');
   return {
     redisUrl: envRedisUrl(env),
@@ -146,15 +182,20 @@ export function loadGatewayConfig(env: Env = process.env): GatewayConfig {
     modelName,
     host: envOptionalString(env, 'CSA2_HOST') ?? '127.0.0.1',
     port: envInt(env, 'PORT', 8080, { min: 0, max: 65535 }),
-    apiKeys: apiKeys === undefined ? null : parseApiKeys(apiKeys),
-    maxBodyBytes: envInt(env, 'CSA2_MAX_BODY_BYTES', 16 * MIB, { min: 1024 }),
+    apiKeys: apiKeys === undefined ? null : new Map(apiKeyEntries.map((e) => [e.key, e.tenant])),
+    apiKeyLimits: new Map(apiKeyEntries.filter((e) => Object.keys(e.limits).length > 0).map((e) => [e.key, e.limits])),
+    defaultKeyLimits,
+    maxBodyBytes,
+    maxInflightBodyBytes: envInt(env, 'CSA2_MAX_INFLIGHT_BODY_BYTES', 4 * maxBodyBytes, { min: maxBodyBytes }),
     maxPromptTokens,
     maxDocumentTokens,
     maxTokens,
     defaultMaxTokens,
     maxQueueDepth: envInt(env, 'CSA2_MAX_QUEUE_DEPTH', 1000, { min: 1 }),
-    prefillThresholdTokens: envInt(env, 'CSA2_PREFILL_THRESHOLD_TOKENS', 2048, { min: 2 }),
-    requestTimeoutMs: envInt(env, 'CSA2_REQUEST_TIMEOUT_MS', 600_000, { min: 100 }),
+    // shorter prompts travel inline in decode payloads, which carry at most MAX_INLINE_TOKEN_IDS
+    prefillThresholdTokens: envInt(env, 'CSA2_PREFILL_THRESHOLD_TOKENS', 2048, { min: 2, max: MAX_INLINE_TOKEN_IDS }),
+    requestTimeoutMs,
+    promptArtifactTtlMs: envInt(env, 'CSA2_PROMPT_ARTIFACT_TTL_MS', requestTimeoutMs + 60_000, { min: requestTimeoutMs }),
     readyTimeoutMs: envInt(env, 'CSA2_READY_TIMEOUT_MS', 1000, { min: 10, max: 60_000 }),
     redisCommandTimeoutMs: envInt(env, 'CSA2_REDIS_COMMAND_TIMEOUT_MS', 5000, { min: 10 }),
     sseKeepaliveMs: envInt(env, 'CSA2_SSE_KEEPALIVE_MS', 15_000, { min: 100 }),
@@ -170,6 +211,7 @@ export function loadGatewayConfig(env: Env = process.env): GatewayConfig {
 /** The limits a request is checked against, resolved against the served model. */
 export interface GatewayLimits {
   readonly maxBodyBytes: number;
+  readonly maxInflightBodyBytes: number;
   /** The model's context: prompt tokens + max_tokens never exceed it. */
   readonly contextTokens: number;
   readonly maxPromptTokens: number;
@@ -195,6 +237,7 @@ export function resolveLimits(config: GatewayConfig, model: { readonly maxSeqLen
   };
   return {
     maxBodyBytes: config.maxBodyBytes,
+    maxInflightBodyBytes: config.maxInflightBodyBytes,
     contextTokens,
     maxPromptTokens: check('CSA2_MAX_PROMPT_TOKENS', config.maxPromptTokens),
     maxDocumentTokens: check('CSA2_MAX_DOCUMENT_TOKENS', config.maxDocumentTokens),

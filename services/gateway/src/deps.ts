@@ -23,6 +23,10 @@ import {
   type PrefillResult,
   type Redis,
 } from '@csa2/jobs';
+import { Cancellations } from './cancellations.js';
+import { resolveKeyLimits, type KeyLimits } from './key-limits-config.js';
+import { KeyLimiter, keyIdOf } from './key-limiter.js';
+import { ByteBudget } from './middleware/body-budget.js';
 import { OffThreadTokenizer } from './tokenize-pool.js';
 import { DEFAULT_TENANT, generateApiKey, resolveLimits, type GatewayConfig, type GatewayLimits } from './config.js';
 import { withTimeout } from './errors.js';
@@ -64,6 +68,14 @@ export interface GatewayDeps {
   readonly metrics: GatewayMetrics;
   readonly logger: Logger;
   readonly inflight: Inflight;
+  /** Per-key limits (requests and tokens per minute, concurrency, queued documents), shared in Redis. */
+  readonly keyLimiter: KeyLimiter;
+  /** The limits and fair-share weight of a key (by keyId); unknown ids get the defaults. */
+  readonly keyLimits: (keyId: string) => KeyLimits;
+  /** Bytes of request bodies being read and tokenized at once (CSA2_MAX_INFLIGHT_BODY_BYTES). */
+  readonly bodyBudget: ByteBudget;
+  /** Sets cancel keys, retrying while Redis refuses them. */
+  readonly cancellations: Cancellations;
   readonly once: ObserveOnce;
   /** The queues' backlog for autoscaling (csa2_queue_backlog_*, csa2_prefill_*_tokens on /metrics). */
   readonly backlog: BacklogCollector;
@@ -112,6 +124,8 @@ export async function connectGatewayDeps(config: GatewayConfig, options: Connect
     apiKeys = new Map([[generatedApiKey, DEFAULT_TENANT]]);
   }
 
+  const defaultLimits = resolveKeyLimits(undefined, config.defaultKeyLimits);
+  const limitsById = new Map([...apiKeys.keys()].map((key) => [keyIdOf(key), resolveKeyLimits(config.apiKeyLimits.get(key), config.defaultKeyLimits)]));
   const redis = connectRedis(config.redisUrl, {
     enableOfflineQueue: false,
     maxRetriesPerRequest: 0,
@@ -170,6 +184,10 @@ export async function connectGatewayDeps(config: GatewayConfig, options: Connect
     metrics,
     logger,
     inflight: new Inflight(),
+    keyLimiter: new KeyLimiter(redis, { leaseMs: config.requestTimeoutMs + 60_000 }),
+    keyLimits: (keyId) => limitsById.get(keyId) ?? defaultLimits,
+    bodyBudget: new ByteBudget(limits.maxInflightBodyBytes),
+    cancellations: new Cancellations(redis, logger),
     once: new ObserveOnce(redis),
     backlog: createBacklogCollector(redis),
     batches: { store: new BatchStore(redis), queue: batchQueue },
@@ -180,6 +198,7 @@ export async function connectGatewayDeps(config: GatewayConfig, options: Connect
     generatedApiKey,
     generatedOperatorKey,
     async close() {
+      await deps.cancellations.close();
       readers.close();
       await Promise.allSettled([queues.prefill.close(), queues.decode.close(), batchQueue.close()]);
       redis.disconnect();

@@ -9,18 +9,28 @@
  * - `encoding` — the job is active; progress is the job's PrefillProgress (tokensDone / tokensTotal);
  * - `failed`   — the job failed for good (its failedReason's `[code]`, with the code's public
  *                message: the worker's own message stays in its log), or it completed but no
- *                manifest is there (deleted meanwhile);
+ *                manifest is there (deleted meanwhile), or a reader found its stored artifact
+ *                damaged: a chunk missing (`artifact-missing`, storage loss) or failing
+ *                verification (`artifact-corrupt`). Completions that read a document report such a
+ *                failure here (`markDocumentDamaged`, a Redis flag tied to the manifest's createdAt),
+ *                so the status says what the completions say (a 5xx storage error, not `ready`);
  * - unknown (404) — neither a manifest nor a job.
  *
  * Ids are immutable: posting an id that is queued, encoding or ready returns its status and changes
- * nothing (delete it first to replace it); posting a failed id enqueues it again. Deleting removes
+ * nothing (delete it first to replace it); posting a failed id enqueues it again (a damaged one
+ * loses its manifest first, so it reads as queued until the encoder wrote it again). Deleting removes
  * the manifest and the job record; chunk objects are content-addressed and may be shared with
  * other documents of the tenant, so they stay (garbage collection of unreferenced chunks is a
  * separate, offline concern). A document being encoded cannot be deleted (409).
  */
 import {
   DEFAULT_PREFILL_JOB_OPTIONS,
+  MAX_INLINE_TOKEN_IDS,
   PREFILL_JOB_NAME,
+  PREFILL_QUEUE,
+  documentDamageKey,
+  fairFlow,
+  fairPriority,
   documentJobId,
   parseFailure,
   parsePrefillJob,
@@ -29,7 +39,7 @@ import {
   type PrefillProgress,
   type PrefillResult,
 } from '@csa2/jobs';
-import { manifestObjectKey, parseManifest, type DocumentManifest } from '@csa2/artifacts';
+import { deleteTokenList, manifestObjectKey, parseManifest, putTokenList, type DocumentManifest } from '@csa2/artifacts';
 import { ApiError, publicMessage } from './errors.js';
 import type { GatewayDeps } from './deps.js';
 
@@ -37,7 +47,57 @@ export type DocumentState =
   | { readonly status: 'queued'; readonly createdS: number; readonly tokensTotal: number | null }
   | { readonly status: 'encoding'; readonly createdS: number; readonly tokensDone: number; readonly tokensTotal: number | null }
   | { readonly status: 'ready'; readonly createdS: number; readonly tokens: number; readonly bytes: number; readonly manifest: DocumentManifest }
-  | { readonly status: 'failed'; readonly createdS: number; readonly reason: string; readonly code: string };
+  | {
+      readonly status: 'failed';
+      readonly createdS: number;
+      readonly reason: string;
+      readonly code: string;
+      /** The manifest of a damaged artifact (a STORAGE_FAILURE_CODES code). */
+      readonly manifest?: DocumentManifest;
+    };
+
+/** Failure codes of a damaged stored artifact (storage loss or corruption): server-side, 5xx. */
+export const STORAGE_FAILURE_CODES: ReadonlySet<string> = new Set(['artifact-missing', 'artifact-corrupt']);
+
+const DAMAGE_REASON: Readonly<Record<string, string>> = {
+  'artifact-missing': 'part of the stored artifact is missing from the object store (storage loss); post the document again (or delete it) to re-encode it',
+  'artifact-corrupt': 'part of the stored artifact failed verification (a corrupt object); post the document again (or delete it) to re-encode it',
+};
+
+/** Damage flags outlive a forgotten document this long at most. */
+const DAMAGE_TTL_SECONDS = 30 * 24 * 3600;
+
+/**
+ * Records that a reader found the document's artifact damaged (`code` is a STORAGE_FAILURE_CODES
+ * member): its status turns `failed` with that code until it is posted again or deleted. The flag
+ * names the manifest (its createdAt), so a document ingested anew after it is not affected.
+ * Best-effort: a Redis failure is logged, not thrown.
+ */
+export async function markDocumentDamaged(deps: GatewayDeps, tenant: string, documentId: string, manifestCreatedAt: string, code: string): Promise<void> {
+  if (!STORAGE_FAILURE_CODES.has(code)) return;
+  try {
+    await deps.redis.set(documentDamageKey(tenant, documentId), JSON.stringify({ code, manifestCreatedAt }), 'EX', DAMAGE_TTL_SECONDS);
+  } catch (err) {
+    deps.logger.warn({ tenant, documentId, code, err: err instanceof Error ? err.message : String(err) }, 'could not flag the document as damaged');
+  }
+}
+
+/** The damage recorded for this manifest, or null (also when Redis cannot say: the manifest is then all we know). */
+async function damageOf(deps: GatewayDeps, manifest: DocumentManifest): Promise<string | null> {
+  let raw: string | null;
+  try {
+    raw = await deps.redis.get(documentDamageKey(manifest.tenant, manifest.documentId));
+  } catch {
+    return null;
+  }
+  if (raw === null) return null;
+  try {
+    const flag = JSON.parse(raw) as { code?: unknown; manifestCreatedAt?: unknown };
+    return flag.manifestCreatedAt === manifest.createdAt && typeof flag.code === 'string' && STORAGE_FAILURE_CODES.has(flag.code) ? flag.code : null;
+  } catch {
+    return null;
+  }
+}
 
 /** Ids starting with this are the artifacts of long prompts (promptDocumentId); clients cannot take them. */
 export const RESERVED_DOCUMENT_PREFIX = 'prompt-';
@@ -67,7 +127,11 @@ function manifestBytes(manifest: DocumentManifest): number {
   return manifest.chunks.reduce((sum, c) => sum + c.sizeBytes, 0);
 }
 
+/** `ready` from the manifest, or `failed` when a reader found the artifact damaged. */
 async function readyState(deps: GatewayDeps, manifest: DocumentManifest): Promise<DocumentState> {
+  const createdS = Math.floor(Date.parse(manifest.createdAt) / 1000);
+  const damage = await damageOf(deps, manifest);
+  if (damage !== null) return { status: 'failed', createdS, reason: DAMAGE_REASON[damage] ?? 'the stored artifact is damaged', code: damage, manifest };
   const bytes = manifestBytes(manifest);
   await deps.once.run(`artifact:${manifest.tenant}/${manifest.documentId}/${manifest.createdAt}`, async () => {
     deps.metrics.artifactBytes.inc({ kind: 'document' }, bytes);
@@ -75,13 +139,31 @@ async function readyState(deps: GatewayDeps, manifest: DocumentManifest): Promis
     const job = await deps.queues.prefill.getJob(documentJobId(manifest.tenant, manifest.documentId)).catch(() => undefined);
     if (job !== undefined) await observeQueueWait(deps, job);
   });
-  return { status: 'ready', createdS: Math.floor(Date.parse(manifest.createdAt) / 1000), tokens: manifest.tokenCount, bytes, manifest };
+  return { status: 'ready', createdS, tokens: manifest.tokenCount, bytes, manifest };
 }
 
 function tokensOf(job: Job<PrefillJob, PrefillResult>): number | null {
   const input: unknown = (job.data as { input?: unknown } | undefined)?.input;
   if (typeof input === 'object' && input !== null && 'tokenIds' in input && Array.isArray(input.tokenIds)) return input.tokenIds.length;
-  return null;
+  return tokensRefOf(job)?.count ?? null;
+}
+
+/** The stored token list of a document job's input, or null (inline, or not a document job). */
+function tokensRefOf(job: Job<PrefillJob, PrefillResult>): { key: string; count: number } | null {
+  const input: unknown = (job.data as { input?: unknown } | undefined)?.input;
+  if (typeof input !== 'object' || input === null || !('tokensRef' in input)) return null;
+  const ref = input.tokensRef as { key?: unknown; count?: unknown } | null;
+  return typeof ref?.key === 'string' && typeof ref.count === 'number' ? { key: ref.key, count: ref.count } : null;
+}
+
+/**
+ * When the document was accepted: the payload's acceptedAtMs, which the encoder also writes into the
+ * manifest (createdAt), so `created_at` is the same while queued, encoding and once ready. A job
+ * without one (another producer) falls back to its BullMQ timestamp.
+ */
+function acceptedAtMsOf(job: Job<PrefillJob, PrefillResult>): number {
+  const at: unknown = (job.data as { acceptedAtMs?: unknown } | undefined)?.acceptedAtMs;
+  return typeof at === 'number' && Number.isFinite(at) && at >= 0 ? at : job.timestamp;
 }
 
 function progressOf(job: Job<PrefillJob, PrefillResult>): PrefillProgress | null {
@@ -108,7 +190,7 @@ export async function documentStatus(deps: GatewayDeps, tenant: string, document
   const state = await deps.queues.prefill.getJobState(jobId);
   const job = state === 'unknown' ? undefined : await deps.queues.prefill.getJob(jobId);
   if (job === undefined) return null;
-  const createdS = Math.floor(job.timestamp / 1000);
+  const createdS = Math.floor(acceptedAtMsOf(job) / 1000);
   switch (state) {
     case 'active': {
       await observeQueueWait(deps, job);
@@ -154,29 +236,43 @@ export function documentObject(id: string, state: DocumentState): Record<string,
  * Enqueues a document's prefill job unless the id is already queued, encoding or ready (then its
  * status is returned unchanged). The caller checked the ids, token limits and queue capacity.
  */
+export interface IngestOptions {
+  /** The flow's fair-share weight (the key's; a batch line's: times CSA2_BATCH_WEIGHT). @defaultValue 1 */
+  readonly weight?: number;
+  /** A batch line: the job goes to the tenant's batch flow (fairFlow), not its interactive one. */
+  readonly batch?: boolean;
+  /** The HTTP request's x-request-id, for the worker's logs. */
+  readonly reqId?: string;
+  /** Called with the job id when a prefill job was enqueued (not when the id was queued, encoding or ready already). */
+  readonly onEnqueued?: (jobId: string) => void;
+}
+
 export async function ingestDocument(
   deps: GatewayDeps,
   tenant: string,
   documentId: string,
   tokenIds: readonly number[],
   acceptedAtMs: number,
-  /** `priority`: BullMQ priority of the job (batch lines); none = interactive. `reqId`: the HTTP request's, for the worker's logs. */
-  options: { readonly priority?: number; readonly reqId?: string } = {},
+  options: IngestOptions = {},
 ): Promise<DocumentState> {
   const existing = await documentStatus(deps, tenant, documentId);
   if (existing !== null && existing.state.status !== 'failed') return existing.state;
   if (existing?.job !== null && existing?.job !== undefined) await existing.job.remove();
-  const data = parsePrefillJob({
-    v: 1,
-    kind: 'document',
-    ...(options.reqId !== undefined ? { reqId: options.reqId } : {}),
-    tenant,
-    documentId,
-    model: deps.model.name,
-    input: { tokenIds: [...tokenIds] },
-    acceptedAtMs,
-  } satisfies PrefillJob);
-  await deps.queues.prefill.add(PREFILL_JOB_NAME, data, { ...DEFAULT_PREFILL_JOB_OPTIONS, ...(options.priority !== undefined ? { priority: options.priority } : {}), jobId: documentJobId(tenant, documentId) });
+  if (existing?.state.status === 'failed' && existing.state.manifest !== undefined) {
+    // a damaged artifact: without its manifest the document reads as queued until it is encoded again
+    // (the encoder re-uses the chunks that are intact and writes the missing or corrupt ones)
+    await deps.store.delete(manifestObjectKey(tenant, documentId));
+    await deps.redis.del(documentDamageKey(tenant, documentId));
+  }
+  // a long document travels through the object store, not the payload Redis keeps (the encoder deletes it)
+  const jobId = documentJobId(tenant, documentId);
+  const input = tokenIds.length > MAX_INLINE_TOKEN_IDS ? { tokensRef: await putTokenList(deps.store, tenant, jobId, tokenIds) } : { tokenIds: [...tokenIds] };
+  const reqId = options.reqId !== undefined ? { reqId: options.reqId } : {};
+  const data = parsePrefillJob({ v: 1, kind: 'document', ...reqId, tenant, documentId, model: deps.model.name, input, acceptedAtMs } satisfies PrefillJob);
+  // fair shares between tenants (and a tenant's batch lines): the job's priority is its start tag (fair-priority)
+  const priority = await fairPriority(deps.redis, PREFILL_QUEUE, { tenant: fairFlow(tenant, options.batch === true), costTokens: tokenIds.length, ...(options.weight !== undefined ? { weight: options.weight } : {}) });
+  await deps.queues.prefill.add(PREFILL_JOB_NAME, data, { ...DEFAULT_PREFILL_JOB_OPTIONS, jobId, priority });
+  options.onEnqueued?.(jobId);
   deps.metrics.prefillTokens.inc({ kind: 'document' }, tokenIds.length);
   return { status: 'queued', createdS: Math.floor(acceptedAtMs / 1000), tokensTotal: tokenIds.length };
 }
@@ -198,11 +294,15 @@ export async function deleteDocument(deps: GatewayDeps, tenant: string, document
       throw err;
     }
     existed = state !== 'unknown';
+    // a job removed before it ran leaves its stored input behind: nobody else deletes it
+    const ref = tokensRefOf(job);
+    if (ref !== null) await deleteTokenList(deps.store, ref);
   }
   const key = manifestObjectKey(tenant, documentId);
   if ((await deps.store.head(key)) !== null) {
     await deps.store.delete(key);
     existed = true;
   }
+  await deps.redis.del(documentDamageKey(tenant, documentId));
   return existed;
 }

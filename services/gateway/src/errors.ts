@@ -115,6 +115,8 @@ export const CSA2_ERROR_TO_HTTP_STATUS: Record<Csa2ErrorCode, ContentfulStatusCo
   'store-unavailable': 503,
   'not-found': 404,
   'artifact-corrupt': 500,
+  // an object a manifest lists is gone: storage loss, the server's fault (not the client's 404)
+  'artifact-missing': 500,
   'model-mismatch': 409,
   'unsupported-version': 500,
 };
@@ -153,6 +155,7 @@ export const PUBLIC_MESSAGES: Readonly<Record<Csa2ErrorCode, string>> & Readonly
   'store-unavailable': 'The artifact store is unavailable. Please retry shortly.',
   'not-found': 'A stored artifact this request needs was not found.',
   'artifact-corrupt': 'A stored artifact this request needs is damaged.',
+  'artifact-missing': 'Part of a stored artifact this request needs is missing from the store.',
   'model-mismatch': 'The stored artifact was made by a different model than the one served.',
   'unsupported-version': 'A stored artifact has a format version this server does not read.',
   'payload-invalid': SERVER_ERROR,

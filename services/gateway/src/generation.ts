@@ -6,22 +6,30 @@
  * 1. plan: model check, document readiness, prompt / max_tokens limits, routing, job payloads;
  * 2. enqueue: queue backlog check (429), then the job with its dedup id:
  *    - no document, prompt < CSA2_PREFILL_THRESHOLD_TOKENS → DecodeJob on the decode queue (`decode`);
- *    - no document, longer prompt → PromptPrefillJob on the prefill queue (`prefill`): the encoder
- *      encodes all but the last prompt token into the artifact `prompt-<requestId>` and enqueues the
- *      embedded DecodeJob (documentId = that artifact, promptIds = the last token);
- *    - a ready document → DecodeJob with documentId (`document`);
+ *    - a prompt ≥ CSA2_PREFILL_THRESHOLD_TOKENS, after a document or not → PromptPrefillJob on the
+ *      prefill queue (`prefill`): the encoder encodes [the document's tokens, re-using its chunks, +]
+ *      all but the last prompt token into the artifact `prompt-<requestId>` and enqueues the embedded
+ *      DecodeJob (documentId = that artifact, promptIds = the last token); a prefix longer than
+ *      MAX_INLINE_TOKEN_IDS travels through the object store (TokenListRef), not the payload;
+ *    - a ready document and a shorter prompt → DecodeJob with documentId (`document`);
  * 3. relay: the request's stream as SSE chunks, or one JSON body when the stream ends. A client that
  *    goes away (request signal / stream cancel) sets the cancel key; so does a timeout or shutdown.
  */
 import { randomBytes, randomInt } from 'node:crypto';
 import type { Context } from 'hono';
+import { putTokenList } from '@csa2/artifacts';
 import {
   DECODE_JOB_NAME,
+  DECODE_QUEUE,
   DEFAULT_DECODE_JOB_OPTIONS,
   DEFAULT_PREFILL_JOB_OPTIONS,
+  MAX_INLINE_TOKEN_IDS,
   PREFILL_JOB_NAME,
-  STREAM_TTL_SECONDS,
-  cancelKey,
+  PREFILL_QUEUE,
+  decodeCostTokens,
+  MIN_FAIR_WEIGHT,
+  fairFlow,
+  fairPriority,
   parseDecodeJob,
   parsePrefillJob,
   promptDocumentId,
@@ -32,14 +40,18 @@ import {
   type PrefillJob,
   type StreamEntry,
 } from '@csa2/jobs';
-import { manifestObjectKey } from '@csa2/artifacts';
 import { ApiError, invalidRequest, isRedisUnavailable, modelNotFound, redisUnavailable, toApiError, waiting, workerError } from './errors.js';
-import { documentStatus } from './documents.js';
+import { STORAGE_FAILURE_CODES, documentStatus, markDocumentDamaged } from './documents.js';
 import type { GatewayDeps } from './deps.js';
 import type { AbortReason } from './inflight.js';
 import type { Endpoint, GenerationRoute } from './metrics.js';
 import { completionBody, finishChunk, roleChunk, textChunk, toOpenAiUsage, usageChunk, type FinishReason, type OpenAiUsage, type ResponseMeta } from './openai/format.js';
-import { relayStream } from './relay.js';
+import { deletePromptArtifact, isPromptArtifactId } from './prompt-artifacts.js';
+import { progressComment, relayStream, type RelayProgress } from './relay.js';
+import type { Admission } from './key-limiter.js';
+
+/** The admission of a request under no limits. */
+const NO_LIMITS: Admission = { headers: {}, release: () => undefined };
 import { createSseWriter } from './sse.js';
 
 /** The sampling fields beyond temperature, top_p and seed (absent = off). */
@@ -71,6 +83,8 @@ export interface GenerationRequest {
   readonly includeUsage: boolean;
   /** The request id to use (batch lines derive theirs); a fresh one when absent. */
   readonly requestId?: string;
+  /** The key's fair-share weight (its jobs' priorities, fair-priority). @defaultValue 1 */
+  readonly weight?: number;
 }
 
 export interface GenerationPlan {
@@ -82,8 +96,14 @@ export interface GenerationPlan {
   readonly promptTokens: number;
   /** Tokens the artifact of a named document holds (0 without one). */
   readonly documentTokens: number;
+  /** The createdAt of the named document's manifest (null without one): names it when a reader finds it damaged. */
+  readonly documentCreatedAt: string | null;
   readonly decodeJob: DecodeJob;
-  readonly prefillJob: PrefillJob | null;
+  /**
+   * The prefill route: the tokens the encoder encodes into the request's prompt artifact (after the
+   * named document's, if any); its PromptPrefillJob is built at enqueue, once a long list is stored.
+   */
+  readonly prefillPrefix: readonly number[] | null;
 }
 
 /** Backlog states: accepted, not yet running. */
@@ -97,6 +117,10 @@ function newRequestId(endpoint: Endpoint): string {
 export async function planGeneration(deps: GatewayDeps, request: GenerationRequest): Promise<GenerationPlan> {
   const { limits } = deps;
   if (request.model !== deps.model.name) throw modelNotFound(request.model, deps.model.name);
+  if (request.documentId !== null && isPromptArtifactId(request.documentId)) {
+    // a long prompt's artifact serves its own request only: never a document to the tenant
+    throw new ApiError(404, `No document found with id '${request.documentId}'`, { param: 'document_id', code: 'document_not_found' });
+  }
   if (request.promptIds.length === 0) throw invalidRequest(`Invalid value for '${request.promptParam}': the prompt is empty`, request.promptParam, 'invalid_value');
   const maxTokensParam = request.maxTokensParam;
   if (request.maxTokens !== null) {
@@ -107,14 +131,20 @@ export async function planGeneration(deps: GatewayDeps, request: GenerationReque
   }
 
   let documentTokens = 0;
+  let documentCreatedAt: string | null = null;
   if (request.documentId !== null) {
     const doc = await documentStatus(deps, request.tenant, request.documentId);
     if (doc === null) throw new ApiError(404, `No document found with id '${request.documentId}'`, { param: 'document_id', code: 'document_not_found' });
+    if (doc.state.status === 'failed' && STORAGE_FAILURE_CODES.has(doc.state.code)) {
+      // the artifact is damaged: the server lost data, the request is fine (5xx, not 409)
+      throw workerError(doc.state.code, `Document '${request.documentId}' cannot be read: ${doc.state.reason}`);
+    }
     if (doc.state.status !== 'ready') {
       const why = doc.state.status === 'failed' ? `its encoding failed (${doc.state.code.replaceAll('-', '_')}): ${doc.state.reason}` : `it is ${doc.state.status}.`;
       throw new ApiError(409, `Document '${request.documentId}' is not ready: ${why}`, { param: 'document_id', code: 'document_not_ready' });
     }
     documentTokens = doc.state.tokens;
+    documentCreatedAt = doc.state.manifest.createdAt;
   }
   const promptTokens = documentTokens + request.promptIds.length;
   if (promptTokens > limits.maxPromptTokens) {
@@ -141,7 +171,8 @@ export async function planGeneration(deps: GatewayDeps, request: GenerationReque
 
   const requestId = request.requestId ?? newRequestId(request.endpoint);
   const acceptedAtMs = Date.now();
-  const route: GenerationRoute = request.documentId !== null ? 'document' : request.promptIds.length >= limits.prefillThresholdTokens ? 'prefill' : 'decode';
+  // a long prompt goes through an encoder, also after a document (the decoder gets short prompts only)
+  const route: GenerationRoute = request.promptIds.length >= limits.prefillThresholdTokens ? 'prefill' : request.documentId !== null ? 'document' : 'decode';
   const ids = [...request.promptIds];
   const reqId = request.reqId !== undefined ? { reqId: request.reqId } : {};
   const decodeJob = parseDecodeJob({
@@ -159,40 +190,77 @@ export async function planGeneration(deps: GatewayDeps, request: GenerationReque
     replayTokens: null,
     acceptedAtMs,
   } satisfies DecodeJob);
-  const prefillJob =
-    route === 'prefill'
-      ? parsePrefillJob({ v: 1, kind: 'prompt', ...reqId, tenant: request.tenant, requestId, model: deps.model.name, tokenIds: ids.slice(0, -1), decode: decodeJob, acceptedAtMs } satisfies PrefillJob)
-      : null;
-  return { request, requestId, route, acceptedAtMs, promptTokens, documentTokens, decodeJob, prefillJob };
+  const prefillPrefix = route === 'prefill' ? ids.slice(0, -1) : null;
+  return { request, requestId, route, acceptedAtMs, promptTokens, documentTokens, documentCreatedAt, decodeJob, prefillPrefix };
+}
+
+/**
+ * The PromptPrefillJob of a prefill-route plan: a prefix longer than MAX_INLINE_TOKEN_IDS is stored
+ * in the object store first (the encoder reads it back and deletes it), so no payload carries it.
+ * `share`: the fair-share flow the decode job the encoder adds goes to.
+ */
+async function promptPrefillJob(deps: GatewayDeps, plan: GenerationPlan, prefix: readonly number[], share: { readonly weight?: number; readonly batch: boolean }): Promise<PrefillJob> {
+  const { request, requestId } = plan;
+  const tokens =
+    prefix.length > MAX_INLINE_TOKEN_IDS ? { tokensRef: await putTokenList(deps.store, request.tenant, requestPrefillJobId(requestId), prefix) } : { tokenIds: [...prefix] };
+  return parsePrefillJob({
+    v: 1,
+    kind: 'prompt',
+    ...(request.reqId !== undefined ? { reqId: request.reqId } : {}),
+    tenant: request.tenant,
+    requestId,
+    model: deps.model.name,
+    ...tokens,
+    prefixDocumentId: request.documentId,
+    decode: plan.decodeJob,
+    ...(share.weight !== undefined ? { weight: share.weight } : {}),
+    ...(share.batch ? { batch: true } : {}),
+    acceptedAtMs: plan.acceptedAtMs,
+  } satisfies PrefillJob);
 }
 
 export interface EnqueueOptions {
-  /** BullMQ priority of the jobs (batch lines); interactive requests have none and run first. */
-  readonly priority?: number;
+  /**
+   * A batch line: its jobs go to the tenant's batch flow with this weight relative to the key's
+   * (CSA2_BATCH_WEIGHT), so they fill what interactive requests leave.
+   */
+  readonly batchWeight?: number;
 }
 
 /** Refuses with 429 when the queue's backlog reached CSA2_MAX_QUEUE_DEPTH, else adds the plan's first job. */
 export async function enqueueGeneration(deps: GatewayDeps, plan: GenerationPlan, options: EnqueueOptions = {}): Promise<void> {
-  const priority = options.priority !== undefined ? { priority: options.priority } : {};
   if (!deps.inflight.isAccepting) throw new ApiError(503, 'the server is shutting down', { code: 'shutting_down', headers: { 'retry-after': '1' } });
-  const queue = plan.prefillJob !== null ? deps.queues.prefill : deps.queues.decode;
+  const prefix = plan.prefillPrefix;
+  const queue = prefix !== null ? deps.queues.prefill : deps.queues.decode;
   try {
     const counts = await queue.getJobCounts(...BACKLOG_STATES);
     const backlog = Object.values(counts).reduce((a, b) => a + b, 0);
     if (backlog >= deps.limits.maxQueueDepth) {
-      throw new ApiError(429, `The server is overloaded: ${waiting(backlog, 'request')} for the ${plan.prefillJob !== null ? 'prefill' : 'decode'} workers. Please retry shortly.`, {
+      throw new ApiError(429, `The server is overloaded: ${waiting(backlog, 'request')} for the ${prefix !== null ? 'prefill' : 'decode'} workers. Please retry shortly.`, {
         code: 'queue_full',
         headers: { 'retry-after': '1' },
       });
     }
-    if (plan.prefillJob !== null) {
-      await deps.queues.prefill.add(PREFILL_JOB_NAME, plan.prefillJob, { ...DEFAULT_PREFILL_JOB_OPTIONS, ...priority, jobId: requestPrefillJobId(plan.requestId) });
-      deps.metrics.prefillTokens.inc({ kind: 'prompt' }, plan.prefillJob.kind === 'prompt' ? plan.prefillJob.tokenIds.length : 0);
+    // fair shares between tenants, and between a tenant's interactive requests and its batch lines:
+    // the job's priority is its start tag in its flow (fair-priority)
+    const batch = options.batchWeight !== undefined;
+    const weight = batch ? Math.max(MIN_FAIR_WEIGHT, (plan.request.weight ?? 1) * (options.batchWeight as number)) : plan.request.weight;
+    const share = { tenant: fairFlow(plan.request.tenant, batch), ...(weight !== undefined ? { weight } : {}) };
+    if (prefix !== null) {
+      const job = await promptPrefillJob(deps, plan, prefix, { ...(weight !== undefined ? { weight } : {}), batch });
+      const priority = await fairPriority(deps.redis, PREFILL_QUEUE, { ...share, costTokens: prefix.length });
+      await deps.queues.prefill.add(PREFILL_JOB_NAME, job, { ...DEFAULT_PREFILL_JOB_OPTIONS, jobId: requestPrefillJobId(plan.requestId), priority });
+      deps.metrics.prefillTokens.inc({ kind: 'prompt' }, prefix.length);
     } else {
-      await deps.queues.decode.add(DECODE_JOB_NAME, plan.decodeJob, { ...DEFAULT_DECODE_JOB_OPTIONS, ...priority, jobId: requestDecodeJobId(plan.requestId) });
+      const priority = await fairPriority(deps.redis, DECODE_QUEUE, { ...share, costTokens: decodeCostTokens(plan.decodeJob) });
+      await deps.queues.decode.add(DECODE_JOB_NAME, plan.decodeJob, { ...DEFAULT_DECODE_JOB_OPTIONS, jobId: requestDecodeJobId(plan.requestId), priority });
     }
   } catch (err) {
-    if (isRedisUnavailable(err)) throw redisUnavailable(err);
+    if (isRedisUnavailable(err)) {
+      // an add that timed out may still reach Redis once it is back: that job must not run for nobody
+      deps.cancellations.cancel(plan.requestId);
+      throw redisUnavailable(err);
+    }
     throw err;
   }
 }
@@ -211,8 +279,8 @@ class Aborted extends Error {
   }
 }
 
-/** Runs an enqueued plan to its answer: an SSE response, or the whole JSON body. */
-export async function respondGeneration(c: Context, deps: GatewayDeps, plan: GenerationPlan): Promise<Response> {
+/** Runs an enqueued plan to its answer: an SSE response, or the whole JSON body (with the admission's headers). */
+export async function respondGeneration(c: Context, deps: GatewayDeps, plan: GenerationPlan, admission: Admission = NO_LIMITS): Promise<Response> {
   const { request } = plan;
   const meta: ResponseMeta = {
     id: plan.requestId,
@@ -221,7 +289,7 @@ export async function respondGeneration(c: Context, deps: GatewayDeps, plan: Gen
     endpoint: request.endpoint,
     includeUsage: request.includeUsage,
   };
-  const run = new GenerationRun(deps, plan);
+  const run = new GenerationRun(deps, plan, admission);
   const clientSignal = c.req.raw.signal;
   const onClientGone = (): void => run.abort('client');
   if (clientSignal.aborted) onClientGone();
@@ -231,7 +299,7 @@ export async function respondGeneration(c: Context, deps: GatewayDeps, plan: Gen
   if (!request.stream) {
     try {
       const outcome = await run.consume(() => undefined);
-      return c.json(completionBody(meta, outcome.text, outcome.finishReason, outcome.usage));
+      return c.json(completionBody(meta, outcome.text, outcome.finishReason, outcome.usage), 200, { ...admission.headers });
     } catch (err) {
       if (err instanceof Aborted) {
         if (err.reason === 'shutdown') throw new ApiError(503, 'the server is shutting down; the request was cancelled', { code: 'shutting_down', headers: { 'retry-after': '1' } });
@@ -244,13 +312,16 @@ export async function respondGeneration(c: Context, deps: GatewayDeps, plan: Gen
     }
   }
 
-  const sse = createSseWriter({ keepaliveMs: deps.config.sseKeepaliveMs });
+  const sse = createSseWriter({ keepaliveMs: deps.config.sseKeepaliveMs, headers: admission.headers });
   sse.onCancel(onClientGone);
   const first = roleChunk(meta);
   if (first !== null) sse.send(first);
   void (async () => {
     try {
-      const outcome = await run.consume((text) => sse.send(textChunk(meta, text)));
+      const outcome = await run.consume(
+        (text) => sse.send(textChunk(meta, text)),
+        (progress) => sse.comment(progressComment(progress)),
+      );
       sse.send(finishChunk(meta, outcome.finishReason));
       if (request.includeUsage) sse.send(usageChunk(meta, outcome.usage));
       sse.done();
@@ -280,34 +351,40 @@ class GenerationRun {
   constructor(
     private readonly deps: GatewayDeps,
     private readonly plan: GenerationPlan,
+    private readonly admission: Admission,
   ) {
     this.releaseInflight = deps.inflight.track(this.controller);
-    this.controller.signal.addEventListener('abort', () => this.setCancelKey(), { once: true });
+    this.controller.signal.addEventListener('abort', () => {
+      if (!this.ended) this.setCancelKey();
+    }, { once: true });
   }
 
   /** Releases the request's place in the in-flight set: call once its response is complete. */
   release(): void {
     this.ended = true;
     this.releaseInflight();
+    this.admission.release();
   }
 
   abort(reason: AbortReason): void {
     if (!this.ended && !this.controller.signal.aborted) this.controller.abort(reason);
   }
 
+  /** The request ends without its answer: its jobs must stop (retried until Redis takes it). */
   private setCancelKey(): void {
     if (this.ended) return;
-    // (an abort listener may run outside the request's log context: name the request explicitly)
-    this.deps.redis.set(cancelKey(this.plan.requestId), '1', 'EX', STREAM_TTL_SECONDS).catch((err: unknown) => {
-      this.deps.logger.warn({ reqId: this.plan.request.reqId, requestId: this.plan.requestId, err: err instanceof Error ? err.message : String(err) }, 'could not set the cancel key');
-    });
+    this.deps.cancellations.cancel(this.plan.requestId);
   }
 
-  /** Relays the stream, calling `onText` for each new piece of text; resolves with the outcome. */
-  async consume(onText: (text: string) => void): Promise<Outcome> {
+  /**
+   * Relays the stream, calling `onText` for each new piece of text (and `onProgress` at each quiet
+   * job poll); resolves with the outcome.
+   */
+  async consume(onText: (text: string) => void, onProgress?: (progress: RelayProgress) => void): Promise<Outcome> {
     const { deps, plan } = this;
     const labels = { endpoint: plan.request.endpoint, route: plan.route };
     let outcome: 'ok' | 'error' | 'cancelled' | 'timeout' = 'error';
+    let queueWaits: Promise<void> | undefined;
     let text = '';
     let tokens = 0;
     let lastTokenMs = 0;
@@ -315,16 +392,14 @@ class GenerationRun {
       const entries = relayStream(deps, {
         requestId: plan.requestId,
         decodeJobId: requestDecodeJobId(plan.requestId),
-        prefillJobId: plan.prefillJob !== null ? requestPrefillJobId(plan.requestId) : null,
+        prefillJobId: plan.route === 'prefill' ? requestPrefillJobId(plan.requestId) : null,
         deadlineMs: plan.acceptedAtMs + deps.config.requestTimeoutMs,
         signal: this.controller.signal,
+        ...(onProgress !== undefined ? { onProgress } : {}),
       });
-      let seenEntry = false;
       for await (const entry of entries) {
-        if (!seenEntry) {
-          seenEntry = true;
-          void this.observeQueueWaits();
-        }
+        // the jobs have started once their stream shows an entry (awaited before the answer ends)
+        queueWaits ??= this.observeQueueWaits();
         const nowMs = Date.now();
         if (entry.kind === 'token') {
           if (tokens === 0) deps.metrics.timeToFirstToken.observe(labels, (nowMs - plan.acceptedAtMs) / 1000);
@@ -349,12 +424,17 @@ class GenerationRun {
       outcome = 'cancelled';
       throw new Aborted((this.controller.signal.reason as AbortReason | undefined) ?? 'client');
     } catch (err) {
-      if (err instanceof ApiError && err.code === 'timeout') {
-        outcome = 'timeout';
-        this.setCancelKey();
+      if (err instanceof ApiError && err.code === 'timeout') outcome = 'timeout';
+      if (err instanceof ApiError && err.code !== null && plan.request.documentId !== null && plan.documentCreatedAt !== null) {
+        // the worker could not read the document's artifact: its status says so from now on
+        await markDocumentDamaged(deps, plan.request.tenant, plan.request.documentId, plan.documentCreatedAt, err.code.replaceAll('_', '-'));
       }
       throw err;
     } finally {
+      // answered with an error, timed out or cut off: whatever still runs for this request stops
+      // (a client that got a 503 because Redis froze must not have its 300 tokens generated later)
+      if (outcome !== 'ok') this.setCancelKey();
+      await queueWaits;
       this.ended = true;
       deps.metrics.e2eLatency.observe({ ...labels, outcome }, (Date.now() - plan.acceptedAtMs) / 1000);
       if (plan.route === 'prefill') void this.cleanupPromptArtifact();
@@ -384,7 +464,7 @@ class GenerationRun {
     try {
       const jobs = [
         { queue: 'decode' as const, job: await deps.queues.decode.getJob(requestDecodeJobId(plan.requestId)) },
-        ...(plan.prefillJob !== null ? [{ queue: 'prefill' as const, job: await deps.queues.prefill.getJob(requestPrefillJobId(plan.requestId)) }] : []),
+        ...(plan.route === 'prefill' ? [{ queue: 'prefill' as const, job: await deps.queues.prefill.getJob(requestPrefillJobId(plan.requestId)) }] : []),
       ];
       for (const { queue, job } of jobs) {
         if (job?.processedOn !== undefined && job.processedOn >= job.timestamp) deps.metrics.queueWait.observe({ queue }, (job.processedOn - job.timestamp) / 1000);
@@ -404,7 +484,8 @@ class GenerationRun {
       const job = await deps.queues.prefill.getJob(requestPrefillJobId(plan.requestId));
       const bytes = job?.returnvalue?.artifactBytes;
       if (typeof bytes === 'number' && bytes > 0) deps.metrics.artifactBytes.inc({ kind: 'prompt' }, bytes);
-      if (job !== undefined && (await job.getState()) === 'completed') await deps.store.delete(manifestObjectKey(plan.request.tenant, promptDocumentId(plan.requestId)));
+      // a prefill still running leaves nothing: the request's cancel key is set, and it checks it
+      if (job !== undefined && (await job.getState()) === 'completed') await deletePromptArtifact(deps, plan.request.tenant, plan.requestId);
     } catch (err) {
       deps.logger.debug({ reqId: plan.request.reqId, requestId: plan.requestId, err: err instanceof Error ? err.message : String(err) }, 'prompt artifact cleanup skipped');
     }

@@ -7,6 +7,10 @@
  *   relay with its failure (`[code] message` failedReason → status by code), a job that vanished
  *   (both request jobs unknown on two polls in a row) ends it with 503 `job_lost`, and a decode job
  *   that completed with no terminal entry in its stream ends it with 500 `stream_invalid`;
+ * - the same poll reports what the request is waiting on to `onProgress` (queued, a prefill's tokens
+ *   encoded so far, an active job whose lock expired because its worker died and that is about to be
+ *   picked up again, a recovered retry), which the SSE relay sends as progress comments: a client of
+ *   a quiet stream sees where its request is, not only keep-alives;
  * - past `deadlineMs` the relay throws a 504 `timeout` (the caller sets the cancel key);
  * - when `signal` aborts, the relay returns (at the latest one block, ≤ 1 s, later) without a terminal
  *   entry; the caller knows why.
@@ -25,6 +29,41 @@ export interface RelayOptions {
   /** Epoch ms after which the relay gives up with a 504. */
   readonly deadlineMs: number;
   readonly signal: AbortSignal;
+  /** Called at each job poll that found no new entry, with what the request is waiting on. */
+  readonly onProgress?: (progress: RelayProgress) => void;
+}
+
+/** Where a request without new entries stands (one job poll). */
+export interface RelayProgress {
+  /** The job it waits on: its long prompt's prefill, or its decode. */
+  readonly stage: 'prefill' | 'decode';
+  /** The job's BullMQ state: waiting, prioritized, delayed (a retry's backoff), active. */
+  readonly state: string;
+  /** prefill: tokens encoded so far and to encode (the job's PrefillProgress). */
+  readonly tokensDone?: number;
+  readonly tokensTotal?: number;
+  /** decode: tokens relayed so far. */
+  readonly tokens?: number;
+  /** 1-based attempt of the job. */
+  readonly attempt: number;
+  /** Active, but its lock expired: its worker is gone, and a stalled check puts it back in the queue. */
+  readonly stalled: boolean;
+  /** Times the job was taken back from a dead worker so far. */
+  readonly recoveries: number;
+}
+
+/** The SSE comment line of a progress report (snake_case JSON, one line). */
+export function progressComment(p: RelayProgress): string {
+  return `progress ${JSON.stringify({
+    stage: p.stage,
+    state: p.state,
+    ...(p.tokensDone !== undefined ? { tokens_done: p.tokensDone } : {}),
+    ...(p.tokensTotal !== undefined ? { tokens_total: p.tokensTotal } : {}),
+    ...(p.tokens !== undefined ? { tokens: p.tokens } : {}),
+    attempt: p.attempt,
+    ...(p.stalled ? { stalled: true } : {}),
+    ...(p.recoveries > 0 ? { recoveries: p.recoveries } : {}),
+  })}`;
 }
 
 type XReadReply = [key: string, items: [id: string, fields: string[]][]][] | null;
@@ -71,6 +110,10 @@ export async function* relayStream(deps: GatewayDeps, options: RelayOptions): As
       }
       if ((reply === null || reply.length === 0) && Date.now() >= nextPollMs) {
         await jobCheck.run();
+        if (options.onProgress !== undefined) {
+          const progress = await jobCheck.progress(nextIndex);
+          if (progress !== null && !options.signal.aborted) options.onProgress(progress);
+        }
         nextPollMs = Date.now() + deps.config.jobPollMs;
       }
     }
@@ -96,6 +139,44 @@ class JobCheck {
       if (err instanceof ApiError) throw err;
       throw isRedisUnavailable(err) ? redisUnavailable(err) : err;
     }
+  }
+
+  /**
+   * What the request waits on now: its decode job once that exists, else its prefill job; null when
+   * neither is pending or Redis cannot say (progress is best-effort).
+   */
+  async progress(tokens: number): Promise<RelayProgress | null> {
+    try {
+      const decode = await this.pendingJob('decode', this.options.decodeJobId);
+      if (decode !== null) return { stage: 'decode', ...decode, tokens };
+      if (this.options.prefillJobId === null) return null;
+      const prefill = await this.pendingJob('prefill', this.options.prefillJobId);
+      if (prefill === null) return null;
+      const p: unknown = prefill.progress;
+      const done = typeof p === 'object' && p !== null ? (p as Record<string, unknown>) : {};
+      return {
+        stage: 'prefill',
+        state: prefill.state,
+        attempt: prefill.attempt,
+        stalled: prefill.stalled,
+        recoveries: prefill.recoveries,
+        ...(typeof done['tokensDone'] === 'number' ? { tokensDone: done['tokensDone'] } : {}),
+        ...(typeof done['tokensTotal'] === 'number' ? { tokensTotal: done['tokensTotal'] } : {}),
+      };
+    } catch {
+      return null;
+    }
+  }
+
+  /** A job's state, attempt and health when it is waiting or running; null when it is not (or gone). */
+  private async pendingJob(queue: 'decode' | 'prefill', jobId: string): Promise<{ state: string; attempt: number; stalled: boolean; recoveries: number; progress: unknown } | null> {
+    const q = this.deps.queues[queue];
+    const state = await q.getJobState(jobId);
+    if (state === 'unknown' || state === 'completed' || state === 'failed') return null;
+    const job = await q.getJob(jobId);
+    if (job === undefined) return null;
+    const stalled = state === 'active' && (await this.deps.redis.exists(q.toKey(`${jobId}:lock`))) === 0;
+    return { state, attempt: job.attemptsMade + 1, stalled, recoveries: job.stalledCounter, progress: job.progress };
   }
 
   private async failure(queue: 'decode' | 'prefill', jobId: string): Promise<ApiError> {

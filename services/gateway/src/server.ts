@@ -15,6 +15,7 @@ import { createApp, type GatewayApp } from './app.js';
 import { loadGatewayConfig } from './config.js';
 import { connectGatewayDeps, type GatewayDeps } from './deps.js';
 import { startBatchDrivers, type BatchDrivers } from './batch/batch-worker.js';
+import { startPromptArtifactSweeper } from './prompt-artifacts.js';
 
 /** After the requests in flight ended, how long their connections get to flush before they are cut. */
 const CLOSE_FLUSH_MS = 1000;
@@ -81,6 +82,7 @@ export async function startGateway(env: Env = process.env, options: StartOptions
     deps.logger.info({ apiKey: connected.generatedApiKey, tenant: deps.apiKeys.get(connected.generatedApiKey) }, 'CSA2_API_KEYS is unset: generated an API key for this run');
   }
   deps.logger.info({ url, model: deps.model.name, tenants: new Set(deps.apiKeys.values()).size }, 'gateway listening');
+  const stopSweeper = startPromptArtifactSweeper(deps, config.promptArtifactTtlMs);
 
   let closing: Promise<void> | null = null;
   return {
@@ -91,6 +93,7 @@ export async function startGateway(env: Env = process.env, options: StartOptions
     deps,
     close() {
       closing ??= (async () => {
+        stopSweeper();
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));
         // running batches go back to their queue at once (their lines keep running on the workers)
         await drivers.close();

@@ -4,7 +4,8 @@
  * stream ends with `data: [DONE]\n\n`; an error after the stream began is a `data: {"error":…}`
  * event (the official client raises it) and the stream then ends without [DONE]. While nothing is
  * sent for `keepaliveMs`, an SSE comment line (`: keep-alive`) keeps proxies from cutting the
- * connection; clients ignore comments.
+ * connection; clients ignore comments. `comment(text)` sends other comment lines (the relay's
+ * progress reports while a stream waits).
  */
 
 export const SSE_HEADERS: Readonly<Record<string, string>> = {
@@ -28,6 +29,8 @@ export interface SseWriter {
   /** True once the client went away or `close` was called; writes are then dropped. */
   readonly closed: boolean;
   send(value: unknown): void;
+  /** An SSE comment line (`: <text>`; `text` on one line): clients ignore it, people and proxies see it. */
+  comment(text: string): void;
   done(): void;
   close(): void;
   /** Called once when the client cancels the stream (disconnect); not called after `close`. */
@@ -82,6 +85,7 @@ export function createSseWriter(options: { keepaliveMs: number; headers?: Readon
       return closed;
     },
     send: (value) => write(sseData(value)),
+    comment: (text) => write(`: ${text.replace(/[\r\n]+/g, ' ')}\n\n`),
     done: () => write(SSE_DONE),
     close() {
       if (closed) return;

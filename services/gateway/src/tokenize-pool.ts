@@ -4,9 +4,26 @@
  * long ones (documents, long prompts: the DeepSeek-V3 tokenizer takes ~0.7 s per MB here) go to a
  * worker thread that holds its own copy of the tokenizer, so HTTP, SSE relays and probes keep
  * running. Results are identical either way (the same tokenizer code and files).
+ *
+ * Every call takes the caller's token limit: a text over it is refused with TokenLimitError before
+ * it is tokenized when its byte length alone shows it (@csa2/core encodeWithin), or as soon as the
+ * tokens encoded so far exceed it, and its ids are never built or copied back. There is one thread,
+ * so tokenization runs one text at a time; how many texts wait for it is bounded by the gateway's
+ * body budget (middleware/body-budget).
  */
 import { Worker } from 'node:worker_threads';
-import type { ChatMessage, Tokenizer } from '@csa2/core';
+import { encodeWithin, minTokens, type ChatMessage, type Tokenizer } from '@csa2/core';
+
+/** The text has more tokens than the caller's limit (at least `tokensAtLeast`). */
+export class TokenLimitError extends Error {
+  constructor(
+    readonly tokensAtLeast: number,
+    readonly maxTokens: number,
+  ) {
+    super(`at least ${tokensAtLeast} tokens, more than the limit of ${maxTokens}`);
+    this.name = 'TokenLimitError';
+  }
+}
 
 /** Texts up to this size are tokenized on the calling thread. @defaultValue 64 KiB */
 export const INLINE_TOKENIZE_MAX_BYTES = 64 * 1024;
@@ -16,13 +33,28 @@ export interface TokenizerThreadData {
   readonly vocabSize: number;
 }
 
-type Request = { id: number; op: 'encode'; text: string } | { id: number; op: 'chat'; messages: ChatMessage[] };
-type Reply = { id: number; ids: number[] } | { id: number; error: string };
+/** One tokenization, with the caller's token limit. */
+export type TokenizeWork = { op: 'encode'; text: string; maxTokens: number } | { op: 'chat'; messages: ChatMessage[]; maxTokens: number };
+export type TokenizeRequest = TokenizeWork & { id: number };
+export type TokenizeReply = { id: number; ids: number[] } | { id: number; tokensAtLeast: number } | { id: number; error: string };
+
+/** What the thread (and the inline path) does with a request. */
+export function tokenizeWithin(tokenizer: Tokenizer, req: TokenizeWork): { ids: number[] } | { tokensAtLeast: number } {
+  if (req.op === 'encode') {
+    const r = encodeWithin(tokenizer, req.text, req.maxTokens);
+    return r.ok ? { ids: r.ids } : { tokensAtLeast: r.tokensAtLeast };
+  }
+  // the template adds little: its messages' own lower bound already says whether it can fit
+  const atLeast = req.messages.reduce((n, m) => n + minTokens(tokenizer, m.content), 0);
+  if (atLeast > req.maxTokens) return { tokensAtLeast: atLeast };
+  const ids = tokenizer.applyChatTemplate(req.messages);
+  return ids.length > req.maxTokens ? { tokensAtLeast: ids.length } : { ids };
+}
 
 export class OffThreadTokenizer {
   private worker: Worker | null = null;
   private nextId = 1;
-  private readonly pending = new Map<number, { resolve(ids: number[]): void; reject(err: Error): void }>();
+  private readonly pending = new Map<number, { resolve(ids: number[]): void; reject(err: Error): void; maxTokens: number }>();
 
   constructor(
     readonly tokenizer: Tokenizer,
@@ -30,28 +62,41 @@ export class OffThreadTokenizer {
     private readonly inlineMaxBytes = INLINE_TOKENIZE_MAX_BYTES,
   ) {}
 
-  /** `tokenizer.encode(text)`, off the event loop when the text is long. */
-  encode(text: string): Promise<number[]> {
-    if (Buffer.byteLength(text) <= this.inlineMaxBytes) return Promise.resolve(this.tokenizer.encode(text));
-    return this.call({ id: 0, op: 'encode', text });
+  /**
+   * `tokenizer.encode(text)`, off the event loop when the text is long; rejects with TokenLimitError
+   * when it has more than `maxTokens` tokens (found without tokenizing it all).
+   */
+  encode(text: string, maxTokens: number = Number.MAX_SAFE_INTEGER): Promise<number[]> {
+    if (Buffer.byteLength(text) <= this.inlineMaxBytes) return this.inline({ op: 'encode', text, maxTokens });
+    return this.call({ id: 0, op: 'encode', text, maxTokens });
   }
 
-  /** `tokenizer.applyChatTemplate(messages)`, off the event loop when the messages are long. */
-  applyChatTemplate(messages: readonly ChatMessage[]): Promise<number[]> {
+  /** `tokenizer.applyChatTemplate(messages)`, off the event loop when the messages are long; TokenLimitError past `maxTokens`. */
+  applyChatTemplate(messages: readonly ChatMessage[], maxTokens: number = Number.MAX_SAFE_INTEGER): Promise<number[]> {
     const bytes = messages.reduce((a, m) => a + Buffer.byteLength(m.content), 0);
-    if (bytes <= this.inlineMaxBytes) return Promise.resolve(this.tokenizer.applyChatTemplate(messages));
-    return this.call({ id: 0, op: 'chat', messages: [...messages] });
+    if (bytes <= this.inlineMaxBytes) return this.inline({ op: 'chat', messages: [...messages], maxTokens });
+    return this.call({ id: 0, op: 'chat', messages: [...messages], maxTokens });
+  }
+
+  private inline(req: TokenizeWork): Promise<number[]> {
+    try {
+      const r = tokenizeWithin(this.tokenizer, req);
+      return 'ids' in r ? Promise.resolve(r.ids) : Promise.reject(new TokenLimitError(r.tokensAtLeast, req.maxTokens));
+    } catch (err) {
+      return Promise.reject(err instanceof Error ? err : new Error(String(err)));
+    }
   }
 
   private thread(): Worker {
     if (this.worker !== null) return this.worker;
     const worker = new Worker(new URL('./tokenizer-thread.js', import.meta.url), { workerData: this.data });
     worker.unref();
-    worker.on('message', (reply: Reply) => {
+    worker.on('message', (reply: TokenizeReply) => {
       const p = this.pending.get(reply.id);
       if (p === undefined) return;
       this.pending.delete(reply.id);
       if ('error' in reply) p.reject(new Error(reply.error));
+      else if ('tokensAtLeast' in reply) p.reject(new TokenLimitError(reply.tokensAtLeast, p.maxTokens));
       else p.resolve(reply.ids);
     });
     const failAll = (reason: string) => {
@@ -65,10 +110,10 @@ export class OffThreadTokenizer {
     return worker;
   }
 
-  private call(req: Request): Promise<number[]> {
+  private call(req: TokenizeRequest): Promise<number[]> {
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
-      this.pending.set(id, { resolve, reject });
+      this.pending.set(id, { resolve, reject, maxTokens: req.maxTokens });
       this.thread().postMessage({ ...req, id });
     });
   }

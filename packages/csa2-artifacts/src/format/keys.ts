@@ -8,6 +8,7 @@
  * | chunk           | `tenants/<tenant>/chunks/<aa>/<chunkKey>`            |
  * | manifest        | `tenants/<tenant>/documents/<documentId>/manifest.json` |
  * | ingest marker   | `tenants/<tenant>/ingests/<documentId>.<startedAtMs>.<nonce>` (see ingest-marker) |
+ * | job input       | `tenants/<tenant>/inputs/<name>.u32` (a job's token list, token-lists.ts) |
  *
  * `<chunkKey>` is 64 lowercase hex chars (format/chunk-key) and `<aa>` its first two, which spreads
  * chunks over 256 directories (filesystem store) or key ranges (S3). Tenant and document ids match
@@ -56,6 +57,22 @@ export function tenantPrefix(tenant: string): string {
 export function chunkObjectKey(tenant: string, chunkKey: string): string {
   validateChunkKey(chunkKey);
   return `${tenantPrefix(tenant)}chunks/${chunkKey.slice(0, 2)}/${chunkKey}`;
+}
+
+const INPUT_NAME_PATTERN = /^[A-Za-z0-9_.-]{1,160}$/;
+
+/**
+ * Object key of a job's input token list (token-lists.ts): `name` is the job id
+ * ([A-Za-z0-9_.-]{1,160}).
+ *
+ * @example
+ * inputObjectKey('acme', 'doc.acme.doc-1'); // 'tenants/acme/inputs/doc.acme.doc-1.u32'
+ */
+export function inputObjectKey(tenant: string, name: string): string {
+  if (typeof name !== 'string' || !INPUT_NAME_PATTERN.test(name) || name.startsWith('.')) {
+    throw new InvalidKeyError(String(name), 'an input name must match [A-Za-z0-9_.-]{1,160} and not start with "."');
+  }
+  return `${tenantPrefix(tenant)}inputs/${name}.u32`;
 }
 
 /** Prefix of every object of one document (today only its manifest). */

@@ -15,6 +15,7 @@
 import { Worker } from 'node:worker_threads';
 import { Csa2Error, type Csa2ErrorCode } from '@csa2/core';
 import type { EngineOptions, EngineStats, GenerateHooks, GenerateOutcome, GenerateRequest, IngestHooks, IngestOutcome, IngestRequest, ModelInfo, SerializedError } from '../engine.js';
+import type { FlowControl } from '../flow-control.js';
 import type { EngineMethod, FromThread, ThreadData, ToThread } from './protocol.js';
 
 /** An error raised inside the engine thread, re-created on the caller's side. */
@@ -77,7 +78,7 @@ export class EngineHost {
   }
 
   generate(req: GenerateRequest, hooks: GenerateHooks = {}): Promise<GenerateOutcome> {
-    return this.call('generate', req, hooks.onToken as ((e: unknown) => void) | undefined, hooks.signal) as Promise<GenerateOutcome>;
+    return this.call('generate', req, hooks.onToken as ((e: unknown) => void) | undefined, hooks.signal, hooks.flow) as Promise<GenerateOutcome>;
   }
 
   /** Encodes a document into an artifact (see Engine.ingest); progress events stream back. */
@@ -99,19 +100,24 @@ export class EngineHost {
   }
 
   /** Sends a call to the thread; `signal` aborts it there (generation stops with 'cancelled'). */
-  protected call(method: EngineMethod, args: unknown, onEvent?: (event: unknown) => void, signal?: AbortSignal): Promise<unknown> {
+  protected call(method: EngineMethod, args: unknown, onEvent?: (event: unknown) => void, signal?: AbortSignal, flow?: FlowControl): Promise<unknown> {
     if (this.exited || this.closing) return Promise.reject(new Csa2Error('runtime', 'the engine thread is not running'));
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
       const onAbort = () => this.post({ type: 'abort', id });
       signal?.addEventListener('abort', onAbort, { once: true });
+      const unfollowFlow = flow?.onChange((paused) => this.post({ type: 'flow', id, paused }));
       this.pending.set(id, {
         resolve,
         reject,
         ...(onEvent !== undefined ? { onEvent } : {}),
-        cleanup: () => signal?.removeEventListener('abort', onAbort),
+        cleanup: () => {
+          signal?.removeEventListener('abort', onAbort);
+          unfollowFlow?.();
+        },
       });
       this.post({ type: 'call', id, method, args });
+      if (flow?.paused === true) this.post({ type: 'flow', id, paused: true });
       if (signal?.aborted === true) onAbort();
     });
   }

@@ -6,6 +6,7 @@
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import { Engine, serializeError } from '../engine.js';
+import { FlowControl } from '../flow-control.js';
 import type { FromThread, ThreadData, ToThread } from './protocol.js';
 
 const port = parentPort;
@@ -23,13 +24,14 @@ try {
 }
 
 const running = new Map<number, AbortController>();
+const flows = new Map<number, FlowControl>();
 
 async function dispatch(id: number, method: string, args: unknown): Promise<unknown> {
   const signal = (running.get(id) as AbortController).signal;
   const onEvent = (event: unknown) => post({ type: 'event', id, event });
   switch (method) {
     case 'generate':
-      return engine.generate(args as Parameters<Engine['generate']>[0], { signal, onToken: onEvent });
+      return engine.generate(args as Parameters<Engine['generate']>[0], { signal, onToken: onEvent, flow: flows.get(id) ?? new FlowControl() });
     case 'ingest':
       return engine.ingest(args as Parameters<Engine['ingest']>[0], { signal, onProgress: onEvent });
     case 'stats':
@@ -48,6 +50,12 @@ port.on('message', (msg: ToThread) => {
     running.get(msg.id)?.abort();
     return;
   }
+  if (msg.type === 'flow') {
+    const flow = flows.get(msg.id);
+    if (msg.paused) flow?.pause();
+    else flow?.resume();
+    return;
+  }
   if (msg.type === 'close') {
     for (const c of running.values()) c.abort();
     void engine.close().finally(() => {
@@ -57,8 +65,12 @@ port.on('message', (msg: ToThread) => {
     return;
   }
   running.set(msg.id, new AbortController());
+  if (msg.method === 'generate') flows.set(msg.id, new FlowControl());
   dispatch(msg.id, msg.method, msg.args).then(
     (value) => post({ type: 'result', id: msg.id, value }),
     (err: unknown) => post({ type: 'error', id: msg.id, error: serializeError(err) }),
-  ).finally(() => running.delete(msg.id));
+  ).finally(() => {
+    running.delete(msg.id);
+    flows.delete(msg.id);
+  });
 });

@@ -10,6 +10,8 @@ export type EngineMethod = 'generate' | 'ingest' | 'tokenize' | 'detokenize' | '
 export type ToThread =
   | { readonly type: 'call'; readonly id: number; readonly method: EngineMethod; readonly args: unknown }
   | { readonly type: 'abort'; readonly id: number }
+  /** Flow control of a generate call (GenerateHooks.flow). */
+  | { readonly type: 'flow'; readonly id: number; readonly paused: boolean }
   | { readonly type: 'close' };
 
 export type FromThread =

@@ -13,9 +13,11 @@
 import { ArtifactReader, type DocumentManifest } from '@csa2/artifacts';
 import { Csa2Error, DEFAULT_REPLAY_TOKENS, InputError, Sampler, TokenHistory, tokenLogprobs, validateSampling, type TokenDecodeStream, type Sequence, type Span, type SpanOutput } from '@csa2/core';
 import { StopMatcher } from '../stop-matcher.js';
-import type { FinishReason, GenerateHooks, GenerateOutcome, GenerateRequest } from '../types.js';
+import type { DocumentRef, FinishReason, GenerateHooks, GenerateOutcome, GenerateRequest } from '../types.js';
+import { documentCacheKey, type DocumentLease } from './document-cache.js';
 import { SegmentRun } from './segment-run.js';
-import { sequenceBytes, type WorkContext } from './work-context.js';
+import { listedChunks } from './stored-chunks.js';
+import { globalCacheBytes, sequenceBytes, type WorkContext } from './work-context.js';
 import type { NextRows, Work } from './work.js';
 
 type Phase =
@@ -37,6 +39,8 @@ export class GenerateWork implements Work {
   private seq: Sequence | null = null;
   private phase: Phase = { kind: 'idle' };
   private manifest: DocumentManifest | null = null;
+  /** The shared loaded document this generation forks (null: none, or a private copy). */
+  private lease: DocumentLease | null = null;
   private readonly replayTokens: number;
   private readonly sampler: Sampler;
   /** The penalties' view of the sequence: the prompt (everything before token 0) and the output. */
@@ -54,6 +58,7 @@ export class GenerateWork implements Work {
   private promptTokens = 0;
   private cachedTokens = 0;
   private firstTokenAtMs = 0;
+  private readonly unfollowFlow: (() => void) | null;
 
   constructor(
     readonly id: number,
@@ -92,6 +97,8 @@ export class GenerateWork implements Work {
     this.stops = new StopMatcher(req.stopSequences ?? []);
     this.decoder = tok.createDecodeStream();
     this.sampler = new Sampler(req.sampling, Math.min(tok.vocabSize, model.config.vocabSize));
+    // a resumed generation has rows again: let an idle loop look
+    this.unfollowFlow = hooks.flow?.onChange((paused) => (paused ? undefined : ctx.wake())) ?? null;
   }
 
   get cancelled(): boolean {
@@ -114,18 +121,44 @@ export class GenerateWork implements Work {
       throw new InputError(`prompt: ${contextTokens} tokens exceed max_seq_len ${model.config.maxSeqLen}`);
     }
     const total = Math.min(model.config.maxSeqLen, contextTokens + this.req.maxTokens);
-    this.kvBytes = sequenceBytes(model, total);
+    const manifest = this.manifest;
+    if (manifest !== null) {
+      // the document is loaded once into the engine's document cache and read in place by every
+      // question on it; this work's KV budget counts only what it adds (see document-cache)
+      const doc = this.req.document as DocumentRef;
+      const store = this.ctx.requireStore();
+      const layout = this.ctx.layout;
+      this.lease = await this.ctx.documents.acquire(documentCacheKey(doc.tenant, doc.documentId, manifest), globalCacheBytes(model, manifest.tokenCount), async () => {
+        const seq = model.createSequence();
+        seq.reserveTokens(manifest.tokenCount);
+        // no chunk cache: the loaded document is the cached copy
+        await listedChunks(doc, () => new ArtifactReader({ store, layout }).loadInto(seq, manifest));
+        return seq;
+      });
+      if (this.finished) this.releaseDocument(); // cancelled while it loaded
+    }
+    this.kvBytes = sequenceBytes(model, total, this.lease !== null ? (this.manifest?.tokenCount ?? 0) : 0);
   }
 
   async load(): Promise<void> {
     const model = this.ctx.model;
-    const seq = model.createSequence();
     const total = Math.min(model.config.maxSeqLen, (this.manifest?.tokenCount ?? 0) + this.req.promptIds.length + this.req.maxTokens);
-    seq.reserveTokens(total);
-    if (this.manifest !== null) {
+    let seq: Sequence;
+    if (this.lease !== null && this.manifest !== null) {
+      seq = this.lease.seq.fork();
+      seq.reserveTokens(total);
+      this.cachedTokens = Math.min(this.manifest.tokenCount, (this.req.document as DocumentRef).cachedTokens ?? this.manifest.tokenCount);
+    } else {
+      seq = model.createSequence();
+      seq.reserveTokens(total);
+    }
+    if (this.lease === null && this.manifest !== null) {
+      // a private copy: the document cache is off or full of documents in use
       const reader = new ArtifactReader({ store: this.ctx.requireStore(), layout: this.ctx.layout, cache: this.ctx.cache });
-      await reader.loadInto(seq, this.manifest);
-      this.cachedTokens = this.manifest.tokenCount;
+      const manifest = this.manifest;
+      const doc = this.req.document as DocumentRef;
+      await listedChunks(doc, () => reader.loadInto(seq, manifest));
+      this.cachedTokens = Math.min(manifest.tokenCount, doc.cachedTokens ?? manifest.tokenCount);
     }
     const prior = seq.length;
     seq.tokens.append(this.req.promptIds);
@@ -149,7 +182,8 @@ export class GenerateWork implements Work {
       case 'replay':
         return { kind: 'prefill', rows: p.run.remaining, layers: p.run.opts.l1 - p.run.opts.l0 };
       case 'decode':
-        return { kind: 'decode' };
+        // paused by its consumer (backpressure): no rows until it resumes
+        return this.hooks.flow?.paused === true ? null : { kind: 'decode' };
       case 'idle':
       case 'done':
         return null;
@@ -242,6 +276,13 @@ export class GenerateWork implements Work {
       logits: this.logitsRows,
     });
     this.seq = null;
+    this.releaseDocument();
+  }
+
+  private releaseDocument(): void {
+    this.unfollowFlow?.();
+    this.lease?.release();
+    this.lease = null;
   }
 
   cancel(): void {
@@ -253,6 +294,7 @@ export class GenerateWork implements Work {
     this.finished = true;
     this.phase = { kind: 'done' };
     this.seq = null;
+    this.releaseDocument();
     this.settle.reject(err);
   }
 

@@ -4,12 +4,16 @@
  * as the gateway sends it) encoded into an artifact. Leading chunks that already exist in the tenant's
  * store (an equal prefix ingested before) are loaded instead of encoded, and the encoder then replays
  * the last R cached tokens with the rest; chunks are written as the encode completes them (the writes
- * overlap the next steps), the manifest last. Re-running the same ingest rewrites nothing.
+ * overlap the next steps), the manifest last. Re-running the same ingest rewrites nothing. A stored
+ * chunk that fails verification ends the re-used prefix and is written again (`chunksRepaired`), as
+ * is any other stored chunk the writer finds damaged. With `prefix` (a long prompt after a stored
+ * document) the document's tokens come first and its chunks are re-used.
  */
-import { ArtifactReader, ArtifactWriter, DEFAULT_CHUNK_TOKENS, bytesPerToken, encodeManifest, existingChunkPrefix } from '@csa2/artifacts';
+import { ArtifactWriter, DEFAULT_CHUNK_TOKENS, bytesPerToken, encodeManifest, existingChunkPrefix } from '@csa2/artifacts';
 import { Csa2Error, DEFAULT_REPLAY_TOKENS, InputError, type Sequence, type Span, type SpanOutput } from '@csa2/core';
 import type { IngestHooks, IngestOutcome, IngestRequest } from '../types.js';
 import { SegmentRun } from './segment-run.js';
+import { documentTokens, loadStoredPrefix } from './stored-chunks.js';
 import { sequenceBytes, type WorkContext } from './work-context.js';
 import type { NextRows, Work } from './work.js';
 
@@ -27,6 +31,7 @@ export class IngestWork implements Work {
   private writer: ArtifactWriter | null = null;
   private pendingWrite: Promise<void> = Promise.resolve();
   private reusedTokens = 0;
+  private damagedChunks = 0;
   private readonly chunkTokens: number;
   private readonly replayTokens: number;
 
@@ -52,14 +57,21 @@ export class IngestWork implements Work {
 
   async prepare(): Promise<void> {
     const model = this.ctx.model;
-    if (this.req.tokenIds !== undefined) this.ids = Uint32Array.from(this.req.tokenIds);
+    let own: Uint32Array;
+    if (this.req.tokenIds !== undefined) own = Uint32Array.from(this.req.tokenIds);
     else {
       const text = this.ctx.tokenizer.encode(this.req.text as string);
       const bos = this.ctx.tokenizer.bosId;
-      this.ids = new Uint32Array(text.length + (bos !== null ? 1 : 0));
-      if (bos !== null) this.ids[0] = bos;
-      this.ids.set(text, bos !== null ? 1 : 0);
+      own = new Uint32Array(text.length + (bos !== null ? 1 : 0));
+      if (bos !== null) own[0] = bos;
+      own.set(text, bos !== null ? 1 : 0);
     }
+    if (this.req.prefix !== undefined) {
+      const prefix = await documentTokens(this.ctx, this.ctx.requireStore(), this.req.prefix);
+      this.ids = new Uint32Array(prefix.length + own.length);
+      this.ids.set(prefix);
+      this.ids.set(own, prefix.length);
+    } else this.ids = own;
     if (this.ids.length === 0) throw new InputError(`document ${this.req.documentId} is empty`);
     model.checkTokens(this.ids, model.createSequence(), `document ${this.req.documentId}`);
     this.kvBytes = sequenceBytes(model, this.ids.length);
@@ -70,18 +82,32 @@ export class IngestWork implements Work {
     const store = this.ctx.requireStore();
     const ids = this.ids;
     const C = this.chunkTokens;
-    this.writer = new ArtifactWriter({ store, layout, tenant: this.req.tenant, documentId: this.req.documentId, chunkTokens: C });
-    const seq = model.createSequence();
-    seq.reserveTokens(ids.length);
-    const reusedChunks = ids.length > C ? await existingChunkPrefix(store, layout, this.req.tenant, ids, C) : 0;
+    const createdAtMs = this.req.createdAtMs;
+    this.writer = new ArtifactWriter({
+      store,
+      layout,
+      tenant: this.req.tenant,
+      documentId: this.req.documentId,
+      chunkTokens: C,
+      // a stored chunk this ingest does not load (past a damaged one, the trailing partial chunk) is
+      // downloaded and verified before it counts as written; a corrupt one is replaced
+      verifyExisting: 'full',
+      ...(createdAtMs !== undefined ? { now: () => new Date(createdAtMs) } : {}),
+    });
+    // leading chunks that exist already (an equal prefix ingested before) are loaded, not encoded;
+    // each is verified, and the first one that fails verification ends the prefix: it is encoded again
+    const existing = ids.length > C ? await existingChunkPrefix(store, layout, this.req.tenant, ids, C) : 0;
+    const create = () => {
+      const s = model.createSequence();
+      s.reserveTokens(ids.length);
+      return s;
+    };
+    const { seq, chunks: reusedChunks, damaged } = await loadStoredPrefix(this.ctx, store, this.req.tenant, ids, C, existing, create);
+    this.damagedChunks = damaged;
     this.reusedTokens = reusedChunks * C;
-    if (reusedChunks > 0) {
-      const reader = new ArtifactReader({ store, layout, cache: this.ctx.cache });
-      await reader.loadChunkPrefix(seq, { tenant: this.req.tenant, tokenIds: ids, chunkTokens: C, chunkCount: reusedChunks });
-      await this.writer.adoptStoredChunks(seq, reusedChunks); // verified by the reader: not packed again
-    }
+    if (reusedChunks > 0) await this.writer.adoptStoredChunks(seq, reusedChunks); // verified by the reader: not packed again
     this.seq = seq;
-    this.hooks.onProgress?.({ tokensDone: this.reusedTokens, tokensTotal: ids.length });
+    this.hooks.onProgress?.({ tokensDone: this.reusedTokens, tokensTotal: ids.length, reusedTokens: this.reusedTokens });
     if (this.reusedTokens >= ids.length) {
       void this.finishIngest();
       return;
@@ -111,7 +137,7 @@ export class IngestWork implements Work {
     // writes go one after another (the writer queues them) while the next steps compute
     this.pendingWrite = writer.writeAvailable(seq, upto);
     this.pendingWrite.catch(() => undefined); // surfaced by finish()
-    this.hooks.onProgress?.({ tokensDone: Math.max(this.reusedTokens, upto), tokensTotal: this.ids.length });
+    this.hooks.onProgress?.({ tokensDone: Math.max(this.reusedTokens, upto), tokensTotal: this.ids.length, reusedTokens: this.reusedTokens });
     if (run.done) void this.finishIngest();
   }
 
@@ -134,6 +160,8 @@ export class IngestWork implements Work {
         reusedTokens: this.reusedTokens,
         chunksWritten: stats.chunksWritten,
         chunksSkipped: stats.chunksSkipped,
+        // (a damaged chunk was deleted before it was written again, so the writer counts it as written)
+        chunksRepaired: this.damagedChunks + stats.chunksRepaired,
         bytesPerToken: bytesPerToken(this.ctx.layout),
       });
     } catch (err) {

@@ -13,6 +13,7 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { fixturesRoot, SeededRandom } from '@csa2/core';
 import { Engine } from '../engine.js';
+import { FlowControl } from '../flow-control.js';
 import type { GenerateRequest, TokenEvent } from '../types.js';
 import { sequenceBytes } from './work-context.js';
 
@@ -165,4 +166,41 @@ test('logprobs: each reported token carries its log-probability and the top alte
   assert.ok(plain.every((t) => t.logprob === undefined && t.topLogprobs === undefined), 'no logprobs unless asked');
   await assert.rejects(engine.generate({ promptIds: ids(3, 1), maxTokens: 2, sampling: greedy, logprobs: 21 }), /logprobs must be an integer in \[0, 20\]/);
   await engine.close();
+});
+
+test('a paused generation (flow control) gets no decode rows until it resumes, then ends exactly as an unpaused run', async () => {
+  const engine = await Engine.open({ modelDir: TINY });
+  try {
+    const req: GenerateRequest = { promptIds: ids(20, 8), maxTokens: 24, sampling: greedy, keepLogits: true, ignoreEos: true };
+    const undisturbed = await engine.generate(req);
+    const flow = new FlowControl();
+    const seen: number[] = [];
+    let resumeAt: Promise<void> | null = null;
+    const run = engine.generate(req, {
+      flow,
+      onToken: (t) => {
+        if (t.id < 0) return;
+        seen.push(t.index);
+        if (t.index === 5) {
+          flow.pause();
+          resumeAt = new Promise((resolve) =>
+            setTimeout(() => {
+              // paused for 150 ms: the other generation ran meanwhile, this one did not
+              assert.equal(seen.length, 6, `${seen.length} tokens while paused`);
+              flow.resume();
+              resolve();
+            }, 150),
+          );
+        }
+      },
+    });
+    const other = await engine.generate({ promptIds: ids(4, 9), maxTokens: 8, sampling: greedy, ignoreEos: true });
+    assert.equal(other.tokens.length, 8, 'a batch-mate runs while one is paused');
+    const out = await run;
+    await resumeAt;
+    assert.deepEqual(out.tokens, undisturbed.tokens);
+    out.logits.forEach((row, j) => assert.deepEqual(row, undisturbed.logits[j], `logits row ${j}`));
+  } finally {
+    await engine.close();
+  }
 });

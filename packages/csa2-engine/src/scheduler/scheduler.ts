@@ -14,7 +14,7 @@
  * prefill rows a step may run while sequences decode (policy.decodeLatencyFactor).
  */
 import { InputError, type Span, type SpanOutput } from '@csa2/core';
-import type { EngineStats, Histogram } from '../types.js';
+import type { SchedulerStats, Histogram } from '../types.js';
 import type { SchedulerPolicy } from './scheduler-policy.js';
 import type { Work } from './work.js';
 
@@ -260,7 +260,7 @@ export class Scheduler {
     this.active.length = 0;
   }
 
-  stats(): EngineStats {
+  stats(): SchedulerStats {
     return {
       running: this.active.length + this.loading.size,
       waiting: this.waiting.length + this.preparing.size,

@@ -3,7 +3,7 @@
  * Settings of the Files and Batch API, read once from the environment with the gateway's other
  * settings (a bad value names its variable). Every size and duration carries its unit.
  */
-import { EnvConfigError, envInt, type Env } from '@csa2/jobs';
+import { EnvConfigError, MAX_FAIR_WEIGHT, MIN_FAIR_WEIGHT, envInt, envOptionalNumber, type Env } from '@csa2/jobs';
 
 export interface BatchConfig {
   /** CSA2_MAX_FILE_BYTES: largest uploaded file (413 past it). @defaultValue 100 MiB */
@@ -16,8 +16,12 @@ export interface BatchConfig {
   readonly concurrency: number;
   /** CSA2_BATCH_WINDOW_LINES: lines of one batch on the queues at once. @defaultValue 16 */
   readonly windowLines: number;
-  /** CSA2_BATCH_PRIORITY: BullMQ priority of batch jobs (1 highest … 2097151; interactive jobs have none and run first). @defaultValue 1000 */
-  readonly priority: number;
+  /**
+   * CSA2_BATCH_WEIGHT: a tenant's batch lines are fair-queued as a flow of their own
+   * (`<tenant>/batch`, fair-priority) with this weight relative to its interactive requests': they fill
+   * what interactive work leaves and, while it waits, get about this share. @defaultValue 0.01
+   */
+  readonly weight: number;
   /** CSA2_BATCH_LINE_ATTEMPTS: tries of a line whose failure is transient. @defaultValue 3 */
   readonly lineAttempts: number;
   /** CSA2_BATCH_POLL_MS: how often a batch checks cancel, expiry and documents it waits for. @defaultValue 500 */
@@ -45,7 +49,7 @@ export function loadBatchConfig(env: Env): BatchConfig {
     maxLines: envInt(env, 'CSA2_BATCH_MAX_LINES', 50_000, { min: 1, max: 1_000_000 }),
     concurrency: envInt(env, 'CSA2_BATCH_CONCURRENCY', 4, { min: 0, max: 256 }),
     windowLines: envInt(env, 'CSA2_BATCH_WINDOW_LINES', 16, { min: 1, max: 4096 }),
-    priority: envInt(env, 'CSA2_BATCH_PRIORITY', 1000, { min: 1, max: 2_097_151 }),
+    weight: envOptionalNumber(env, 'CSA2_BATCH_WEIGHT', { min: MIN_FAIR_WEIGHT, max: MAX_FAIR_WEIGHT }) ?? 0.01,
     lineAttempts: envInt(env, 'CSA2_BATCH_LINE_ATTEMPTS', 3, { min: 1, max: 20 }),
     pollMs: envInt(env, 'CSA2_BATCH_POLL_MS', 500, { min: 10 }),
     maxCompletionWindowMs: envInt(env, 'CSA2_BATCH_MAX_WINDOW_MS', 7 * DAY_MS, { min: 1000 }),

@@ -5,10 +5,10 @@
  *
  * - `/v1/completions`, `/v1/chat/completions`: the body is parsed, checked and tokenized by the same
  *   functions as the routes (routes/completions.ts), planned by planGeneration under the line's
- *   derived request id and seed, enqueued at batch priority, and its stream followed to the end;
+ *   derived request id and seed, enqueued in the tenant's batch flow (CSA2_BATCH_WEIGHT), and its stream followed to the end;
  *   a line naming a document that is still queued or encoding waits for it (`defer`) instead of
  *   failing with 409 as a direct call does — a batch may ingest and ask in one go;
- * - `/v1/documents`: one document (`{id?, text | token_ids, model?}`), ingested at batch priority;
+ * - `/v1/documents`: one document (`{id?, text | token_ids, model?}`), ingested in the batch flow;
  *   the line is done when the document is ready (its object, status 200) or failed. Lines naming
  *   the same id share one ingestion and one artifact.
  *
@@ -94,7 +94,7 @@ export async function runGenerationLine(ctx: LineContext, line: { index: number;
   }
   try {
     await ctx.batches.setAttempt(ctx.batchId, line.index, attempt);
-    await enqueueGeneration(deps, plan, { priority: ctx.config.priority });
+    await enqueueGeneration(deps, plan, { batchWeight: ctx.config.weight });
   } catch (err) {
     if (err instanceof ApiError && err.code === 'queue_full') return { kind: 'later', reason: 'queue-full' };
     return failure(requestId, err);
@@ -140,7 +140,7 @@ export async function runDocumentLine(ctx: LineContext, line: { index: number; b
     const counts = await deps.queues.prefill.getJobCounts('wait', 'prioritized', 'delayed');
     if (Object.values(counts).reduce((a, b) => a + b, 0) >= deps.limits.maxQueueDepth) return { kind: 'later', reason: 'queue-full' };
     await ctx.batches.setAttempt(ctx.batchId, line.index, attempt);
-    await ingestDocument(deps, ctx.tenant, prepared.id, prepared.tokenIds, Date.now(), { priority: ctx.config.priority });
+    await ingestDocument(deps, ctx.tenant, prepared.id, prepared.tokenIds, Date.now(), { batch: true, weight: ctx.config.weight });
     for (;;) {
       if (signal.aborted) return { kind: 'detached' };
       if (Date.now() >= ctx.expiresAtMs) return { kind: 'cancelled', requestId };

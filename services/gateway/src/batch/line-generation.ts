@@ -30,7 +30,7 @@ export async function collectGeneration(deps: GatewayDeps, plan: GenerationPlan,
     const entries = relayStream(deps, {
       requestId: plan.requestId,
       decodeJobId: requestDecodeJobId(plan.requestId),
-      prefillJobId: plan.prefillJob !== null ? requestPrefillJobId(plan.requestId) : null,
+      prefillJobId: plan.prefillPrefix !== null ? requestPrefillJobId(plan.requestId) : null,
       deadlineMs: options.deadlineMs,
       signal: options.signal,
     });

@@ -7,10 +7,13 @@
 import { createHash } from 'node:crypto';
 import type { MiddlewareHandler } from 'hono';
 import { ApiError } from '../errors.js';
+import { keyIdOf } from '../key-limiter.js';
 
 export interface TenantVariables {
   /** The tenant of the request's API key. */
   tenant: string;
+  /** The request's API key as a digest (key-limiter keyIdOf): its limits and Redis counters. */
+  keyId: string;
 }
 
 export interface ApiKeyAuthOptions {
@@ -24,8 +27,8 @@ const digest = (key: string): string => createHash('sha256').update(key, 'utf8')
  * @example app.use('/v1/*', apiKeyAuth({ keys: new Map([['sk-…', 'acme']]) }));
  */
 export function apiKeyAuth(options: ApiKeyAuthOptions): MiddlewareHandler<{ Variables: TenantVariables }> {
-  const tenants = new Map<string, string>();
-  for (const [key, tenant] of options.keys) tenants.set(digest(key), tenant);
+  const tenants = new Map<string, { tenant: string; keyId: string }>();
+  for (const [key, tenant] of options.keys) tenants.set(digest(key), { tenant, keyId: keyIdOf(key) });
   const headers = { 'www-authenticate': 'Bearer' };
   return async function apiKeyAuth(c, next) {
     const header = c.req.header('authorization');
@@ -36,9 +39,10 @@ export function apiKeyAuth(options: ApiKeyAuthOptions): MiddlewareHandler<{ Vari
       });
     }
     const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
-    const tenant = match?.[1] !== undefined ? tenants.get(digest(match[1])) : undefined;
-    if (tenant === undefined) throw new ApiError(401, 'Incorrect API key provided.', { code: 'invalid_api_key', headers });
-    c.set('tenant', tenant);
+    const found = match?.[1] !== undefined ? tenants.get(digest(match[1])) : undefined;
+    if (found === undefined) throw new ApiError(401, 'Incorrect API key provided.', { code: 'invalid_api_key', headers });
+    c.set('tenant', found.tenant);
+    c.set('keyId', found.keyId);
     await next();
   };
 }

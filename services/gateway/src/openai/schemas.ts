@@ -7,11 +7,13 @@
  * top_k, min_p, repetition/presence/frequency penalties, logit_bias, seed) are all honoured. Range checks that depend on config (max_tokens) happen in generation.ts.
  */
 import { z } from 'zod';
-import { ID_PATTERN, MAX_LOGIT_BIAS_ENTRIES } from '@csa2/jobs';
+import { ID_PATTERN, MAX_LOGIT_BIAS_ENTRIES, MAX_STOP_SEQUENCES, MAX_STOP_SEQUENCE_CHARS } from '@csa2/jobs';
 import { invalidRequest, type ApiError } from '../errors.js';
 import { clientIssue } from './issues.js';
 
 const tokenId = z.number().int().nonnegative();
+/** Stop sequences travel in the decode job's payload: bounded like every payload field. */
+const stopSequence = z.string().max(MAX_STOP_SEQUENCE_CHARS, `a stop sequence has at most ${MAX_STOP_SEQUENCE_CHARS} characters`);
 
 const VLLM_UNSUPPORTED_NAMES = [
   'min_tokens',
@@ -57,7 +59,7 @@ const samplingFields = {
   temperature: z.number().min(0).max(2).nullish(),
   top_p: z.number().gt(0, 'must be greater than 0').max(1).nullish(),
   seed: z.number().int().min(Number.MIN_SAFE_INTEGER).max(Number.MAX_SAFE_INTEGER).nullish(),
-  stop: z.union([z.string(), z.array(z.string()).max(4, 'at most 4 stop sequences are allowed')]).nullish(),
+  stop: z.union([stopSequence, z.array(stopSequence).max(MAX_STOP_SEQUENCES, `at most ${MAX_STOP_SEQUENCES} stop sequences are allowed`)]).nullish(),
   stream: z.boolean().nullish(),
   stream_options: z.object({ include_usage: z.boolean().nullish() }).nullish(),
   n: z.number().int().nullish(),

@@ -85,7 +85,7 @@ export const OPERATIONS: readonly Operation[] = [
   { method: 'get', path: '/v1/files/{file_id}/content', operationId: 'downloadFile', tag: 'Files', summary: 'A file’s content', auth: 'key',
     description: 'Batch output and error files are JSONL of BatchOutputLine.', responses: { 200: { description: 'The bytes', media: 'octet' }, 401: E401, 404: E404 } },
   { method: 'post', path: '/v1/batches', operationId: 'createBatch', tag: 'Batches', summary: 'Run a file of requests as a batch', auth: 'key',
-    description: 'Each line (BatchInputLine) runs as a job on the prefill/decode queues at batch priority, behind interactive traffic.',
+    description: 'Each line (BatchInputLine) runs as a job on the prefill/decode queues in the tenant’s batch flow (fair queuing at CSA2_BATCH_WEIGHT), behind interactive traffic.',
     body: { schema: 'BatchCreateRequest' }, responses: { 200: { description: 'The batch (validating)', schema: 'Batch' }, 400: E400, 401: E401, 404: E404, 503: E503 } },
   { method: 'get', path: '/v1/batches', operationId: 'listBatches', tag: 'Batches', summary: 'The tenant’s batches, newest first', auth: 'key', query: BatchListQuerySchema, responses: { 200: { description: 'A page of batches', schema: 'BatchList' }, 400: E400, 401: E401 } },
   { method: 'get', path: '/v1/batches/{batch_id}', operationId: 'retrieveBatch', tag: 'Batches', summary: 'A batch', auth: 'key', responses: { 200: { description: 'The batch', schema: 'Batch' }, 401: E401, 404: E404 } },

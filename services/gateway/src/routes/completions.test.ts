@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import {
   DECODE_JOB_NAME,
+  cancelKey,
   DEFAULT_DECODE_JOB_OPTIONS,
   UnrecoverableError,
   formatFailure,
@@ -43,7 +44,9 @@ describe('completions and chat completions against a fake decoder', () => {
     h = await startHarness({}, { logLines });
     fakeDecoder(h, async (job) => {
       jobs.push(job.data);
-      const prompt = Buffer.from(job.data.promptIds.filter((id) => id < 256)).toString('latin1');
+      // a long prompt's decode job holds its last token only: its prefill job has the rest
+      const prefix = prefillJobs.find((p) => p.requestId === job.data.requestId)?.tokenIds ?? [];
+      const prompt = Buffer.from([...prefix, ...job.data.promptIds].filter((id) => id < 256)).toString('latin1');
       const script = [...scripts.entries()].find(([word]) => prompt.includes(word))?.[1];
       if (script !== undefined) {
         await script(job.data);
@@ -56,8 +59,13 @@ describe('completions and chat completions against a fake decoder', () => {
     fakeEncoder(h, async (job) => {
       const data = job.data;
       if (data.kind !== 'prompt') throw new UnrecoverableError('unexpected document job');
+      if (data.tokenIds === undefined) throw new UnrecoverableError('the test prompts are short enough to travel inline');
       prefillJobs.push(data);
       if (Buffer.from(data.tokenIds).toString('latin1').startsWith('prefill-fail')) throw new UnrecoverableError(formatFailure('artifact-corrupt', 'internal error in the encoder'));
+      if (Buffer.from(data.tokenIds).toString('latin1').startsWith('slow-prefill')) {
+        await job.updateProgress({ tokensDone: 64, tokensTotal: data.tokenIds.length });
+        await new Promise((r) => setTimeout(r, 700));
+      }
       await writeManifest(h, data.tenant, promptDocumentId(data.requestId), data.tokenIds.length);
       await h.deps.queues.decode.add(DECODE_JOB_NAME, data.decode, { ...DEFAULT_DECODE_JOB_OPTIONS, jobId: requestDecodeJobId(data.requestId) });
       return { documentId: promptDocumentId(data.requestId), tokens: data.tokenIds.length, bytesWritten: 1234, artifactBytes: 1234, reusedTokens: 0 };
@@ -265,6 +273,9 @@ describe('completions and chat completions against a fake decoder', () => {
     const reqId = res.headers.get('x-request-id') ?? '';
     assert.deepEqual(((await res.json()) as Record<string, any>)['error'], { message: `The request is invalid for this model. (request id: ${reqId})`, type: 'invalid_request_error', param: null, code: 'input_invalid' });
     assert.ok(logLines.some((l) => l['reqId'] === reqId && String(l['err']).includes('token id 999')), 'the worker message is in the log');
+    const failed = jobs.at(-1);
+    assert.ok(failed !== undefined);
+    await waitFor('the cancel key of a request answered with an error', async () => ((await h.redis.exists(cancelKey(failed.requestId))) === 1 ? true : undefined));
   });
 
   test('a document completion: the job names the document, usage reports cached tokens', async () => {
@@ -279,6 +290,31 @@ describe('completions and chat completions against a fake decoder', () => {
     assert.equal(job?.documentId, 'handbook');
     assert.deepEqual(job?.promptIds, [...Buffer.from(' doc-question')]);
     assert.deepEqual(body['usage'], { prompt_tokens: 53, completion_tokens: 2, total_tokens: 55, prompt_tokens_details: { cached_tokens: 40 } });
+  });
+
+  test('a document whose artifact lost a chunk: 500 artifact_missing, its status says so, posting it again re-encodes it', async () => {
+    await writeManifest(h, TENANT_A, 'damaged', 40);
+    scripts.set('lost-chunk', async (job) => {
+      await writeEntries(h.redis, job.requestId, [{ kind: 'error', code: 'artifact-missing', message: 'document damaged of tenant tenant-a: object tenants/… is missing from the store' }]);
+    });
+    const res = await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: ' lost-chunk', document_id: 'damaged' }));
+    assert.equal(res.status, 500);
+    assert.equal(((await res.json()) as Record<string, any>)['error'].code, 'artifact_missing');
+    const status = (await (await h.app.request(`http://gateway.test/v1/documents/damaged`, { headers: { authorization: `Bearer ${KEY_A}` } })).json()) as Record<string, unknown>;
+    assert.equal(status['status'], 'failed');
+    assert.equal(status['error_code'], 'artifact_missing');
+    assert.match(String(status['reason']), /missing from the object store/);
+
+    const jobsBefore = jobs.length;
+    const again = await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: ' anything', document_id: 'damaged' }));
+    assert.equal(again.status, 500, 'refused at once: a storage error, not 409');
+    assert.equal(((await again.json()) as Record<string, any>)['error'].code, 'artifact_missing');
+    assert.equal(jobs.length, jobsBefore, 'nothing was enqueued');
+
+    const repost = await h.app.request(...post('/v1/documents', { id: 'damaged', text: 'the same text' }));
+    assert.equal(repost.status, 202);
+    assert.equal(((await repost.json()) as Record<string, unknown>)['status'], 'queued');
+    assert.equal(await h.store.head(manifestObjectKey(TENANT_A, 'damaged')), null, 'the damaged manifest is gone until the encoder writes it again');
   });
 
   test("another tenant's document is unknown (404 naming document_id)", async () => {
@@ -311,11 +347,53 @@ describe('completions and chat completions against a fake decoder', () => {
     );
   });
 
+  test('a long prompt after a document goes through the encoder too: the document is its artifact\'s prefix, the decoder gets one token', async () => {
+    await writeManifest(h, TENANT_A, 'prefix-doc', 40);
+    const prompt = ' question '.repeat(12); // 120 tokens ≥ CSA2_PREFILL_THRESHOLD_TOKENS
+    const res = await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt, document_id: 'prefix-doc', max_tokens: 4 }));
+    assert.equal(res.status, 200);
+    const body = (await res.json()) as Record<string, any>;
+    const pj = prefillJobs.find((j) => j.requestId === body['id']);
+    assert.ok(pj, 'a prompt prefill job was enqueued');
+    assert.equal(pj.prefixDocumentId, 'prefix-doc');
+    assert.deepEqual(pj.tokenIds, [...Buffer.from(prompt)].slice(0, -1));
+    assert.deepEqual(pj.decode.promptIds, [...Buffer.from(prompt)].slice(-1));
+    assert.equal(pj.decode.documentId, promptDocumentId(pj.requestId));
+  });
+
   test('a shorter prompt does not touch the prefill queue', async () => {
     const before = prefillJobs.length;
     const res = await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: 'x'.repeat(99) }));
     assert.equal(res.status, 200);
     assert.equal(prefillJobs.length, before);
+  });
+
+  test('a quiet stream carries progress comments: the prefill\'s tokens, then the decode job, and a job whose worker died (lock gone)', async () => {
+    let release: () => void = () => undefined;
+    scripts.set('slow-decode', async (job) => {
+      await new Promise<void>((resolve) => (release = resolve));
+      await writeEntries(h.redis, job.requestId, [...tokenEntries('ok'), finalEntry(job, 2)]);
+    });
+    const res = await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: `slow-prefill slow-decode ${'z'.repeat(100)}`, stream: true }));
+    assert.equal(res.status, 200);
+    const body = res.text();
+    // the decode job runs and holds: its lock disappears as when the worker died and the lock expired
+    const job = await waitFor('the decode job to be active', async () =>
+      jobs.find((d) => prefillJobs.some((p) => p.requestId === d.requestId && Buffer.from(p.tokenIds ?? []).toString('latin1').startsWith('slow-prefill'))),
+    );
+    await new Promise((r) => setTimeout(r, 500)); // a progress poll or two while it is active
+    await h.redis.del(h.deps.queues.decode.toKey(`${requestDecodeJobId(job.requestId)}:lock`));
+    await new Promise((r) => setTimeout(r, 500));
+    release();
+    const raw = await body;
+    const progress = raw
+      .split('\n\n')
+      .filter((e) => e.startsWith(': progress '))
+      .map((e) => JSON.parse(e.slice(': progress '.length)) as Record<string, unknown>);
+    assert.ok(progress.some((p) => p['stage'] === 'prefill' && p['state'] === 'active' && p['tokens_done'] === 64), JSON.stringify(progress));
+    assert.ok(progress.some((p) => p['stage'] === 'decode' && p['state'] === 'active' && p['tokens'] === 0 && p['attempt'] === 1 && p['stalled'] === undefined), JSON.stringify(progress));
+    assert.ok(progress.some((p) => p['stage'] === 'decode' && p['state'] === 'active' && p['stalled'] === true), JSON.stringify(progress));
+    assert.deepEqual(parseSse(raw).at(-1), '[DONE]');
   });
 
   test("a long prompt's prefill job that fails for good ends the request with its failure", async () => {

@@ -5,11 +5,13 @@
  * chat uses the tokenizer's chat template, whose BOS is dropped after a document), then hand a
  * GenerationRequest to generation.ts.
  */
-import { Hono } from 'hono';
+import { Hono, type Context } from 'hono';
 import { validateTokenIds } from '@csa2/core';
-import { invalidRequest } from '../errors.js';
+import { invalidRequest, isRedisUnavailable, redisUnavailable } from '../errors.js';
 import { enqueueGeneration, planGeneration, respondGeneration, type GenerationRequest, type SamplingOptions } from '../generation.js';
 import type { GatewayDeps } from '../deps.js';
+import { TokenLimitError } from '../tokenize-pool.js';
+import { releaseBody } from '../middleware/body-budget.js';
 import type { TenantVariables } from '../middleware/api-key-auth.js';
 import type { RequestIdVariables } from '../middleware/request-id.js';
 import { readJson } from '../middleware/json-body.js';
@@ -62,10 +64,35 @@ function sampling(
   };
 }
 
-async function generate(c: Parameters<typeof respondGeneration>[0], deps: GatewayDeps, request: GenerationRequest): Promise<Response> {
-  const plan = await planGeneration(deps, request);
-  await enqueueGeneration(deps, plan);
-  return respondGeneration(c, deps, plan);
+/** A prompt refused by the tokenizer for its length: the 400 planGeneration gives, said before tokenizing it all. */
+function tooLong(err: unknown, deps: GatewayDeps, param: string): never {
+  if (err instanceof TokenLimitError) {
+    throw invalidRequest(
+      `This model's maximum prompt length is ${deps.limits.maxPromptTokens} tokens. However, your prompt has at least ${err.tokensAtLeast} tokens. Please reduce the length of the prompt.`,
+      param,
+      'context_length_exceeded',
+    );
+  }
+  throw err;
+}
+
+async function generate(c: Context<{ Variables: TenantVariables & RequestIdVariables }>, deps: GatewayDeps, request: Omit<GenerationRequest, 'weight'>): Promise<Response> {
+  const keyId = c.get('keyId');
+  const limits = deps.keyLimits(keyId);
+  const plan = await planGeneration(deps, { ...request, weight: limits.weight });
+  // the key's limits: its prompt plus what it may generate count against its tokens per minute
+  const admission = await deps.keyLimiter
+    .admitCompletion(keyId, limits, { requestId: plan.requestId, tokens: plan.promptTokens + plan.decodeJob.maxTokens })
+    .catch((err: unknown) => {
+      throw isRedisUnavailable(err) ? redisUnavailable(err) : err;
+    });
+  try {
+    await enqueueGeneration(deps, plan);
+  } catch (err) {
+    admission.release();
+    throw err;
+  }
+  return respondGeneration(c, deps, plan, admission);
 }
 
 /**
@@ -76,7 +103,7 @@ async function generate(c: Parameters<typeof respondGeneration>[0], deps: Gatewa
 export async function completionPromptIds(deps: GatewayDeps, prompt: CompletionRequest['prompt'], options: { documentId: string | null; addBos?: boolean }): Promise<number[]> {
   const normalized = normalizePrompt(prompt);
   if (normalized.kind === 'text') {
-    const ids = await deps.tokenize.encode(normalized.text);
+    const ids = await deps.tokenize.encode(normalized.text, deps.limits.maxPromptTokens).catch((err: unknown) => tooLong(err, deps, 'prompt'));
     if (deps.tokenizer.bosId !== null && options.documentId === null && options.addBos !== false) ids.unshift(deps.tokenizer.bosId);
     return ids;
   }
@@ -91,7 +118,7 @@ export async function completionPromptIds(deps: GatewayDeps, prompt: CompletionR
 
 /** The token ids of chat messages as the model sees them: the tokenizer's chat template, whose BOS is dropped after a document. */
 export async function chatPromptIds(deps: GatewayDeps, messages: ChatRequest['messages'], options: { documentId: string | null }): Promise<number[]> {
-  const ids = await deps.tokenize.applyChatTemplate(normalizeMessages(messages));
+  const ids = await deps.tokenize.applyChatTemplate(normalizeMessages(messages), deps.limits.maxPromptTokens).catch((err: unknown) => tooLong(err, deps, 'messages'));
   if (options.documentId !== null && deps.tokenizer.bosId !== null && ids[0] === deps.tokenizer.bosId) ids.shift();
   return ids;
 }
@@ -142,7 +169,15 @@ function vocabLimit(deps: GatewayDeps): number {
 
 export function completionsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVariables & RequestIdVariables }> {
   const app = new Hono<{ Variables: TenantVariables & RequestIdVariables }>();
-  app.post('/completions', async (c) => generate(c, deps, await completionRequest(deps, c.get('tenant'), await readJson(c), c.get('reqId'))));
-  app.post('/chat/completions', async (c) => generate(c, deps, await chatRequest(deps, c.get('tenant'), await readJson(c), c.get('reqId'))));
+  app.post('/completions', async (c) => {
+    const request = await completionRequest(deps, c.get('tenant'), await readJson(c), c.get('reqId'));
+    releaseBody(c.req.raw); // tokenized: the answer may take long, the body budget is not needed for it
+    return generate(c, deps, request);
+  });
+  app.post('/chat/completions', async (c) => {
+    const request = await chatRequest(deps, c.get('tenant'), await readJson(c), c.get('reqId'));
+    releaseBody(c.req.raw);
+    return generate(c, deps, request);
+  });
   return app;
 }

@@ -1,8 +1,10 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { manifestObjectKey } from '@csa2/artifacts';
-import { UnrecoverableError, documentJobId, formatFailure, type DocumentPrefillJob } from '@csa2/jobs';
-import { KEY_B, TENANT_A, fakeEncoder, get, post, startHarness, waitFor, writeManifest, type Harness } from '../testing/harness.js';
+import { getTokenList, manifestObjectKey } from '@csa2/artifacts';
+import { MAX_INLINE_TOKEN_IDS, UnrecoverableError, documentJobId, formatFailure, type DocumentPrefillJob } from '@csa2/jobs';
+import { ingestDocument } from '../documents.js';
+import { KEY_B, MODEL_NAME, TENANT_A, TENANT_B, fakeEncoder, get, post, startHarness, waitFor, writeManifest, type Harness } from '../testing/harness.js';
+import { sweepPromptArtifacts } from '../prompt-artifacts.js';
 
 type Doc = Record<string, unknown>;
 
@@ -34,7 +36,7 @@ describe('documents: ingest, status lifecycle, delete, tenant scoping', () => {
       const total = 'tokenIds' in data.input ? data.input.tokenIds.length : 0;
       await job.updateProgress({ tokensDone: 4, tokensTotal: total });
       await new Promise<void>((resolve) => gates.set(data.documentId, resolve));
-      await writeManifest(h, data.tenant, data.documentId, total, 8);
+      await writeManifest(h, data.tenant, data.documentId, total, 8, data.acceptedAtMs);
       return { documentId: data.documentId, tokens: total, bytesWritten: total * 100, artifactBytes: total * 100, reusedTokens: 0 };
     });
   }
@@ -50,7 +52,8 @@ describe('documents: ingest, status lifecycle, delete, tenant scoping', () => {
     assert.deepEqual(await status('guide'), [200, body]);
   });
 
-  test('queued → encoding (with progress) → ready (tokens, bytes from the manifest)', async () => {
+  test('queued → encoding (with progress) → ready (tokens, bytes from the manifest); created_at stays the same', async () => {
+    const createdAt = (await status('guide'))[1]['created_at'];
     startEncoder();
     const encoding = await waitFor('encoding', async () => {
       const [code, doc] = await status('guide');
@@ -58,6 +61,7 @@ describe('documents: ingest, status lifecycle, delete, tenant scoping', () => {
       return doc['status'] === 'encoding' && doc['progress'] !== undefined && (doc['progress'] as Doc)['tokens_done'] === 4 ? doc : undefined;
     });
     assert.deepEqual(encoding['progress'], { tokens_done: 4, tokens_total: 11 });
+    assert.equal(encoding['created_at'], createdAt);
     gates.get('guide')?.();
     const ready = await waitFor('ready', async () => {
       const [, doc] = await status('guide');
@@ -65,6 +69,7 @@ describe('documents: ingest, status lifecycle, delete, tenant scoping', () => {
     });
     assert.equal(ready['tokens'], 11);
     assert.equal(ready['bytes'], 1100);
+    assert.equal(ready['created_at'], createdAt);
     const metrics = await (await h.app.request('http://gateway.test/metrics')).text();
     assert.match(metrics, /^csa2_artifact_bytes_total\{kind="document"\} 1100$/m);
     assert.match(metrics, /^csa2_queue_wait_seconds_count\{queue="prefill"\} 1$/m);
@@ -147,8 +152,53 @@ describe('documents: ingest, status lifecycle, delete, tenant scoping', () => {
     await bad({ text: '' }, 'text');
     await bad({ token_ids: [1, 999] }, 'token_ids');
     await bad({ text: 'x'.repeat(300) }, 'text');
+    // refused before it is tokenized (the byte count alone says so), with what is known of its length
+    const long = await h.app.request(...post('/v1/documents', { text: 'x'.repeat(30_000) }));
+    assert.equal(long.status, 400);
+    assert.match(((await long.json()) as { error: Doc }).error['message'] as string, /^The document has at least 30000 tokens; this server accepts at most 255/);
     await bad({ text: 'a', model: 'other-model' }, 'model', 404);
     assert.equal(await h.deps.queues.prefill.getJob(documentJobId(TENANT_A, 'dup')), undefined);
+  });
+
+  test("a long prompt's artifact is never one of the tenant's documents: GET, DELETE and document_id answer 404", async () => {
+    await writeManifest(h, TENANT_A, 'prompt-cmpl-abc', 30, 8);
+    assert.equal((await status('prompt-cmpl-abc'))[0], 404);
+    assert.equal((await h.app.request(...get('/v1/documents/prompt-cmpl-abc', undefined, 'DELETE'))).status, 404);
+    assert.notEqual(await h.store.head(manifestObjectKey(TENANT_A, 'prompt-cmpl-abc')), null, 'DELETE did not touch it');
+    const completion = await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: 'x', document_id: 'prompt-cmpl-abc' }));
+    assert.equal(completion.status, 404);
+    assert.equal(((await completion.json()) as { error: Doc }).error['code'], 'document_not_found');
+  });
+
+  test('prompt artifacts left in the store expire: a sweep deletes those older than the TTL, and nothing else', async () => {
+    const hourAgo = Date.now() - 3600_000;
+    await writeManifest(h, TENANT_A, 'prompt-cmpl-old', 10, 8, hourAgo);
+    await writeManifest(h, TENANT_B, 'prompt-cmpl-old-b', 10, 8, hourAgo);
+    await writeManifest(h, TENANT_A, 'prompt-cmpl-young', 10, 8);
+    await writeManifest(h, TENANT_A, 'old-document', 10, 8, hourAgo);
+    assert.equal(await sweepPromptArtifacts(h.deps, 600_000), 2, 'the two old ones, of both tenants');
+    assert.equal(await h.store.head(manifestObjectKey(TENANT_A, 'prompt-cmpl-old')), null);
+    assert.equal(await h.store.head(manifestObjectKey(TENANT_B, 'prompt-cmpl-old-b')), null);
+    assert.notEqual(await h.store.head(manifestObjectKey(TENANT_A, 'prompt-cmpl-young')), null, 'its request may still be running');
+    assert.notEqual(await h.store.head(manifestObjectKey(TENANT_A, 'old-document')), null, 'documents never expire');
+  });
+
+  test('a long document travels to the encoder through the object store, not the job payload; deleting it queued removes that too', async () => {
+    // (called directly: this model's context is shorter than MAX_INLINE_TOKEN_IDS)
+    const ids = Array.from({ length: MAX_INLINE_TOKEN_IDS + 904 }, (_, i) => (i * 31) % 256);
+    await h.deps.queues.prefill.pause(); // it stays queued (the fake encoder would take it)
+    const state = await ingestDocument(h.deps, TENANT_A, 'long-doc', ids, Date.now());
+    assert.equal(state.status, 'queued');
+    const job = await h.deps.queues.prefill.getJob(documentJobId(TENANT_A, 'long-doc'));
+    assert.ok(job !== undefined);
+    const input = (job.data as DocumentPrefillJob).input;
+    assert.ok('tokensRef' in input, JSON.stringify(input).slice(0, 200));
+    assert.ok(JSON.stringify(job.data).length < 1024, `payload of ${JSON.stringify(job.data).length} bytes`);
+    assert.deepEqual(await getTokenList(h.store, TENANT_A, input.tokensRef), ids);
+    assert.equal((await status('long-doc'))[1]['tokens'], ids.length, 'its status still counts its tokens');
+    assert.equal((await h.app.request(...get('/v1/documents/long-doc', undefined, 'DELETE'))).status, 200);
+    assert.equal(await h.store.head(input.tokensRef.key), null, 'the stored list went with the job');
+    await h.deps.queues.prefill.resume();
   });
 
   test('a manifest written directly (an encoder elsewhere) makes the document ready for its tenant only', async () => {

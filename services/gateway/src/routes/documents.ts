@@ -14,9 +14,11 @@ import { ApiError, invalidRequest, isRedisUnavailable, modelNotFound, redisUnava
 import { RESERVED_DOCUMENT_PREFIX, deleteDocument, documentObject, documentStatus, ingestDocument } from '../documents.js';
 import type { GatewayDeps } from '../deps.js';
 import { DEFAULT_DOCUMENT_LIST_LIMIT, MAX_DOCUMENT_LIST_LIMIT, listDocuments, type DocumentListQuery } from '../document-list.js';
+import { isPromptArtifactId } from '../prompt-artifacts.js';
 import type { TenantVariables } from '../middleware/api-key-auth.js';
 import type { RequestIdVariables } from '../middleware/request-id.js';
 import { readJson } from '../middleware/json-body.js';
+import { TokenLimitError } from '../tokenize-pool.js';
 import { parseRequest } from '../openai/schemas.js';
 
 /** Documents per POST at most. */
@@ -50,8 +52,18 @@ export async function prepareDocument(deps: GatewayDeps, input: DocumentInput, p
     throw invalidRequest(`Invalid value for '${param('id')}': ids starting with '${RESERVED_DOCUMENT_PREFIX}' are reserved`, param('id'), 'invalid_value');
   }
   let tokenIds: number[];
+  const field = param(input.text !== undefined ? 'text' : 'token_ids');
+  const tooMany = (n: string): ApiError =>
+    invalidRequest(`The document has ${n} tokens; this server accepts at most ${limits.maxDocumentTokens} (CSA2_MAX_DOCUMENT_TOKENS)`, field, 'context_length_exceeded');
   if (input.text !== undefined) {
-    tokenIds = await deps.tokenize.encode(input.text);
+    // refused before (or while) it is tokenized when it cannot fit: the BOS takes one token
+    const bos = tokenizer.bosId !== null ? 1 : 0;
+    try {
+      tokenIds = await deps.tokenize.encode(input.text, limits.maxDocumentTokens - bos);
+    } catch (err) {
+      if (err instanceof TokenLimitError) throw tooMany(`at least ${err.tokensAtLeast + bos}`);
+      throw err;
+    }
     if (tokenizer.bosId !== null) tokenIds.unshift(tokenizer.bosId);
   } else {
     tokenIds = input.token_ids ?? [];
@@ -61,11 +73,8 @@ export async function prepareDocument(deps: GatewayDeps, input: DocumentInput, p
       throw invalidRequest(`Invalid value for '${param('token_ids')}': ${err instanceof Error ? err.message : String(err)}`, param('token_ids'), 'invalid_value');
     }
   }
-  const field = param(input.text !== undefined ? 'text' : 'token_ids');
   if (tokenIds.length === 0) throw invalidRequest(`Invalid value for '${field}': the document is empty`, field, 'invalid_value');
-  if (tokenIds.length > limits.maxDocumentTokens) {
-    throw invalidRequest(`The document has ${tokenIds.length} tokens; this server accepts at most ${limits.maxDocumentTokens} (CSA2_MAX_DOCUMENT_TOKENS)`, field, 'context_length_exceeded');
-  }
+  if (tokenIds.length > limits.maxDocumentTokens) throw tooMany(String(tokenIds.length));
   return { id: input.id ?? `doc-${randomBytes(12).toString('base64url')}`, tokenIds };
 }
 
@@ -118,17 +127,27 @@ export function documentsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVari
     if (!deps.inflight.isAccepting) throw new ApiError(503, 'the server is shutting down', { code: 'shutting_down', headers: { 'retry-after': '1' } });
     const acceptedAtMs = Date.now();
     const results: Record<string, unknown>[] = [];
+    const keyId = c.get('keyId');
+    const limits = deps.keyLimits(keyId);
+    const enqueued: string[] = [];
+    let headers: Readonly<Record<string, string>> = {};
     try {
+      // the key's limits: one request, the documents' tokens, and its queued documents
+      headers = (await deps.keyLimiter.admitDocuments(keyId, limits, { count: docs.length, tokens: docs.reduce((n, d) => n + d.tokenIds.length, 0) })).headers;
       const counts = await deps.queues.prefill.getJobCounts('wait', 'prioritized', 'delayed');
       const backlog = Object.values(counts).reduce((a, b) => a + b, 0);
       if (backlog + docs.length > deps.limits.maxQueueDepth) {
         throw new ApiError(429, `The server is overloaded: ${waiting(backlog, 'job')} for the prefill workers. Please retry shortly.`, { code: 'queue_full', headers: { 'retry-after': '1' } });
       }
-      for (const d of docs) results.push(documentObject(d.id, await ingestDocument(deps, tenant, d.id, d.tokenIds, acceptedAtMs, { reqId: c.get('reqId') })));
+      for (const d of docs) {
+        results.push(documentObject(d.id, await ingestDocument(deps, tenant, d.id, d.tokenIds, acceptedAtMs, { weight: limits.weight, reqId: c.get('reqId'), onEnqueued: (id) => enqueued.push(id) })));
+      }
     } catch (err) {
       mapRedis(err);
+    } finally {
+      await deps.keyLimiter.countDocumentJobs(keyId, limits, enqueued).catch(() => undefined);
     }
-    return c.json(batch ? { object: 'list', data: results } : results[0], 202);
+    return c.json(batch ? { object: 'list', data: results } : results[0], 202, { ...headers });
   });
 
   app.get('/documents', async (c) => {
@@ -139,7 +158,8 @@ export function documentsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVari
   app.get('/documents/:id', async (c) => {
     const id = c.req.param('id');
     const notFound = new ApiError(404, `No document found with id '${id}'`, { param: 'id', code: 'document_not_found' });
-    if (!ID_PATTERN.test(id)) throw notFound;
+    // a long prompt's artifact is not a document of the tenant's
+    if (!ID_PATTERN.test(id) || isPromptArtifactId(id)) throw notFound;
     const found = await documentStatus(deps, c.get('tenant'), id).catch(mapRedis);
     if (found === null) throw notFound;
     return c.json(documentObject(id, found.state));
@@ -148,7 +168,7 @@ export function documentsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVari
   app.delete('/documents/:id', async (c) => {
     const id = c.req.param('id');
     const notFound = new ApiError(404, `No document found with id '${id}'`, { param: 'id', code: 'document_not_found' });
-    if (!ID_PATTERN.test(id)) throw notFound;
+    if (!ID_PATTERN.test(id) || isPromptArtifactId(id)) throw notFound;
     const existed = await deleteDocument(deps, c.get('tenant'), id).catch(mapRedis);
     if (!existed) throw notFound;
     return c.json({ id, object: 'document.deleted', deleted: true });

@@ -106,6 +106,8 @@ describe('request validation (no worker: nothing may be enqueued)', () => {
       [{ seed: 1.5 }, 'seed'],
       [{ stop: ['a', 'b', 'c', 'd', 'e'] }, 'stop'],
       [{ stop: [''] }, 'stop'],
+      [{ stop: ['x'.repeat(513)] }, 'stop[0]'],
+      [{ stop: 'y'.repeat(513) }, 'stop'],
       [{ n: 2 }, 'n'],
       [{ echo: true }, 'echo'],
       [{ logprobs: 3 }, 'logprobs'],

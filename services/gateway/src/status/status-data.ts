@@ -47,7 +47,7 @@ export interface TenantStatus {
 export interface QueueStatus {
   readonly queue: string;
   readonly waiting: number;
-  /** Jobs added with a priority: batch lines. */
+  /** Jobs waiting in fair-share order (every job the gateways and encoders add has a fair-queuing priority). */
   readonly prioritized: number;
   readonly delayed: number;
   readonly active: number;

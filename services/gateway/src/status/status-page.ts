@@ -167,7 +167,7 @@ export function renderStatusPage(s: StatusData): string {
       })
       .join('');
     const wrows = s.workers.length === 0 ? '<tr><td colspan="4" class="muted">No worker is connected.</td></tr>' : s.workers.map((w) => `<tr><td>${e(w.queue)}</td><td><code>${e(w.addr)}</code></td><td class="num">${e(fmtDuration(w.ageS))}</td><td class="num">${e(fmtDuration(w.idleS))}</td></tr>`).join('');
-    parts.push(`<div class="grid"><section class="card"><h2>Queues</h2><table><thead><tr><th>queue</th><th class="num">waiting</th><th class="num">batch priority</th><th class="num">delayed</th><th class="num">running</th><th class="num">failed</th><th>backlog</th></tr></thead><tbody>${qrows}</tbody></table></section>
+    parts.push(`<div class="grid"><section class="card"><h2>Queues</h2><table><thead><tr><th>queue</th><th class="num">waiting</th><th class="num">prioritized</th><th class="num">delayed</th><th class="num">running</th><th class="num">failed</th><th>backlog</th></tr></thead><tbody>${qrows}</tbody></table></section>
 <section class="card"><h2>Workers</h2><table><thead><tr><th>queue</th><th>connection</th><th class="num">up</th><th class="num">idle</th></tr></thead><tbody>${wrows}</tbody></table></section></div>`);
   }
   parts.push(...s.tenants.map((t) => tenantCard(t, nowMs)));

@@ -177,8 +177,11 @@ export function fakeEncoder(h: Harness, process: (job: Job<PrefillJob, PrefillRe
   return worker;
 }
 
-/** Writes a valid manifest for (tenant, documentId) with `tokenCount` tokens in chunks of `chunkTokens`. */
-export async function writeManifest(h: Harness, tenant: string, documentId: string, tokenCount: number, chunkTokens = 64): Promise<DocumentManifest> {
+/**
+ * Writes a valid manifest for (tenant, documentId) with `tokenCount` tokens in chunks of `chunkTokens`,
+ * created at `createdAtMs` (the encoder writes the document's acceptedAtMs there).
+ */
+export async function writeManifest(h: Harness, tenant: string, documentId: string, tokenCount: number, chunkTokens = 64, createdAtMs = Date.now()): Promise<DocumentManifest> {
   const chunks = [];
   for (let start = 0, i = 0; start < tokenCount; start += chunkTokens, i++) {
     const end = Math.min(start + chunkTokens, tokenCount);
@@ -193,7 +196,7 @@ export async function writeManifest(h: Harness, tenant: string, documentId: stri
     tokenCount,
     chunkTokens,
     chunks,
-    createdAt: new Date().toISOString(),
+    createdAt: new Date(createdAtMs).toISOString(),
   };
   await h.store.put(manifestObjectKey(tenant, documentId), encodeManifest(manifest));
   return manifest;

@@ -1,0 +1,138 @@
+/**
+ * The document cache: one load per document for all its concurrent questions, leases that pin,
+ * least-recently-used eviction of idle entries, a document that cannot fit beside leased ones is not
+ * cached, a failed load caches nothing. Then through Engine: questions on a shared document give
+ * exactly what questions on private copies give (cache off), and their KV admission counts only what
+ * each adds.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { Sequence, SeededRandom, fixturesRoot } from '@csa2/core';
+import { Engine } from '../engine.js';
+import { DocumentCache } from './document-cache.js';
+import { sequenceBytes } from './work-context.js';
+
+function seqOf(rows: number): Sequence {
+  const s = new Sequence({ numLayers: 1, window: 2, headDim: 32, indexHeadDim: 32, kvSources: [{ layer: 0, ratio: 1 }] });
+  const c = s.cache(0);
+  for (let i = 0; i < rows; i++) {
+    c.mainKv.append(new Uint8Array(c.mainKv.rowBytes).fill(i & 0xff));
+    c.indexK.append(new Uint8Array(c.indexK.rowBytes));
+  }
+  return s;
+}
+
+test('DocumentCache: concurrent acquires share one load; leases pin; idle entries go oldest first; no room → not cached; a failed load caches nothing', async () => {
+  const cache = new DocumentCache(1000);
+  let loads = 0;
+  const load = (rows: number) => async () => {
+    loads++;
+    await new Promise((r) => setTimeout(r, 5));
+    return seqOf(rows);
+  };
+  const [a, b] = await Promise.all([cache.acquire('a', 400, load(3)), cache.acquire('a', 400, load(3))]);
+  assert.ok(a !== null && b !== null);
+  assert.equal(loads, 1, 'one load for both');
+  assert.equal(a.seq, b.seq);
+  assert.equal(a.seq.sharedBytes(), a.seq.globalCacheBytes(), 'the loaded sequence is frozen');
+  assert.deepEqual([cache.stats.misses, cache.stats.hits, cache.stats.entries, cache.stats.leased, cache.stats.bytes], [1, 1, 1, 1, 400]);
+  const c = await cache.acquire('c', 500, load(2));
+  assert.ok(c !== null);
+  // 'a' and 'c' are leased: 'd' (300) does not fit beside them
+  assert.equal(cache.canHold('d', 300), false);
+  assert.equal(await cache.acquire('d', 300, load(1)), null);
+  assert.equal(cache.stats.bypassed, 1);
+  a.release();
+  a.release(); // twice is once
+  b.release();
+  // 'a' is idle now: it is evicted (the oldest) to make room for 'd'
+  const d = await cache.acquire('d', 300, load(1));
+  assert.ok(d !== null);
+  assert.deepEqual([cache.stats.evictions, cache.stats.entries, cache.stats.bytes], [1, 2, 800]);
+  c.release();
+  d.release();
+  // a load that fails: rejected, nothing cached, the next acquire loads again
+  await assert.rejects(
+    cache.acquire('e', 100, async () => {
+      throw new Error('store down');
+    }),
+    /store down/,
+  );
+  assert.equal(cache.stats.entries, 2);
+  const e = await cache.acquire('e', 100, load(1));
+  assert.ok(e !== null);
+  e.release();
+  assert.ok(cache.stats.bytes <= 1000);
+  // a document larger than the cache is never cached; off (0) caches nothing
+  assert.equal(await cache.acquire('big', 2000, load(1)), null);
+  assert.equal(await new DocumentCache(0).acquire('a', 1, load(1)), null);
+  assert.throws(() => new DocumentCache(-1), /non-negative/);
+});
+
+const TINY = join(fixturesRoot(), 'deepseek-v41-tiny-a');
+const greedy = { temperature: 0, topP: 1, seed: 0 };
+
+function ids(n: number, seed: number): number[] {
+  const rng = new SeededRandom(seed);
+  return Array.from({ length: n }, () => 3 + Math.floor(rng.nextUniform() * 250));
+}
+
+test('questions on a shared loaded document equal questions on private copies, logit for logit; the document is loaded once and counted once', async () => {
+  const store = pathToFileURL(mkdtempSync(join(tmpdir(), 'csa2-doccache-'))).href;
+  const shared = await Engine.open({ modelDir: TINY, store, chunkTokens: 32 });
+  const privateCopies = await Engine.open({ modelDir: TINY, store, chunkTokens: 32, documentCacheBytes: 0 });
+  try {
+    const doc = { tenant: 't', documentId: 'manual' };
+    await shared.ingest({ ...doc, tokenIds: ids(200, 1) });
+    const questions = [ids(5, 2), ids(9, 3), ids(1, 4), ids(30, 5)].map((promptIds, i) => ({
+      promptIds,
+      document: doc,
+      maxTokens: 10 + i,
+      sampling: i === 2 ? { temperature: 0.8, topP: 0.9, seed: 7 } : greedy,
+      keepLogits: true,
+      ignoreEos: true,
+      replayTokens: 16 + 8 * i,
+    }));
+    const want: Awaited<ReturnType<Engine['generate']>>[] = [];
+    for (const q of questions) want.push(await privateCopies.generate(q));
+    let peakKv = 0;
+    const got = await Promise.all(
+      questions.map((q) =>
+        shared.generate(q, {
+          onToken: () => {
+            peakKv = Math.max(peakKv, shared.stats().kvBytesInUse);
+          },
+        }),
+      ),
+    );
+    got.forEach((g, i) => {
+      const w = want[i]!;
+      assert.deepEqual(g.tokens, w.tokens, `question ${i}: tokens`);
+      assert.equal(g.cachedTokens, 200);
+      g.logits.forEach((row, j) => assert.deepEqual(row, w.logits[j], `question ${i}: logits row ${j}`));
+    });
+    const s = shared.stats().documentCache;
+    assert.deepEqual([s.misses, s.hits, s.entries, s.leased], [1, 3, 1, 0], 'one load, three questions served from it, idle now');
+    assert.ok(s.bytes > 0);
+    // each question's KV admission counts what it adds, not the document's rows again
+    const sharedKv = questions.reduce((n, q) => n + sequenceBytes(shared.model, 200 + q.promptIds.length + q.maxTokens, 200), 0);
+    const privateKv = questions.reduce((n, q) => n + sequenceBytes(shared.model, 200 + q.promptIds.length + q.maxTokens), 0);
+    assert.equal(privateKv - sharedKv, 4 * s.bytes);
+    assert.ok(peakKv > 0 && peakKv <= sharedKv, `peak KV in use ${peakKv} B; the questions add ${sharedKv} B, with private copies ${privateKv} B`);
+    assert.deepEqual([privateCopies.stats().documentCache.entries, privateCopies.stats().documentCache.bypassed], [0, 4]);
+    // a re-ingested document with other tokens is another entry: the old one is never served for it
+    await shared.ingest({ ...doc, tokenIds: ids(190, 9) });
+    const after = await shared.generate(questions[0]!);
+    const fresh = await privateCopies.generate(questions[0]!);
+    assert.deepEqual(after.tokens, fresh.tokens);
+    assert.equal(after.cachedTokens, 190);
+    assert.equal(shared.stats().documentCache.misses, 2);
+  } finally {
+    await shared.close();
+    await privateCopies.close();
+  }
+});

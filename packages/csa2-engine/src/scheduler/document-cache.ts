@@ -1,0 +1,172 @@
+/**
+ * @module scheduler/document-cache
+ * Loaded documents kept in memory once for every question on them ("ingest once, ask many times"):
+ * a document's artifact is read and verified into a Sequence, which is frozen (its packed global
+ * cache becomes an immutable prefix, @csa2/core PackedRowStore) and handed out as forks that read the
+ * rows in place and own only what they add (the prompt, the output, their windows). Thirty-two
+ * concurrent questions on one 1M-token document hold its ~0.9 GB (released layout) once, not 32
+ * times, and a repeated question skips the fetch, the verification and the copy.
+ *
+ * Entries are keyed by tenant, document id and the manifest's identity (its chunk checksums and
+ * creation time), so a re-ingested document is a new entry and no tenant reads another's. The cache
+ * is bounded in bytes; entries in use (leased) are never evicted, the least recently used idle ones
+ * go first, and a document that does not fit beside the leased ones is not cached: its work loads
+ * a private copy (GenerateWork's fallback), as when the cache is off (maxBytes 0). Concurrent
+ * acquires of one document share one load; a load that fails caches nothing.
+ */
+import { createHash } from 'node:crypto';
+import type { DocumentManifest } from '@csa2/artifacts';
+import { Csa2Error, type Sequence } from '@csa2/core';
+
+/** Default bytes of loaded documents an engine keeps (CSA2_DOCUMENT_CACHE_BYTES): one 1M-token document at the released layout, twice. */
+export const DEFAULT_DOCUMENT_CACHE_BYTES = 2 * 1024 ** 3;
+
+export interface DocumentCacheStats {
+  /** Acquires served by a loaded (or loading) entry. */
+  readonly hits: number;
+  /** Acquires that loaded the document. */
+  readonly misses: number;
+  /** Acquires for a document that could not be cached (too big beside the leased entries). */
+  readonly bypassed: number;
+  readonly evictions: number;
+  readonly entries: number;
+  /** Packed global-cache bytes held (capacity included). */
+  readonly bytes: number;
+  readonly maxBytes: number;
+  /** Entries with at least one lease. */
+  readonly leased: number;
+}
+
+/** A loaded document lent to one work item; `release` once the work no longer reads it. */
+export interface DocumentLease {
+  /** The frozen loaded sequence: fork it, never modify it. */
+  readonly seq: Sequence;
+  release(): void;
+}
+
+interface Entry {
+  readonly key: string;
+  readonly bytes: number;
+  seq: Sequence | null;
+  loading: Promise<Sequence> | null;
+  leases: number;
+}
+
+/** The cache key of a manifest's document: tenant, id and the exact stored content. */
+export function documentCacheKey(tenant: string, documentId: string, manifest: DocumentManifest): string {
+  const h = createHash('sha256');
+  h.update(`${manifest.createdAt}\0${manifest.tokenCount}\0`);
+  for (const c of manifest.chunks) h.update(`${c.sha256}\0`);
+  return `${tenant}\0${documentId}\0${h.digest('hex')}`;
+}
+
+export class DocumentCache {
+  private readonly entries = new Map<string, Entry>(); // insertion order = recency, oldest first
+  private held = 0;
+  private hits = 0;
+  private misses = 0;
+  private bypassed = 0;
+  private evictions = 0;
+
+  constructor(readonly maxBytes: number) {
+    if (!Number.isSafeInteger(maxBytes) || maxBytes < 0) throw new Csa2Error('config-invalid', `document cache bytes must be a non-negative integer, got ${maxBytes}`);
+  }
+
+  get stats(): DocumentCacheStats {
+    let leased = 0;
+    for (const e of this.entries.values()) if (e.leases > 0) leased++;
+    return { hits: this.hits, misses: this.misses, bypassed: this.bypassed, evictions: this.evictions, entries: this.entries.size, bytes: this.held, maxBytes: this.maxBytes, leased };
+  }
+
+  /**
+   * True when a document of `bytes` is (or could be) cached now: present, or fits once idle entries
+   * are evicted. The scheduler's admission uses it to count the document's rows as shared.
+   */
+  canHold(key: string, bytes: number): boolean {
+    if (this.entries.has(key)) return true;
+    return bytes <= this.maxBytes - this.leasedBytes();
+  }
+
+  /**
+   * Leases the document under `key`, loading it with `load` (which returns a filled sequence; it is
+   * frozen here) unless it is cached or loading. Null when it cannot be cached: the caller loads a
+   * private copy.
+   */
+  async acquire(key: string, bytes: number, load: () => Promise<Sequence>): Promise<DocumentLease | null> {
+    let entry = this.entries.get(key);
+    if (entry !== undefined) {
+      this.hits++;
+      this.entries.delete(key);
+      this.entries.set(key, entry); // most recently used
+    } else {
+      if (!this.makeRoom(bytes)) {
+        this.bypassed++;
+        return null;
+      }
+      this.misses++;
+      const e: Entry = { key, bytes, seq: null, loading: null, leases: 0 };
+      e.loading = load().then(
+        (seq) => {
+          seq.freeze();
+          e.seq = seq;
+          e.loading = null;
+          return seq;
+        },
+        (err: unknown) => {
+          if (this.entries.get(key) === e) {
+            this.entries.delete(key);
+            this.held -= e.bytes;
+          }
+          throw err;
+        },
+      );
+      this.entries.set(key, e);
+      this.held += bytes;
+      entry = e;
+    }
+    entry.leases++;
+    const e = entry;
+    let released = false;
+    const release = () => {
+      if (released) return;
+      released = true;
+      e.leases--;
+      if (this.held > this.maxBytes) this.makeRoom(0);
+    };
+    try {
+      const seq = e.seq ?? (await (e.loading as Promise<Sequence>));
+      return { seq, release };
+    } catch (err) {
+      release();
+      throw err;
+    }
+  }
+
+  /** Drops every idle entry (tests, shutdown). */
+  clear(): void {
+    for (const [k, e] of this.entries) {
+      if (e.leases > 0 || e.loading !== null) continue;
+      this.entries.delete(k);
+      this.held -= e.bytes;
+    }
+  }
+
+  private leasedBytes(): number {
+    let b = 0;
+    for (const e of this.entries.values()) if (e.leases > 0 || e.loading !== null) b += e.bytes;
+    return b;
+  }
+
+  /** Evicts idle entries, oldest first, until `bytes` more fit; false (nothing evicted) when they cannot. */
+  private makeRoom(bytes: number): boolean {
+    if (bytes > this.maxBytes - this.leasedBytes()) return false;
+    for (const [k, e] of this.entries) {
+      if (this.held + bytes <= this.maxBytes) break;
+      if (e.leases > 0 || e.loading !== null) continue;
+      this.entries.delete(k);
+      this.held -= e.bytes;
+      this.evictions++;
+    }
+    return this.held + bytes <= this.maxBytes;
+  }
+}
