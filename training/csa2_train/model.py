@@ -151,12 +151,34 @@ def hc_split_sinkhorn(mixes, hc_scale, hc_base, hc: int, iters: int, eps: float)
 
 
 _SINKHORN = hc_split_sinkhorn
+_COMPILE_FAILED = []
+
+
+def safe_compile(f):
+    """torch.compile(f), falling back to f for good at the first error (logged in compile_failed())."""
+    compiled = torch.compile(f, dynamic=True)
+    state = {"ok": True}
+
+    def g(*args, **kw):
+        if state["ok"]:
+            try:
+                return compiled(*args, **kw)
+            except Exception as e:  # noqa: BLE001
+                state["ok"] = False
+                _COMPILE_FAILED.append(f"{f.__name__}: {e!r}"[:300])
+        return f(*args, **kw)
+
+    return g
+
+
+def compile_failed() -> list:
+    return list(_COMPILE_FAILED)
 
 
 def set_compiled(enabled: bool) -> None:
     """torch.compile the launch-heavy elementwise pieces (Sinkhorn, quantizers). Same values."""
     global _SINKHORN
-    _SINKHORN = torch.compile(hc_split_sinkhorn, dynamic=True, static_argnums=None) if enabled else hc_split_sinkhorn
+    _SINKHORN = safe_compile(hc_split_sinkhorn) if enabled else hc_split_sinkhorn
     quant.set_compiled(enabled)
 
 
@@ -202,6 +224,7 @@ class Ctx:
     kl_rows: int = 0  # query rows per sequence for the indexer KL (0 = no KL)
     kl_extra: int = 64  # random visible entries added to the selected ones in the KL support
     attn_chunk_tokens: int = 8192
+    ckpt_blocks: bool = False  # activation checkpointing per block (recomputed in backward)
     capture: dict | None = None  # verification: per-layer tensors, named as in golden.safetensors
     state: dict | None = None  # decode.py: the caches a prefill leaves behind (per layer id, and "shared")
     kl_losses: list = field(default_factory=list)
@@ -627,7 +650,9 @@ class MoE(nn.Module):
         shape = x.shape
         x = x.reshape(-1, self.dim)
         weights, indices = self.gate(x)
-        self.last_counts = torch.bincount(indices.flatten(), minlength=self.n_experts).detach()
+        # expert loads for the bias update (scatter_add: no host sync, unlike bincount on a GPU)
+        flat = indices.flatten()
+        self.last_counts = torch.zeros(self.n_experts, device=x.device).scatter_add_(0, flat, torch.ones_like(flat, dtype=F32)).detach()
         # every expert over every token, with weight 0 where not routed: adds exact zeros, so this is
         # the reference's sum in ascending expert order, without its host-synchronizing gather
         dense = torch.zeros(x.size(0), self.n_experts, dtype=F32, device=x.device).scatter(1, indices, weights)
@@ -684,6 +709,22 @@ class Block(nn.Module):
         return x, f_pre
 
 
+def _checkpointed_block(layer, h, pre, shared: Shared, ctx: Ctx):
+    """Run a block under activation checkpointing. The shared slots it reads are passed in explicitly
+    (a recomputation in backward must see the values of the forward, not the later layers' ones)."""
+    empty = torch.empty(0, device=h.device)
+
+    def run(h, pre, ckv, ik, ti, cand):
+        sh = Shared(*(None if t.numel() == 0 and t.dim() == 1 else t for t in (ckv, ik, ti, cand)))
+        h, pre = layer(h, pre, sh, ctx)
+        return h, pre, *(empty if t is None else t for t in (sh.compress_kv, sh.index_k, sh.topk_idxs, sh.candidates))
+
+    args = [empty if t is None else t for t in (shared.compress_kv, shared.index_k, shared.topk_idxs, shared.candidates)]
+    h, pre, ckv, ik, ti, cand = checkpoint(run, h, pre, *args, use_reentrant=False)
+    new = Shared(*(None if t.numel() == 0 and t.dim() == 1 else t for t in (ckv, ik, ti, cand)))
+    return h, pre, new
+
+
 class Embed(nn.Module):
     def __init__(self, vocab: int, dim: int):
         super().__init__()
@@ -714,7 +755,10 @@ class Transformer(nn.Module):
         if ctx.state is not None:
             ctx.state["shared"] = shared
         for layer in self.layers:
-            h, pre = layer(h, pre, shared, ctx)
+            if ctx.ckpt_blocks and torch.is_grad_enabled():
+                h, pre, shared = _checkpointed_block(layer, h, pre, shared, ctx)
+            else:
+                h, pre = layer(h, pre, shared, ctx)
         h = hc_pre(h, pre)
         return rms_norm(h, self.norm.weight, self.args.norm_eps)
 

@@ -68,8 +68,10 @@ _IMPL = {"fp8_window": _fp8_window_exact, "fp4_main": _fp4_main_exact, "fp4_inde
 def set_compiled(enabled: bool) -> None:
     """Use torch.compile'd quantizers (same values; fewer kernel launches on a GPU)."""
     base = {"fp8_window": _fp8_window_exact, "fp4_main": _fp4_main_exact, "fp4_index": _fp4_index_exact}
+    from .model import safe_compile
+
     for k, f in base.items():
-        _IMPL[k] = torch.compile(f, dynamic=True) if enabled else f
+        _IMPL[k] = safe_compile(f) if enabled else f
 
 
 def _ste(x: torch.Tensor, kind: str) -> torch.Tensor:
