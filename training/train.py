@@ -23,7 +23,6 @@ train_meta.json (step, tokens, per-phase figures).
 
 import argparse
 import json
-import multiprocessing as mp
 import random
 import sys
 import time
@@ -83,48 +82,30 @@ def save_sharded(sd: dict, out: Path, n_shards: int = 2) -> None:
     (out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": wm}, indent=1))
 
 
-def _produce(corpus, seed, batch, seq_len, task_fraction, q):
-    rng = random.Random(seed)
-    while True:
-        try:
-            ids, am, _ = make_batch(corpus, rng, batch, seq_len, task_fraction)
-        except Exception as e:  # noqa: BLE001 - a bad draw must not stop the producer
-            print(json.dumps({"type": "producer_error", "error": repr(e)[:300]}), flush=True)
-            continue
-        q.put((ids, am))
-
-
 class Producer:
-    """Batches made ahead by forked worker processes (they share the loaded corpus; they never touch
-    the GPU), so the training loop's Python thread keeps the GIL to itself."""
+    """Batches made in the training process, between steps. A GPU step is queued asynchronously, so
+    making the next batch (tenths of a second) overlaps the GPU's work; no worker processes (forked
+    workers of a process holding a CUDA context and thread pools are a deadlock risk)."""
 
-    def __init__(self, corpus, seed, task_fraction, n_workers=4, depth=8):
-        self.ctx = mp.get_context("fork")
-        self.corpus, self.seed, self.task_fraction = corpus, seed, task_fraction
-        self.n_workers, self.depth = n_workers, depth
-        self.procs, self.q, self.gen = [], None, 0
+    def __init__(self, corpus, seed, task_fraction):
+        self.corpus, self.task_fraction = corpus, task_fraction
+        self.rng = random.Random(seed)
+        self.shape = None
 
     def set_shape(self, batch, seq_len):
-        self.close()
-        self.gen += 1
-        self.q = self.ctx.Queue(maxsize=self.depth)
-        self.procs = [
-            self.ctx.Process(target=_produce, args=(self.corpus, self.seed * 1_000_003 + self.gen * 101 + i, batch, seq_len, self.task_fraction, self.q), daemon=True)
-            for i in range(self.n_workers)
-        ]
-        for p in self.procs:
-            p.start()
+        self.shape = (batch, seq_len)
 
     def get(self):
-        ids, am = self.q.get()
-        return torch.from_numpy(ids), torch.from_numpy(am), None
+        for _ in range(100):
+            try:
+                ids, am, tasks = make_batch(self.corpus, self.rng, self.shape[0], self.shape[1], self.task_fraction)
+                return torch.from_numpy(ids), torch.from_numpy(am), tasks
+            except Exception as e:  # noqa: BLE001 - a bad draw must not stop training
+                print(json.dumps({"type": "producer_error", "error": repr(e)[:300]}), flush=True)
+        raise RuntimeError("data producer failed 100 times in a row")
 
     def close(self):
-        for p in self.procs:
-            p.terminate()
-        for p in self.procs:
-            p.join(timeout=5)
-        self.procs = []
+        pass
 
 
 @torch.no_grad()
@@ -299,7 +280,12 @@ def main() -> None:
                     log({"type": "compile_probe", "eager_step_s": round(eager_dt, 3), "compiled_step_s": round(comp_dt, 3), "kept": keep})
                     if not keep:
                         M.set_compiled(False)
+            timing = step - warm0 < 6 or (step - warm0) % 100 == 0
+            if timing and device.type == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.time()
             ids, am, tasks = producer.get()
+            t_data = time.time() - t0
             ids, am = ids.to(device, non_blocking=True), am.to(device, non_blocking=True)
             frac_time = (time.time() - t_train0) / max(1.0, train_budget)
             lr = lr_at(frac_time, step)
@@ -317,10 +303,20 @@ def main() -> None:
                 ans_loss = (ce * amf).sum() / n_ans
                 kl = torch.stack(ctx.kl_losses).mean() if ctx.kl_losses else torch.zeros((), device=device)
                 loss = lm_loss + a.answer_weight * ans_loss + kl
+                if timing and device.type == "cuda":
+                    torch.cuda.synchronize()
+                t_fwd = time.time()
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
+                if timing and device.type == "cuda":
+                    torch.cuda.synchronize()
+                t_bwd = time.time()
                 gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 opt.step()
+                if timing:
+                    if device.type == "cuda":
+                        torch.cuda.synchronize()
+                    log({"type": "step_time", "step": step, "seq_len": seq_len, "batch": B, "data_s": round(t_data, 3), "fwd_s": round(t_fwd - t0 - t_data, 3), "bwd_s": round(t_bwd - t_fwd, 3), "opt_s": round(time.time() - t_bwd, 3)})
             except torch.cuda.OutOfMemoryError:
                 ids = am = ctx = h = logits = ce = loss = kl = None  # noqa: F841 - free the step's tensors
                 opt.zero_grad(set_to_none=True)

@@ -290,7 +290,9 @@ def _attn_core(q, kv_flat, sink, idx, scale):
     block by block (64 indices); here it is the row max, so a rounding can differ where a later block
     holds the row's maximum."""
     valid = idx >= 0
-    kvg = kv_flat[idx.clamp_min(0)].float()  # [n, T, D]
+    # index_select, not advanced indexing: its backward is an index_add (atomics), while advanced
+    # indexing's backward (index_put with accumulate) serializes over repeated indices on a GPU
+    kvg = torch.index_select(kv_flat, 0, idx.clamp_min(0).flatten()).view(*idx.shape, -1).float()  # [n, T, D]
     s = torch.einsum("nhd,ntd->nht", q.float(), kvg) * scale
     s = s.masked_fill(~valid.unsqueeze(1), -torch.inf)
     m = s.amax(dim=-1, keepdim=True).clamp_min(-1e30).detach()
@@ -561,9 +563,13 @@ class Attention(nn.Module):
         valid = J >= 0
         Jc = J.clamp_min(0)
         bidx = torch.arange(B, device=dev).view(B, 1, 1)
-        kg = index_k[bidx, Jc]  # [B, R, J, Di], grad to the key owner's wk / k_norm
-        s = torch.einsum("brhd,brjd->brhj", qi[:, rows].float(), kg.float()).relu()
-        logit_i = (s * w[:, rows].float().unsqueeze(-1)).sum(2).masked_fill(~valid, -torch.inf)
+        n_k = index_k.size(1)
+        flat = (Jc + bidx * n_k).flatten()
+        kg = torch.index_select(index_k.reshape(B * n_k, -1), 0, flat).view(B, R, -1, index_k.size(-1))  # grad to the key owner's wk / k_norm
+        qr_ = torch.index_select(qi, 1, rows)
+        wr_ = torch.index_select(w, 1, rows)
+        s = torch.einsum("brhd,brjd->brhj", qr_.float(), kg.float()).relu()
+        logit_i = (s * wr_.float().unsqueeze(-1)).sum(2).masked_fill(~valid, -torch.inf)
         with torch.no_grad():
             cg = ckv.detach()[bidx, Jc].float()
             a = torch.einsum("brhd,brjd->brhj", q.detach()[:, rows].float(), cg) * self.softmax_scale
