@@ -4,8 +4,8 @@
 //   Redis      REDIS_URL, or Debian's redis-server on a free local port (installed with apt-get when
 //              missing and running as root), ephemeral
 //   store      CSA2_STORE_URL, or the filesystem store under .csa2/store
-//   model      CSA2_MODEL_DIR, or a seeded tiny DeepSeek-V4.1 checkpoint made once under .csa2/models
-//              (random weights: the text is noise, the pipeline is real)
+//   model      CSA2_MODEL_DIR, or the committed trained checkpoint models/v41-mini-128k (the released
+//              40-layer V4.1 schedule at dim 128, 128K context; an early checkpoint: see its MODEL_CARD.md)
 //   gateway    services/gateway/dist/main.js on PORT (8080), API key from CSA2_API_KEYS or generated
 //   workers    one encoder-worker and one decoder-worker
 //
@@ -38,16 +38,8 @@ const { startLocalRedis } = await import(pathToFileURL(join(root, 'packages/csa2
 // --- model ---
 let modelDir = process.env.CSA2_MODEL_DIR;
 if (modelDir === undefined || modelDir === '') {
-  modelDir = join(root, '.csa2/models/v41-tiny-16k-seed1');
-  if (!existsSync(join(modelDir, 'model.safetensors'))) {
-    say(`making a seeded tiny model in ${modelDir}`);
-    const r = spawnSync(
-      node,
-      [join(root, 'packages/csa2-engine/bin/csa2.js'), 'init-model', '--config', join(root, 'packages/csa2-core/configs/v41-tiny-16k.json'), '--seed', '1', '--out', modelDir],
-      { cwd: root, stdio: 'inherit' },
-    );
-    if (r.status !== 0) fail('could not make the tiny model');
-  }
+  modelDir = join(root, 'models/v41-mini-128k');
+  if (!existsSync(join(modelDir, 'model.safetensors'))) fail(`the default model is missing (${modelDir}/model.safetensors); set CSA2_MODEL_DIR to a checkpoint`);
 }
 
 // --- object store ---
@@ -197,7 +189,7 @@ process.stdout.write(
     'csa2-serve is running',
     `  gateway  ${hasGateway ? base : '(not built)'}`,
     `  API key  ${apiKey}   (tenant ${apiKeys.split(',')[0]?.split(':').at(-1)})`,
-    `  model    ${modelName}  (${modelDir}${modelDir.includes('.csa2/models') ? '; random weights: the text is noise' : ''})`,
+    `  model    ${modelName}  (${modelDir}${modelDir === join(root, 'models/v41-mini-128k') ? '; an early training checkpoint, see its MODEL_CARD.md' : ''})`,
     `  redis    ${redisUrl}${redis !== null ? '  (local, in-memory: gone when this stops)' : ''}`,
     `  store    ${storeUrl}`,
     `  status   ${base}/   (operator key ${operatorKey}: the browser asks for it as the password)`,

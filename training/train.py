@@ -1,0 +1,366 @@
+"""Train a csa2 mini model (V4.1 architecture, released 40-layer schedule) on the GPU machine, resumably.
+
+    python3 training/train.py --config training/configs/v41-mini-128k.json \
+        --tokenizer models/v41-mini-128k/tokenizer.json --out $OUT --time-budget-s 480 \
+        --phases 512:0.3,1024:0.4,2048:0.3 [--init DIR] [--state-dir /root/csa2_state] [--decay-frac 0.25]
+
+Each call trains for --time-budget-s seconds of wall time (then evaluates and saves), so one call fits
+the device tool's 10-minute limit; the next call continues from what it left:
+- the full state (fp32 master weights, AdamW moments, step, tokens, data RNG) in --state-dir on the
+  device's local disk, used when the machine is still warm and the state matches --init's step;
+- otherwise a warm restart from --init (the served bf16 weights the last call brought back, sharded
+  under 16 MiB) with fresh AdamW moments and --warmup-steps of LR warm-up.
+
+Loss: next-token cross-entropy on every position, plus --answer-weight x the cross-entropy of the
+synthetic tasks' answer tokens, plus the indexers' KL to the main attention (model.py `_indexer_kl`;
+that gradient reaches only the indexer weights). MoE load balance: the gate bias is moved by
+--bias-rate x sign(mean load - load) after each step (DeepSeek's auxiliary-loss-free rule).
+
+Writes to --out: model-0000{1,2}-of-00002.safetensors + model.safetensors.index.json (official names,
+bf16 + fp32 hc/sink/bias), config.json, log.jsonl (one record per logged step and per evaluation),
+train_meta.json (step, tokens, per-phase figures).
+"""
+
+import argparse
+import json
+import random
+import sys
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from csa2_train import model as M  # noqa: E402
+from csa2_train.config import ModelArgs  # noqa: E402
+from csa2_train.data import TASKS, Corpus, make_batch  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+
+
+def parse_phases(s: str):
+    out = []
+    for part in s.split(","):
+        L, frac = part.split(":")
+        out.append((int(L), float(frac)))
+    tot = sum(f for _, f in out)
+    return [(L, f / tot) for L, f in out]
+
+
+def load_weights(path: Path) -> dict:
+    idx = path / "model.safetensors.index.json"
+    if idx.exists():
+        files = sorted(set(json.loads(idx.read_text())["weight_map"].values()))
+        sd = {}
+        for f in files:
+            sd.update(load_file(str(path / f)))
+        return sd
+    return load_file(str(path / "model.safetensors"))
+
+
+def save_sharded(sd: dict, out: Path, n_shards: int = 2) -> None:
+    names = list(sd)
+    total = sum(t.numel() * t.element_size() for t in sd.values())
+    per = total / n_shards
+    shards, cur, acc = [], {}, 0
+    for k in names:
+        cur[k] = sd[k]
+        acc += sd[k].numel() * sd[k].element_size()
+        if acc >= per * (len(shards) + 1) and len(shards) < n_shards - 1:
+            shards.append(cur)
+            cur = {}
+    shards.append(cur)
+    wm = {}
+    for i, sh in enumerate(shards):
+        fn = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        save_file(sh, str(out / fn), metadata={"format": "pt"})
+        wm.update({k: fn for k in sh})
+    (out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": wm}, indent=1))
+
+
+class Producer:
+    """Batches made in the training process, between steps. A GPU step is queued asynchronously, so
+    making the next batch (tenths of a second) overlaps the GPU's work; no worker processes (forked
+    workers of a process holding a CUDA context and thread pools are a deadlock risk)."""
+
+    def __init__(self, corpus, seed, task_fraction):
+        self.corpus, self.task_fraction = corpus, task_fraction
+        self.rng = random.Random(seed)
+        self.shape = None
+
+    def set_shape(self, batch, seq_len):
+        self.shape = (batch, seq_len)
+
+    def get(self):
+        for _ in range(100):
+            try:
+                ids, am, tasks = make_batch(self.corpus, self.rng, self.shape[0], self.shape[1], self.task_fraction)
+                return torch.from_numpy(ids), torch.from_numpy(am), tasks
+            except Exception as e:  # noqa: BLE001 - a bad draw must not stop training
+                print(json.dumps({"type": "producer_error", "error": repr(e)[:300]}), flush=True)
+        raise RuntimeError("data producer failed 100 times in a row")
+
+    def close(self):
+        pass
+
+
+@torch.no_grad()
+def evaluate(model, corpus, device, lengths, n_per, seed, lm_batches=4):
+    """Held-out figures: LM loss on held-out text, and per task and length the answer accuracy
+    (exact = every answer token is the argmax given the right prefix, i.e. greedy decoding would
+    produce the answer) at depths spread over 5..95%."""
+    model.eval()
+    rng = random.Random(seed)
+    out = {"lm_loss": None, "tasks": {}}
+    losses = []
+    for _ in range(lm_batches):
+        ids = torch.from_numpy(np.stack([corpus.lm_window(rng, 1024, "heldout") for _ in range(8)]).astype(np.int64)).to(device)
+        logits = model(ids, M.Ctx())
+        losses.append(F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), ids[:, 1:].reshape(-1)).item())
+    out["lm_loss"] = float(np.mean(losses))
+    for L in lengths:
+        for task in TASKS:
+            depths = [0.05 + 0.9 * i / max(1, n_per - 1) for i in range(n_per)]
+            samples = [corpus.task_sample(random.Random(zlib.crc32(f"{seed}/{task}/{L}/{i}".encode())), task, L + 64, "heldout", target_len=L, depth=d) for i, d in enumerate(depths)]
+            T = max(s.length for s in samples)
+            ids = np.full((len(samples), T), corpus.eos, dtype=np.int64)
+            am = np.zeros((len(samples), T), dtype=bool)
+            for i, s in enumerate(samples):
+                ids[i, : s.length] = s.ids[: s.length]
+                m = s.answer_mask[: s.length].copy()
+                m[np.nonzero(m)[0][-1]] = False  # the answer tokens, not the closing eos
+                am[i, : s.length] = m
+            ids_t = torch.from_numpy(ids).to(device)
+            chunk = max(1, 65536 // T)
+            preds = []
+            for i in range(0, len(samples), chunk):
+                preds.append(model(ids_t[i : i + chunk], M.Ctx()).argmax(-1).cpu())
+            pred = torch.cat(preds).numpy()
+            tgt = np.concatenate([ids[:, 1:], np.full((len(samples), 1), corpus.eos)], axis=1)
+            ok = (pred == tgt) | ~am
+            exact = ok.all(axis=1).mean()
+            tok_acc = ((pred == tgt) & am).sum() / am.sum()
+            out["tasks"][f"{task}@{L}"] = {"exact": float(exact), "token_acc": float(tok_acc), "n": len(samples), "tokens": int(T)}
+    model.train()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--config", type=Path, default=HERE / "configs" / "v41-mini-128k.json")
+    ap.add_argument("--tokenizer", type=Path, default=HERE.parent / "models" / "v41-mini-128k" / "tokenizer.json")
+    ap.add_argument("--corpus", type=Path, default=HERE / "data" / "corpus")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--init", type=Path, default=None, help="served weights to continue from (warm restart)")
+    ap.add_argument("--state-dir", type=Path, default=Path("/root/csa2_state"))
+    ap.add_argument("--time-budget-s", type=float, default=480)
+    ap.add_argument("--phases", default="512:0.3,1024:0.4,2048:0.3", help="seq_len:fraction of the time budget, ...")
+    ap.add_argument("--tokens-per-step", type=int, default=131072)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--min-lr-frac", type=float, default=0.1)
+    ap.add_argument("--warmup-steps", type=int, default=100)
+    ap.add_argument("--decay-frac", type=float, default=0.0, help="linear LR decay over the last fraction of the time budget")
+    ap.add_argument("--weight-decay", type=float, default=0.1)
+    ap.add_argument("--task-fraction", type=float, default=0.4)
+    ap.add_argument("--answer-weight", type=float, default=1.0)
+    ap.add_argument("--kl-rows", type=int, default=128)
+    ap.add_argument("--bias-rate", type=float, default=1e-3)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--compile", choices=["off", "on", "auto"], default="off")
+    ap.add_argument("--eval-lengths", default="512,1024,2048,4096")
+    ap.add_argument("--eval-n", type=int, default=6)
+    ap.add_argument("--eval-lm-batches", type=int, default=4)
+    ap.add_argument("--log-every", type=int, default=10)
+    ap.add_argument("--save-every-s", type=float, default=150)
+    ap.add_argument("--eval-reserve-s", type=float, default=45, help="time kept for the final evaluation and save")
+    a = ap.parse_args()
+
+    t_start = time.time()
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    a.out.mkdir(parents=True, exist_ok=True)
+    a.state_dir.mkdir(parents=True, exist_ok=True)
+    log_f = open(a.out / "log.jsonl", "a")
+
+    def log(rec):
+        rec["wall_s"] = round(time.time() - t_start, 2)
+        log_f.write(json.dumps(rec) + "\n")
+        log_f.flush()
+        print(json.dumps(rec), flush=True)
+
+    args = ModelArgs.load(a.config)
+    model = M.Transformer(args).to(device)
+    corpus = Corpus(a.corpus, a.tokenizer)
+    log({"type": "start", "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "params": sum(p.numel() for p in model.parameters()), "corpus_tokens": {k: int(len(v)) for k, v in corpus.ids.items()}, "argv": sys.argv[1:]})
+
+    decay, no_decay = [], []
+    for n, p in model.named_parameters():
+        (decay if p.ndim == 2 and not n.startswith("embed") else no_decay).append(p)
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay}, {"params": no_decay, "weight_decay": 0.0}], lr=a.lr, betas=(0.9, 0.95), eps=1e-8, fused=device.type == "cuda")
+
+    step, tokens, fresh_opt = 0, 0, True
+    prev_log = []
+    init_meta = {}
+    if a.init is not None and (a.init / "train_meta.json").exists():
+        init_meta = json.loads((a.init / "train_meta.json").read_text())
+    state_file = a.state_dir / "train_state.pt"
+    if state_file.exists() and (a.init is None or torch.load(state_file, map_location="cpu", weights_only=False)["step"] == init_meta.get("step", -1)):
+        st = torch.load(state_file, map_location=device, weights_only=False)
+        model.load_state_dict(st["model"])
+        opt.load_state_dict(st["opt"])
+        step, tokens, fresh_opt = st["step"], st["tokens"], False
+        log({"type": "resume", "from": "device state (fp32 master + AdamW)", "step": step, "tokens": tokens})
+    elif a.init is not None:
+        model.load_official({k: v.to(device) for k, v in load_weights(a.init).items()})
+        step, tokens = init_meta.get("step", 0), init_meta.get("tokens", 0)
+        log({"type": "resume", "from": f"{a.init} (served bf16 weights, fresh AdamW, warm-up {a.warmup_steps} steps)", "step": step, "tokens": tokens})
+    else:
+        model.init_weights(a.seed)
+        log({"type": "init", "seed": a.seed})
+    if init_meta.get("phases"):
+        prev_log = init_meta["phases"]
+    model.train()
+
+    if a.compile == "on":
+        M.set_compiled(True)
+
+    phases = parse_phases(a.phases)
+    train_budget = a.time_budget_s - a.eval_reserve_s - (time.time() - t_start)
+    t_train0 = time.time()
+    producer = Producer(corpus, a.seed * 100003 + step, a.task_fraction)
+    warm0 = step
+    last_save = time.time()
+    phase_stats = []
+
+    def lr_at(frac_time, s):
+        lr = a.lr
+        if fresh_opt and s - warm0 < a.warmup_steps:
+            lr *= (s - warm0 + 1) / a.warmup_steps
+        if a.decay_frac > 0 and frac_time > 1 - a.decay_frac:
+            k = (frac_time - (1 - a.decay_frac)) / a.decay_frac
+            lr *= 1 - (1 - a.min_lr_frac) * min(1.0, k)
+        return lr
+
+    def save(tag):
+        sd = model.official_state_dict()
+        save_sharded(sd, a.out)
+        (a.out / "config.json").write_text(json.dumps(args.to_dict(), indent=2) + "\n")
+        meta = {"step": step, "tokens": tokens, "phases": prev_log + phase_stats, "tag": tag}
+        (a.out / "train_meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "tokens": tokens}, state_file)
+
+    acc = {"loss": 0.0, "ans": 0.0, "ans_n": 0, "kl": 0.0, "n": 0}
+    t_phase_end = t_train0
+    for pi, (seq_len, frac) in enumerate(phases):
+        t_phase_end += frac * train_budget
+        B = max(1, a.tokens_per_step // seq_len)
+        producer.set_shape(B, seq_len)
+        ctx_kw = dict(train=True, kl_rows=a.kl_rows, ckpt_blocks=True, attn_chunk_tokens=16384)
+        p_t0, p_step0, p_tok0 = time.time(), step, tokens
+        losses = []
+        while time.time() < t_phase_end:
+            if a.compile == "auto" and device.type == "cuda":
+                k = step - warm0  # eager steps 3..8 timed, compile at 9, compiled steps 10..15 timed
+                if k in (3, 10):
+                    torch.cuda.synchronize()
+                    t_probe = time.time()
+                elif k == 8:
+                    torch.cuda.synchronize()
+                    eager_dt = (time.time() - t_probe) / 5
+                    M.set_compiled(True)
+                elif k == 15:
+                    torch.cuda.synchronize()
+                    comp_dt = (time.time() - t_probe) / 5
+                    keep = comp_dt < 0.97 * eager_dt and not M.compile_failed()
+                    log({"type": "compile_probe", "eager_step_s": round(eager_dt, 3), "compiled_step_s": round(comp_dt, 3), "kept": keep})
+                    if not keep:
+                        M.set_compiled(False)
+            timing = step - warm0 < 6 or (step - warm0) % 100 == 0
+            if timing and device.type == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.time()
+            ids, am, tasks = producer.get()
+            t_data = time.time() - t0
+            ids, am = ids.to(device, non_blocking=True), am.to(device, non_blocking=True)
+            frac_time = (time.time() - t_train0) / max(1.0, train_budget)
+            lr = lr_at(frac_time, step)
+            for g in opt.param_groups:
+                g["lr"] = lr
+            try:
+                ctx = M.Ctx(**ctx_kw)
+                h = model.hidden(ids, ctx)
+                logits = model.logits(h[:, :-1])
+                tgt = ids[:, 1:]
+                ce = F.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt.reshape(-1), reduction="none").view_as(tgt)
+                lm_loss = ce.mean()
+                amf = am[:, :-1].float()
+                n_ans = amf.sum().clamp_min(1)
+                ans_loss = (ce * amf).sum() / n_ans
+                kl = torch.stack(ctx.kl_losses).mean() if ctx.kl_losses else torch.zeros((), device=device)
+                loss = lm_loss + a.answer_weight * ans_loss + kl
+                if timing and device.type == "cuda":
+                    torch.cuda.synchronize()
+                t_fwd = time.time()
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                if timing and device.type == "cuda":
+                    torch.cuda.synchronize()
+                t_bwd = time.time()
+                gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                if timing:
+                    if device.type == "cuda":
+                        torch.cuda.synchronize()
+                    log({"type": "step_time", "step": step, "seq_len": seq_len, "batch": B, "data_s": round(t_data, 3), "fwd_s": round(t_fwd - t0 - t_data, 3), "bwd_s": round(t_bwd - t_fwd, 3), "opt_s": round(time.time() - t_bwd, 3)})
+            except torch.cuda.OutOfMemoryError:
+                ids = am = ctx = h = logits = ce = loss = kl = None  # noqa: F841 - free the step's tensors
+                opt.zero_grad(set_to_none=True)
+                torch.cuda.empty_cache()
+                B = max(1, B // 2)
+                log({"type": "oom", "seq_len": seq_len, "new_batch": B})
+                producer.set_shape(B, seq_len)
+                continue
+            with torch.no_grad():
+                for layer in model.layers:
+                    c = layer.ffn.last_counts.float()
+                    load = c / c.sum().clamp_min(1)
+                    layer.ffn.gate.bias += a.bias_rate * torch.sign(1.0 / c.numel() - load)
+            step += 1
+            tokens += ids.numel()
+            acc["loss"] += lm_loss.detach()
+            acc["ans"] += ans_loss.detach()
+            acc["kl"] += kl.detach()
+            acc["n"] += 1
+            if step % a.log_every == 0:
+                n = acc["n"]
+                rec = {"type": "train", "step": step, "tokens": tokens, "seq_len": seq_len, "batch": B, "lr": lr,
+                       "loss": round(float(acc["loss"] / n), 4), "answer_loss": round(float(acc["ans"] / n), 4),
+                       "indexer_kl": round(float(acc["kl"] / n), 4), "grad_norm": round(float(gn), 3),
+                       "tok_per_s": round((tokens - p_tok0) / (time.time() - p_t0)),
+                       "mem_gb": round(torch.cuda.max_memory_allocated() / 2**30, 1) if device.type == "cuda" else 0}
+                if ctx.indexer_stats:
+                    rec["sel_mass"] = {str(l): round(float(v), 3) for l, v in ctx.indexer_stats[: len(ctx.indexer_stats)]}
+                losses.append(rec["loss"])
+                log(rec)
+                acc = {"loss": 0.0, "ans": 0.0, "ans_n": 0, "kl": 0.0, "n": 0}
+            if time.time() - last_save > a.save_every_s:
+                save("periodic")
+                last_save = time.time()
+        phase_stats.append({"seq_len": seq_len, "steps": step - p_step0, "tokens": tokens - p_tok0, "seconds": round(time.time() - p_t0, 1), "last_loss": losses[-1] if losses else None})
+    producer.close()
+    save("end-of-training")
+    ev = evaluate(model, corpus, device, [int(x) for x in a.eval_lengths.split(",")], a.eval_n, seed=12345, lm_batches=a.eval_lm_batches)
+    log({"type": "eval", "step": step, "tokens": tokens, **ev})
+    meta = json.loads((a.out / "train_meta.json").read_text())
+    meta["eval"] = ev
+    (a.out / "train_meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+    log({"type": "done", "step": step, "tokens": tokens})
+
+
+if __name__ == "__main__":
+    main()
