@@ -138,12 +138,36 @@ export interface GenerateRequest {
    * temperature 1). Unset: no logprobs.
    */
   readonly logprobs?: number;
+  /**
+   * Choices generated from one prefill (OpenAI `n`, 1–16): after the prompt the sequence is forked
+   * (a stored document stays shared) and each choice decodes on its own, batched with the others.
+   * Choice i samples with `seeds[i]` (default `sampling.seed + i`), so choice 0 is what n = 1 gives.
+   * `maxTokens`, stops and logprobs apply to each choice. @defaultValue 1
+   */
+  readonly n?: number;
+  /** Per-choice seeds (length n), overriding sampling.seed + i. */
+  readonly seeds?: readonly number[];
+  /**
+   * Per choice (index = choice, length n): tokens an earlier attempt produced, as resumeTokens is
+   * for one choice (resumeTokens and resumeChoices exclude each other).
+   */
+  readonly resumeChoices?: readonly (readonly number[])[];
+  /**
+   * Log-probabilities of the prompt tokens (echo with logprobs): for each promptIds[i], log p of it
+   * given everything before it (the document's tokens too), with this many most likely alternatives
+   * (0–20), from the model's distribution (temperature 1, no penalties). promptIds[0] without a
+   * document has none (null). The decoder replay then covers the whole prompt (CED), or the exact
+   * prefill keeps every row's logits. Unset: none.
+   */
+  readonly promptLogprobs?: number;
   /** Continue a stored document: its tokens precede promptIds (which may then be empty). */
   readonly document?: DocumentRef;
 }
 
 /** One generated token and the text it completed (possibly '' while a UTF-8 character is split). */
 export interface TokenEvent {
+  /** The choice this token belongs to (0 unless n > 1). */
+  readonly choice: number;
   readonly index: number;
   readonly id: number;
   readonly text: string;
@@ -155,15 +179,37 @@ export interface TokenEvent {
 
 export type FinishReason = 'length' | 'stop' | 'cancelled';
 
-export interface GenerateOutcome {
+/** One choice of a generation (GenerateRequest.n). */
+export interface ChoiceOutcome {
   readonly tokens: number[];
   readonly text: string;
   readonly finishReason: FinishReason;
+  /** Row i: the logits token i was chosen from. Empty unless keepLogits. */
+  readonly logits: Float32Array[];
+}
+
+/** A prompt token's log-probability given the tokens before it (GenerateRequest.promptLogprobs). */
+export interface PromptTokenLogprob {
+  readonly id: number;
+  readonly logprob: number;
+  /** The most likely tokens at this position, most likely first. */
+  readonly topLogprobs: readonly TokenLogprob[];
+}
+
+export interface GenerateOutcome {
+  /** Choice 0's tokens, text and finish reason (all of them when n = 1). */
+  readonly tokens: number[];
+  readonly text: string;
+  readonly finishReason: FinishReason;
+  /** Every choice, in order (length n; choices[0] is the fields above). */
+  readonly choices: readonly ChoiceOutcome[];
+  /** Per prompt token (promptLogprobs asked): its logprob, null for a first token without context. */
+  readonly promptLogprobs?: readonly (PromptTokenLogprob | null)[];
   readonly promptTokens: number;
   /** Prompt tokens served from a stored artifact instead of being encoded. */
   readonly cachedTokens: number;
   readonly timings: { readonly prefillMs: number; readonly decodeMs: number };
-  /** Row i: the logits token i was chosen from. Empty unless keepLogits. */
+  /** Choice 0's row i: the logits token i was chosen from. Empty unless keepLogits. */
   readonly logits: Float32Array[];
 }
 

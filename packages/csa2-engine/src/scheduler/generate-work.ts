@@ -82,6 +82,9 @@ export class GenerateWork implements Work {
     if (req.logprobs !== undefined && !(Number.isInteger(req.logprobs) && req.logprobs >= 0 && req.logprobs <= 20)) {
       throw new InputError(`logprobs must be an integer in [0, 20], got ${req.logprobs}`);
     }
+    if ((req.n !== undefined && req.n !== 1) || req.promptLogprobs !== undefined || req.seeds !== undefined || req.resumeChoices !== undefined) {
+      throw new InputError('n, seeds, resumeChoices and promptLogprobs are being implemented in this engine revision');
+    }
     const probe = model.createSequence();
     if (req.promptIds.length > 0) model.checkTokens(req.promptIds, probe, 'prompt');
     const resume = req.resumeTokens ?? [];
@@ -242,7 +245,7 @@ export class GenerateWork implements Work {
     const { emit, stopped } = this.stops.push(piece);
     if (i >= this.resumed) {
       this.text += emit;
-      this.hooks.onToken?.({ index: i, id, text: emit, ...(lp !== null ? { logprob: lp.logprob, topLogprobs: lp.top } : {}) });
+      this.hooks.onToken?.({ choice: 0, index: i, id, text: emit, ...(lp !== null ? { logprob: lp.logprob, topLogprobs: lp.top } : {}) });
     }
     if (stopped) this.stoppedByText = true;
     const seq = this.requireSeq();
@@ -260,7 +263,7 @@ export class GenerateWork implements Work {
       const rest = this.stops.push(this.decoder.flush()).emit + this.stops.flush();
       if (rest.length > 0) {
         this.text += rest;
-        this.hooks.onToken?.({ index: this.tokens.length, id: -1, text: rest });
+        this.hooks.onToken?.({ choice: 0, index: this.tokens.length, id: -1, text: rest });
       }
     }
     this.phase = { kind: 'done' };
@@ -270,6 +273,7 @@ export class GenerateWork implements Work {
       tokens: this.tokens,
       text: this.text,
       finishReason: reason,
+      choices: [{ tokens: this.tokens, text: this.text, finishReason: reason, logits: this.logitsRows }],
       promptTokens: this.promptTokens || (this.seq?.length ?? 0),
       cachedTokens: this.cachedTokens,
       timings: { prefillMs: (this.firstTokenAtMs || end) - this.submittedAtMs, decodeMs: this.firstTokenAtMs > 0 ? end - this.firstTokenAtMs : 0 },
