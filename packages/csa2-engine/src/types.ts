@@ -215,6 +215,8 @@ export interface GenerateOutcome {
 
 export interface GenerateHooks {
   readonly onToken?: (event: TokenEvent) => void;
+  /** The prompt logprobs (promptLogprobs asked), once, before the first token event. */
+  readonly onPromptLogprobs?: (logprobs: readonly (PromptTokenLogprob | null)[]) => void;
   readonly signal?: AbortSignal;
   /** Pauses decoding while the consumer cannot take more tokens (flow-control). */
   readonly flow?: FlowControl;

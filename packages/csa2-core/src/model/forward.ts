@@ -126,25 +126,37 @@ export async function forward(ctx: ForwardContext, spans: readonly Span[]): Prom
     ctx.timer?.other('compress-at-end', performance.now() - t0);
   }
 
-  // logits of the last row of the spans that ask for them (one head run)
-  const wantLogits = states.filter((st) => st.span.logits === true);
+  // logits of the last row of the spans that ask for them, and of every row of those that ask for
+  // all (one head run: the head is row-wise, so a row's logits do not depend on the others)
+  const wantLogits = states.filter((st) => st.span.logits === true || st.span.allLogits === true);
   const logits = new Map<SpanState, Float32Array>();
+  const rowLogits = new Map<SpanState, Float32Array>();
   if (wantLogits.length > 0) {
-    const B = wantLogits.length;
+    const firstRow = (st: SpanState) => (st.span.allLogits === true ? 0 : st.rows - 1);
+    const B = wantLogits.reduce((b, st) => b + st.rows - firstRow(st), 0);
     const X = new Float32Array(B * n * d);
     const pre = new Float32Array(B * n);
-    wantLogits.forEach((st, i) => {
-      const r = st.rows - 1;
-      X.set(st.X.subarray(r * n * d, (r + 1) * n * d), i * n * d);
-      pre.set(st.pre.subarray(r * n, (r + 1) * n), i * n);
-    });
+    let at = 0;
+    for (const st of wantLogits) {
+      const r0 = firstRow(st);
+      X.set(st.X.subarray(r0 * n * d, st.rows * n * d), at * n * d);
+      pre.set(st.pre.subarray(r0 * n, st.rows * n), at * n);
+      at += st.rows - r0;
+    }
     const t0 = performance.now();
     const out = await ctx.graphs.head.run({ X: f32(X, [B, n, d]), pre: f32(pre, [B, n]) });
     ctx.timer?.other('head', performance.now() - t0);
     const V = c.vocabSize;
-    wantLogits.forEach((st, i) => logits.set(st, out.logits.data.slice(i * V, (i + 1) * V)));
+    at = 0;
+    for (const st of wantLogits) {
+      const k = st.rows - firstRow(st);
+      const last = at + k - 1;
+      if (st.span.logits === true) logits.set(st, out.logits.data.slice(last * V, (last + 1) * V));
+      if (st.span.allLogits === true) rowLogits.set(st, out.logits.data.slice(at * V, (at + k) * V));
+      at += k;
+    }
   }
-  return states.map((st) => ({ stream: { start: st.span.p0, rows: st.rows, X: st.X, pre: st.pre }, logits: logits.get(st) ?? null }));
+  return states.map((st) => ({ stream: { start: st.span.p0, rows: st.rows, X: st.X, pre: st.pre }, logits: logits.get(st) ?? null, rowLogits: rowLogits.get(st) ?? null }));
 }
 
 function concatStates(states: readonly SpanState[], n: number, d: number): { spans: Array<{ st: SpanState; offset: number }>; rows: number; X: Float32Array; pre: Float32Array } {

@@ -41,6 +41,8 @@ export interface Span {
   readonly compressAtEnd?: boolean;
   /** Compute the next-token logits after the last row. */
   readonly logits?: boolean;
+  /** Compute the next-token logits after every row (prompt logprobs); SpanOutput.rowLogits. */
+  readonly allLogits?: boolean;
 }
 
 export interface SpanOutput {
@@ -48,6 +50,8 @@ export interface SpanOutput {
   readonly stream: StreamRows;
   /** Next-token logits after row p1 - 1, when asked for. */
   readonly logits: Float32Array | null;
+  /** [rows, vocab]: the logits after each row, when asked for (allLogits). */
+  readonly rowLogits?: Float32Array | null;
 }
 
 /** Observes forward progress (tokens done of total) for long encodes. */

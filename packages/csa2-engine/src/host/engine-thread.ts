@@ -31,7 +31,12 @@ async function dispatch(id: number, method: string, args: unknown): Promise<unkn
   const onEvent = (event: unknown) => post({ type: 'event', id, event });
   switch (method) {
     case 'generate':
-      return engine.generate(args as Parameters<Engine['generate']>[0], { signal, onToken: onEvent, flow: flows.get(id) ?? new FlowControl() });
+      return engine.generate(args as Parameters<Engine['generate']>[0], {
+        signal,
+        onToken: onEvent,
+        onPromptLogprobs: (promptLogprobs) => onEvent({ promptLogprobs }),
+        flow: flows.get(id) ?? new FlowControl(),
+      });
     case 'ingest':
       return engine.ingest(args as Parameters<Engine['ingest']>[0], { signal, onProgress: onEvent });
     case 'stats':

@@ -1,24 +1,52 @@
 /**
  * @module scheduler/generate-work
- * A generation as scheduler work: prepare (a stored document's manifest), load (its chunks into the
- * sequence), prefill phases (exact: every layer over the prompt; CED: encode then decoder replay over
- * the last R rows), then one decode row a step until a stop. Each token goes through the tokenizer's
- * decode stream and the stop-sequence matcher before it is reported.
+ * A generation as scheduler work: prepare (a stored document's manifest; the document leased from the
+ * engine's document cache), load (the sequence: a fork of the cached document, or a private copy),
+ * prefill phases (exact: every layer over the prompt; CED: encode then decoder replay over the last R
+ * rows), then decode: one row per choice a step until each choice stops. Each token goes through the
+ * tokenizer's decode stream and its choice's stop-sequence matcher before it is reported.
  *
- * Token i is chosen from the logits after token i-1 (row 0: after the prompt): fed from `forceIds`
- * (teacher forcing) or `resumeTokens` (an earlier attempt's output, not reported again), else
- * sampled. Seeded sampling draws token i's randomness from (seed, i) — see @csa2/core Sampler — so a
- * resumed or batched run samples what an undisturbed run samples.
+ * Token i of a choice is chosen from the logits after its token i-1 (row 0: after the prompt): fed
+ * from `forceIds` (teacher forcing) or the resumed tokens (an earlier attempt's output, not reported
+ * again), else sampled. Seeded sampling draws token i's randomness from (seed, i) — see @csa2/core
+ * Sampler — so a resumed or batched run samples what an undisturbed run samples. With n > 1 choices
+ * the prompt is prefilled once and the sequence forked after it (a cached document stays shared,
+ * the prompt's rows are frozen and shared too when there is no document); choice i samples with
+ * seeds[i] (default seed + i), so choice 0 is exactly the n = 1 generation.
+ *
+ * Prompt logprobs (echo) come from the logits after every row before each prompt token: the exact
+ * run's rows, or (CED) a decoder replay widened to cover the whole prompt. They are computed chunk by
+ * chunk as the rows come, so no prompt-length × vocabulary buffer is kept.
  */
 import { ArtifactReader, type DocumentManifest } from '@csa2/artifacts';
-import { Csa2Error, DEFAULT_REPLAY_TOKENS, InputError, Sampler, TokenHistory, tokenLogprobs, validateSampling, type TokenDecodeStream, type Sequence, type Span, type SpanOutput } from '@csa2/core';
+import {
+  Csa2Error,
+  DEFAULT_REPLAY_TOKENS,
+  InputError,
+  Sampler,
+  TokenHistory,
+  tokenLogprobs,
+  validateSampling,
+  type SamplingParams,
+  type Sequence,
+  type Span,
+  type SpanOutput,
+  type TokenDecodeStream,
+} from '@csa2/core';
 import { StopMatcher } from '../stop-matcher.js';
-import type { DocumentRef, FinishReason, GenerateHooks, GenerateOutcome, GenerateRequest } from '../types.js';
+import type { ChoiceOutcome, DocumentRef, FinishReason, GenerateHooks, GenerateOutcome, GenerateRequest, PromptTokenLogprob } from '../types.js';
 import { documentCacheKey, type DocumentLease } from './document-cache.js';
 import { SegmentRun } from './segment-run.js';
 import { listedChunks } from './stored-chunks.js';
 import { globalCacheBytes, sequenceBytes, type WorkContext } from './work-context.js';
 import type { NextRows, Work } from './work.js';
+
+/** Most choices one generation may have (OpenAI's `n`). */
+export const MAX_CHOICES = 16;
+/** Most alternatives a logprob may list. */
+export const MAX_TOP_LOGPROBS = 20;
+/** The model's own distribution (prompt logprobs): temperature 1, nothing adjusted. */
+const MODEL_DISTRIBUTION: SamplingParams = { temperature: 1, topP: 1, seed: 0 };
 
 type Phase =
   | { readonly kind: 'idle' }
@@ -28,11 +56,41 @@ type Phase =
   | { readonly kind: 'decode' }
   | { readonly kind: 'done' };
 
+/** One choice's decoding state. */
+class Choice {
+  readonly tokens: number[] = [];
+  readonly logitsRows: Float32Array[] = [];
+  text = '';
+  stoppedByText = false;
+  end: FinishReason | null = null;
+  /** The penalties' view of the sequence: the prompt (everything before token 0) and the output. */
+  history: TokenHistory | null = null;
+  inFlight = false;
+
+  constructor(
+    readonly index: number,
+    public seq: Sequence | null,
+    readonly sampler: Sampler,
+    readonly decoder: TokenDecodeStream,
+    readonly stops: StopMatcher,
+    /** Tokens fed instead of sampled (teacher forcing, or a resume). */
+    readonly forced: readonly number[],
+    /** Tokens below this index were reported by an earlier attempt. */
+    readonly resumed: number,
+  ) {}
+}
+
+function checkTop(name: string, v: number | undefined): void {
+  if (v !== undefined && !(Number.isInteger(v) && v >= 0 && v <= MAX_TOP_LOGPROBS)) throw new InputError(`${name} must be an integer in [0, ${MAX_TOP_LOGPROBS}], got ${v}`);
+}
+
 export class GenerateWork implements Work {
   readonly kind = 'generate';
   readonly tenant: string;
   readonly priority: number;
   readonly submittedAtMs = performance.now();
+  /** Sequences it decodes at once (its choices). */
+  readonly sequences: number;
   kvBytes = 0;
   finished = false;
 
@@ -42,19 +100,14 @@ export class GenerateWork implements Work {
   /** The shared loaded document this generation forks (null: none, or a private copy). */
   private lease: DocumentLease | null = null;
   private readonly replayTokens: number;
-  private readonly sampler: Sampler;
-  /** The penalties' view of the sequence: the prompt (everything before token 0) and the output. */
-  private history: TokenHistory | null = null;
+  private readonly vocabLimit: number;
   private readonly stopIds: Set<number>;
-  private readonly stops: StopMatcher;
-  private readonly decoder: TokenDecodeStream;
-  private readonly forced: readonly number[];
-  /** Tokens below this index were reported by an earlier attempt. */
-  private readonly resumed: number;
-  private readonly tokens: number[] = [];
-  private readonly logitsRows: Float32Array[] = [];
-  private text = '';
-  private stoppedByText = false;
+  private readonly choices: Choice[];
+  /** Where the next decode step's rows start among the choices (round-robin when the batch is full). */
+  private rr = 0;
+  /** Tokens before promptIds (a document's), and the prompt logprobs (promptLogprobs asked). */
+  private prior = 0;
+  private promptLogprobs: (PromptTokenLogprob | null)[] | null = null;
   private promptTokens = 0;
   private cachedTokens = 0;
   private firstTokenAtMs = 0;
@@ -78,28 +131,35 @@ export class GenerateWork implements Work {
     this.replayTokens = req.replayTokens ?? DEFAULT_REPLAY_TOKENS;
     if (req.exact !== true && !(Number.isInteger(this.replayTokens) && this.replayTokens >= 1)) throw new InputError(`replay must be a positive integer, got ${this.replayTokens}`);
     if (req.exact !== true && req.document === undefined) void model.decoderStart; // throws for schedules without a split
-    validateSampling(req.sampling, Math.min(ctx.tokenizer.vocabSize, model.config.vocabSize));
-    if (req.logprobs !== undefined && !(Number.isInteger(req.logprobs) && req.logprobs >= 0 && req.logprobs <= 20)) {
-      throw new InputError(`logprobs must be an integer in [0, 20], got ${req.logprobs}`);
-    }
-    if ((req.n !== undefined && req.n !== 1) || req.promptLogprobs !== undefined || req.seeds !== undefined || req.resumeChoices !== undefined) {
-      throw new InputError('n, seeds, resumeChoices and promptLogprobs are being implemented in this engine revision');
-    }
+    const tok = ctx.tokenizer;
+    this.vocabLimit = Math.min(tok.vocabSize, model.config.vocabSize);
+    validateSampling(req.sampling, this.vocabLimit);
+    checkTop('logprobs', req.logprobs);
+    checkTop('prompt logprobs', req.promptLogprobs);
+    const n = req.n ?? 1;
+    if (!(Number.isInteger(n) && n >= 1 && n <= MAX_CHOICES)) throw new InputError(`n must be an integer in [1, ${MAX_CHOICES}], got ${n}`);
+    if (req.seeds !== undefined && req.seeds.length !== n) throw new InputError(`seeds has ${req.seeds.length} entries, n is ${n}`);
+    if (req.forceIds !== undefined && n > 1) throw new InputError('forceIds (teacher forcing) needs n = 1');
+    if (req.resumeTokens !== undefined && req.resumeChoices !== undefined) throw new InputError('resumeTokens and resumeChoices exclude each other');
+    if (n > 1 && (req.resumeTokens?.length ?? 0) > 0) throw new InputError('with n > 1 a generation resumes through resumeChoices (one list per choice)');
+    if (req.resumeChoices !== undefined && req.resumeChoices.length !== n) throw new InputError(`resumeChoices has ${req.resumeChoices.length} entries, n is ${n}`);
+    const resumes = req.resumeChoices ?? [req.resumeTokens ?? []];
     const probe = model.createSequence();
     if (req.promptIds.length > 0) model.checkTokens(req.promptIds, probe, 'prompt');
-    const resume = req.resumeTokens ?? [];
-    if (req.forceIds !== undefined && resume.length > 0) throw new InputError('resumeTokens and forceIds exclude each other');
-    if (resume.length > req.maxTokens) throw new InputError(`${resume.length} resume tokens exceed max tokens ${req.maxTokens}`);
-    if (resume.length > 0) model.checkTokens(resume, probe, 'resume tokens');
-    this.forced = req.forceIds ?? resume;
-    this.resumed = resume.length;
+    for (const [i, resume] of resumes.entries()) {
+      if (req.forceIds !== undefined && resume.length > 0) throw new InputError('resumeTokens and forceIds exclude each other');
+      if (resume.length > req.maxTokens) throw new InputError(`choice ${i}: ${resume.length} resume tokens exceed max tokens ${req.maxTokens}`);
+      if (resume.length > 0) model.checkTokens(resume, probe, `choice ${i} resume tokens`);
+    }
     this.tenant = req.tenant ?? req.document?.tenant ?? 'default';
     this.priority = req.priority ?? 0;
-    const tok = ctx.tokenizer;
+    this.sequences = n;
     this.stopIds = new Set([...(req.stopIds ?? []), ...(req.ignoreEos === true ? [] : tok.eosIds)]);
-    this.stops = new StopMatcher(req.stopSequences ?? []);
-    this.decoder = tok.createDecodeStream();
-    this.sampler = new Sampler(req.sampling, Math.min(tok.vocabSize, model.config.vocabSize));
+    this.choices = Array.from({ length: n }, (_, i) => {
+      const seed = req.seeds?.[i] ?? req.sampling.seed + i;
+      const resume = resumes[i] ?? [];
+      return new Choice(i, null, new Sampler({ ...req.sampling, seed }, this.vocabLimit), tok.createDecodeStream(), new StopMatcher(req.stopSequences ?? []), req.forceIds ?? resume, resume.length);
+    });
     // a resumed generation has rows again: let an idle loop look
     this.unfollowFlow = hooks.flow?.onChange((paused) => (paused ? undefined : ctx.wake())) ?? null;
   }
@@ -140,7 +200,8 @@ export class GenerateWork implements Work {
       });
       if (this.finished) this.releaseDocument(); // cancelled while it loaded
     }
-    this.kvBytes = sequenceBytes(model, total, this.lease !== null ? (this.manifest?.tokenCount ?? 0) : 0);
+    // every choice holds at most what one sequence without the shared document holds
+    this.kvBytes = this.sequences * sequenceBytes(model, total, this.lease !== null ? (this.manifest?.tokenCount ?? 0) : 0);
   }
 
   async load(): Promise<void> {
@@ -164,15 +225,20 @@ export class GenerateWork implements Work {
       this.cachedTokens = Math.min(manifest.tokenCount, doc.cachedTokens ?? manifest.tokenCount);
     }
     const prior = seq.length;
+    this.prior = prior;
     seq.tokens.append(this.req.promptIds);
     this.seq = seq;
+    const wantPrompt = this.req.promptLogprobs !== undefined;
+    if (wantPrompt) this.promptLogprobs = new Array<PromptTokenLogprob | null>(this.req.promptIds.length).fill(null);
     const { hcMult, dim } = model.config;
     const L = model.config.numLayers;
     if (this.req.exact === true) {
-      this.phase = { kind: 'exact', run: new SegmentRun(seq, { start: 0, end: seq.length, l0: 0, l1: L, input: null, logits: true }, { hcMult, dim }) };
+      this.phase = { kind: 'exact', run: new SegmentRun(seq, { start: 0, end: seq.length, l0: 0, l1: L, input: null, logits: true, allLogits: wantPrompt }, { hcMult, dim }) };
     } else {
       const start = Math.max(0, prior - Math.max(1, this.replayTokens));
-      const run = new SegmentRun(seq, { start, end: seq.length, l0: 0, l1: model.decoderStart, input: null, compressAtEnd: true, keepRows: this.replayTokens }, { hcMult, dim });
+      // prompt logprobs: the replay covers every row before a prompt token (the prompt, and the last document row)
+      const keepRows = wantPrompt ? Math.max(this.replayTokens, this.req.promptIds.length + (prior > 0 ? 1 : 0)) : this.replayTokens;
+      const run = new SegmentRun(seq, { start, end: seq.length, l0: 0, l1: model.decoderStart, input: null, compressAtEnd: true, keepRows }, { hcMult, dim });
       this.phase = { kind: 'encode', run };
     }
   }
@@ -184,9 +250,12 @@ export class GenerateWork implements Work {
       case 'encode':
       case 'replay':
         return { kind: 'prefill', rows: p.run.remaining, layers: p.run.opts.l1 - p.run.opts.l0 };
-      case 'decode':
+      case 'decode': {
         // paused by its consumer (backpressure): no rows until it resumes
-        return this.hooks.flow?.paused === true ? null : { kind: 'decode' };
+        if (this.hooks.flow?.paused === true) return null;
+        const rows = this.choices.filter((c) => c.end === null && !c.inFlight).length;
+        return rows > 0 ? { kind: 'decode', rows } : null;
+      }
       case 'idle':
       case 'done':
         return null;
@@ -195,11 +264,21 @@ export class GenerateWork implements Work {
 
   span(rows: number): Span {
     const p = this.phase;
-    const seq = this.requireSeq();
     if (p.kind === 'exact' || p.kind === 'encode' || p.kind === 'replay') return p.run.span(rows);
     if (p.kind !== 'decode') throw new Csa2Error('runtime', `generation ${this.id} has no span to run (${p.kind})`);
+    // the next choice (round-robin) that runs and has no row in this step yet
+    const n = this.choices.length;
+    let c: Choice | undefined;
+    for (let k = 0; k < n && c === undefined; k++) {
+      const cand = this.choices[(this.rr + k) % n] as Choice;
+      if (cand.end === null && !cand.inFlight) c = cand;
+    }
+    if (c === undefined || c.seq === null) throw new Csa2Error('runtime', `generation ${this.id} has no choice to decode`);
+    this.rr = (c.index + 1) % n;
+    c.inFlight = true;
     // the token chosen last becomes the next row
-    seq.tokens.push(this.tokens[this.tokens.length - 1] as number);
+    const seq = c.seq;
+    seq.tokens.push(c.tokens[c.tokens.length - 1] as number);
     const pos = seq.length - 1;
     return { seq, layout: { kind: 'step' }, p0: pos, p1: pos + 1, l0: 0, l1: this.ctx.model.config.numLayers, input: null, logits: true };
   }
@@ -212,74 +291,127 @@ export class GenerateWork implements Work {
       if (p.run.done) {
         const kept = p.run.keptStream();
         const L = model.config.numLayers;
-        const run = new SegmentRun(this.requireSeq(), { start: kept.start, end: this.requireSeq().length, l0: model.decoderStart, l1: L, input: kept, logits: true }, model.config);
+        const wantPrompt = this.promptLogprobs !== null;
+        const run = new SegmentRun(this.requireSeq(), { start: kept.start, end: this.requireSeq().length, l0: model.decoderStart, l1: L, input: kept, logits: true, allLogits: wantPrompt }, model.config);
         this.phase = { kind: 'replay', run };
       }
       return;
     }
-    let logits: Float32Array | null;
-    if (p.kind === 'exact' || p.kind === 'replay') logits = p.run.took(span, out);
-    else logits = out.logits;
-    if (logits === null) return;
-    if (p.kind !== 'decode') {
-      const seq = this.requireSeq();
-      this.promptTokens = seq.length;
-      // prompt ids never change, so a view stays right even if the buffer is replaced later
-      this.history = new TokenHistory(seq.tokens.view(0, seq.length), seq.length);
-      this.phase = { kind: 'decode' };
+    if (p.kind === 'exact' || p.kind === 'replay') {
+      if (out.rowLogits !== undefined && out.rowLogits !== null) this.takePromptRows(span, out.rowLogits);
+      const logits = p.run.took(span, out);
+      if (logits === null) return;
+      this.startDecode(logits);
+      return;
     }
-    this.choose(logits);
+    if (p.kind !== 'decode' || out.logits === null) return;
+    const c = this.choices.find((x) => x.seq === span.seq);
+    if (c === undefined) throw new Csa2Error('runtime', `generation ${this.id} got a row of no choice`);
+    c.inFlight = false;
+    this.choose(c, out.logits);
   }
 
-  /** Chooses token i from its logits, reports it, and decides whether generation goes on. */
-  private choose(logits: Float32Array): void {
-    const i = this.tokens.length;
-    if (this.req.keepLogits === true) this.logitsRows.push(logits.slice());
-    const history = this.history as TokenHistory;
-    const id = i < this.forced.length ? (this.forced[i] as number) : this.sampler.next(logits, history, i);
-    const lp = this.req.logprobs !== undefined && i >= this.resumed ? tokenLogprobs(this.req.sampling, logits, history, this.sampler.vocabLimit, id, this.req.logprobs) : null;
-    this.tokens.push(id);
-    history.push(id);
-    if (i === this.resumed) this.firstTokenAtMs = performance.now();
-    const piece = this.stopIds.has(id) ? '' : this.decoder.push(id);
-    const { emit, stopped } = this.stops.push(piece);
-    if (i >= this.resumed) {
-      this.text += emit;
-      this.hooks.onToken?.({ choice: 0, index: i, id, text: emit, ...(lp !== null ? { logprob: lp.logprob, topLogprobs: lp.top } : {}) });
-    }
-    if (stopped) this.stoppedByText = true;
+  /** Prompt logprobs from the logits after rows [span.p0, span.p1): row r predicts the token at r + 1. */
+  private takePromptRows(span: Span, rowLogits: Float32Array): void {
+    const lp = this.promptLogprobs;
+    if (lp === null) return;
     const seq = this.requireSeq();
+    const V = this.ctx.model.config.vocabSize;
+    const top = this.req.promptLogprobs ?? 0;
+    const none = new TokenHistory([], 0);
+    for (let r = span.p0; r < span.p1; r++) {
+      const i = r + 1 - this.prior; // the prompt token row r predicts
+      if (i < 0 || i >= lp.length) continue;
+      const id = seq.tokens.at(r + 1);
+      const t = tokenLogprobs(MODEL_DISTRIBUTION, rowLogits.subarray((r - span.p0) * V, (r - span.p0 + 1) * V), none, this.vocabLimit, id, top);
+      lp[i] = { id, logprob: t.logprob, topLogprobs: t.top };
+    }
+  }
+
+  /** The prompt is done: fork a sequence per extra choice, report the prompt logprobs, choose every choice's token 0. */
+  private startDecode(logits: Float32Array): void {
+    const seq = this.requireSeq();
+    this.promptTokens = seq.length;
+    const prompt = seq.tokens.view(0, seq.length); // prompt ids never change: the view stays right
+    if (this.choices.length > 1) {
+      // without a shared document the prompt's rows become a shared prefix (one copy for all choices)
+      if (this.lease === null) seq.freeze();
+      const total = Math.min(this.ctx.model.config.maxSeqLen, seq.length + this.req.maxTokens);
+      for (const c of this.choices.slice(1)) {
+        c.seq = seq.fork();
+        c.seq.reserveTokens(total);
+      }
+    }
+    (this.choices[0] as Choice).seq = seq;
+    for (const c of this.choices) c.history = new TokenHistory(prompt, prompt.length);
+    if (this.promptLogprobs !== null) this.hooks.onPromptLogprobs?.(this.promptLogprobs);
+    this.phase = { kind: 'decode' };
+    for (const c of this.choices) if (!this.finished) this.choose(c, logits);
+  }
+
+  /** Chooses a choice's token i from its logits, reports it, and decides whether the choice goes on. */
+  private choose(c: Choice, logits: Float32Array): void {
+    const i = c.tokens.length;
+    if (this.req.keepLogits === true) c.logitsRows.push(logits.slice());
+    const history = c.history as TokenHistory;
+    const id = i < c.forced.length ? (c.forced[i] as number) : c.sampler.next(logits, history, i);
+    const lp = this.req.logprobs !== undefined && i >= c.resumed ? tokenLogprobs(this.req.sampling, logits, history, this.vocabLimit, id, this.req.logprobs) : null;
+    c.tokens.push(id);
+    history.push(id);
+    if (i === c.resumed && this.firstTokenAtMs === 0) this.firstTokenAtMs = performance.now();
+    const piece = this.stopIds.has(id) ? '' : c.decoder.push(id);
+    const { emit, stopped } = c.stops.push(piece);
+    if (i >= c.resumed) {
+      c.text += emit;
+      this.hooks.onToken?.({ choice: c.index, index: i, id, text: emit, ...(lp !== null ? { logprob: lp.logprob, topLogprobs: lp.top } : {}) });
+    }
+    if (stopped) c.stoppedByText = true;
+    const seq = c.seq as Sequence;
     let end: FinishReason | null = null;
-    if (this.stoppedByText) end = 'stop';
+    if (c.stoppedByText) end = 'stop';
     else if (this.stopIds.has(id) && this.req.forceIds === undefined) end = 'stop';
     else if (this.cancelled) end = 'cancelled';
     else if (i + 1 >= this.req.maxTokens || seq.length >= this.ctx.model.config.maxSeqLen) end = 'length';
-    if (end !== null) this.finish(end);
+    if (end !== null) this.endChoice(c, end);
+    if (this.cancelled) this.finish('cancelled');
+    else if (this.choices.every((x) => x.end !== null)) this.finish(null);
   }
 
-  private finish(reason: FinishReason): void {
-    if (this.finished) return;
-    if (reason !== 'cancelled' && !this.stoppedByText) {
-      const rest = this.stops.push(this.decoder.flush()).emit + this.stops.flush();
+  private endChoice(c: Choice, reason: FinishReason): void {
+    if (c.end !== null) return;
+    c.end = reason;
+    if (reason !== 'cancelled' && !c.stoppedByText) {
+      const rest = c.stops.push(c.decoder.flush()).emit + c.stops.flush();
       if (rest.length > 0) {
-        this.text += rest;
-        this.hooks.onToken?.({ choice: 0, index: this.tokens.length, id: -1, text: rest });
+        c.text += rest;
+        this.hooks.onToken?.({ choice: c.index, index: c.tokens.length, id: -1, text: rest });
       }
     }
+    if (c.index > 0) c.seq = null; // choice 0's sequence is the work's
+  }
+
+  /** Ends the generation: `reason` for every choice still running (null: they all ended on their own). */
+  private finish(reason: FinishReason | null): void {
+    if (this.finished) return;
+    for (const c of this.choices) if (c.end === null) this.endChoice(c, reason ?? 'cancelled');
     this.phase = { kind: 'done' };
     this.finished = true;
     const end = performance.now();
+    const choices: ChoiceOutcome[] = this.choices.map((c) => ({ tokens: c.tokens, text: c.text, finishReason: c.end as FinishReason, logits: c.logitsRows }));
+    const first = choices[0] as ChoiceOutcome;
     this.settle.resolve({
-      tokens: this.tokens,
-      text: this.text,
-      finishReason: reason,
-      choices: [{ tokens: this.tokens, text: this.text, finishReason: reason, logits: this.logitsRows }],
+      tokens: first.tokens,
+      text: first.text,
+      finishReason: first.finishReason,
+      choices,
+      ...(this.promptLogprobs !== null ? { promptLogprobs: this.promptLogprobs } : {}),
       promptTokens: this.promptTokens || (this.seq?.length ?? 0),
       cachedTokens: this.cachedTokens,
       timings: { prefillMs: (this.firstTokenAtMs || end) - this.submittedAtMs, decodeMs: this.firstTokenAtMs > 0 ? end - this.firstTokenAtMs : 0 },
-      logits: this.logitsRows,
+      logits: first.logits,
     });
     this.seq = null;
+    for (const c of this.choices) c.seq = null;
     this.releaseDocument();
   }
 
@@ -298,6 +430,7 @@ export class GenerateWork implements Work {
     this.finished = true;
     this.phase = { kind: 'done' };
     this.seq = null;
+    for (const c of this.choices) c.seq = null;
     this.releaseDocument();
     this.settle.reject(err);
   }

@@ -22,6 +22,7 @@ export class IngestWork implements Work {
   readonly tenant: string;
   readonly priority: number;
   readonly submittedAtMs = performance.now();
+  readonly sequences = 1;
   kvBytes = 0;
   finished = false;
 

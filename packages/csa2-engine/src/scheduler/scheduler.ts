@@ -114,7 +114,9 @@ export class Scheduler {
         continue;
       }
       if (this.kvInUse + w.kvBytes > this.policy.kvBudgetBytes) break;
-      if (w.kind === 'generate' && this.admittedGenerations() >= this.policy.maxRunning) break;
+      // the decode batch: sequences (choices) of admitted generations; one alone is always admitted
+      const admitted = this.admittedSequences();
+      if (w.kind === 'generate' && admitted > 0 && admitted + w.sequences > this.policy.maxRunning) break;
       this.waiting.shift();
       this.kvInUse += w.kvBytes;
       this.loading.add(w);
@@ -135,10 +137,10 @@ export class Scheduler {
     }
   }
 
-  private admittedGenerations(): number {
+  private admittedSequences(): number {
     let n = 0;
-    for (const w of this.active) if (w.kind === 'generate') n++;
-    for (const w of this.loading) if (w.kind === 'generate') n++;
+    for (const w of this.active) if (w.kind === 'generate') n += w.sequences;
+    for (const w of this.loading) if (w.kind === 'generate') n += w.sequences;
     return n;
   }
 
@@ -154,14 +156,18 @@ export class Scheduler {
     const works: Work[] = [];
     let budget = this.policy.maxStepTokens;
     let decodeRows = 0;
-    // 1. every decoding sequence gets its row
+    // 1. every decoding sequence (each choice of a generation) gets its row
     for (const w of this.active) {
       if (decodeRows >= this.policy.maxRunning || budget === 0) break;
-      if (w.next()?.kind !== 'decode') continue;
-      spans.push(w.span(1));
-      works.push(w);
-      decodeRows++;
-      budget--;
+      const want = w.next();
+      if (want?.kind !== 'decode') continue;
+      const k = Math.min(want.rows, this.policy.maxRunning - decodeRows, budget);
+      for (let j = 0; j < k; j++) {
+        spans.push(w.span(1));
+        works.push(w);
+      }
+      decodeRows += k;
+      budget -= k;
     }
     // 2. prefill rows: round-robin across tenants, each tenant's best (priority, age) work first
     let prefillRows = 0;

@@ -21,6 +21,8 @@ export interface SegmentRunOptions {
   readonly keepRows?: number;
   /** The last chunk asks for the next-token logits. */
   readonly logits?: boolean;
+  /** Every chunk asks for the logits after each of its rows (SpanOutput.rowLogits: prompt logprobs). */
+  readonly allLogits?: boolean;
 }
 
 export class SegmentRun {
@@ -71,6 +73,7 @@ export class SegmentRun {
       input: this.opts.input,
       compressAtEnd: this.opts.compressAtEnd === true,
       logits: p1 === this.opts.end && this.opts.logits === true,
+      ...(this.opts.allLogits === true ? { allLogits: true } : {}),
     };
   }
 

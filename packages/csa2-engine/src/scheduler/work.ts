@@ -16,8 +16,8 @@ import type { Span, SpanOutput } from '@csa2/core';
 
 /** What a work item could run in the next step. */
 export type NextRows =
-  /** one decode row */
-  | { readonly kind: 'decode' }
+  /** `rows` decode rows (one per choice that runs): the scheduler asks span(1) for each it grants */
+  | { readonly kind: 'decode'; readonly rows: number }
   /** up to `rows` prefill rows through `layers` of the model's layers */
   | { readonly kind: 'prefill'; readonly rows: number; readonly layers: number }
   /** nothing now (waiting on I/O, or finished) */
@@ -30,6 +30,8 @@ export interface Work {
   /** Lower runs first (0: interactive, larger: batch). */
   readonly priority: number;
   readonly submittedAtMs: number;
+  /** Sequences it decodes at once once admitted (a generation's choices; 1 for an ingest). */
+  readonly sequences: number;
   /** Bytes the work's sequence will hold at most (admission reserves them); known after prepare(). */
   readonly kvBytes: number;
   readonly finished: boolean;
