@@ -66,3 +66,22 @@ test('errors in the thread come back with their code and message; the host keeps
 test('a model that cannot be loaded fails start with a clear error', async () => {
   await assert.rejects(EngineHost.start({ modelDir: '/nonexistent-model-dir' }), (err: unknown) => err instanceof EngineError && /config\.json/.test(err.message));
 });
+
+test('the engine thread has a stack of its own size: a process with a long command line still opens its sessions', async () => {
+  // onnxruntime's session creation recurses deeply; on the 4 MB default worker stack a process whose
+  // command line was ~17 KB long segfaulted (exit 139) creating its first session
+  const { spawnSync } = await import('node:child_process');
+  const hostUrl = new URL('./engine-host.js', import.meta.url).href;
+  const script = `const { EngineHost } = await import(${JSON.stringify(hostUrl)});
+const h = await EngineHost.start({ modelDir: ${JSON.stringify(TINY)} });
+const out = await h.generate({ promptIds: [5, 6, 7], maxTokens: 2, sampling: { temperature: 0, topP: 1, seed: 0 } });
+await h.close();
+process.stdout.write(String(out.tokens.length));`;
+  const { mkdtempSync, writeFileSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const file = join(mkdtempSync(join(tmpdir(), 'csa2-host-')), 'long-argv.mjs');
+  writeFileSync(file, script);
+  const r = spawnSync(process.execPath, [file, 'x'.repeat(64 * 1024)], { encoding: 'utf8' });
+  assert.equal(r.status, 0, `exit ${r.status} (signal ${r.signal}): ${r.stderr}`);
+  assert.equal(r.stdout, '2');
+});

@@ -34,6 +34,9 @@ interface Pending {
   cleanup(): void;
 }
 
+/** Stack of the engine thread (MB). */
+export const ENGINE_THREAD_STACK_MB = 64;
+
 export class EngineHost {
   private nextId = 1;
   private readonly pending = new Map<number, Pending>();
@@ -56,7 +59,9 @@ export class EngineHost {
   /** Starts the thread and waits until the model is loaded; load errors reject with their own code. */
   static async start(options: EngineOptions): Promise<EngineHost> {
     const data: ThreadData = { options };
-    const worker = new Worker(new URL('./engine-thread.js', import.meta.url), { workerData: data });
+    // a stack of its own size: onnxruntime's session creation recurses deeply (a 4 MB default stack
+    // overflowed — a segfault — when the process had a long command line)
+    const worker = new Worker(new URL('./engine-thread.js', import.meta.url), { workerData: data, resourceLimits: { stackSizeMb: ENGINE_THREAD_STACK_MB } });
     const info = await new Promise<ModelInfo>((resolve, reject) => {
       const onMessage = (msg: FromThread) => {
         if (msg.type === 'ready') resolve(msg.info);
