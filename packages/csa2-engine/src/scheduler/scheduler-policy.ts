@@ -33,7 +33,7 @@ export interface SchedulerPolicy {
    * limits. @defaultValue 2.5
    */
   readonly decodeLatencyFactor: number;
-  /** Prefill rows a step may always run while sequences decode, whatever the prediction (progress). @defaultValue 16 */
+  /** Prefill rows each prefilling work may always run in a step while sequences decode, whatever the prediction (progress). @defaultValue 16 */
   readonly minPrefillTokens: number;
 }
 

@@ -194,7 +194,9 @@ export class Scheduler {
           let rows = Math.min(budget, this.policy.prefillChunkTokens, want.rows);
           if (decodeRows > 0) {
             const byCost = Math.floor(rowLayerBudget / want.layers);
-            const floor = prefillRows === 0 ? Math.min(this.policy.minPrefillTokens, want.rows) : 0;
+            // every prefilling work progresses by at least the floor (prompts arriving together start
+            // together, not one after another behind the first one's floor)
+            const floor = Math.min(this.policy.minPrefillTokens, want.rows);
             rows = Math.min(rows, Math.max(byCost, floor));
           }
           if (rows <= 0) continue;
