@@ -401,6 +401,7 @@ class GenerationRun {
         // the jobs have started once their stream shows an entry (awaited before the answer ends)
         queueWaits ??= this.observeQueueWaits();
         const nowMs = Date.now();
+        if (entry.kind === 'prompt') continue;
         if (entry.kind === 'token') {
           if (tokens === 0) deps.metrics.timeToFirstToken.observe(labels, (nowMs - plan.acceptedAtMs) / 1000);
           else deps.metrics.interTokenLatency.observe({ endpoint: plan.request.endpoint }, (nowMs - lastTokenMs) / 1000);
@@ -442,7 +443,7 @@ class GenerationRun {
   }
 
   /** Maps the terminal entry: final → finish reason, usage and tail text; error → thrown ApiError. */
-  private finish(entry: Exclude<StreamEntry, { kind: 'token' }>, tokens: number): { finishReason: FinishReason; usage: OpenAiUsage; tail: string } {
+  private finish(entry: Extract<StreamEntry, { kind: 'final' | 'error' }>, tokens: number): { finishReason: FinishReason; usage: OpenAiUsage; tail: string } {
     if (entry.kind === 'error') throw workerError(entry.code, entry.message);
     if (entry.finishReason === 'cancelled') {
       // The worker honoured our cancel key (client gone, shutdown) or someone else's.

@@ -105,7 +105,7 @@ export async function* relayStream(deps: GatewayDeps, options: RelayOptions): As
             nextIndex = entry.index + 1;
           }
           yield entry;
-          if (entry.kind !== 'token') return;
+          if (entry.kind === 'final' || entry.kind === 'error') return;
         }
       }
       if ((reply === null || reply.length === 0) && Date.now() >= nextPollMs) {

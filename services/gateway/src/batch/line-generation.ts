@@ -35,6 +35,7 @@ export async function collectGeneration(deps: GatewayDeps, plan: GenerationPlan,
       signal: options.signal,
     });
     for await (const entry of entries) {
+      if (entry.kind === 'prompt') continue;
       if (entry.kind === 'token') {
         tokens += 1;
         text += entry.text;
