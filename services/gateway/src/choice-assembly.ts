@@ -60,7 +60,8 @@ export interface ChoiceAssemblyOptions {
   readonly tokenizer: Pick<Tokenizer, 'tokenBytes' | 'createDecodeStream'>;
 }
 
-type Pushed = Extract<StreamEntry, { kind: 'token' | 'prompt' | 'final' }>;
+/** The entries an assembly takes (error entries are the caller's). */
+export type AssemblyEntry = Extract<StreamEntry, { kind: 'token' | 'prompt' | 'final' }>;
 
 interface ChoiceState {
   started: boolean;
@@ -100,7 +101,7 @@ export class ChoiceAssembly {
   }
 
   /** Takes choice `choice`'s next entry; returns what is new. A final entry must not be 'cancelled' (the caller's). */
-  push(choice: number, entry: Pushed): ChoiceDelta[] {
+  push(choice: number, entry: AssemblyEntry): ChoiceDelta[] {
     const state = this.states[choice];
     if (state === undefined) throw invalid(`an entry of choice ${choice}, the request has ${this.options.n}`);
     if (entry.kind === 'prompt') {
