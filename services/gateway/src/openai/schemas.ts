@@ -67,7 +67,7 @@ const samplingFields = {
   stream: z.boolean().nullish(),
   stream_options: z.object({ include_usage: z.boolean().nullish() }).nullish(),
   /** Choices from one prefill, each with its own seed (seed + i); at most CSA2_MAX_CHOICES (checked in generation.ts). */
-  n: z.number().int().min(1).nullish(),
+  n: z.number().int().min(1).nullish().describe('Choices generated from one prefill (at most CSA2_MAX_CHOICES, default 8); choice i samples with seed + i'),
   presence_penalty: z.number().min(-2).max(2).nullish(),
   frequency_penalty: z.number().min(-2).max(2).nullish(),
   /** Token id (a decimal string) → bias in [-100, 100], added to its logit before sampling. */
@@ -104,11 +104,17 @@ export const CompletionRequestSchema = z.object({
     error: 'must be a string, an array of token ids, or a one-element array of either',
   }),
   /** Answer the prompt before each choice's text (with its logprobs when `logprobs` is set); allows `max_tokens: 0`. */
-  echo: z.boolean().nullish(),
+  echo: z.boolean().nullish().describe("Answer the prompt before each choice's text (its tokens first in logprobs); allows max_tokens 0"),
   /** Only equal to `n`: every choice generated is returned. */
-  best_of: z.number().int().min(1).nullish(),
+  best_of: z.number().int().min(1).nullish().describe('Only equal to n: every choice generated is returned'),
   /** Each token's logprob and the `logprobs` most likely alternatives (0–5, OpenAI's limit). */
-  logprobs: z.number().int().min(0).max(MAX_COMPLETION_LOGPROBS, `must be at most ${MAX_COMPLETION_LOGPROBS} (OpenAI's limit for completions)`).nullish(),
+  logprobs: z
+    .number()
+    .int()
+    .min(0)
+    .max(MAX_COMPLETION_LOGPROBS, `must be at most ${MAX_COMPLETION_LOGPROBS} (OpenAI's limit for completions)`)
+    .nullish()
+    .describe("Each token's logprob (natural log, after temperature) with this many most likely alternatives (0-5, OpenAI's limit)"),
   suffix: z.string().nullish(),
 });
 export type CompletionRequest = z.infer<typeof CompletionRequestSchema>;
@@ -127,9 +133,9 @@ export const ChatRequestSchema = z.object({
   messages: z.array(ChatMessageSchema).min(1, 'must contain at least one message'),
   max_completion_tokens: z.number().int().nullish(),
   /** Each generated token's logprob in `choices[].logprobs.content`. */
-  logprobs: z.boolean().nullish(),
+  logprobs: z.boolean().nullish().describe("Each generated token's logprob in choices[].logprobs.content"),
   /** With `logprobs: true`: this many most likely alternatives per token (0–20). */
-  top_logprobs: z.number().int().min(0).max(MAX_TOP_LOGPROBS).nullish(),
+  top_logprobs: z.number().int().min(0).max(MAX_TOP_LOGPROBS).nullish().describe('With logprobs: true, this many most likely alternatives per token (0-20)'),
   tools: z.array(z.unknown()).nullish(),
   functions: z.array(z.unknown()).nullish(),
   tool_choice: z.unknown().optional(),
