@@ -194,6 +194,17 @@ e2e('n = 3 with a seed: choice i equals the n = 1 request with seed + i, text an
   assert.deepEqual(body.usage, { prompt_tokens: PROMPT.length, completion_tokens: 60, total_tokens: PROMPT.length + 60, prompt_tokens_details: { cached_tokens: 0 } });
 });
 
+e2e('n = 2 on a long prompt (through an encoder, its prefill job carrying the decode job\'s fields): choice 1 equals the n = 1 request with seed + 1', async () => {
+  const prompt = 'A long prompt goes through an encoder first. '.repeat(48); // 2,160 tokens ≥ CSA2_PREFILL_THRESHOLD_TOKENS (2,048)
+  const body = await client.completions.create({ model: 'tiny', prompt, max_tokens: 8, n: 2, logprobs: 1, ...SEEDED });
+  const alone = await client.completions.create({ model: 'tiny', prompt, max_tokens: 8, logprobs: 1, ...SEEDED, seed: SEEDED.seed + 1 });
+  assert.equal(body.choices[1]?.text, alone.choices[0]?.text);
+  assert.deepEqual(body.choices[1]?.logprobs, alone.choices[0]?.logprobs);
+  assert.equal(body.usage?.prompt_tokens, prompt.length);
+  assert.equal(body.usage?.completion_tokens, 16);
+  assert.ok(pipe.logLines().some((l) => l.startsWith('[encoder#') && l.includes('prompt encoded; decode enqueued') && l.includes(body.id)), 'the prompt went through the encoder');
+});
+
 /** A streamed completion's choices as the client sees them: text, logprobs lists concatenated, finish reason. */
 interface StreamedChoice {
   text: string;
