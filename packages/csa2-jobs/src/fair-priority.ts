@@ -115,7 +115,7 @@ export async function fairPriority(redis: Redis, queueName: string, share: FairS
   return Number.isSafeInteger(priority) && priority >= 1 ? priority : 1;
 }
 
-/** The fair-share cost of a decode job: its prompt tokens plus the tokens it may generate. */
-export function decodeCostTokens(job: { readonly promptIds: readonly unknown[]; readonly maxTokens: number }): number {
-  return job.promptIds.length + job.maxTokens;
+/** The fair-share cost of a decode job: its prompt tokens plus the tokens its choices may generate. */
+export function decodeCostTokens(job: { readonly promptIds: readonly unknown[]; readonly maxTokens: number; readonly n?: number | undefined }): number {
+  return job.promptIds.length + (job.n ?? 1) * job.maxTokens;
 }

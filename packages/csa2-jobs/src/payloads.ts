@@ -28,6 +28,10 @@ export const MAX_INLINE_TEXT_CHARS = 65_536;
 export const MAX_MODEL_NAME_CHARS = 256;
 /** Bound of token counts (context, max_tokens, replay, a referenced list): 16M. */
 export const MAX_TOKEN_COUNT = 1 << 24;
+/** Most choices one request may ask for (OpenAI `n`; the engine's limit, @csa2/engine MAX_CHOICES). */
+export const MAX_CHOICES = 16;
+/** Most alternatives a token's logprobs may list (OpenAI chat's `top_logprobs` limit; the engine's too). */
+export const MAX_TOP_LOGPROBS = 20;
 
 const tokenIds = z
   .array(z.number().int().nonnegative().max(0xffffffff))
@@ -96,14 +100,25 @@ export const DecodeJobSchema = z.object({
    */
   cachedTokens: z.number().int().nonnegative().max(MAX_TOKEN_COUNT).nullable().optional(),
   sampling: SamplingSchema,
-  maxTokens: tokenCount,
+  /** Tokens to generate per choice; 0 = none, the prompt only (echo, usually with promptLogprobs). */
+  maxTokens: z.number().int().nonnegative().max(MAX_TOKEN_COUNT),
   stop: z.array(z.string().min(1).max(MAX_STOP_SEQUENCE_CHARS)).max(MAX_STOP_SEQUENCES),
   ignoreEos: z.boolean(),
   /** Bounded replay length; null = the worker's default. */
   replayTokens: tokenCount.nullable(),
   /** When the gateway accepted the request (ms since epoch), for latency metrics. */
   acceptedAtMs: z.number().int().nonnegative(),
-});
+  /**
+   * Choices generated from one prefill (OpenAI `n`), each on its own stream (queues.ts
+   * choiceStreamId); choice i samples with `sampling.seed + i`, so choice 0 is the n = 1 answer.
+   * Absent: 1. The optional fields below are absent in jobs from before them, which parse as before.
+   */
+  n: z.number().int().min(1).max(MAX_CHOICES).optional(),
+  /** Each generated token's log-probability with this many most likely alternatives (0–20). Absent: none. */
+  logprobs: z.number().int().min(0).max(MAX_TOP_LOGPROBS).optional(),
+  /** The prompt tokens' log-probabilities (echo) with this many alternatives (0–20), one stream entry before choice 0's first token. Absent: none. */
+  promptLogprobs: z.number().int().min(0).max(MAX_TOP_LOGPROBS).optional(),
+}).refine((j) => j.sampling.seed <= Number.MAX_SAFE_INTEGER - ((j.n ?? 1) - 1), { message: 'sampling.seed + n - 1 (the last choice\'s seed) must be a safe integer', path: ['sampling', 'seed'] });
 export type DecodeJob = z.infer<typeof DecodeJobSchema>;
 
 /** Encode a document (ingestion) into an artifact. */

@@ -5,7 +5,9 @@
  *
  *   bull:csa2-prefill:*            BullMQ queue of PrefillJob (encoder workers)
  *   bull:csa2-decode:*             BullMQ queue of DecodeJob (decoder workers)
- *   csa2:stream:<requestId>        Redis Stream of StreamEntry (decoder → gateway), expires after STREAM_TTL_SECONDS
+ *   csa2:stream:<requestId>        Redis Stream of StreamEntry (decoder → gateway), expires after STREAM_TTL_SECONDS;
+ *                                  choice 0 of a request (its only choice unless n > 1)
+ *   csa2:stream:<requestId>:<i>    the stream of choice i ≥ 1 (DecodeJob.n), same format and rules
  *   csa2:cancel:<requestId>        present = the client went away; workers stop generating
  *   csa2:document-damage:<tenant>:<documentId>
  *                                  JSON { code, manifestCreatedAt }: a reader found the document's stored
@@ -20,6 +22,12 @@ export type QueueName = typeof PREFILL_QUEUE | typeof DECODE_QUEUE;
 export const STREAM_TTL_SECONDS = 3600;
 
 export const streamKey = (requestId: string): string => `csa2:stream:${requestId}`;
+/**
+ * The stream id of a request's choice `choice`: the request id itself for choice 0 (so readers of one
+ * choice keep reading `csa2:stream:<requestId>`), `<requestId>:<choice>` for the others. Every stream
+ * function that takes a request id takes one of these (request ids never contain ':').
+ */
+export const choiceStreamId = (requestId: string, choice: number): string => (choice === 0 ? requestId : `${requestId}:${choice}`);
 export const cancelKey = (requestId: string): string => `csa2:cancel:${requestId}`;
 export const documentDamageKey = (tenant: string, documentId: string): string => `csa2:document-damage:${tenant}:${documentId}`;
 

@@ -8,7 +8,8 @@
  *   - the index would leave a gap                         → nothing written, 'gap' (a bug: refused)
  *   - otherwise                                           → XADD, then PEXPIRE the key, 'written'
  * A final entry is appended like token index n (it must follow exactly n token entries); an error
- * entry is appended whenever the stream has not ended. So even two workers racing on the same
+ * entry is appended whenever the stream has not ended; a prompt entry only into an empty stream
+ * ('exists' otherwise), and token 0 may follow it. So even two workers racing on the same
  * request (a stalled job picked up again while its first worker still runs) never duplicate an
  * index, never write after the end, and never end a stream twice.
  */
@@ -17,7 +18,10 @@ import type { Redis } from 'ioredis';
 import { streamKey, STREAM_TTL_SECONDS } from './queues.js';
 import { decodeStreamEntry, encodeStreamEntry, type StreamEntry } from './stream.js';
 
-/** KEYS[1] stream; ARGV[1] index the entry must take ('-1' = any, for error entries); ARGV[2] ttl ms; ARGV[3..] fields. */
+/**
+ * KEYS[1] stream; ARGV[1] index the entry must take ('-1' = any, for error entries; '-2' = first, for
+ * a prompt entry); ARGV[2] ttl ms; ARGV[3..] fields.
+ */
 const APPEND_SCRIPT = `
 local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 local nextIndex = 0
@@ -28,11 +32,13 @@ if #last > 0 then
     local f = fields[j]
     if f == 'done' or f == 'error' then return 'ended' end
     if f == 'i' then idx = tonumber(fields[j + 1]) end
+    if f == 'plp' then idx = -1 end
   end
   if idx == nil then return 'foreign' end
   nextIndex = idx + 1
 end
 local want = tonumber(ARGV[1])
+if want == -2 and #last > 0 then return 'exists' end
 if want >= 0 then
   if want < nextIndex then return 'exists' end
   if want > nextIndex then return 'gap' end
@@ -67,12 +73,13 @@ async function runAppend(redis: Redis, key: string, args: string[]): Promise<unk
 }
 
 /**
- * Appends `entry` to the request's stream under the rules above. Token entries take their own index;
- * a final entry takes index `entry.tokens`; an error entry goes anywhere before the end.
+ * Appends `entry` to the stream `requestId` (a request id, or a choice's stream id: choiceStreamId)
+ * under the rules above. Token entries take their own index; a final entry takes index
+ * `entry.tokens`; an error entry goes anywhere before the end; a prompt entry first.
  * Throws StreamStateError on a gap or a foreign last entry; Redis errors propagate (transient).
  */
 export async function appendStreamEntry(redis: Redis, requestId: string, entry: StreamEntry, ttlMs: number = STREAM_TTL_MS): Promise<AppendOutcome> {
-  const index = entry.kind === 'token' ? entry.index : entry.kind === 'final' ? entry.tokens : -1;
+  const index = entry.kind === 'token' ? entry.index : entry.kind === 'final' ? entry.tokens : entry.kind === 'prompt' ? -2 : -1;
   const key = streamKey(requestId);
   const r = await runAppend(redis, key, [String(index), String(Math.max(1, Math.round(ttlMs))), ...encodeStreamEntry(entry)]);
   if (r === 'written' || r === 'exists' || r === 'ended') return r;
@@ -89,7 +96,7 @@ export interface StreamState {
   readonly end: Extract<StreamEntry, { kind: 'final' | 'error' }> | null;
 }
 
-/** Reads the whole stream (one XRANGE; streams hold at most max_tokens + 1 entries). */
+/** Reads the whole stream (one XRANGE; streams hold at most max_tokens + 2 entries). A prompt entry is skipped. */
 export async function readStreamState(redis: Redis, requestId: string): Promise<StreamState> {
   const key = streamKey(requestId);
   const raw = await redis.xrange(key, '-', '+');
@@ -97,6 +104,7 @@ export async function readStreamState(redis: Redis, requestId: string): Promise<
   let end: StreamState['end'] = null;
   for (const [, fields] of raw) {
     const e = decodeStreamEntry(fields);
+    if (e.kind === 'prompt') continue;
     if (e.kind === 'token') {
       if (e.index !== tokenIds.length) throw new StreamStateError(`stream ${key}: token index ${e.index} where ${tokenIds.length} was expected`);
       tokenIds.push(e.id);

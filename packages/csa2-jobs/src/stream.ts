@@ -2,8 +2,18 @@
  * @module stream
  * The per-request Redis Stream the decoder worker writes and the gateway relays as SSE.
  *
+ * A request with n choices (DecodeJob.n) has one stream per choice (queues.ts choiceStreamId), each
+ * with these entries and rules; error entries go to choice 0's stream (an error ends the request).
+ *
  * Entry fields (all strings, as Redis stores them):
- *   token:  i = token index (0, 1, …), id = token id, t = text completed by this token ('' allowed)
+ *   token:  i = token index (0, 1, …), id = token id, t = text completed by this token ('' allowed),
+ *           and when the job asked for logprobs, lp = JSON [logprob, [[id, logprob], …]]: the token's
+ *           natural-log probability and the most likely alternatives, most likely first (null for a
+ *           logprob of -Infinity, which JSON cannot carry)
+ *   prompt: plp = JSON [null | [id, logprob, [[id, logprob], …]], …]: per prompt token (DecodeJob
+ *           promptIds) its logprob given the tokens before it and the alternatives, null for a first
+ *           token without context. Only in choice 0's stream, only as its first entry (before token 0),
+ *           written once (DecodeJob.promptLogprobs)
  *   final:  done = '1', finish_reason, usage = JSON Usage, n = number of token entries before it,
  *           and, added by the decoder worker:
  *           t = text released only at the end ('' mostly): text held back while it could still be the
@@ -29,8 +39,29 @@ export interface Usage {
   readonly prompt_tokens_details: { readonly cached_tokens: number };
 }
 
+/** A token and its log-probability (natural log; -Infinity: impossible). */
+export interface TokenAlternative {
+  readonly id: number;
+  readonly logprob: number;
+}
+
+/** A prompt token's log-probability given the tokens before it, with the most likely alternatives. */
+export interface PromptTokenEntry extends TokenAlternative {
+  readonly top: readonly TokenAlternative[];
+}
+
 export type StreamEntry =
-  | { readonly kind: 'token'; readonly index: number; readonly id: number; readonly text: string }
+  | {
+      readonly kind: 'token';
+      readonly index: number;
+      readonly id: number;
+      readonly text: string;
+      /** The token's log-probability (the job asked for logprobs). */
+      readonly logprob?: number;
+      /** The most likely tokens at this step, most likely first (with logprob). */
+      readonly top?: readonly TokenAlternative[];
+    }
+  | { readonly kind: 'prompt'; readonly logprobs: readonly (PromptTokenEntry | null)[] }
   | {
       readonly kind: 'final';
       readonly finishReason: 'length' | 'stop' | 'cancelled';
@@ -54,11 +85,39 @@ export interface StreamTiming {
   readonly attempt: number;
 }
 
+/** A logprob as JSON carries it: -Infinity (or NaN) as null. */
+const toJsonLogprob = (lp: number): number | null => (Number.isFinite(lp) ? lp : null);
+const fromJsonLogprob = (v: unknown): number => (typeof v === 'number' ? v : -Infinity);
+const encodeAlternatives = (top: readonly TokenAlternative[]): [number, number | null][] => top.map((a) => [a.id, toJsonLogprob(a.logprob)]);
+
+function decodeAlternatives(v: unknown, what: string): TokenAlternative[] {
+  if (!Array.isArray(v)) throw new Error(`stream entry: ${what} alternatives are not a list`);
+  return v.map((a: unknown) => {
+    if (!Array.isArray(a) || !Number.isInteger(a[0])) throw new Error(`stream entry: bad ${what} alternative ${JSON.stringify(a)}`);
+    return { id: a[0] as number, logprob: fromJsonLogprob(a[1]) };
+  });
+}
+
+function decodePromptLogprobs(raw: string): (PromptTokenEntry | null)[] {
+  const v: unknown = JSON.parse(raw);
+  if (!Array.isArray(v)) throw new Error('stream entry: plp is not a list');
+  return v.map((p: unknown) => {
+    if (p === null) return null;
+    if (!Array.isArray(p) || !Number.isInteger(p[0])) throw new Error(`stream entry: bad prompt logprob ${JSON.stringify(p)?.slice(0, 80)}`);
+    return { id: p[0] as number, logprob: fromJsonLogprob(p[1]), top: decodeAlternatives(p[2], 'prompt') };
+  });
+}
+
 /** Field/value pairs for XADD. */
 export function encodeStreamEntry(e: StreamEntry): string[] {
   switch (e.kind) {
     case 'token':
-      return ['i', String(e.index), 'id', String(e.id), 't', e.text];
+      return [
+        'i', String(e.index), 'id', String(e.id), 't', e.text,
+        ...(e.logprob !== undefined ? ['lp', JSON.stringify([toJsonLogprob(e.logprob), encodeAlternatives(e.top ?? [])])] : []),
+      ];
+    case 'prompt':
+      return ['plp', JSON.stringify(e.logprobs.map((p) => (p === null ? null : [p.id, toJsonLogprob(p.logprob), encodeAlternatives(p.top)])))];
     case 'final':
       return [
         'done', '1', 'finish_reason', e.finishReason, 'usage', JSON.stringify(e.usage), 'n', String(e.tokens),
@@ -80,8 +139,13 @@ export function decodeStreamEntry(fields: readonly string[]): StreamEntry {
     const index = Number(f.get('i'));
     const id = Number(f.get('id'));
     if (!Number.isInteger(index) || !Number.isInteger(id)) throw new Error(`stream entry: bad token fields ${JSON.stringify(fields)}`);
-    return { kind: 'token', index, id, text: f.get('t') ?? '' };
+    const lp = f.get('lp');
+    if (lp === undefined) return { kind: 'token', index, id, text: f.get('t') ?? '' };
+    const v: unknown = JSON.parse(lp);
+    if (!Array.isArray(v)) throw new Error(`stream entry: bad lp ${lp.slice(0, 80)}`);
+    return { kind: 'token', index, id, text: f.get('t') ?? '', logprob: fromJsonLogprob(v[0]), top: decodeAlternatives(v[1], 'token') };
   }
+  if (f.has('plp')) return { kind: 'prompt', logprobs: decodePromptLogprobs(f.get('plp') as string) };
   if (f.get('done') === '1') {
     const fr = f.get('finish_reason');
     if (fr !== 'length' && fr !== 'stop' && fr !== 'cancelled') throw new Error(`stream entry: bad finish_reason ${String(fr)}`);

@@ -9,15 +9,22 @@
  * 2. read the stream — already ended (final or error entry): return at once, nothing regenerated;
  * 3. cancel key already set: final entry 'cancelled' at once;
  * 4. generate ([document tokens] + promptIds) in the engine thread, which batches it with the other
- *    jobs this worker runs; each token becomes a stream entry. A retry resumes: the tokens the stream
- *    already holds are fed to the engine (resumeTokens) instead of being generated again, and
- *    generation continues after them exactly as the undisturbed run would (greedy, or seeded
- *    sampling, whose randomness depends on (seed, token index) only); the cancel key is polled every
- *    `cancelPollMs` and aborts generation (finish_reason 'cancelled');
- * 5. the final entry: finish_reason, usage (prompt_tokens_details.cached_tokens = the job's
- *    cachedTokens when set — a long prompt's artifact: what was stored before the request — else the
- *    document's tokens),
- *    the tail text and the attempt's timing.
+ *    jobs this worker runs; each token becomes a stream entry (with its logprobs when the job asks).
+ *    A job with n choices is one engine generation (one prefill, the sequence forked after it) whose
+ *    choice i writes its own stream (choiceStreamId; choice 0's is the request's), and the prompt's
+ *    logprobs (echo) are one entry opening choice 0's stream, before any token of any choice (one
+ *    append chain for all the request's entries keeps that order). A retry resumes: the tokens each
+ *    choice's stream already holds are fed to the engine (resumeTokens; resumeChoices with n > 1)
+ *    instead of being generated again, and generation continues after them exactly as the
+ *    undisturbed run would (greedy, or seeded sampling, whose randomness depends on (seed, token
+ *    index) only); a choice whose stream already ended keeps its end, and its tokens are not written
+ *    again. The cancel key is polled every `cancelPollMs` and aborts every choice (finish_reason
+ *    'cancelled'). maxTokens 0 (echo of the prompt only): the engine generates one token, which is
+ *    not written;
+ * 5. per choice, the final entry: finish_reason, usage (the prompt's tokens, that choice's tokens;
+ *    prompt_tokens_details.cached_tokens = the job's cachedTokens when set — a long prompt's
+ *    artifact: what was stored before the request — else the document's tokens), the tail text and
+ *    the attempt's timing. The job's result counts the prompt once and sums the choices' tokens.
  *
  * Failures follow the workers' common policy (@csa2/jobs job-failure): deterministic codes (see
  * DETERMINISTIC_ERROR_CODES) → error entry + UnrecoverableError; anything else → thrown as is, so
@@ -31,6 +38,7 @@ import {
   UnrecoverableError,
   appendStreamEntry,
   cancelKey,
+  choiceStreamId,
   failJob,
   followJobSignal,
   formatFailure,
@@ -50,6 +58,9 @@ import {
   type StreamEntry,
   type StreamState,
 } from '@csa2/jobs';
+
+/** The prompt's logprobs as the engine reports them (GenerateHooks.onPromptLogprobs). */
+type PromptLogprobs = Parameters<NonNullable<GenerateHooks['onPromptLogprobs']>>[0];
 
 /** What the processor needs from the engine (EngineHost satisfies it). */
 export interface DecodeEngine extends Closable {
@@ -77,13 +88,33 @@ class EngineAbortedError extends Error {
   }
 }
 
-function resultFromEnd(end: Extract<StreamEntry, { kind: 'final' }>): DecodeResult {
+/** Another attempt ended some of the choices' streams while this one ran, not all of them: retry. */
+class EndedElsewhereError extends Error {
+  readonly code = 'runtime';
+  constructor() {
+    super('another attempt ended some choices of this request while this one ran; a retry resumes the rest from their streams');
+    this.name = 'EndedElsewhereError';
+  }
+}
+
+type FinalEntry = Extract<StreamEntry, { kind: 'final' }>;
+
+/** The result of a request whose choices' streams all ended with a final entry: the prompt once, the choices' tokens summed. */
+function resultFromEnds(ends: readonly FinalEntry[]): DecodeResult {
+  const first = ends[0] as FinalEntry;
   return {
-    finishReason: end.finishReason,
-    promptTokens: end.usage.prompt_tokens,
-    cachedTokens: end.usage.prompt_tokens_details.cached_tokens,
-    completionTokens: end.tokens,
+    finishReason: first.finishReason,
+    promptTokens: first.usage.prompt_tokens,
+    cachedTokens: first.usage.prompt_tokens_details.cached_tokens,
+    completionTokens: ends.reduce((sum, e) => sum + e.tokens, 0),
   };
+}
+
+/** What the choices' streams hold: ended for good (an error entry on any), all ended (their finals), or some open. */
+function streamsOutcome(states: readonly StreamState[]): { kind: 'failed'; code: string; message: string } | { kind: 'ended'; result: DecodeResult } | { kind: 'open' } {
+  for (const s of states) if (s.end?.kind === 'error') return { kind: 'failed', code: s.end.code, message: s.end.message };
+  if (states.every((s) => s.end !== null)) return { kind: 'ended', result: resultFromEnds(states.map((s) => s.end as FinalEntry)) };
+  return { kind: 'open' };
 }
 
 function usage(promptTokens: number, cachedTokens: number, completionTokens: number) {
@@ -100,10 +131,11 @@ export const STREAM_PAUSE_ENTRIES = 64;
 export const STREAM_RESUME_ENTRIES = 16;
 
 /**
- * Appends token entries one after another (in order) without holding up the engine's callbacks. While
- * STREAM_PAUSE_ENTRIES entries wait (Redis is slow or frozen) the generation is paused (`flow`), and
- * it resumes once they are down to STREAM_RESUME_ENTRIES: a decoder never computes far ahead of what
- * its clients can be sent, and a cancel set meanwhile finds little done.
+ * Appends a request's entries (every choice's, to its stream) one after another, in the order they
+ * were made, without holding up the engine's callbacks. While STREAM_PAUSE_ENTRIES entries per choice
+ * wait (Redis is slow or frozen) the generation is paused (`flow`), and it resumes once they are down
+ * to STREAM_RESUME_ENTRIES per choice: a decoder never computes far ahead of what its clients can be
+ * sent, and a cancel set meanwhile finds little done.
  */
 class TokenAppender {
   private chain: Promise<void> = Promise.resolve();
@@ -114,18 +146,19 @@ class TokenAppender {
 
   constructor(
     private readonly deps: DecodeDeps,
-    private readonly requestId: string,
+    private readonly choices: number,
     private readonly onStop: () => void,
     private readonly flow: FlowControl,
   ) {}
 
-  append(entry: StreamEntry): void {
+  /** Appends `entry` to the stream `streamId` (a choice's: choiceStreamId) after everything appended before. */
+  append(streamId: string, entry: StreamEntry): void {
     this.waiting++;
-    if (this.waiting >= STREAM_PAUSE_ENTRIES) this.flow.pause();
+    if (this.waiting >= STREAM_PAUSE_ENTRIES * this.choices) this.flow.pause();
     this.chain = this.chain.then(async () => {
       try {
         if (this.failure !== null || this.endedElsewhere) return;
-        const r = await appendStreamEntry(this.deps.redis, this.requestId, entry, this.deps.streamTtlMs);
+        const r = await appendStreamEntry(this.deps.redis, streamId, entry, this.deps.streamTtlMs);
         if (r === 'ended') {
           this.endedElsewhere = true;
           this.onStop();
@@ -135,7 +168,7 @@ class TokenAppender {
         this.onStop();
       } finally {
         this.waiting--;
-        if (this.waiting <= STREAM_RESUME_ENTRIES) this.flow.resume();
+        if (this.waiting <= STREAM_RESUME_ENTRIES * this.choices) this.flow.resume();
       }
     });
   }
@@ -171,17 +204,27 @@ export function createDecodeProcessor(deps: DecodeDeps): DecodeProcessor {
 
   async function run(data: DecodeJob, job: Job<unknown, DecodeResult>, signal: AbortSignal | undefined, startedAtMs: number): Promise<DecodeResult> {
     const { requestId } = data;
-    const state: StreamState = await readStreamState(deps.redis, requestId);
-    if (state.end !== null) {
-      log('info', 'stream already ended; nothing to do', { requestId, jobId: job.id, end: state.end.kind });
-      if (state.end.kind === 'final') return resultFromEnd(state.end);
-      throw new UnrecoverableError(formatFailure(state.end.code, state.end.message));
+    const n = data.n ?? 1;
+    const streams = Array.from({ length: n }, (_, i) => choiceStreamId(requestId, i));
+    const readStates = () => Promise.all(streams.map((s) => readStreamState(deps.redis, s)));
+    const states = await readStates();
+    const before = streamsOutcome(states);
+    if (before.kind !== 'open') {
+      log('info', 'stream already ended; nothing to do', { requestId, jobId: job.id, end: before.kind === 'failed' ? 'error' : 'final' });
+      if (before.kind === 'ended') return before.result;
+      throw new UnrecoverableError(formatFailure(before.code, before.message));
     }
-    const streamed = state.tokenIds;
+    // per choice: the tokens an earlier attempt streamed, and whether its stream still waits for its end
+    const streamed = states.map((s) => s.tokenIds);
+    const open = states.map((s) => s.end === null);
+    const endedTokens = (i: number): number => (states[i]?.end?.kind === 'final' ? states[i].end.tokens : (streamed[i]?.length ?? 0));
     if ((await deps.redis.exists(cancelKey(requestId))) > 0) {
       const promptTokens = data.promptIds.length;
-      await appendStreamEntry(deps.redis, requestId, { kind: 'final', finishReason: 'cancelled', usage: usage(promptTokens, 0, streamed.length), tokens: streamed.length }, deps.streamTtlMs);
-      return { finishReason: 'cancelled', promptTokens, cachedTokens: 0, completionTokens: streamed.length };
+      for (const [i, stream] of streams.entries()) {
+        const tokens = streamed[i]?.length ?? 0;
+        if (open[i]) await appendStreamEntry(deps.redis, stream, { kind: 'final', finishReason: 'cancelled', usage: usage(promptTokens, 0, tokens), tokens }, deps.streamTtlMs);
+      }
+      return { finishReason: 'cancelled', promptTokens, cachedTokens: 0, completionTokens: streams.reduce((sum, _, i) => sum + endedTokens(i), 0) };
     }
 
     const engine = await deps.engine();
@@ -190,7 +233,7 @@ export function createDecodeProcessor(deps: DecodeDeps): DecodeProcessor {
     let handBack = false;
     const stop = () => abort.abort();
     const flow = new FlowControl();
-    const appender = new TokenAppender(deps, requestId, stop, flow);
+    const appender = new TokenAppender(deps, n, stop, flow);
     const unfollowJob = followJobSignal(signal, () => {
       handBack = true;
       stop();
@@ -199,37 +242,49 @@ export function createDecodeProcessor(deps: DecodeDeps): DecodeProcessor {
       cancelled = true;
       stop();
     });
-    let tail = '';
+    // maxTokens 0: the prompt only (echo); the engine generates at least one token, which is dropped
+    const promptOnly = data.maxTokens === 0;
+    const tails = streams.map(() => '');
     let firstAtMs = 0;
     let lastAtMs = 0;
     const onToken = (t: TokenEvent) => {
+      if (promptOnly || open[t.choice] !== true) return; // a choice that ended in an earlier attempt keeps its stream as it is
       if (t.id < 0) {
-        tail += t.text; // text released at the end of generation (held-back stop prefix, split UTF-8)
+        tails[t.choice] += t.text; // text released at the end of generation (held-back stop prefix, split UTF-8)
         return;
       }
       lastAtMs = Date.now();
       if (firstAtMs === 0) firstAtMs = lastAtMs;
-      appender.append({ kind: 'token', index: t.index, id: t.id, text: t.text });
+      const logprobs = t.logprob !== undefined ? { logprob: t.logprob, top: t.topLogprobs ?? [] } : {};
+      appender.append(streams[t.choice] as string, { kind: 'token', index: t.index, id: t.id, text: t.text, ...logprobs });
+    };
+    // the prompt's logprobs open choice 0's stream (the engine reports them before any token; a retry's are 'exists')
+    const onPromptLogprobs = (logprobs: PromptLogprobs) => {
+      if (open[0] !== true) return;
+      appender.append(streams[0] as string, { kind: 'prompt', logprobs: logprobs.map((p) => (p === null ? null : { id: p.id, logprob: p.logprob, top: p.topLogprobs })) });
     };
 
     const replayTokens = data.replayTokens ?? deps.replayTokens;
+    const resumed = streamed.some((ids) => ids.length > 0);
     const req: GenerateRequest = {
       tenant: data.tenant,
       priority: job.opts.priority ?? 0,
-      ...(streamed.length > 0 ? { resumeTokens: streamed } : {}),
+      ...(n > 1 ? { n, ...(resumed ? { resumeChoices: streamed } : {}) } : resumed ? { resumeTokens: streamed[0] ?? [] } : {}),
       promptIds: data.promptIds,
-      maxTokens: data.maxTokens,
+      maxTokens: Math.max(1, data.maxTokens),
       sampling: data.sampling,
       ignoreEos: data.ignoreEos,
       ...(data.stop.length > 0 ? { stopSequences: data.stop } : {}),
       ...(replayTokens !== undefined ? { replayTokens } : {}),
+      ...(data.logprobs !== undefined && !promptOnly ? { logprobs: data.logprobs } : {}),
+      ...(data.promptLogprobs !== undefined ? { promptLogprobs: data.promptLogprobs } : {}),
       ...(data.documentId !== null
         ? { document: { tenant: data.tenant, documentId: data.documentId, ...(typeof data.cachedTokens === 'number' ? { cachedTokens: data.cachedTokens } : {}) } }
         : {}),
     };
     let outcome: GenerateOutcome;
     try {
-      outcome = await engine.generate(req, { onToken, signal: abort.signal, flow });
+      outcome = await engine.generate(req, { onToken, ...(data.promptLogprobs !== undefined ? { onPromptLogprobs } : {}), signal: abort.signal, flow });
     } finally {
       stopWatching();
       unfollowJob();
@@ -238,34 +293,45 @@ export function createDecodeProcessor(deps: DecodeDeps): DecodeProcessor {
 
     if (appender.failure !== null) throw appender.failure;
     if (appender.endedElsewhere) {
-      const now = await readStreamState(deps.redis, requestId);
-      if (now.end?.kind === 'final') return resultFromEnd(now.end);
-      throw new UnrecoverableError(formatFailure(now.end?.code ?? 'stream-invalid', now.end?.message ?? 'the stream ended elsewhere'));
+      const now = streamsOutcome(await readStates());
+      if (now.kind === 'ended') return now.result;
+      if (now.kind === 'failed') throw new UnrecoverableError(formatFailure(now.code, now.message));
+      throw new EndedElsewhereError();
     }
     if (handBack) throw new HandBackError();
-    if (outcome.finishReason === 'cancelled' && !cancelled) {
+    if (outcome.choices.some((c) => c.finishReason === 'cancelled') && !cancelled) {
       // nobody here asked for it: the engine was closed or its thread is going away — retry
       throw new EngineAbortedError();
     }
 
-    const finishReason = outcome.finishReason;
-    const completionTokens = Math.max(streamed.length, outcome.tokens.length);
-    const end: StreamEntry = {
-      kind: 'final',
-      finishReason,
-      usage: usage(outcome.promptTokens, outcome.cachedTokens, completionTokens),
-      tokens: completionTokens,
-      ...(tail !== '' ? { text: tail } : {}),
-      timing: {
-        queueMs: Math.max(0, startedAtMs - data.acceptedAtMs),
-        prefillMs: firstAtMs > 0 ? firstAtMs - startedAtMs : Date.now() - startedAtMs,
-        decodeMs: firstAtMs > 0 ? lastAtMs - firstAtMs : 0,
-        attempt: job.attemptsMade + 1,
-      },
+    const timing = {
+      queueMs: Math.max(0, startedAtMs - data.acceptedAtMs),
+      prefillMs: firstAtMs > 0 ? firstAtMs - startedAtMs : Date.now() - startedAtMs,
+      decodeMs: firstAtMs > 0 ? lastAtMs - firstAtMs : 0,
+      attempt: job.attemptsMade + 1,
     };
-    const written = await appendStreamEntry(deps.redis, requestId, end, deps.streamTtlMs);
-    if (written !== 'written') log('warn', 'another attempt wrote the end of the stream', { requestId, outcome: written });
-    log('info', 'decode done', { requestId, jobId: job.id, finishReason, completionTokens, cachedTokens: outcome.cachedTokens, skipped: streamed.length, attempt: job.attemptsMade + 1 });
+    let completionTokens = 0;
+    const reasons: DecodeResult['finishReason'][] = [];
+    for (const [i, stream] of streams.entries()) {
+      const choice = outcome.choices[i];
+      const earlier = states[i]?.end;
+      if (earlier?.kind === 'final') {
+        completionTokens += earlier.tokens;
+        reasons.push(earlier.finishReason);
+        continue;
+      }
+      if (choice === undefined) throw new EngineAbortedError(); // the engine answered fewer choices than asked: not this job's fault
+      const tokens = promptOnly ? 0 : Math.max(streamed[i]?.length ?? 0, choice.tokens.length);
+      const finishReason = promptOnly && choice.finishReason !== 'cancelled' ? 'length' : choice.finishReason;
+      const tail = tails[i] ?? '';
+      const end: StreamEntry = { kind: 'final', finishReason, usage: usage(outcome.promptTokens, outcome.cachedTokens, tokens), tokens, ...(tail !== '' ? { text: tail } : {}), timing };
+      const written = await appendStreamEntry(deps.redis, stream, end, deps.streamTtlMs);
+      if (written !== 'written') log('warn', 'another attempt wrote the end of the stream', { requestId, choice: i, outcome: written });
+      completionTokens += tokens;
+      reasons.push(finishReason);
+    }
+    const finishReason = reasons[0] ?? 'length';
+    log('info', 'decode done', { requestId, jobId: job.id, finishReason, choices: n, completionTokens, cachedTokens: outcome.cachedTokens, skipped: streamed.reduce((a, ids) => a + ids.length, 0), attempt: job.attemptsMade + 1 });
     return { finishReason, promptTokens: outcome.promptTokens, cachedTokens: outcome.cachedTokens, completionTokens };
   }
 

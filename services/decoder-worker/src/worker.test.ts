@@ -18,6 +18,7 @@ import {
   Queue,
   appendStreamEntry,
   cancelKey,
+  choiceStreamId,
   connectRedis,
   readStreamEntries,
   silentLogger,
@@ -331,6 +332,70 @@ test('the engine thread exits mid-job: the job is retried on a restarted engine 
   const { tokens, end } = splitStream(await readStreamEntries(redis, job.requestId));
   assert.deepEqual(tokens.map((t) => t.id), expected.tokens);
   assert.ok(end.kind === 'final' && end.finishReason === 'length' && end.timing?.attempt === 2);
+});
+
+test('n = 3 with logprobs: one stream per choice, each equal to host.generate\'s choice, logprobs included; choice i is the n = 1 run with seed + i', async () => {
+  const job = decodeJob({ n: 3, logprobs: 2, maxTokens: 8 });
+  const events: { choice: number; index: number; logprob: number | undefined; top: unknown }[] = [];
+  const expected = await ref.generate(
+    { promptIds: job.promptIds, maxTokens: 8, sampling: job.sampling, ignoreEos: true, n: 3, logprobs: 2 },
+    { onToken: (t) => void (t.id >= 0 && events.push({ choice: t.choice, index: t.index, logprob: t.logprob, top: t.topLogprobs })) },
+  );
+  await enqueue(job, `j-${job.requestId}`);
+  const { state, job: done } = await waitForJobSettled(queue, `j-${job.requestId}`);
+  assert.equal(state, 'completed', done.failedReason);
+  for (let c = 0; c < 3; c++) {
+    const { tokens, end } = splitStream(await readStreamEntries(redis, choiceStreamId(job.requestId, c)));
+    assert.deepEqual(tokens.map((t) => t.id), expected.choices[c]?.tokens, `choice ${c}`);
+    assert.equal(tokens.map((t) => t.text).join('') + (end.kind === 'final' ? (end.text ?? '') : ''), expected.choices[c]?.text);
+    for (const t of tokens) {
+      const e = events.find((x) => x.choice === c && x.index === t.index);
+      assert.equal(t.logprob, e?.logprob, `choice ${c} token ${t.index}`);
+      assert.deepEqual(t.top, e?.top);
+    }
+    assert.ok(end.kind === 'final' && end.tokens === 8 && end.usage.prompt_tokens === PROMPT.length);
+    const alone = await reference({ ...job, sampling: { ...SAMPLING, seed: SAMPLING.seed + c } });
+    assert.deepEqual(tokens.map((t) => t.id), alone.tokens, `choice ${c} = n 1 with seed ${SAMPLING.seed + c}`);
+  }
+  assert.deepEqual(done.returnvalue, { finishReason: 'length', promptTokens: PROMPT.length, cachedTokens: 0, completionTokens: 24 });
+});
+
+test('prompt logprobs (echo): the prompt entry opens choice 0\'s stream with the engine\'s values; maxTokens 0 writes no token', async () => {
+  const job = decodeJob({ promptLogprobs: 3, maxTokens: 0, n: 2 });
+  const expected = await ref.generate({ promptIds: job.promptIds, maxTokens: 1, sampling: job.sampling, ignoreEos: true, promptLogprobs: 3 });
+  await enqueue(job, `j-${job.requestId}`);
+  const { state, job: done } = await waitForJobSettled(queue, `j-${job.requestId}`);
+  assert.equal(state, 'completed', done.failedReason);
+  const entries = (await readStreamEntries(redis, job.requestId)).map((e) => e.entry);
+  assert.deepEqual(entries.map((e) => e.kind), ['prompt', 'final']);
+  const prompt = entries[0];
+  assert.ok(prompt?.kind === 'prompt');
+  assert.equal(prompt.logprobs.length, PROMPT.length);
+  assert.equal(prompt.logprobs[0], null, 'the first token has no context');
+  assert.deepEqual(prompt.logprobs.slice(1), expected.promptLogprobs?.slice(1).map((p) => p && { id: p.id, logprob: p.logprob, top: p.topLogprobs }));
+  assert.ok(prompt.logprobs.slice(1).every((p) => p !== null && Number.isFinite(p.logprob) && p.logprob <= 0 && p.top.length === 3));
+  assert.deepEqual((await readStreamEntries(redis, choiceStreamId(job.requestId, 1))).map((e) => e.entry.kind), ['final']);
+  assert.deepEqual(done.returnvalue, { finishReason: 'length', promptTokens: PROMPT.length, cachedTokens: 0, completionTokens: 0 });
+});
+
+test('a retry with n = 2 resumes each choice after the tokens its stream holds (fed to the engine, not generated again)', async () => {
+  const job = decodeJob({ n: 2, maxTokens: 6 });
+  const expected = await ref.generate({ promptIds: job.promptIds, maxTokens: 6, sampling: job.sampling, ignoreEos: true, n: 2 });
+  // the first attempt left choice 0 with 3 tokens and choice 1 with 1 token it did not pick undisturbed
+  const held = [expected.choices[0]?.tokens.slice(0, 3) ?? [], [((expected.choices[1]?.tokens[0] ?? 0) + 1) % 256]];
+  for (const [c, ids] of held.entries()) {
+    for (const [i, id] of ids.entries()) await appendStreamEntry(redis, choiceStreamId(job.requestId, c), { kind: 'token', index: i, id, text: `h${i}` });
+  }
+  await enqueue(job, `j-${job.requestId}`);
+  assert.equal((await waitForJobSettled(queue, `j-${job.requestId}`)).state, 'completed');
+  const continued = await ref.generate({ promptIds: job.promptIds, maxTokens: 6, sampling: job.sampling, ignoreEos: true, n: 2, resumeChoices: held });
+  for (const c of [0, 1]) {
+    const { tokens, end } = splitStream(await readStreamEntries(redis, choiceStreamId(job.requestId, c)));
+    assert.deepEqual(tokens.map((t) => t.id), continued.choices[c]?.tokens, `choice ${c}`);
+    assert.deepEqual(tokens.slice(0, held[c]?.length).map((t) => t.text), held[c]?.map((_, i) => `h${i}`), 'the held entries stay');
+    assert.ok(end.kind === 'final' && end.tokens === 6);
+  }
+  assert.deepEqual(continued.choices[0]?.tokens, expected.choices[0]?.tokens, 'choice 0 resumed on its own tokens is undisturbed');
 });
 
 test('close() stops taking jobs and lets the running job finish', async () => {

@@ -7,7 +7,7 @@
 import { randomBytes } from 'node:crypto';
 import { parseKeyLimitSettings, type KeyLimitSettings } from './key-limits-config.js';
 import { basename, resolve } from 'node:path';
-import { EnvConfigError, ID_PATTERN, MAX_INLINE_TOKEN_IDS, envChoice, envInt, envOptionalInt, envOptionalString, envRedisUrl, envString, type Env } from '@csa2/jobs';
+import { EnvConfigError, ID_PATTERN, MAX_CHOICES, MAX_INLINE_TOKEN_IDS, envChoice, envInt, envOptionalInt, envOptionalString, envRedisUrl, envString, type Env } from '@csa2/jobs';
 import { loadBatchConfig, type BatchConfig } from './batch/batch-config.js';
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'silent';
@@ -46,6 +46,8 @@ export interface GatewayConfig {
   readonly maxTokens: number;
   /** CSA2_DEFAULT_MAX_TOKENS: max_tokens when a request gives none. @defaultValue 256 */
   readonly defaultMaxTokens: number;
+  /** CSA2_MAX_CHOICES: most choices (`n`) per request, at most 16 (the engine's limit). @defaultValue 8 */
+  readonly maxChoices: number;
   /** CSA2_MAX_QUEUE_DEPTH: backlog (waiting + prioritized + delayed jobs) at which a queue refuses new work with 429. @defaultValue 1000 */
   readonly maxQueueDepth: number;
   /** CSA2_PREFILL_THRESHOLD_TOKENS: prompts this long or longer go through an encoder worker. @defaultValue 2048 */
@@ -191,6 +193,7 @@ export function loadGatewayConfig(env: Env = process.env): GatewayConfig {
     maxDocumentTokens,
     maxTokens,
     defaultMaxTokens,
+    maxChoices: envInt(env, 'CSA2_MAX_CHOICES', 8, { min: 1, max: MAX_CHOICES }),
     maxQueueDepth: envInt(env, 'CSA2_MAX_QUEUE_DEPTH', 1000, { min: 1 }),
     // shorter prompts travel inline in decode payloads, which carry at most MAX_INLINE_TOKEN_IDS
     prefillThresholdTokens: envInt(env, 'CSA2_PREFILL_THRESHOLD_TOKENS', 2048, { min: 2, max: MAX_INLINE_TOKEN_IDS }),
@@ -218,6 +221,8 @@ export interface GatewayLimits {
   readonly maxDocumentTokens: number;
   readonly maxTokens: number;
   readonly defaultMaxTokens: number;
+  /** Most choices (`n`) per request. */
+  readonly maxChoices: number;
   readonly maxQueueDepth: number;
   readonly prefillThresholdTokens: number;
 }
@@ -243,6 +248,7 @@ export function resolveLimits(config: GatewayConfig, model: { readonly maxSeqLen
     maxDocumentTokens: check('CSA2_MAX_DOCUMENT_TOKENS', config.maxDocumentTokens),
     maxTokens: config.maxTokens,
     defaultMaxTokens: config.defaultMaxTokens,
+    maxChoices: config.maxChoices,
     maxQueueDepth: config.maxQueueDepth,
     prefillThresholdTokens: config.prefillThresholdTokens,
   };

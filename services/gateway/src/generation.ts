@@ -12,8 +12,14 @@
  *      DecodeJob (documentId = that artifact, promptIds = the last token); a prefix longer than
  *      MAX_INLINE_TOKEN_IDS travels through the object store (TokenListRef), not the payload;
  *    - a ready document and a shorter prompt → DecodeJob with documentId (`document`);
- * 3. relay: the request's stream as SSE chunks, or one JSON body when the stream ends. A client that
- *    goes away (request signal / stream cancel) sets the cancel key; so does a timeout or shutdown.
+ * 3. relay: the request's streams (one per choice, `n`) as SSE chunks, or one JSON body when every
+ *    choice ended (choice-assembly: texts, echo, logprobs). A client that goes away (request signal /
+ *    stream cancel) sets the cancel key; so does a timeout or shutdown.
+ *
+ * `echo` with logprobs needs the logprobs of every prompt token, which the decoder computes for the
+ * prompt tokens it is given (after a document): such a prompt always goes to the decoder itself
+ * (never through an encoder, whose decode job holds the last prompt token only), so it can have at
+ * most MAX_INLINE_TOKEN_IDS (4,096) tokens.
  */
 import { randomBytes, randomInt } from 'node:crypto';
 import type { Context } from 'hono';
@@ -45,7 +51,8 @@ import { STORAGE_FAILURE_CODES, documentStatus, markDocumentDamaged } from './do
 import type { GatewayDeps } from './deps.js';
 import type { AbortReason } from './inflight.js';
 import type { Endpoint, GenerationRoute } from './metrics.js';
-import { completionBody, finishChunk, roleChunk, textChunk, toOpenAiUsage, usageChunk, type FinishReason, type OpenAiUsage, type ResponseMeta } from './openai/format.js';
+import { completionBody, finishChunk, roleChunk, textChunk, usageChunk, type FinishReason, type OpenAiUsage, type ResponseMeta } from './openai/format.js';
+import { ChoiceAssembly, type AssembledChoice, type ChoiceDelta, type EchoSpec } from './choice-assembly.js';
 import { deletePromptArtifact, isPromptArtifactId } from './prompt-artifacts.js';
 import { progressComment, relayStream, type RelayProgress } from './relay.js';
 import type { Admission } from './key-limiter.js';
@@ -81,6 +88,12 @@ export interface GenerationRequest {
   readonly ignoreEos: boolean;
   readonly stream: boolean;
   readonly includeUsage: boolean;
+  /** Choices from one prefill (OpenAI `n`), choice i sampling with seed + i. */
+  readonly n: number;
+  /** Each generated token's logprob with this many alternatives (completions `logprobs`, chat `top_logprobs`); null: none. */
+  readonly logprobs: number | null;
+  /** completions `echo`: the prompt is answered before each choice's text (with its logprobs when `logprobs` is set). */
+  readonly echo: EchoSpec | null;
   /** The request id to use (batch lines derive theirs); a fresh one when absent. */
   readonly requestId?: string;
   /** The key's fair-share weight (its jobs' priorities, fair-priority). @defaultValue 1 */
@@ -122,9 +135,14 @@ export async function planGeneration(deps: GatewayDeps, request: GenerationReque
     throw new ApiError(404, `No document found with id '${request.documentId}'`, { param: 'document_id', code: 'document_not_found' });
   }
   if (request.promptIds.length === 0) throw invalidRequest(`Invalid value for '${request.promptParam}': the prompt is empty`, request.promptParam, 'invalid_value');
+  checkChoices(request, limits.maxChoices);
   const maxTokensParam = request.maxTokensParam;
   if (request.maxTokens !== null) {
-    if (request.maxTokens < 1) throw invalidRequest(`Invalid value for '${maxTokensParam}': must be at least 1, got ${request.maxTokens}`, maxTokensParam, 'invalid_value');
+    // max_tokens 0 answers the prompt only: meaningful with echo (scoring a text with its logprobs)
+    if (request.maxTokens < (request.echo !== null ? 0 : 1)) {
+      const why = request.echo !== null ? 'must be at least 0' : "must be at least 1 (0 only with 'echo')";
+      throw invalidRequest(`Invalid value for '${maxTokensParam}': ${why}, got ${request.maxTokens}`, maxTokensParam, 'invalid_value');
+    }
     if (request.maxTokens > limits.maxTokens) {
       throw invalidRequest(`Invalid value for '${maxTokensParam}': ${request.maxTokens} is more than this server allows (${limits.maxTokens})`, maxTokensParam, 'invalid_value');
     }
@@ -171,8 +189,18 @@ export async function planGeneration(deps: GatewayDeps, request: GenerationReque
 
   const requestId = request.requestId ?? newRequestId(request.endpoint);
   const acceptedAtMs = Date.now();
+  // the prompt's logprobs (echo) are computed by the decoder over the prompt it is given: all of it
+  const promptLogprobs = request.echo !== null && request.logprobs !== null;
+  if (promptLogprobs && request.promptIds.length > MAX_INLINE_TOKEN_IDS) {
+    throw invalidRequest(
+      `Invalid value for 'echo': with 'logprobs' the prompt (after any document) may have at most ${MAX_INLINE_TOKEN_IDS} tokens on this server, got ${request.promptIds.length}.`,
+      'echo',
+      'invalid_value',
+    );
+  }
   // a long prompt goes through an encoder, also after a document (the decoder gets short prompts only)
-  const route: GenerationRoute = request.promptIds.length >= limits.prefillThresholdTokens ? 'prefill' : request.documentId !== null ? 'document' : 'decode';
+  const long = request.promptIds.length >= limits.prefillThresholdTokens && !promptLogprobs;
+  const route: GenerationRoute = long ? 'prefill' : request.documentId !== null ? 'document' : 'decode';
   const ids = [...request.promptIds];
   const reqId = request.reqId !== undefined ? { reqId: request.reqId } : {};
   const decodeJob = parseDecodeJob({
@@ -189,9 +217,27 @@ export async function planGeneration(deps: GatewayDeps, request: GenerationReque
     ignoreEos: request.ignoreEos,
     replayTokens: null,
     acceptedAtMs,
+    ...(request.n > 1 ? { n: request.n } : {}),
+    ...(request.logprobs !== null && maxTokens > 0 ? { logprobs: request.logprobs } : {}),
+    ...(promptLogprobs && request.logprobs !== null ? { promptLogprobs: request.logprobs } : {}),
   } satisfies DecodeJob);
   const prefillPrefix = route === 'prefill' ? ids.slice(0, -1) : null;
   return { request, requestId, route, acceptedAtMs, promptTokens, documentTokens, documentCreatedAt, decodeJob, prefillPrefix };
+}
+
+/** n within [1, CSA2_MAX_CHOICES]; the last choice's seed (seed + n - 1) a safe integer. */
+function checkChoices(request: GenerationRequest, maxChoices: number): void {
+  if (!Number.isInteger(request.n) || request.n < 1 || request.n > maxChoices) {
+    throw invalidRequest(`Invalid value for 'n': this server generates at most ${maxChoices} choices per request, got ${request.n}.`, 'n', 'invalid_value');
+  }
+  if (request.seed !== null && request.seed > Number.MAX_SAFE_INTEGER - (request.n - 1)) {
+    throw invalidRequest(`Invalid value for 'seed': choice i samples with seed + i, so with n = ${request.n} the seed must be at most ${Number.MAX_SAFE_INTEGER - (request.n - 1)}.`, 'seed', 'invalid_value');
+  }
+}
+
+/** Tokens a plan may cost (per-key tokens per minute): its prompt once, plus max_tokens for each choice. */
+export function plannedTokens(plan: GenerationPlan): number {
+  return plan.promptTokens + (plan.decodeJob.n ?? 1) * plan.decodeJob.maxTokens;
 }
 
 /**
@@ -265,11 +311,38 @@ export async function enqueueGeneration(deps: GatewayDeps, plan: GenerationPlan,
   }
 }
 
-/** How a relayed generation ended. */
-interface Outcome {
-  readonly text: string;
-  readonly finishReason: FinishReason;
+/** How a relayed generation ended: every choice, and the usage (the prompt once, the choices summed). */
+export interface Outcome {
+  readonly choices: readonly AssembledChoice[];
   readonly usage: OpenAiUsage;
+}
+
+/** What the relay reports while it runs (SSE); every callback is optional. */
+export interface RelayCallbacks {
+  /** New text (or tokens with logprobs) of a choice. */
+  readonly onDelta?: (delta: ChoiceDelta) => void;
+  /** A choice ended (its final entry). */
+  readonly onFinish?: (choice: number, finishReason: FinishReason) => void;
+  /** A quiet job poll: where the request is. */
+  readonly onProgress?: (progress: RelayProgress) => void;
+}
+
+/** The response metadata of a plan (ids, model, endpoint, the logprobs asked). */
+export function responseMeta(deps: GatewayDeps, plan: GenerationPlan): ResponseMeta {
+  return {
+    id: plan.requestId,
+    created: Math.floor(plan.acceptedAtMs / 1000),
+    model: deps.model.name,
+    endpoint: plan.request.endpoint,
+    includeUsage: plan.request.includeUsage,
+    logprobs: plan.request.logprobs,
+  };
+}
+
+/** The assembly of a plan's choices from its streams (choice-assembly). */
+export function choiceAssembly(deps: GatewayDeps, plan: GenerationPlan): ChoiceAssembly {
+  const { request } = plan;
+  return new ChoiceAssembly({ n: request.n, logprobs: request.logprobs !== null, echo: request.echo, promptIds: request.promptIds, tokenizer: deps.tokenizer });
 }
 
 class Aborted extends Error {
@@ -282,13 +355,7 @@ class Aborted extends Error {
 /** Runs an enqueued plan to its answer: an SSE response, or the whole JSON body (with the admission's headers). */
 export async function respondGeneration(c: Context, deps: GatewayDeps, plan: GenerationPlan, admission: Admission = NO_LIMITS): Promise<Response> {
   const { request } = plan;
-  const meta: ResponseMeta = {
-    id: plan.requestId,
-    created: Math.floor(plan.acceptedAtMs / 1000),
-    model: deps.model.name,
-    endpoint: request.endpoint,
-    includeUsage: request.includeUsage,
-  };
+  const meta = responseMeta(deps, plan);
   const run = new GenerationRun(deps, plan, admission);
   const clientSignal = c.req.raw.signal;
   const onClientGone = (): void => run.abort('client');
@@ -298,8 +365,8 @@ export async function respondGeneration(c: Context, deps: GatewayDeps, plan: Gen
 
   if (!request.stream) {
     try {
-      const outcome = await run.consume(() => undefined);
-      return c.json(completionBody(meta, outcome.text, outcome.finishReason, outcome.usage), 200, { ...admission.headers });
+      const outcome = await run.consume({});
+      return c.json(completionBody(meta, outcome.choices, outcome.usage), 200, { ...admission.headers });
     } catch (err) {
       if (err instanceof Aborted) {
         if (err.reason === 'shutdown') throw new ApiError(503, 'the server is shutting down; the request was cancelled', { code: 'shutting_down', headers: { 'retry-after': '1' } });
@@ -314,15 +381,17 @@ export async function respondGeneration(c: Context, deps: GatewayDeps, plan: Gen
 
   const sse = createSseWriter({ keepaliveMs: deps.config.sseKeepaliveMs, headers: admission.headers });
   sse.onCancel(onClientGone);
-  const first = roleChunk(meta);
-  if (first !== null) sse.send(first);
+  for (let i = 0; i < request.n; i++) {
+    const role = roleChunk(meta, i);
+    if (role !== null) sse.send(role);
+  }
   void (async () => {
     try {
-      const outcome = await run.consume(
-        (text) => sse.send(textChunk(meta, text)),
-        (progress) => sse.comment(progressComment(progress)),
-      );
-      sse.send(finishChunk(meta, outcome.finishReason));
+      const outcome = await run.consume({
+        onDelta: (delta) => sse.send(textChunk(meta, delta)),
+        onFinish: (choice, finishReason) => sse.send(finishChunk(meta, choice, finishReason)),
+        onProgress: (progress) => sse.comment(progressComment(progress)),
+      });
       if (request.includeUsage) sse.send(usageChunk(meta, outcome.usage));
       sse.done();
     } catch (err) {
@@ -377,15 +446,15 @@ class GenerationRun {
   }
 
   /**
-   * Relays the stream, calling `onText` for each new piece of text (and `onProgress` at each quiet
-   * job poll); resolves with the outcome.
+   * Relays the request's streams, reporting each choice's new text and end to `callbacks` (and
+   * where the request is at each quiet job poll); resolves with every choice once all ended.
    */
-  async consume(onText: (text: string) => void, onProgress?: (progress: RelayProgress) => void): Promise<Outcome> {
+  async consume(callbacks: RelayCallbacks): Promise<Outcome> {
     const { deps, plan } = this;
     const labels = { endpoint: plan.request.endpoint, route: plan.route };
     let outcome: 'ok' | 'error' | 'cancelled' | 'timeout' = 'error';
     let queueWaits: Promise<void> | undefined;
-    let text = '';
+    const assembly = choiceAssembly(deps, plan);
     let tokens = 0;
     let lastTokenMs = 0;
     try {
@@ -395,32 +464,34 @@ class GenerationRun {
         prefillJobId: plan.route === 'prefill' ? requestPrefillJobId(plan.requestId) : null,
         deadlineMs: plan.acceptedAtMs + deps.config.requestTimeoutMs,
         signal: this.controller.signal,
-        ...(onProgress !== undefined ? { onProgress } : {}),
+        choices: plan.request.n,
+        ...(callbacks.onProgress !== undefined ? { onProgress: callbacks.onProgress } : {}),
       });
-      for await (const entry of entries) {
+      for await (const { choice, entry } of entries) {
         // the jobs have started once their stream shows an entry (awaited before the answer ends)
         queueWaits ??= this.observeQueueWaits();
-        const nowMs = Date.now();
         if (entry.kind === 'token') {
+          const nowMs = Date.now();
           if (tokens === 0) deps.metrics.timeToFirstToken.observe(labels, (nowMs - plan.acceptedAtMs) / 1000);
           else deps.metrics.interTokenLatency.observe({ endpoint: plan.request.endpoint }, (nowMs - lastTokenMs) / 1000);
           lastTokenMs = nowMs;
           tokens += 1;
-          if (entry.text !== '') {
-            text += entry.text;
-            onText(entry.text);
-          }
-          continue;
+        } else if (entry.kind === 'error' || (entry.kind === 'final' && entry.finishReason === 'cancelled')) {
+          this.fail(entry);
         }
-        const result = this.finish(entry, tokens);
-        if (result.tail !== '') {
-          text += result.tail;
-          onText(result.tail);
+        for (const delta of assembly.push(choice, entry as Exclude<typeof entry, { kind: 'error' }>)) callbacks.onDelta?.(delta);
+        if (entry.kind === 'final' && entry.finishReason !== 'cancelled') callbacks.onFinish?.(choice, entry.finishReason);
+        if (assembly.done) {
+          const usage = assembly.usage({ promptTokens: plan.promptTokens });
+          const endpoint = plan.request.endpoint;
+          deps.metrics.promptTokens.inc({ endpoint }, usage.prompt_tokens);
+          deps.metrics.completionTokens.inc({ endpoint }, usage.completion_tokens);
+          deps.metrics.cachedTokens.inc({ endpoint }, usage.prompt_tokens_details.cached_tokens);
+          outcome = 'ok';
+          return { choices: assembly.choices(), usage };
         }
-        outcome = 'ok';
-        return { text, finishReason: result.finishReason, usage: result.usage };
       }
-      // The relay returned without a terminal entry: it was aborted.
+      // The relay returned without every choice's end: it was aborted.
       outcome = 'cancelled';
       throw new Aborted((this.controller.signal.reason as AbortReason | undefined) ?? 'client');
     } catch (err) {
@@ -441,21 +512,12 @@ class GenerationRun {
     }
   }
 
-  /** Maps the terminal entry: final → finish reason, usage and tail text; error → thrown ApiError. */
-  private finish(entry: Exclude<StreamEntry, { kind: 'token' }>, tokens: number): { finishReason: FinishReason; usage: OpenAiUsage; tail: string } {
+  /** An error entry → its ApiError; a cancelled final (of any choice) → the request was cancelled. Always throws. */
+  private fail(entry: Extract<StreamEntry, { kind: 'final' | 'error' }>): never {
     if (entry.kind === 'error') throw workerError(entry.code, entry.message);
-    if (entry.finishReason === 'cancelled') {
-      // The worker honoured our cancel key (client gone, shutdown) or someone else's.
-      if (this.controller.signal.aborted) throw new Aborted((this.controller.signal.reason as AbortReason | undefined) ?? 'client');
-      throw new ApiError(503, 'the request was cancelled before it finished', { code: 'cancelled' });
-    }
-    const { deps, plan } = this;
-    const usage = toOpenAiUsage(entry.usage, { promptTokens: plan.promptTokens, completionTokens: tokens, cachedTokens: 0 });
-    const endpoint = plan.request.endpoint;
-    deps.metrics.promptTokens.inc({ endpoint }, usage.prompt_tokens);
-    deps.metrics.completionTokens.inc({ endpoint }, usage.completion_tokens);
-    deps.metrics.cachedTokens.inc({ endpoint }, usage.prompt_tokens_details.cached_tokens);
-    return { finishReason: entry.finishReason, usage, tail: entry.text ?? '' };
+    // The worker honoured our cancel key (client gone, shutdown) or someone else's.
+    if (this.controller.signal.aborted) throw new Aborted((this.controller.signal.reason as AbortReason | undefined) ?? 'client');
+    throw new ApiError(503, 'the request was cancelled before it finished', { code: 'cancelled' });
   }
 
   /** Queue wait of the request's jobs (they have started once their stream shows an entry). */

@@ -1,7 +1,9 @@
 /**
  * @module relay
- * Reads a request's Redis Stream (format in @csa2/jobs stream.ts) from the start with blocking
- * XREADs and yields its entries until the final or error entry. Nobody waits on an implicit signal:
+ * Reads a request's Redis Streams (format in @csa2/jobs stream.ts; one per choice, choiceStreamId)
+ * from the start with blocking XREADs (one XREAD covers every choice still open, choice 0's stream
+ * first) and yields their entries, each with its choice, until every choice's final entry or an
+ * error entry. Nobody waits on an implicit signal:
  *
  * - every `jobPollMs` without a terminal entry, the request's jobs are checked: a failed job ends the
  *   relay with its failure (`[code] message` failedReason → status by code), a job that vanished
@@ -15,9 +17,10 @@
  * - when `signal` aborts, the relay returns (at the latest one block, ≤ 1 s, later) without a terminal
  *   entry; the caller knows why.
  *
- * Token entries are yielded once per index (a duplicate index is skipped).
+ * Token entries are yielded once per index and choice (a duplicate index is skipped). Entries of one
+ * choice come in their stream's order; choices interleave as their entries arrive.
  */
-import { decodeStreamEntry, parseFailure, streamKey, type StreamEntry } from '@csa2/jobs';
+import { choiceStreamId, decodeStreamEntry, parseFailure, streamKey, type StreamEntry } from '@csa2/jobs';
 import { ApiError, isRedisUnavailable, publicMessage, redisUnavailable, workerError } from './errors.js';
 import type { GatewayDeps } from './deps.js';
 
@@ -29,8 +32,16 @@ export interface RelayOptions {
   /** Epoch ms after which the relay gives up with a 504. */
   readonly deadlineMs: number;
   readonly signal: AbortSignal;
+  /** Choices of the request (DecodeJob.n): the streams read. @defaultValue 1 */
+  readonly choices?: number;
   /** Called at each job poll that found no new entry, with what the request is waiting on. */
   readonly onProgress?: (progress: RelayProgress) => void;
+}
+
+/** An entry of one of the request's streams. */
+export interface RelayedEntry {
+  readonly choice: number;
+  readonly entry: StreamEntry;
 }
 
 /** Where a request without new entries stands (one job poll). */
@@ -68,13 +79,17 @@ export function progressComment(p: RelayProgress): string {
 
 type XReadReply = [key: string, items: [id: string, fields: string[]][]][] | null;
 
-export async function* relayStream(deps: GatewayDeps, options: RelayOptions): AsyncGenerator<StreamEntry, void, undefined> {
+export async function* relayStream(deps: GatewayDeps, options: RelayOptions): AsyncGenerator<RelayedEntry, void, undefined> {
   const { readers } = deps;
-  const key = streamKey(options.requestId);
+  const n = options.choices ?? 1;
+  const keys = Array.from({ length: n }, (_, i) => streamKey(choiceStreamId(options.requestId, i)));
+  const choiceOf = new Map(keys.map((k, i) => [k, i]));
   const conn = await readers.acquire();
   let healthy = true;
-  let lastId = '0';
-  let nextIndex = 0;
+  const lastIds = keys.map(() => '0');
+  const nextIndex = keys.map(() => 0);
+  /** Choices whose stream has not ended, in order (choice 0 first: its prompt entry precedes every token). */
+  let open = keys.map((_, i) => i);
   let nextPollMs = Date.now() + deps.config.jobPollMs;
   const jobCheck = new JobCheck(deps, options);
   try {
@@ -86,14 +101,17 @@ export async function* relayStream(deps: GatewayDeps, options: RelayOptions): As
       const blockMs = Math.max(1, Math.min(readers.blockMs, remainingMs, Math.max(1, nextPollMs - now)));
       let reply: XReadReply;
       try {
-        reply = (await conn.xread('COUNT', 512, 'BLOCK', blockMs, 'STREAMS', key, lastId)) as XReadReply;
+        reply = (await conn.xread('COUNT', 512, 'BLOCK', blockMs, 'STREAMS', ...open.map((c) => keys[c] as string), ...open.map((c) => lastIds[c] as string))) as XReadReply;
       } catch (err) {
         healthy = false;
         throw isRedisUnavailable(err) ? redisUnavailable(err) : err;
       }
-      for (const [, items] of reply ?? []) {
+      const ended = new Set<number>();
+      for (const [key, items] of reply ?? []) {
+        const choice = choiceOf.get(key);
+        if (choice === undefined) continue;
         for (const [id, fields] of items) {
-          lastId = id;
+          lastIds[choice] = id;
           let entry: StreamEntry;
           try {
             entry = decodeStreamEntry(fields);
@@ -101,17 +119,25 @@ export async function* relayStream(deps: GatewayDeps, options: RelayOptions): As
             throw new ApiError(500, publicMessage('stream-invalid'), { code: 'stream_invalid', detail: `malformed stream entry: ${err instanceof Error ? err.message : String(err)}` });
           }
           if (entry.kind === 'token') {
-            if (entry.index < nextIndex) continue;
-            nextIndex = entry.index + 1;
+            if (entry.index < (nextIndex[choice] as number)) continue;
+            nextIndex[choice] = entry.index + 1;
           }
-          yield entry;
-          if (entry.kind !== 'token') return;
+          yield { choice, entry };
+          if (entry.kind === 'error') return;
+          if (entry.kind === 'final') {
+            ended.add(choice);
+            break;
+          }
         }
+      }
+      if (ended.size > 0) {
+        open = open.filter((c) => !ended.has(c));
+        if (open.length === 0) return;
       }
       if ((reply === null || reply.length === 0) && Date.now() >= nextPollMs) {
         await jobCheck.run();
         if (options.onProgress !== undefined) {
-          const progress = await jobCheck.progress(nextIndex);
+          const progress = await jobCheck.progress(nextIndex.reduce((a, b) => a + b, 0));
           if (progress !== null && !options.signal.aborted) options.onProgress(progress);
         }
         nextPollMs = Date.now() + deps.config.jobPollMs;

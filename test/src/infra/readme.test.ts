@@ -59,7 +59,7 @@ test('the environment table lists every variable the services read and every var
 test('durations, sizes and limits carry their unit in the name', () => {
   for (const name of tableVariables()) {
     if (/TIMEOUT|INTERVAL|GRACE|DURATION|DELAY|TTL|_POLL|KEEPALIVE|BYTES|CACHE|SIZE/.test(name)) assert.match(name, /_(MS|BYTES|TOKENS|SECONDS)$/, name);
-    if (/^CSA2_MAX_/.test(name)) assert.match(name, /_(MS|BYTES|TOKENS|DEPTH)$/, name);
+    if (/^CSA2_MAX_/.test(name)) assert.match(name, /_(MS|BYTES|TOKENS|DEPTH|CHOICES)$/, name);
   }
 });
 

@@ -38,6 +38,11 @@ export class ByteTokenizer implements Tokenizer {
     return new TextDecoder('utf-8', { fatal: false, ignoreBOM: true }).decode(Uint8Array.from(ids));
   }
 
+  tokenBytes(id: number): Uint8Array {
+    validateTokenIds([id], BYTE_VOCAB_SIZE);
+    return Uint8Array.of(id);
+  }
+
   createDecodeStream(): TokenDecodeStream {
     const utf8 = new Utf8DecodeStream();
     const one = new Uint8Array(1);

@@ -20,6 +20,7 @@
  */
 import type { ChatMessage, TokenDecodeStream, Tokenizer } from './tokenizer.js';
 import { createWindowedDecodeStream, validateTokenIds } from './tokenizer.js';
+import { byteLevelTokenBytes, utf8Bytes } from './token-bytes.js';
 import { CheckpointError } from '../errors.js';
 
 export const DEEPSEEK_V3_TOKENIZER_VOCAB_SIZE = 128815;
@@ -39,6 +40,9 @@ interface LenmlTokenizer {
   decode(ids: number[], opts?: { skip_special_tokens?: boolean; clean_up_tokenization_spaces?: boolean }): string;
   bos_token_id: number | undefined;
   eos_token_id: number | undefined;
+  /** The vocabulary entries of ids (byte-level strings; added tokens as their content). */
+  model: { convert_ids_to_tokens(ids: number[]): string[] };
+  added_tokens: readonly { content: string; id: number }[];
 }
 
 /** Renders the chat template documented above to a string (special tokens as text). */
@@ -59,9 +63,11 @@ export class DeepSeekV3Tokenizer implements Tokenizer {
   readonly bosId: number;
   readonly eosIds: readonly number[];
   readonly #tok: LenmlTokenizer;
+  readonly #added: ReadonlyMap<number, string>;
 
   constructor(tok: LenmlTokenizer) {
     this.#tok = tok;
+    this.#added = new Map(tok.added_tokens.map((t) => [t.id, t.content]));
     const bos = tok.encode(DEEPSEEK_V3_SPECIAL_TOKENS.bos, { add_special_tokens: false });
     const eos = tok.encode(DEEPSEEK_V3_SPECIAL_TOKENS.eos, { add_special_tokens: false });
     if (bos.length !== 1 || eos.length !== 1 || bos[0] !== tok.bos_token_id || eos[0] !== tok.eos_token_id) {
@@ -82,6 +88,15 @@ export class DeepSeekV3Tokenizer implements Tokenizer {
     validateTokenIds(ids, this.vocabSize);
     if (ids.length === 0) return '';
     return this.#tok.decode([...ids], { skip_special_tokens: false, clean_up_tokenization_spaces: false });
+  }
+
+  /** Added tokens: their content's UTF-8; the others: the byte-level vocabulary entry's bytes. */
+  tokenBytes(id: number): Uint8Array {
+    validateTokenIds([id], this.vocabSize);
+    const added = this.#added.get(id);
+    if (added !== undefined) return utf8Bytes(added);
+    const entry = this.#tok.model.convert_ids_to_tokens([id])[0] ?? '';
+    return byteLevelTokenBytes(entry) ?? utf8Bytes(this.decode([id]));
   }
 
   createDecodeStream(): TokenDecodeStream {

@@ -14,6 +14,11 @@
  * `eos_token`, ...) by the Jinja engine bundled in `@lenml/tokenizers`, then the text is encoded with
  * special-token splitting, as `transformers` does. Without a template the plain-text template of the byte
  * tokenizer is used, with `bosId` in front when there is one.
+ *
+ * Token bytes (`tokenBytes`) follow the decoder tokenizer.json names: a `ByteLevel` decoder (alone or
+ * in a `Sequence`) → the vocabulary entry's byte-level bytes; `Metaspace` / `ByteFallback` (SentencePiece
+ * style) → `<0xAB>` is that byte, `▁` a space, the rest UTF-8; any other decoder → the UTF-8 of the
+ * token decoded alone. Added tokens are their content's UTF-8.
  */
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -22,6 +27,7 @@ import { TokenizerLoader } from '@lenml/tokenizers';
 import type { ChatMessage, TokenDecodeStream, Tokenizer } from './tokenizer.js';
 import { createWindowedDecodeStream, validateTokenIds } from './tokenizer.js';
 import { renderPlainChatTemplate } from './byte-tokenizer.js';
+import { byteFallbackByte, byteLevelTokenBytes, utf8Bytes } from './token-bytes.js';
 import { CheckpointError, InputError } from '../errors.js';
 
 export interface HuggingFaceTokenizerFiles {
@@ -60,6 +66,23 @@ function normalizeConfig(raw: unknown, source: string): Record<string, unknown> 
   return out;
 }
 
+/** How a vocabulary entry maps to bytes, from the tokenizer.json decoder (see the module header). */
+type TokenBytesScheme = 'byte-level' | 'sentencepiece' | 'decoded';
+
+function decoderTypes(decoder: unknown): string[] {
+  if (!isRecord(decoder)) return [];
+  const type = typeof decoder['type'] === 'string' ? [decoder['type']] : [];
+  const inner = Array.isArray(decoder['decoders']) ? decoder['decoders'].flatMap(decoderTypes) : [];
+  return [...type, ...inner];
+}
+
+function tokenBytesScheme(tokenizerJson: Record<string, unknown>): TokenBytesScheme {
+  const types = decoderTypes(tokenizerJson['decoder']);
+  if (types.includes('ByteLevel')) return 'byte-level';
+  if (types.includes('Metaspace') || types.includes('ByteFallback')) return 'sentencepiece';
+  return 'decoded';
+}
+
 interface ChatRenderer {
   apply_chat_template(messages: ChatMessage[], opts: { tokenize: false; add_generation_prompt: true }): unknown;
 }
@@ -74,6 +97,9 @@ export class HuggingFaceTokenizer implements Tokenizer {
   readonly #tok: HfTokenizer;
   readonly #renderer: ChatRenderer | null;
   readonly #unkId: number | null;
+  readonly #bytesScheme: TokenBytesScheme;
+  /** Added tokens by id: their content. */
+  readonly #added: ReadonlyMap<number, string>;
 
   constructor(files: HuggingFaceTokenizerFiles) {
     const source = files.source ?? 'tokenizer';
@@ -114,6 +140,11 @@ export class HuggingFaceTokenizer implements Tokenizer {
       eos.add(id as number);
     }
     this.eosIds = [...eos];
+    this.#bytesScheme = tokenBytesScheme(files.tokenizerJson);
+    const addedTokens = Array.isArray(files.tokenizerJson['added_tokens']) ? files.tokenizerJson['added_tokens'] : [];
+    this.#added = new Map(
+      addedTokens.filter((t): t is { id: number; content: string } => isRecord(t) && typeof t['id'] === 'number' && typeof t['content'] === 'string').map((t) => [t.id, t.content]),
+    );
 
     let template: unknown = files.chatTemplate ?? config['chat_template'];
     if (Array.isArray(template)) {
@@ -156,6 +187,22 @@ export class HuggingFaceTokenizer implements Tokenizer {
     validateTokenIds(ids, this.vocabSize);
     if (ids.length === 0) return '';
     return this.#tok.decode([...ids], { skip_special_tokens: false, clean_up_tokenization_spaces: false });
+  }
+
+  tokenBytes(id: number): Uint8Array {
+    validateTokenIds([id], this.vocabSize);
+    const added = this.#added.get(id);
+    if (added !== undefined) return utf8Bytes(added);
+    const entry = this.#tok.id_to_token(id);
+    if (entry !== undefined && this.#bytesScheme === 'byte-level') {
+      const bytes = byteLevelTokenBytes(entry);
+      if (bytes !== null) return bytes;
+    }
+    if (entry !== undefined && this.#bytesScheme === 'sentencepiece') {
+      const byte = byteFallbackByte(entry);
+      return byte !== null ? Uint8Array.of(byte) : utf8Bytes(entry.replaceAll('\u2581', ' '));
+    }
+    return utf8Bytes(this.decode([id]));
   }
 
   createDecodeStream(): TokenDecodeStream {

@@ -10,6 +10,8 @@
  *   for an id outside `[0, vocabSize)`.
  * - `vocabSize` is the number of ids the tokenizer itself knows (max id + 1), which may be smaller than
  *   the model's embedding rows (DeepSeek-V3: 128815 tokenizer ids inside a 129280-row vocabulary).
+ * - `tokenBytes(id)` is the raw bytes of one token (./token-bytes.ts): possibly part of a UTF-8
+ *   character; a text's tokens' bytes concatenate to the text's UTF-8.
  */
 import { InputError } from '../errors.js';
 
@@ -36,6 +38,8 @@ export interface Tokenizer {
   readonly vocabSize: number;
   encode(text: string): number[];
   decode(ids: readonly number[]): string;
+  /** The bytes token `id` stands for (special tokens: their text's UTF-8); throws `InputError` outside `[0, vocabSize)`. */
+  tokenBytes(id: number): Uint8Array;
   createDecodeStream(): TokenDecodeStream;
   readonly bosId: number | null;
   readonly eosIds: readonly number[];

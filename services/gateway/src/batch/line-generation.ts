@@ -1,7 +1,8 @@
 /**
  * @module batch/line-generation
  * Waits for one batch line's generation and builds the response body a direct, non-streamed call
- * answers (the same formatter, `completionBody`): the line's request stream is relayed from its
+ * answers (the same assembly of choices and formatter, `completionBody`: `n`, `logprobs` and `echo`
+ * answer as they do directly): the line's request streams are relayed from their
  * start with relayStream, so a driver that restarted picks up a line mid-generation or after it
  * ended (the stream outlives its request by STREAM_TTL_SECONDS) without running it again.
  *
@@ -12,8 +13,8 @@ import { manifestObjectKey } from '@csa2/artifacts';
 import { promptDocumentId, requestDecodeJobId, requestPrefillJobId } from '@csa2/jobs';
 import { ApiError, workerError } from '../errors.js';
 import type { GatewayDeps } from '../deps.js';
-import type { GenerationPlan } from '../generation.js';
-import { completionBody, toOpenAiUsage, type OpenAiUsage } from '../openai/format.js';
+import { choiceAssembly, responseMeta, type GenerationPlan } from '../generation.js';
+import { completionBody, type OpenAiUsage } from '../openai/format.js';
 import { relayStream } from '../relay.js';
 
 export type GenerationLineResult =
@@ -22,10 +23,9 @@ export type GenerationLineResult =
   /** The driver stopped following the line (shutdown): it keeps running and is picked up again. */
   | { readonly kind: 'detached' };
 
-/** Relays the line's stream to its end. Throws an ApiError for a failed line. */
+/** Relays the line's streams (one per choice) to their end. Throws an ApiError for a failed line. */
 export async function collectGeneration(deps: GatewayDeps, plan: GenerationPlan, options: { readonly deadlineMs: number; readonly signal: AbortSignal }): Promise<GenerationLineResult> {
-  let text = '';
-  let tokens = 0;
+  const assembly = choiceAssembly(deps, plan);
   try {
     const entries = relayStream(deps, {
       requestId: plan.requestId,
@@ -33,19 +33,17 @@ export async function collectGeneration(deps: GatewayDeps, plan: GenerationPlan,
       prefillJobId: plan.prefillPrefix !== null ? requestPrefillJobId(plan.requestId) : null,
       deadlineMs: options.deadlineMs,
       signal: options.signal,
+      choices: plan.request.n,
     });
-    for await (const entry of entries) {
-      if (entry.kind === 'token') {
-        tokens += 1;
-        text += entry.text;
-        continue;
-      }
+    for await (const { choice, entry } of entries) {
       if (entry.kind === 'error') throw workerError(entry.code, entry.message);
-      if (entry.finishReason === 'cancelled') return { kind: 'cancelled' };
-      text += entry.text ?? '';
-      const usage = toOpenAiUsage(entry.usage, { promptTokens: plan.promptTokens, completionTokens: tokens, cachedTokens: 0 });
-      const meta = { id: plan.requestId, created: Math.floor(plan.acceptedAtMs / 1000), model: deps.model.name, endpoint: plan.request.endpoint, includeUsage: false };
-      return { kind: 'done', body: completionBody(meta, text, entry.finishReason, usage), usage };
+      if (entry.kind === 'final' && entry.finishReason === 'cancelled') return { kind: 'cancelled' };
+      assembly.push(choice, entry);
+      if (assembly.done) {
+        const usage = assembly.usage({ promptTokens: plan.promptTokens });
+        // the body a direct, non-streamed call answers
+        return { kind: 'done', body: completionBody({ ...responseMeta(deps, plan), includeUsage: false }, assembly.choices(), usage), usage };
+      }
     }
     return { kind: 'detached' };
   } catch (err) {

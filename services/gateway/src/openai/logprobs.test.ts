@@ -52,3 +52,8 @@ test('chat: content entries with bytes and the top N alternatives, most likely f
     refusal: null,
   });
 });
+
+test('completions: text offsets count code points, as OpenAI and vLLM do (an emoji is one, not two UTF-16 units)', () => {
+  const out = completionLogprobs([tok(1, '😀', -1, []), tok(2, 'a', -1, [])], { topN: 0, textOffset: 3 });
+  assert.deepEqual(out.text_offset, [3, 4]);
+});

@@ -1,13 +1,15 @@
 /**
  * @module openai/logprobs
- * Per-token log-probabilities in OpenAI's two response shapes (pure formatting; the engine side that
- * produces the numbers is not built yet — see the design in the gateway README's "logprobs, n, echo"):
+ * Per-token log-probabilities in OpenAI's two response shapes (pure formatting; the numbers come from
+ * the engine through the stream entries, choice-assembly.ts makes these records of them):
  *
  * - completions (`logprobs: N`): `{ tokens, token_logprobs, top_logprobs, text_offset }`, parallel
  *   arrays; `top_logprobs[i]` maps token text → logprob for the N most likely tokens plus the sampled
  *   one (as vLLM does: N or N + 1 entries); `text_offset[i]` is where token i's text starts in the
- *   choice's text (after an echoed prompt, when there is one). An echoed prompt's first token has no
- *   logprob (`null` in token_logprobs and top_logprobs), as OpenAI answers;
+ *   choice's text (an echoed prompt's tokens first), in Unicode code points as OpenAI and vLLM
+ *   count (a JavaScript string index differs past U+FFFF). A token without context (an echoed
+ *   prompt's first, when nothing precedes it) has no logprob (`null` in token_logprobs and
+ *   top_logprobs), as OpenAI answers;
  * - chat (`logprobs: true`, `top_logprobs: N`): `{ content: [{ token, logprob, bytes, top_logprobs:
  *   [{ token, logprob, bytes }] }], refusal: null }`.
  *
@@ -61,6 +63,13 @@ export function tokenString(bytes: Uint8Array): string {
   return decoder.decode(bytes);
 }
 
+/** Code points of a string (text offsets count these). */
+function codePoints(s: string): number {
+  let n = 0;
+  for (const _ of s) n++;
+  return n;
+}
+
 /** OpenAI's -9999.0 stands for "impossible" (a -Infinity logprob is not JSON). */
 function finite(logprob: number): number {
   return Number.isFinite(logprob) ? logprob : -9999;
@@ -75,7 +84,7 @@ function topWithSampled(t: TokenLogprobs, topN: number): TokenCandidate[] {
 
 /**
  * Completions shape for `tokens`, `topN` alternatives each (`logprobs: N`; 0 = the sampled token
- * only), text offsets starting at `textOffset` (the length of the text before these tokens).
+ * only), text offsets starting at `textOffset` (the code points of the text before these tokens).
  */
 export function completionLogprobs(tokens: readonly TokenLogprobs[], options: { readonly topN: number; readonly textOffset?: number }): CompletionLogprobs {
   let offset = options.textOffset ?? 0;
@@ -83,7 +92,7 @@ export function completionLogprobs(tokens: readonly TokenLogprobs[], options: { 
   for (const t of tokens) {
     out.tokens.push(tokenString(t.bytes));
     out.text_offset.push(offset);
-    offset += t.text.length;
+    offset += codePoints(t.text);
     if (t.scored === false) {
       out.token_logprobs.push(null);
       out.top_logprobs?.push(null);

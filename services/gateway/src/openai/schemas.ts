@@ -2,16 +2,20 @@
  * @module openai/schemas
  * Request bodies of /v1/completions and /v1/chat/completions, parsed with zod at the route edge.
  * Unknown fields are ignored (as OpenAI-compatible servers do); fields this server cannot honour
- * (n > 1, echo, logprobs, tools, vLLM's min_tokens, beam search, guided decoding, …) are refused with
- * a 400 naming the field rather than silently ignored. The sampling parameters (temperature, top_p,
- * top_k, min_p, repetition/presence/frequency penalties, logit_bias, seed) are all honoured. Range checks that depend on config (max_tokens) happen in generation.ts.
+ * (suffix, tools, vLLM's min_tokens, beam search, guided decoding, …) are refused with a 400 naming
+ * the field rather than silently ignored. The sampling parameters (temperature, top_p, top_k, min_p,
+ * repetition/presence/frequency penalties, logit_bias, seed), `n` (with `best_of` equal to it),
+ * completions' `logprobs` (0–5, OpenAI's limit) and `echo`, and chat's `logprobs` with `top_logprobs`
+ * (0–20) are all honoured. Range checks that depend on config (max_tokens, n) happen in generation.ts.
  */
 import { z } from 'zod';
-import { ID_PATTERN, MAX_LOGIT_BIAS_ENTRIES, MAX_STOP_SEQUENCES, MAX_STOP_SEQUENCE_CHARS } from '@csa2/jobs';
+import { ID_PATTERN, MAX_LOGIT_BIAS_ENTRIES, MAX_STOP_SEQUENCES, MAX_STOP_SEQUENCE_CHARS, MAX_TOP_LOGPROBS } from '@csa2/jobs';
 import { invalidRequest, type ApiError } from '../errors.js';
 import { clientIssue } from './issues.js';
 
 const tokenId = z.number().int().nonnegative();
+/** Completions' `logprobs` at most: OpenAI's limit for the legacy completions endpoint. */
+export const MAX_COMPLETION_LOGPROBS = 5;
 /** Stop sequences travel in the decode job's payload: bounded like every payload field. */
 const stopSequence = z.string().max(MAX_STOP_SEQUENCE_CHARS, `a stop sequence has at most ${MAX_STOP_SEQUENCE_CHARS} characters`);
 
@@ -62,7 +66,8 @@ const samplingFields = {
   stop: z.union([stopSequence, z.array(stopSequence).max(MAX_STOP_SEQUENCES, `at most ${MAX_STOP_SEQUENCES} stop sequences are allowed`)]).nullish(),
   stream: z.boolean().nullish(),
   stream_options: z.object({ include_usage: z.boolean().nullish() }).nullish(),
-  n: z.number().int().nullish(),
+  /** Choices from one prefill, each with its own seed (seed + i); at most CSA2_MAX_CHOICES (checked in generation.ts). */
+  n: z.number().int().min(1).nullish().describe('Choices generated from one prefill (at most CSA2_MAX_CHOICES, default 8); choice i samples with seed + i'),
   presence_penalty: z.number().min(-2).max(2).nullish(),
   frequency_penalty: z.number().min(-2).max(2).nullish(),
   /** Token id (a decimal string) → bias in [-100, 100], added to its logit before sampling. */
@@ -98,9 +103,18 @@ export const CompletionRequestSchema = z.object({
   prompt: z.union([z.string(), z.array(tokenId), z.array(z.string()), z.array(z.array(tokenId))], {
     error: 'must be a string, an array of token ids, or a one-element array of either',
   }),
-  echo: z.boolean().nullish(),
-  best_of: z.number().int().nullish(),
-  logprobs: z.number().int().nullish(),
+  /** Answer the prompt before each choice's text (with its logprobs when `logprobs` is set); allows `max_tokens: 0`. */
+  echo: z.boolean().nullish().describe("Answer the prompt before each choice's text (its tokens first in logprobs); allows max_tokens 0"),
+  /** Only equal to `n`: every choice generated is returned. */
+  best_of: z.number().int().min(1).nullish().describe('Only equal to n: every choice generated is returned'),
+  /** Each token's logprob and the `logprobs` most likely alternatives (0–5, OpenAI's limit). */
+  logprobs: z
+    .number()
+    .int()
+    .min(0)
+    .max(MAX_COMPLETION_LOGPROBS, `must be at most ${MAX_COMPLETION_LOGPROBS} (OpenAI's limit for completions)`)
+    .nullish()
+    .describe("Each token's logprob (natural log, after temperature) with this many most likely alternatives (0-5, OpenAI's limit)"),
   suffix: z.string().nullish(),
 });
 export type CompletionRequest = z.infer<typeof CompletionRequestSchema>;
@@ -118,8 +132,10 @@ export const ChatRequestSchema = z.object({
   ...samplingFields,
   messages: z.array(ChatMessageSchema).min(1, 'must contain at least one message'),
   max_completion_tokens: z.number().int().nullish(),
-  logprobs: z.boolean().nullish(),
-  top_logprobs: z.number().int().nullish(),
+  /** Each generated token's logprob in `choices[].logprobs.content`. */
+  logprobs: z.boolean().nullish().describe("Each generated token's logprob in choices[].logprobs.content"),
+  /** With `logprobs: true`: this many most likely alternatives per token (0–20). */
+  top_logprobs: z.number().int().min(0).max(MAX_TOP_LOGPROBS).nullish().describe('With logprobs: true, this many most likely alternatives per token (0-20)'),
   tools: z.array(z.unknown()).nullish(),
   functions: z.array(z.unknown()).nullish(),
   tool_choice: z.unknown().optional(),
@@ -145,7 +161,6 @@ function refuse(param: string, message: string): ApiError {
 
 /** Checks for fields common to both endpoints that are set to unsupported values. */
 function checkCommonUnsupported(r: CompletionRequest | ChatRequest): void {
-  if (r.n !== null && r.n !== undefined && r.n !== 1) throw refuse('n', 'must be 1: this server generates one choice per request');
   const raw = r as unknown as Readonly<Record<string, unknown>>;
   for (const [param, isNoOp] of Object.entries(VLLM_UNSUPPORTED)) {
     const v = raw[param];
@@ -159,15 +174,18 @@ function checkCommonUnsupported(r: CompletionRequest | ChatRequest): void {
 
 export function checkCompletionUnsupported(r: CompletionRequest): void {
   checkCommonUnsupported(r);
-  if (r.echo === true) throw refuse('echo', 'is not supported');
-  if (r.best_of !== null && r.best_of !== undefined && r.best_of !== 1) throw refuse('best_of', 'must be 1');
-  if (r.logprobs !== null && r.logprobs !== undefined && r.logprobs > 0) throw refuse('logprobs', 'is not supported');
+  const n = r.n ?? 1;
+  if (r.best_of !== null && r.best_of !== undefined && r.best_of !== n) {
+    throw invalidRequest(`Invalid value for 'best_of': must equal 'n' (${n}): this server returns every choice it generates, got ${r.best_of}.`, 'best_of', 'invalid_value');
+  }
   if (r.suffix !== null && r.suffix !== undefined && r.suffix !== '') throw refuse('suffix', 'is not supported');
 }
 
 export function checkChatUnsupported(r: ChatRequest): void {
   checkCommonUnsupported(r);
-  if (r.logprobs === true) throw refuse('logprobs', 'is not supported');
+  if (r.top_logprobs !== null && r.top_logprobs !== undefined && r.logprobs !== true) {
+    throw invalidRequest("Invalid value for 'top_logprobs': 'logprobs' must be set to true when 'top_logprobs' is used.", 'top_logprobs', 'invalid_value');
+  }
   if ((r.tools?.length ?? 0) > 0) throw refuse('tools', 'are not supported');
   if ((r.functions?.length ?? 0) > 0) throw refuse('functions', 'are not supported');
   if (r.response_format !== null && r.response_format !== undefined && r.response_format.type !== 'text') {

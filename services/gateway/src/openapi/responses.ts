@@ -22,6 +22,24 @@ const UsageSchema = z
 
 const FinishReason = z.enum(['stop', 'length']);
 
+export const CompletionLogprobsSchema = z
+  .object({
+    tokens: z.array(z.string()).describe("Each token's text on its own (U+FFFD where it holds part of a character)"),
+    token_logprobs: z.array(z.number().nullable()).describe('Natural log; null for a token without context (an echoed prompt\'s first)'),
+    top_logprobs: z.array(z.record(z.string(), z.number()).nullable()).describe('The logprobs most likely tokens plus the sampled one, text → logprob'),
+    text_offset: z.array(z.number().int()).describe("Where each token's text starts in the choice's text, in code points"),
+  })
+  .meta({ id: 'CompletionLogprobs', description: 'completions logprobs: parallel arrays, echoed prompt tokens first' });
+
+const ChatTokenLogprobSchema = z.object({ token: z.string(), logprob: z.number(), bytes: z.array(z.number().int()).describe("The token's raw bytes (part of a character possibly)") });
+
+export const ChatLogprobsSchema = z
+  .object({
+    content: z.array(ChatTokenLogprobSchema.extend({ top_logprobs: z.array(ChatTokenLogprobSchema).describe('The top_logprobs most likely tokens, most likely first') })),
+    refusal: z.null(),
+  })
+  .meta({ id: 'ChatLogprobs', description: "chat logprobs: one entry per generated token" });
+
 export const CompletionResponseSchema = z
   .object({
     id: z.string(),
@@ -29,7 +47,9 @@ export const CompletionResponseSchema = z
     created: z.number().int(),
     model: z.string(),
     system_fingerprint: z.null(),
-    choices: z.array(z.object({ index: z.number().int(), text: z.string(), logprobs: z.null(), finish_reason: FinishReason.nullable() })),
+    choices: z
+      .array(z.object({ index: z.number().int(), text: z.string(), logprobs: CompletionLogprobsSchema.nullable().describe('With logprobs set, else null'), finish_reason: FinishReason.nullable() }))
+      .describe('One per choice (n); a streamed chunk carries one choice'),
     usage: UsageSchema.optional().describe('Absent on streamed chunks (or null with stream_options.include_usage) but the last'),
   })
   .meta({ id: 'CompletionResponse', description: 'A completion, or (stream: true) each SSE chunk of one' });
@@ -45,10 +65,10 @@ export const ChatCompletionResponseSchema = z
       z.object({
         index: z.number().int(),
         message: z.object({ role: z.literal('assistant'), content: z.string(), refusal: z.null() }),
-        logprobs: z.null(),
+        logprobs: ChatLogprobsSchema.nullable().describe('With logprobs: true, else null'),
         finish_reason: FinishReason,
       }),
-    ),
+    ).describe('One per choice (n)'),
     usage: UsageSchema,
   })
   .meta({ id: 'ChatCompletionResponse', description: 'A chat completion; streamed as chat.completion.chunk objects with choices[].delta' });

@@ -8,7 +8,7 @@
 import { Hono, type Context } from 'hono';
 import { validateTokenIds } from '@csa2/core';
 import { invalidRequest, isRedisUnavailable, redisUnavailable } from '../errors.js';
-import { enqueueGeneration, planGeneration, respondGeneration, type GenerationRequest, type SamplingOptions } from '../generation.js';
+import { enqueueGeneration, planGeneration, plannedTokens, respondGeneration, type GenerationRequest, type SamplingOptions } from '../generation.js';
 import type { GatewayDeps } from '../deps.js';
 import { TokenLimitError } from '../tokenize-pool.js';
 import { releaseBody } from '../middleware/body-budget.js';
@@ -51,8 +51,9 @@ function samplingOptions(body: CompletionRequest | ChatRequest, vocabLimit: numb
 function sampling(
   body: CompletionRequest | ChatRequest,
   vocabLimit: number,
-): Pick<GenerationRequest, 'temperature' | 'topP' | 'seed' | 'samplingOptions' | 'stop' | 'ignoreEos' | 'stream' | 'includeUsage'> {
+): Pick<GenerationRequest, 'n' | 'temperature' | 'topP' | 'seed' | 'samplingOptions' | 'stop' | 'ignoreEos' | 'stream' | 'includeUsage'> {
   return {
+    n: body.n ?? 1,
     temperature: body.temperature ?? 1,
     topP: body.top_p ?? 1,
     seed: body.seed ?? null,
@@ -82,7 +83,7 @@ async function generate(c: Context<{ Variables: TenantVariables & RequestIdVaria
   const plan = await planGeneration(deps, { ...request, weight: limits.weight });
   // the key's limits: its prompt plus what it may generate count against its tokens per minute
   const admission = await deps.keyLimiter
-    .admitCompletion(keyId, limits, { requestId: plan.requestId, tokens: plan.promptTokens + plan.decodeJob.maxTokens })
+    .admitCompletion(keyId, limits, { requestId: plan.requestId, tokens: plannedTokens(plan) })
     .catch((err: unknown) => {
       throw isRedisUnavailable(err) ? redisUnavailable(err) : err;
     });
@@ -98,14 +99,16 @@ async function generate(c: Context<{ Variables: TenantVariables & RequestIdVaria
 /**
  * The token ids of a completion prompt as the model sees them after the document (if any): text is
  * tokenized with the tokenizer's BOS in front unless a document precedes it (`addBos` false drops
- * it too); token ids are checked against the vocabulary and passed as given.
+ * it too); token ids are checked against the vocabulary and passed as given. `bosAdded`: whether the
+ * first id is a BOS the client did not send (an echo leaves it out).
  */
-export async function completionPromptIds(deps: GatewayDeps, prompt: CompletionRequest['prompt'], options: { documentId: string | null; addBos?: boolean }): Promise<number[]> {
+export async function completionPrompt(deps: GatewayDeps, prompt: CompletionRequest['prompt'], options: { documentId: string | null; addBos?: boolean }): Promise<{ ids: number[]; bosAdded: boolean }> {
   const normalized = normalizePrompt(prompt);
   if (normalized.kind === 'text') {
     const ids = await deps.tokenize.encode(normalized.text, deps.limits.maxPromptTokens).catch((err: unknown) => tooLong(err, deps, 'prompt'));
-    if (deps.tokenizer.bosId !== null && options.documentId === null && options.addBos !== false) ids.unshift(deps.tokenizer.bosId);
-    return ids;
+    const bosAdded = deps.tokenizer.bosId !== null && options.documentId === null && options.addBos !== false;
+    if (bosAdded) ids.unshift(deps.tokenizer.bosId as number);
+    return { ids, bosAdded };
   }
   const ids = [...normalized.ids];
   try {
@@ -113,7 +116,12 @@ export async function completionPromptIds(deps: GatewayDeps, prompt: CompletionR
   } catch (err) {
     throw invalidRequest(`Invalid value for 'prompt': ${err instanceof Error ? err.message : String(err)}`, 'prompt', 'invalid_value');
   }
-  return ids;
+  return { ids, bosAdded: false };
+}
+
+/** completionPrompt's ids alone. */
+export async function completionPromptIds(deps: GatewayDeps, prompt: CompletionRequest['prompt'], options: { documentId: string | null; addBos?: boolean }): Promise<number[]> {
+  return (await completionPrompt(deps, prompt, options)).ids;
 }
 
 /** The token ids of chat messages as the model sees them: the tokenizer's chat template, whose BOS is dropped after a document. */
@@ -128,17 +136,20 @@ export async function completionRequest(deps: GatewayDeps, tenant: string, raw: 
   const body = parseRequest(CompletionRequestSchema, raw);
   checkCompletionUnsupported(body);
   const documentId = body.document_id ?? null;
+  const prompt = await completionPrompt(deps, body.prompt, { documentId });
   return {
     ...(reqId !== undefined ? { reqId } : {}),
     endpoint: 'completions',
     tenant,
     model: body.model,
-    promptIds: await completionPromptIds(deps, body.prompt, { documentId }),
+    promptIds: prompt.ids,
     promptParam: 'prompt',
     documentId,
     maxTokens: body.max_tokens ?? null,
     maxTokensParam: 'max_tokens',
     ...sampling(body, vocabLimit(deps)),
+    logprobs: body.logprobs ?? null,
+    echo: body.echo === true ? { skipTokens: prompt.bosAdded ? 1 : 0 } : null,
   };
 }
 
@@ -159,6 +170,8 @@ export async function chatRequest(deps: GatewayDeps, tenant: string, raw: unknow
     maxTokens: (useCompletionTokens ? body.max_completion_tokens : body.max_tokens) ?? null,
     maxTokensParam: useCompletionTokens ? 'max_completion_tokens' : 'max_tokens',
     ...sampling(body, vocabLimit(deps)),
+    logprobs: body.logprobs === true ? (body.top_logprobs ?? 0) : null,
+    echo: null,
   };
 }
 

@@ -72,6 +72,25 @@ describe('OpenAPI 3.1 document, /docs and CORS', () => {
     assert.ok(spec['components']['schemas']['CompletionRequest']['properties']['document_id'], 'extensions documented');
   });
 
+  test('n, logprobs and echo are in the request schemas with their bounds, and the responses carry the logprobs shapes', () => {
+    const schemas = spec['components']['schemas'] as Record<string, Json>;
+    const completion = schemas['CompletionRequest']?.['properties'] as Record<string, Json>;
+    const flat = (p: Json): Json => (p['anyOf'] as Json[] | undefined)?.find((b) => b['type'] !== 'null') ?? p;
+    assert.equal(flat(completion['logprobs'] as Json)['maximum'], 5);
+    assert.equal(flat(completion['logprobs'] as Json)['minimum'], 0);
+    assert.equal(flat(completion['n'] as Json)['minimum'], 1);
+    assert.deepEqual(flat(completion['echo'] as Json)['type'], ['boolean', 'null']);
+    assert.ok(flat(completion['best_of'] as Json));
+    const chat = schemas['ChatCompletionRequest']?.['properties'] as Record<string, Json>;
+    assert.equal(flat(chat['top_logprobs'] as Json)['maximum'], 20);
+    assert.deepEqual(flat(chat['logprobs'] as Json)['type'], ['boolean', 'null']);
+    const choiceLogprobs = (id: string): Json => schemas[id]?.['properties']['choices']['items']['properties']['logprobs'] as Json;
+    assert.match(JSON.stringify(choiceLogprobs('CompletionResponse')), /#\/components\/schemas\/CompletionLogprobs/);
+    assert.match(JSON.stringify(choiceLogprobs('ChatCompletionResponse')), /#\/components\/schemas\/ChatLogprobs/);
+    assert.deepEqual(Object.keys(schemas['CompletionLogprobs']?.['properties'] as Json).sort(), ['text_offset', 'token_logprobs', 'tokens', 'top_logprobs']);
+    assert.ok((schemas['ChatLogprobs']?.['properties']['content']['items']['properties'] as Json)['bytes']);
+  });
+
   test('lists exactly the routes the app serves', () => {
     const served = new Set(
       h.app.routes

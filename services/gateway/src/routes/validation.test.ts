@@ -108,9 +108,20 @@ describe('request validation (no worker: nothing may be enqueued)', () => {
       [{ stop: [''] }, 'stop'],
       [{ stop: ['x'.repeat(513)] }, 'stop[0]'],
       [{ stop: 'y'.repeat(513) }, 'stop'],
-      [{ n: 2 }, 'n'],
-      [{ echo: true }, 'echo'],
-      [{ logprobs: 3 }, 'logprobs'],
+      [{ n: 0 }, 'n'],
+      [{ n: 9 }, 'n'],
+      [{ n: 1.5 }, 'n'],
+      [{ best_of: 2 }, 'best_of'],
+      [{ n: 2, best_of: 3 }, 'best_of'],
+      [{ logprobs: 6 }, 'logprobs'],
+      [{ logprobs: -1 }, 'logprobs'],
+      [{ logprobs: true }, 'logprobs'],
+      [{ echo: 'yes' }, 'echo'],
+      [{ max_tokens: 0, logprobs: 2 }, 'max_tokens'],
+      [{ echo: true, max_tokens: -1 }, 'max_tokens'],
+      [{ n: 3, seed: Number.MAX_SAFE_INTEGER - 1 }, 'seed'],
+      [{ suffix: 'tail' }, 'suffix'],
+      [{ prompt_logprobs: 1 }, 'prompt_logprobs'],
       [{ presence_penalty: 2.5 }, 'presence_penalty'],
       [{ frequency_penalty: -3 }, 'frequency_penalty'],
       [{ repetition_penalty: 0 }, 'repetition_penalty'],
@@ -136,6 +147,33 @@ describe('request validation (no worker: nothing may be enqueued)', () => {
     await expectError(await chat({ model: MODEL_NAME, messages: [] }), 400, { param: 'messages' });
     await expectError(await chat({ model: MODEL_NAME, messages: [{ role: 'tool', content: 'x' }] }), 400, { param: 'messages[0].role' });
     await expectError(await chat({ model: MODEL_NAME, messages: [{ role: 'user', content: 'x' }], tools: [{ type: 'function' }] }), 400, { param: 'tools' });
+    const chatCases: [Record<string, unknown>, string][] = [
+      [{ top_logprobs: 2 }, 'top_logprobs'],
+      [{ logprobs: false, top_logprobs: 2 }, 'top_logprobs'],
+      [{ logprobs: true, top_logprobs: 21 }, 'top_logprobs'],
+      [{ logprobs: 1 }, 'logprobs'],
+      [{ n: 9 }, 'n'],
+      [{ max_completion_tokens: 0 }, 'max_completion_tokens'],
+    ];
+    for (const [fields, param] of chatCases) {
+      await expectError(await chat({ model: MODEL_NAME, messages: [{ role: 'user', content: 'x' }], ...fields }), 400, { param });
+    }
+  });
+
+  test('logprobs, n, best_of and echo: the messages say the rule and what was sent', async () => {
+    const cases: [Record<string, unknown>, 'chat' | 'completion', string, string][] = [
+      [{ logprobs: 6 }, 'completion', 'logprobs', "Invalid value for 'logprobs': must be at most 5 (OpenAI's limit for completions), got 6."],
+      [{ n: 9 }, 'completion', 'n', "Invalid value for 'n': this server generates at most 8 choices per request, got 9."],
+      [{ n: 2, best_of: 3 }, 'completion', 'best_of', "Invalid value for 'best_of': must equal 'n' (2): this server returns every choice it generates, got 3."],
+      [{ max_tokens: 0 }, 'completion', 'max_tokens', "Invalid value for 'max_tokens': must be at least 1 (0 only with 'echo'), got 0"],
+      [{ top_logprobs: 3 }, 'chat', 'top_logprobs', "Invalid value for 'top_logprobs': 'logprobs' must be set to true when 'top_logprobs' is used."],
+      [{ logprobs: true, top_logprobs: 21 }, 'chat', 'top_logprobs', "Invalid value for 'top_logprobs': must be at most 20, got 21."],
+    ];
+    for (const [fields, endpoint, param, message] of cases) {
+      const base = endpoint === 'chat' ? { model: MODEL_NAME, messages: [{ role: 'user', content: 'hi' }] } : { model: MODEL_NAME, prompt: 'hi' };
+      const e = await expectError(await (endpoint === 'chat' ? chat({ ...base, ...fields }) : completion({ ...base, ...fields })), 400, { param, code: 'invalid_value' });
+      assert.equal(e.message, message);
+    }
   });
 
   test('a body over CSA2_MAX_BODY_BYTES → 413', async () => {
