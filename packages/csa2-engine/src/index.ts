@@ -9,6 +9,8 @@ export type {
   GenerateOutcome,
   GenerateHooks,
   TokenEvent,
+  ChoiceOutcome,
+  PromptTokenLogprob,
   FinishReason,
   ModelInfo,
   DocumentRef,
