@@ -12,6 +12,7 @@ import type { ModelConfig } from '../config/model-config.js';
 import type { LayerPlanEntry } from '../config/layer-plan.js';
 import { f32, i32, u8 } from '../runtime/ort-session.js';
 import { ATTENTION_BLOCK } from './graph-ops.js';
+import { lowerBound } from './indexer-pool.js';
 import { attentionColumns } from './graphs/context.js';
 import type { ModelGraphs } from './model-graphs.js';
 import type { Selection, SelectionBlock, SpanState } from './span.js';
@@ -95,16 +96,6 @@ function selectedEntries(topk: Int32Array, kk: number, r0: number, r1: number): 
   return Int32Array.from(set).sort();
 }
 
-function indexOf(sorted: Int32Array, x: number): number {
-  let lo = 0;
-  let hi = sorted.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >> 1;
-    if ((sorted[mid] as number) < x) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
-}
 
 export interface AttentionContext {
   readonly config: ModelConfig;
@@ -261,7 +252,7 @@ export async function runAttention(
           const own = block.r1 - block.r0 === 1;
           for (let k = 0; k < kk; k++) {
             const j = topk[r * kk + k] as number;
-            idx[o + w.cols + k] = j >= 0 ? uOff + (own ? k : indexOf(block.entries, j)) : -1;
+            idx[o + w.cols + k] = j >= 0 ? uOff + (own ? k : lowerBound(block.entries, j)) : -1;
           }
         }
       }

@@ -219,7 +219,8 @@ export function completePicks(picks: Int32Array, S: number, kk: number, kEff: nu
   return out;
 }
 
-function lowerBound(sorted: Int32Array, x: number): number {
+/** The first position in ascending `sorted` whose value is not below `x` (sorted.length if none). */
+export function lowerBound(sorted: Int32Array, x: number): number {
   let lo = 0;
   let hi = sorted.length;
   while (lo < hi) {
