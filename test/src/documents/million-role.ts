@@ -13,11 +13,12 @@
  *                                      options of its own (other indexer paths).
  *
  * The argument is one JSON object (MillionRoleArgs). The process prints one JSON line (MillionRoleReport)
- * and exits; after every step it records `process.resourceUsage().maxRSS` (the peak resident set so
- * far, every thread of the process), so the test can bound what each step added. The parent sets
+ * and exits; after every step it records the peak resident set so far (VmHWM, every thread of the
+ * process), so the test can bound what each step added. The parent sets
  * MALLOC_MMAP_THRESHOLD_ as the worker images do.
  */
 import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { ArtifactReader, artifactLayout, getTokenList, openStore, type TokenListRef } from '@csa2/artifacts';
 import { argmax, loadModel, modelFingerprint, type ModelOptions } from '@csa2/core';
 import { EngineHost, type GenerateOutcome, type IngestOutcome } from '@csa2/engine';
@@ -75,7 +76,16 @@ export interface MillionRoleReport {
   readonly documentCache?: unknown;
 }
 
-const maxRssBytes = (): number => process.resourceUsage().maxRSS * 1024;
+/**
+ * Peak RSS of this process: VmHWM (/proc/self/status), every thread. Not process.resourceUsage().maxRSS:
+ * Linux keeps maxrss across execve, so a child starts with its parent's peak at the fork (a 40 MB
+ * child of a 500 MB process reports 481 MB).
+ */
+function maxRssBytes(): number {
+  const m = /^VmHWM:\s+(\d+) kB$/m.exec(readFileSync('/proc/self/status', 'utf8'));
+  if (m === null) throw new Error('no VmHWM in /proc/self/status');
+  return Number(m[1]) * 1024;
+}
 
 function logitsSha256(rows: readonly Float32Array[]): string {
   const h = createHash('sha256');

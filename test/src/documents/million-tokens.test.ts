@@ -53,7 +53,8 @@ const TOKEN_ID_BYTES = 4;
 const CHECKSUM_BYTES = 32;
 
 /*
- * MEMORY BOUNDS (stated before the run; peak RSS = process.resourceUsage().maxRSS, every thread).
+ * MEMORY BOUNDS (stated before the run; peak RSS = VmHWM of the child, every thread: getrusage's
+ * maxrss, process.resourceUsage().maxRSS, starts a child at its parent's peak, see million-role).
  * Each role first handles the 65,536-token document, so its baseline (peak RSS after that step)
  * holds the model, the warmed-up ONNX arenas at the engine's fixed budgets (256-row chunks; a whole
  * 65,536-key scan chunk with its score tensors, at most indexerBudgetValues each) and that document.
