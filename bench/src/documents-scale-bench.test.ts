@@ -39,6 +39,8 @@ function report(o: { warm?: number; peak?: number; fetched?: number; cached?: nu
     ttftWarmMs: o.cached ?? 900,
     sameFirstToken: true,
     cachedTokens: 1,
+    loadMs: 50,
+    loadedBytes: 10 * MIB,
     steps: [step(o.reindexMs ?? 8), step(o.reindexMs ?? 8, 120), step(o.reindexMs ?? 8, 110)],
     layerCounts: COUNTS,
   };
@@ -159,7 +161,8 @@ describe('documents-scale bench (40-layer tiny smoke run)', () => {
         assert.equal(run.steps.length, 2);
         assert.deepEqual(run.layerCounts, COUNTS);
         assert.ok(run.peakRssBytes >= run.warmRssBytes && run.warmRssBytes > 0);
-        assert.ok(run.ttftFetchedMs > 0 && run.ttftWarmMs > 0);
+        assert.ok(run.ttftFetchedMs > 0 && run.ttftWarmMs > 0 && run.loadMs > 0);
+        assert.ok(Math.abs(run.loadedBytes - d.artifactBytes) < 1024, `the load read the artifact's chunks (${run.loadedBytes} of ${d.artifactBytes} bytes with the manifest)`);
         for (const s of run.steps) {
           for (const k of ['full', 'reindex', 'reuse', 'swa'] as const) assert.ok(s.byKindMs[k] > 0, `${d.documentId}: ${k} timed`);
           assert.ok(s.wallMs >= s.byKindMs.full + s.byKindMs.reindex + s.byKindMs.reuse + s.byKindMs.swa, 'the layers run within the step');

@@ -11,11 +11,14 @@
  *    chunk fetched and verified, loaded once, then encoder replay + decoder replay);
  * 3. the same question again with the document cache warm: TTFT, then `decodeSteps` decode steps, each
  *    step's time split by layer kind through Csa2Model.timer (LayerTimer);
- * 4. peak RSS (getrusage maxrss) after all of it.
+ * 4. peak RSS (VmHWM, machine.peakRssBytes) after all of it;
+ * 5. then, apart, the fetch + verify + load alone: the document read by an ArtifactReader into a new
+ *    Sequence, as the document cache loads it.
  * The caller sets MALLOC_MMAP_THRESHOLD_ as the worker images do.
  */
 import { pathToFileURL } from 'node:url';
 import type { LayerMode } from '@csa2/core';
+import { ArtifactReader, openStore } from '@csa2/artifacts';
 import { Engine } from '@csa2/engine';
 import { GREEDY } from './documents-bench.js';
 import { peakRssBytes } from './machine.js';
@@ -45,6 +48,13 @@ export interface DecoderRunReport {
   /** Time to the first token with the document fetched (fresh engine) and with it in the document cache. */
   readonly ttftFetchedMs: number;
   readonly ttftWarmMs: number;
+  /**
+   * The fetch + verify + load alone, measured after the questions (and after peak RSS was taken): the
+   * manifest and every chunk read and verified by an ArtifactReader into a new Sequence, as the
+   * document cache loads it.
+   */
+  readonly loadMs: number;
+  readonly loadedBytes: number;
   /** Both questions chose the same first token (the document cache changes nothing). */
   readonly sameFirstToken: boolean;
   readonly cachedTokens: number;
@@ -85,11 +95,29 @@ export async function runDecoder(args: DecoderRunArgs): Promise<DecoderRunReport
       },
     );
     engine.model.timer = null;
+    const peak = peakRssBytes();
+    const store = openStore(args.storeUrl);
+    let loadMs: number;
+    let loadedBytes: number;
+    try {
+      const t0 = performance.now();
+      const reader = new ArtifactReader({ store, layout: engine.layout });
+      const manifest = await reader.readManifest(args.tenant, args.documentId);
+      const seq = engine.model.createSequence();
+      seq.reserveTokens(manifest.tokenCount);
+      const stats = await reader.loadInto(seq, manifest);
+      loadMs = performance.now() - t0;
+      loadedBytes = stats.bytesFetched;
+    } finally {
+      await store.close();
+    }
     return {
       documentTokens: fetched.promptTokens - args.promptIds.length,
       warmUpMs: engine.info().warmUpMs ?? 0,
       warmRssBytes,
-      peakRssBytes: peakRssBytes(),
+      peakRssBytes: peak,
+      loadMs,
+      loadedBytes,
       ttftFetchedMs: fetched.timings.prefillMs,
       ttftWarmMs: warm.timings.prefillMs,
       sameFirstToken: fetched.tokens[0] === warm.tokens[0],
