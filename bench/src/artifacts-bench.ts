@@ -63,6 +63,7 @@ import {
 import { packIndexKRows, packMainKvRows, unpackIndexKRows, unpackMainKvRows } from './legacy-row-packing.js';
 import type { BenchIo, BenchSuite, OptionValues } from './suite.js';
 import { UsageError, positiveIntOption } from './suite.js';
+import { fmtSpread } from './stats.js';
 import { markdownTable } from './table.js';
 
 const MB = 1e6;
@@ -81,6 +82,11 @@ export interface ArtifactsBenchOptions {
   readonly s3ReadPartSizeBytes: number;
   /** Ranged GETs of one object in flight (S3). */
   readonly s3ReadParallelism: number;
+  /**
+   * Rounds of the packed path: every store once per round, each on fresh storage, so the figures
+   * come with their spread (the float path, the slow old one kept to compare with, runs in round 1 only).
+   */
+  readonly repeats: number;
 }
 
 export const DEFAULT_ARTIFACTS_BENCH_OPTIONS: ArtifactsBenchOptions = {
@@ -91,6 +97,7 @@ export const DEFAULT_ARTIFACTS_BENCH_OPTIONS: ArtifactsBenchOptions = {
   floatStores: ['fs'],
   s3ReadPartSizeBytes: 8 * MIB, // the store's default: a 3.7 MB chunk is one GET, 4 chunks in flight
   s3ReadParallelism: 4,
+  repeats: 3,
 };
 
 /** The released configuration's artifact layout (config from ../shared/fixtures/deepseek-v41-flash). */
@@ -121,6 +128,8 @@ function templateRows(layout: ArtifactLayout, entries: number, seed: number): Te
 
 export interface StoreRun {
   readonly store: string;
+  /** 1-based round (ArtifactsBenchOptions.repeats). */
+  readonly round: number;
   readonly path: ArtifactPath;
   readonly objects: number;
   readonly bytes: number;
@@ -140,7 +149,7 @@ export interface StoreRun {
 }
 
 /** Writes and reads one synthetic document of `tokens` tokens through `store`, on one path. */
-export async function runStore(name: string, store: ObjectStore, layout: ArtifactLayout, path: ArtifactPath, opts: ArtifactsBenchOptions, io: BenchIo): Promise<StoreRun> {
+export async function runStore(name: string, store: ObjectStore, layout: ArtifactLayout, path: ArtifactPath, opts: ArtifactsBenchOptions, io: BenchIo, round = 1): Promise<StoreRun> {
   const C = opts.chunkTokens;
   const chunkCount = Math.ceil(opts.tokens / C);
   const templates = [templateRows(layout, C, 1), templateRows(layout, C, 2)];
@@ -238,7 +247,10 @@ export async function runStore(name: string, store: ObjectStore, layout: Artifac
     verifyMs += performance.now() - tv;
   });
   io.log(`  ${name} (${path}): read back ${chunkCount} chunks`);
-  return { store: name, path, objects: chunkCount + 1, bytes, writeMs, encodeMs, putMs, readMs, getMs, verifyMs, manifestBytes: manifestBytes.length, writeCpuMs, readCpuMs };
+  // leave the storage as it was (the next round writes the same keys, and puts with ifAbsent would skip them)
+  await pool(chunkCount, opts.inFlight, (c) => store.delete(chunkObjectKey(tenant, keys[c] as string)));
+  await store.delete(manifestObjectKey(tenant, documentId));
+  return { store: name, round, path, objects: chunkCount + 1, bytes, writeMs, encodeMs, putMs, readMs, getMs, verifyMs, manifestBytes: manifestBytes.length, writeCpuMs, readCpuMs };
 }
 
 function cpuMs(since: NodeJS.CpuUsage): number {
@@ -288,36 +300,84 @@ export function measurePrimitives(chunkBytes: number): Primitives {
   };
 }
 
-const mbps = (bytes: number, ms: number): string => (ms > 0 ? (bytes / MB / (ms / 1000)).toFixed(0) : '-');
+const rate = (bytes: number, ms: number): number => (ms > 0 ? bytes / MB / (ms / 1000) : 0);
+const mbpsText = (x: number): string => (x > 0 ? x.toFixed(0) : '-');
+
+/** The figures of every round of one (store, path): "median (min–max)" when there are several. */
+function spread(group: readonly StoreRun[], f: (r: StoreRun) => number): string {
+  return fmtSpread(group.map(f), mbpsText);
+}
+
+/** The runs grouped by (store, path), in the order they first ran. */
+function groupRuns(runs: readonly StoreRun[]): StoreRun[][] {
+  const groups = new Map<string, StoreRun[]>();
+  for (const r of runs) {
+    const k = `${r.store}\0${r.path}`;
+    let g = groups.get(k);
+    if (g === undefined) groups.set(k, (g = []));
+    g.push(r);
+  }
+  return [...groups.values()];
+}
+
+/** The issue's goals for the filesystem store's packed path (issue 14 item 3): ≥ 500 MB/s write, ≥ 1 GB/s read + verify. */
+export const ARTIFACT_GOALS = { writeMBps: 500, readMBps: 1000 } as const;
+
+export interface ArtifactGoal {
+  readonly goal: string;
+  readonly met: boolean | null;
+  readonly figure: string;
+}
+
+export function artifactGoals(runs: readonly StoreRun[]): ArtifactGoal[] {
+  const fs = runs.filter((r) => r.store === 'filesystem' && r.path === 'packed');
+  const one = (goal: string, f: (r: StoreRun) => number, min: number): ArtifactGoal => {
+    if (fs.length === 0) return { goal, met: null, figure: 'not measured' };
+    const values = fs.map(f);
+    const ok = values.filter((x) => x >= min).length;
+    return { goal, met: ok === values.length, figure: `${fmtSpread(values, mbpsText)} MB/s; ${ok} of ${values.length} rounds` };
+  };
+  return [
+    one(`filesystem write ≥ ${ARTIFACT_GOALS.writeMBps} MB/s`, (r) => rate(r.bytes, r.writeMs), ARTIFACT_GOALS.writeMBps),
+    one(`filesystem read + verify ≥ ${ARTIFACT_GOALS.readMBps} MB/s`, (r) => rate(r.bytes, r.readMs), ARTIFACT_GOALS.readMBps),
+  ];
+}
 
 export function renderArtifactsBench(layout: ArtifactLayout, opts: ArtifactsBenchOptions, runs: readonly StoreRun[], prim: Primitives): string {
-  const rows = runs.map((r) => [
-    r.store,
-    r.path,
-    String(r.objects),
-    (r.bytes / MB).toFixed(1),
-    mbps(r.bytes, r.writeMs),
-    mbps(r.bytes, r.writeCpuMs),
-    mbps(r.bytes, r.readMs),
-    mbps(r.bytes, r.readCpuMs),
-    ((r.bytes + r.manifestBytes) / opts.tokens).toFixed(2),
+  const groups = groupRuns(runs);
+  const first = (g: readonly StoreRun[]): StoreRun => g[0] as StoreRun;
+  const rows = groups.map((g) => [
+    first(g).store,
+    first(g).path,
+    String(g.length),
+    String(first(g).objects),
+    (first(g).bytes / MB).toFixed(1),
+    spread(g, (r) => rate(r.bytes, r.writeMs)),
+    spread(g, (r) => rate(r.bytes, r.writeCpuMs)),
+    spread(g, (r) => rate(r.bytes, r.readMs)),
+    spread(g, (r) => rate(r.bytes, r.readCpuMs)),
+    ((first(g).bytes + first(g).manifestBytes) / opts.tokens).toFixed(2),
   ]);
-  const stages = runs.map((r) => [
-    r.store,
-    r.path,
-    mbps(r.bytes, r.encodeMs),
-    mbps(r.bytes * opts.inFlight, r.putMs),
-    mbps(r.bytes * opts.inFlight, r.getMs),
-    mbps(r.bytes, r.verifyMs),
+  const stages = groups.map((g) => [
+    first(g).store,
+    first(g).path,
+    spread(g, (r) => rate(r.bytes, r.encodeMs)),
+    spread(g, (r) => rate(r.bytes * opts.inFlight, r.putMs)),
+    spread(g, (r) => rate(r.bytes * opts.inFlight, r.getMs)),
+    spread(g, (r) => rate(r.bytes, r.verifyMs)),
   ]);
+  const goals = artifactGoals(runs);
   const s3 = opts.stores.includes('s3') ? `; S3: objects above ${(opts.s3ReadPartSizeBytes / MIB).toFixed(2)} MiB are read as ranged GETs of that size, ${opts.s3ReadParallelism} per object in flight` : '';
   return [
     `### Cache artifacts: ${opts.tokens.toLocaleString('en-US')} tokens of the released layout (${bytesPerToken(layout)} B/token of global cache), chunks of ${opts.chunkTokens} tokens, ${opts.inFlight} requests in flight${s3}`,
+    '',
+    `${opts.repeats} round(s) of the packed path (every store once per round, on fresh storage); the float path ran in round 1 only. Cells: the median over the rounds, the range in brackets.`,
     '',
     markdownTable(
       [
         { header: 'store', align: 'left' },
         { header: 'path', align: 'left' },
+        { header: 'rounds' },
         { header: 'objects' },
         { header: 'MB' },
         { header: 'write MB/s (encode+put)' },
@@ -333,6 +393,13 @@ export function renderArtifactsBench(layout: ArtifactLayout, opts: ArtifactsBenc
       '`float`: the path of a float32 Sequence through the temporary adapter (exact FP4 repacking with scale search on write, unpacking to float32 on read); it was the only path before. ' +
       `Bytes/token on the store include chunk headers, 4-byte token ids, checksums and the manifest; the global cache alone is ${bytesPerToken(layout)}. ` +
       `MB per CPU-s: bytes over the CPU time (user + system, all threads) the step took (the s3 rows include the in-process SDK but not the s3rver process); on a machine shared with other work, the wall rates fall towards it.`,
+    '',
+    'Goals (issue 14 item 3, filesystem store, packed path):',
+    '',
+    markdownTable(
+      [{ header: 'goal', align: 'left' }, { header: 'met', align: 'left' }, { header: 'figure (median, range over the rounds)', align: 'left' }],
+      goals.map((g) => [g.goal, g.met === null ? 'not measured' : g.met ? 'yes' : 'no', g.figure]),
+    ),
     '',
     `Where the time goes (one ${(prim.chunkBytes / MB).toFixed(2)} MB chunk at a time, this process): SHA-256 (node crypto) ${prim.sha256MBps.toFixed(0)} MB/s, allocate + copy ${prim.copyMBps.toFixed(0)} MB/s; per stage of each run:`,
     '',
@@ -355,36 +422,45 @@ export function renderArtifactsBench(layout: ArtifactLayout, opts: ArtifactsBenc
 export async function runArtifactsBench(opts: ArtifactsBenchOptions, io: BenchIo): Promise<string> {
   const layout = await releasedLayout();
   const runs: StoreRun[] = [];
-  const paths = (kind: 'fs' | 's3'): ArtifactPath[] => (opts.floatStores.includes(kind) ? ['packed', 'float'] : ['packed']);
-  for (const kind of opts.stores) {
-    if (kind === 'fs') {
-      const dir = mkdtempSync(join(tmpdir(), 'csa2-bench-fs-'));
-      try {
-        io.log(`artifacts: filesystem store ${dir}`);
-        const store = new FsObjectStore(dir);
-        for (const path of paths(kind)) runs.push(await runStore('filesystem', store, layout, path, opts, io));
-      } finally {
-        rmSync(dir, { recursive: true, force: true });
-      }
-    } else {
-      io.log('artifacts: starting s3rver (local S3 server)');
-      const s3 = await startS3Server();
-      const store = new S3ObjectStore({
-        bucket: s3.bucket,
-        prefix: 'bench',
-        endpoint: s3.endpoint,
-        forcePathStyle: true,
-        credentials: s3.credentials,
-        readPartSizeBytes: opts.s3ReadPartSizeBytes,
-        readParallelism: opts.s3ReadParallelism,
-      });
-      try {
-        for (const path of paths(kind)) runs.push(await runStore('s3 (s3rver, local)', store, layout, path, opts, io));
-      } finally {
-        await store.close();
-        await s3.stop();
+  const paths = (kind: 'fs' | 's3', round: number): ArtifactPath[] => (round === 1 && opts.floatStores.includes(kind) ? ['packed', 'float'] : ['packed']);
+  let s3: Awaited<ReturnType<typeof startS3Server>> | null = null;
+  try {
+    for (let round = 1; round <= opts.repeats; round++) {
+      for (const kind of opts.stores) {
+        if (kind === 'fs') {
+          const dir = mkdtempSync(join(tmpdir(), 'csa2-bench-fs-'));
+          try {
+            io.log(`artifacts: round ${round}/${opts.repeats}, filesystem store ${dir}`);
+            const store = new FsObjectStore(dir);
+            for (const path of paths(kind, round)) runs.push(await runStore('filesystem', store, layout, path, opts, io, round));
+          } finally {
+            rmSync(dir, { recursive: true, force: true });
+          }
+        } else {
+          if (s3 === null) {
+            io.log('artifacts: starting s3rver (local S3 server)');
+            s3 = await startS3Server();
+          }
+          io.log(`artifacts: round ${round}/${opts.repeats}, s3rver`);
+          const store = new S3ObjectStore({
+            bucket: s3.bucket,
+            prefix: `bench-${round}`,
+            endpoint: s3.endpoint,
+            forcePathStyle: true,
+            credentials: s3.credentials,
+            readPartSizeBytes: opts.s3ReadPartSizeBytes,
+            readParallelism: opts.s3ReadParallelism,
+          });
+          try {
+            for (const path of paths(kind, round)) runs.push(await runStore('s3 (s3rver, local)', store, layout, path, opts, io, round));
+          } finally {
+            await store.close();
+          }
+        }
       }
     }
+  } finally {
+    await s3?.stop();
   }
   const chunkBytes = runs[0]?.bytes !== undefined ? Math.round(runs[0].bytes / Math.ceil(opts.tokens / opts.chunkTokens)) : 4 * MIB;
   return renderArtifactsBench(layout, opts, runs, measurePrimitives(chunkBytes));
@@ -410,6 +486,7 @@ export function parseArtifactsBenchOptions(values: OptionValues): ArtifactsBench
     floatStores: storeList(values, 'float-stores', d.floatStores),
     s3ReadPartSizeBytes: int('s3-read-part-bytes', d.s3ReadPartSizeBytes),
     s3ReadParallelism: int('s3-read-parallelism', d.s3ReadParallelism),
+    repeats: int('artifact-repeats', quick ? 1 : d.repeats),
   };
 }
 
@@ -424,6 +501,7 @@ export const artifactsSuite: BenchSuite = {
     'in-flight': { type: 'string', description: 'puts/gets in flight', defaultText: '4', valueName: 'N' },
     's3-read-part-bytes': { type: 'string', description: 'part size of the S3 ranged GETs (smaller than a chunk to use them)', defaultText: '8388608', valueName: 'BYTES' },
     's3-read-parallelism': { type: 'string', description: 'ranged GETs of one object in flight', defaultText: '4', valueName: 'N' },
+    'artifact-repeats': { type: 'string', description: 'rounds of the packed path (every store once per round, fresh storage; the float path runs in round 1)', defaultText: '3 (1 with --quick)', valueName: 'N' },
     quick: { type: 'boolean', description: 'small sizes for a smoke run' },
   },
   async run(values, io) {

@@ -47,7 +47,19 @@ export function machineFacts(): MachineFacts {
   };
 }
 
-/** Peak resident set size of this process so far, in bytes (getrusage maxrss). */
+/**
+ * Peak resident set size of this process so far, in bytes: VmHWM of /proc/self/status on Linux,
+ * getrusage's maxrss elsewhere. Not maxrss on Linux: it survives execve, so a child process starts
+ * with its parent's peak at the fork (a 40 MB child of a 500 MB process reports 481 MB), which made
+ * the per-process figures of the suites that spawn decoders meaningless. VmHWM is the peak of this
+ * process's own address space (every thread).
+ */
 export function peakRssBytes(): number {
+  try {
+    const m = /^VmHWM:\s+(\d+) kB$/m.exec(readFileSync('/proc/self/status', 'utf8'));
+    if (m !== null) return Number(m[1]) * 1024;
+  } catch {
+    // not Linux
+  }
   return process.resourceUsage().maxRSS * 1024;
 }

@@ -14,6 +14,7 @@ export const SUITES: Readonly<Record<string, () => Promise<BenchSuite>>> = {
   model: async () => (await import('./model-bench.js')).modelSuite,
   artifacts: async () => (await import('./artifacts-bench.js')).artifactsSuite,
   documents: async () => (await import('./documents-bench.js')).documentsSuite,
+  'documents-scale': async () => (await import('./documents-scale-bench.js')).documentsScaleSuite,
   pipeline: async () => (await import('./pipeline-bench.js')).pipelineSuite,
   replay: async () => (await import('./replay-bench.js')).replaySuite,
   batch: async () => (await import('./batch-bench.js')).batchSuite,

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { median, percentile } from './stats.js';
+import { fmtSpread, median, percentile } from './stats.js';
 
 test('median: middle value, mean of the two middle ones for an even count, input order irrelevant', () => {
   assert.equal(median([5, 1, 3]), 3);
@@ -15,4 +15,10 @@ test('percentile: nearest rank', () => {
   assert.equal(percentile(xs, 100), 100);
   assert.equal(percentile([3, 1, 2], 50), 2);
   assert.equal(percentile([3, 1, 2], 1), 1);
+});
+
+test('fmtSpread: the median and the range; one value alone; none', () => {
+  assert.equal(fmtSpread([3, 1, 2], String), '2 (1–3)');
+  assert.equal(fmtSpread([5], String), '5');
+  assert.equal(fmtSpread([], String), '-');
 });

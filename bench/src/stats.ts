@@ -15,3 +15,11 @@ export function percentile(values: readonly number[], p: number): number {
   const s = [...values].sort((a, b) => a - b);
   return s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))] as number;
 }
+
+/** "12.3 (11.9–13.0)": the median and the range of the values, each through `fmt` (the value alone when there is one; '-' for none). */
+export function fmtSpread(values: readonly number[], fmt: (x: number) => string): string {
+  if (values.length === 0) return '-';
+  const m = fmt(median(values));
+  if (values.length === 1) return m;
+  return `${m} (${fmt(Math.min(...values))}–${fmt(Math.max(...values))})`;
+}
