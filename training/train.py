@@ -82,13 +82,93 @@ def save_sharded(sd: dict, out: Path, n_shards: int = 2) -> None:
     (out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": wm}, indent=1))
 
 
+def train_step(model, opt, ids, am, ctx_kw, answer_weight, lr, timing=False):
+    """One optimizer step: forward, loss (LM + answer_weight x answer tokens + indexer KL), backward,
+    clip, AdamW. Returns the detached losses, the grad norm, the Ctx (indexer stats) and host times."""
+    if lr is not None:
+        set_lr(opt, lr)
+    dev = ids.device
+    ctx = M.Ctx(**ctx_kw)
+    h = model.hidden(ids, ctx)
+    logits = model.logits(h[:, :-1])
+    tgt = ids[:, 1:]
+    ce = F.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt.reshape(-1), reduction="none").view_as(tgt)
+    lm_loss = ce.mean()
+    amf = am[:, :-1].float()
+    n_ans = amf.sum().clamp_min(1)
+    ans_loss = (ce * amf).sum() / n_ans
+    kl = torch.stack(ctx.kl_losses).mean() if ctx.kl_losses else torch.zeros((), device=dev)
+    loss = lm_loss + answer_weight * ans_loss + kl
+    if timing:
+        torch.cuda.synchronize()
+    t_fwd = time.time()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    if timing:
+        torch.cuda.synchronize()
+    t_bwd = time.time()
+    gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return {"lm_loss": lm_loss.detach(), "ans_loss": ans_loss.detach(), "kl": kl.detach(), "grad_norm": gn, "ctx": ctx, "t_fwd": t_fwd, "t_bwd": t_bwd}
+
+
+def set_lr(opt, lr: float) -> None:
+    for g in opt.param_groups:
+        if isinstance(g["lr"], torch.Tensor):
+            g["lr"].fill_(lr)  # a device tensor: what a captured AdamW step reads
+        else:
+            g["lr"] = lr
+
+
+class GraphStep:
+    """train_step captured as one CUDA graph for one batch shape (forward, backward, clip, AdamW).
+
+    Why: the step is ~150K small kernels (40 blocks x hyper-connection Sinkhorn iterations, quantizers,
+    casts, the recomputation of checkpointed blocks), and eager PyTorch launches them slower than the
+    GPU runs them; a replayed graph launches them back to back. Requirements, all met by the model:
+    static shapes, no host synchronization, RNG only through graph-safe generators (the KL's draws),
+    an AdamW with capturable=True and its LR a device tensor (set_lr fills it before each replay).
+    The inputs are copied into static buffers; the outputs (losses, grad norm, ctx stats, the MoE
+    loads read by the bias rule) are static tensors that each replay overwrites."""
+
+    def __init__(self, model, opt, ctx_kw, answer_weight, ids, am, lr):
+        """Runs one real (eager) step on (ids, am) on the capture's side stream, its warm-up, whose
+        result is `first_out`, then captures the step (capturing runs nothing)."""
+        self.shape = tuple(ids.shape)
+        self.ids = ids.clone()
+        self.am = am.clone()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            self.first_out = train_step(model, opt, self.ids, self.am, ctx_kw, answer_weight, lr)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        opt.zero_grad(set_to_none=True)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, stream=side):
+            self.out = train_step(model, opt, self.ids, self.am, ctx_kw, answer_weight, None)
+        torch.cuda.synchronize()
+
+    def __call__(self, ids, am):
+        self.ids.copy_(ids, non_blocking=True)
+        self.am.copy_(am, non_blocking=True)
+        self.graph.replay()
+        t = time.time()
+        return {**self.out, "t_fwd": t, "t_bwd": t}
+
+    def release(self, opt):
+        opt.zero_grad(set_to_none=True)
+        self.graph.reset()
+        self.graph = self.out = None
+
+
 class Producer:
     """Batches made in the training process, between steps. A GPU step is queued asynchronously, so
     making the next batch (tenths of a second) overlaps the GPU's work; no worker processes (forked
     workers of a process holding a CUDA context and thread pools are a deadlock risk)."""
 
-    def __init__(self, corpus, seed, task_fraction):
-        self.corpus, self.task_fraction = corpus, task_fraction
+    def __init__(self, corpus, seed, task_fraction, task_weights=None):
+        self.corpus, self.task_fraction, self.task_weights = corpus, task_fraction, task_weights
         self.rng = random.Random(seed)
         self.shape = None
 
@@ -98,7 +178,7 @@ class Producer:
     def get(self):
         for _ in range(100):
             try:
-                ids, am, tasks = make_batch(self.corpus, self.rng, self.shape[0], self.shape[1], self.task_fraction)
+                ids, am, tasks = make_batch(self.corpus, self.rng, self.shape[0], self.shape[1], self.task_fraction, task_weights=self.task_weights)
                 return torch.from_numpy(ids), torch.from_numpy(am), tasks
             except Exception as e:  # noqa: BLE001 - a bad draw must not stop training
                 print(json.dumps({"type": "producer_error", "error": repr(e)[:300]}), flush=True)
@@ -166,11 +246,14 @@ def main() -> None:
     ap.add_argument("--decay-frac", type=float, default=0.0, help="linear LR decay over the last fraction of the time budget")
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--task-fraction", type=float, default=0.4)
+    ap.add_argument("--task-weights", default="", help="task:weight,... (default: uniform over the tasks)")
     ap.add_argument("--answer-weight", type=float, default=1.0)
     ap.add_argument("--kl-rows", type=int, default=128)
     ap.add_argument("--bias-rate", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--compile", choices=["off", "on", "auto"], default="off")
+    ap.add_argument("--graph", choices=["off", "on"], default="on", help="replay the training step as a CUDA graph (GraphStep)")
+    ap.add_argument("--fast", type=int, default=1, help="model.set_fast: the fast paths (same values)")
     ap.add_argument("--eval-lengths", default="512,1024,2048,4096")
     ap.add_argument("--eval-n", type=int, default=6)
     ap.add_argument("--eval-lm-batches", type=int, default=4)
@@ -201,7 +284,9 @@ def main() -> None:
     decay, no_decay = [], []
     for n, p in model.named_parameters():
         (decay if p.ndim == 2 and not n.startswith("embed") else no_decay).append(p)
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay}, {"params": no_decay, "weight_decay": 0.0}], lr=a.lr, betas=(0.9, 0.95), eps=1e-8, fused=device.type == "cuda")
+    cuda = device.type == "cuda"
+    lr0 = torch.tensor(a.lr, device=device) if cuda and a.graph == "on" else a.lr
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay}, {"params": no_decay, "weight_decay": 0.0}], lr=lr0, betas=(0.9, 0.95), eps=1e-8, fused=cuda, capturable=cuda and a.graph == "on")
 
     step, tokens, fresh_opt = 0, 0, True
     prev_log = []
@@ -209,10 +294,13 @@ def main() -> None:
     if a.init is not None and (a.init / "train_meta.json").exists():
         init_meta = json.loads((a.init / "train_meta.json").read_text())
     state_file = a.state_dir / "train_state.pt"
-    if state_file.exists() and (a.init is None or torch.load(state_file, map_location="cpu", weights_only=False)["step"] == init_meta.get("step", -1)):
+    # a warm machine keeps the previous call's full state: used when it is at least as far as the carried weights
+    if state_file.exists() and (a.init is None or torch.load(state_file, map_location="cpu", weights_only=False)["step"] >= init_meta.get("step", -1)):
         st = torch.load(state_file, map_location=device, weights_only=False)
         model.load_state_dict(st["model"])
         opt.load_state_dict(st["opt"])
+        for g in opt.param_groups:  # a fresh LR tensor of our own per group (set_lr fills it)
+            g["lr"] = torch.tensor(a.lr, device=device) if isinstance(lr0, torch.Tensor) else a.lr
         step, tokens, fresh_opt = st["step"], st["tokens"], False
         log({"type": "resume", "from": "device state (fp32 master + AdamW)", "step": step, "tokens": tokens})
     elif a.init is not None:
@@ -225,6 +313,7 @@ def main() -> None:
     if init_meta.get("phases"):
         prev_log = init_meta["phases"]
     model.train()
+    M.set_fast(bool(a.fast))
 
     if a.compile == "on":
         M.set_compiled(True)
@@ -232,7 +321,13 @@ def main() -> None:
     phases = parse_phases(a.phases)
     train_budget = a.time_budget_s - a.eval_reserve_s - (time.time() - t_start)
     t_train0 = time.time()
-    producer = Producer(corpus, a.seed * 100003 + step, a.task_fraction)
+    tw = None
+    if a.task_weights:
+        tw = {k: float(v) for k, v in (x.split(":") for x in a.task_weights.split(","))}
+        unknown = set(tw) - set(TASKS)
+        if unknown:
+            raise SystemExit(f"--task-weights: unknown tasks {sorted(unknown)} (known: {', '.join(TASKS)})")
+    producer = Producer(corpus, a.seed * 100003 + step, a.task_fraction, tw)
     warm0 = step
     last_save = time.time()
     phase_stats = []
@@ -256,6 +351,8 @@ def main() -> None:
 
     acc = {"loss": 0.0, "ans": 0.0, "ans_n": 0, "kl": 0.0, "n": 0}
     t_phase_end = t_train0
+    use_graph = a.graph == "on" and device.type == "cuda"
+    graph = None
     for pi, (seq_len, frac) in enumerate(phases):
         t_phase_end += frac * train_budget
         B = max(1, a.tokens_per_step // seq_len)
@@ -289,36 +386,40 @@ def main() -> None:
             ids, am = ids.to(device, non_blocking=True), am.to(device, non_blocking=True)
             frac_time = (time.time() - t_train0) / max(1.0, train_budget)
             lr = lr_at(frac_time, step)
-            for g in opt.param_groups:
-                g["lr"] = lr
             try:
-                ctx = M.Ctx(**ctx_kw)
-                h = model.hidden(ids, ctx)
-                logits = model.logits(h[:, :-1])
-                tgt = ids[:, 1:]
-                ce = F.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt.reshape(-1), reduction="none").view_as(tgt)
-                lm_loss = ce.mean()
-                amf = am[:, :-1].float()
-                n_ans = amf.sum().clamp_min(1)
-                ans_loss = (ce * amf).sum() / n_ans
-                kl = torch.stack(ctx.kl_losses).mean() if ctx.kl_losses else torch.zeros((), device=device)
-                loss = lm_loss + a.answer_weight * ans_loss + kl
-                if timing and device.type == "cuda":
-                    torch.cuda.synchronize()
-                t_fwd = time.time()
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                if timing and device.type == "cuda":
-                    torch.cuda.synchronize()
-                t_bwd = time.time()
-                gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                opt.step()
+                if use_graph and graph is None and step - p_step0 >= 1:
+                    t_cap = time.time()
+                    try:
+                        graph = GraphStep(model, opt, ctx_kw, a.answer_weight, ids, am, lr)
+                    except torch.cuda.OutOfMemoryError:
+                        raise
+                    except Exception as e:  # noqa: BLE001 - eager steps still train
+                        use_graph, graph = False, None
+                        opt.zero_grad(set_to_none=True)
+                        torch.cuda.synchronize()
+                        log({"type": "graph_failed", "step": step, "error": repr(e)[:600], "note": "the warm-up step before the capture trained but is not counted"})
+                        continue
+                    out = graph.first_out
+                    log({"type": "graph_captured", "step": step, "seq_len": seq_len, "batch": B, "warmup_and_capture_s": round(time.time() - t_cap, 2), "mem_gb": round(torch.cuda.max_memory_allocated() / 2**30, 1)})
+                elif graph is not None:
+                    set_lr(opt, lr)
+                    out = graph(ids, am)
+                else:
+                    out = train_step(model, opt, ids, am, ctx_kw, a.answer_weight, lr, timing=timing and device.type == "cuda")
+                lm_loss, ans_loss, kl, gn, ctx = out["lm_loss"], out["ans_loss"], out["kl"], out["grad_norm"], out["ctx"]
                 if timing:
                     if device.type == "cuda":
                         torch.cuda.synchronize()
-                    log({"type": "step_time", "step": step, "seq_len": seq_len, "batch": B, "data_s": round(t_data, 3), "fwd_s": round(t_fwd - t0 - t_data, 3), "bwd_s": round(t_bwd - t_fwd, 3), "opt_s": round(time.time() - t_bwd, 3)})
+                    t_end = time.time()
+                    rec = {"type": "step_time", "step": step, "seq_len": seq_len, "batch": B, "graph": graph is not None, "data_s": round(t_data, 3), "step_s": round(t_end - t0, 3)}
+                    if graph is None:
+                        rec.update({"fwd_s": round(out["t_fwd"] - t0 - t_data, 3), "bwd_s": round(out["t_bwd"] - out["t_fwd"], 3), "opt_s": round(t_end - out["t_bwd"], 3)})
+                    log(rec)
             except torch.cuda.OutOfMemoryError:
-                ids = am = ctx = h = logits = ce = loss = kl = None  # noqa: F841 - free the step's tensors
+                ids = am = ctx = out = None  # noqa: F841 - free the step's tensors
+                if graph is not None:
+                    graph.release(opt)
+                    graph = None
                 opt.zero_grad(set_to_none=True)
                 torch.cuda.empty_cache()
                 B = max(1, B // 2)
@@ -351,6 +452,10 @@ def main() -> None:
             if time.time() - last_save > a.save_every_s:
                 save("periodic")
                 last_save = time.time()
+        if graph is not None:
+            graph.release(opt)
+            graph = None
+            torch.cuda.empty_cache()
         phase_stats.append({"seq_len": seq_len, "steps": step - p_step0, "tokens": tokens - p_tok0, "seconds": round(time.time() - p_t0, 1), "last_loss": losses[-1] if losses else None})
     producer.close()
     save("end-of-training")

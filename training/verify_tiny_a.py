@@ -35,7 +35,7 @@ from safetensors.torch import load_file
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from csa2_train.config import ModelArgs  # noqa: E402
 from csa2_train.decode import Decoder  # noqa: E402
-from csa2_train.model import Ctx, Transformer, exact_numerics  # noqa: E402
+from csa2_train.model import Ctx, Transformer, exact_numerics, set_fast  # noqa: E402
 
 
 def bf16_ulp(x: torch.Tensor) -> torch.Tensor:
@@ -49,7 +49,9 @@ def main() -> None:
     here = Path(__file__).resolve().parent
     ap = argparse.ArgumentParser()
     ap.add_argument("--fixture", type=Path, default=here.parent.parent / "shared" / "fixtures" / "deepseek-v41-tiny-a")
+    ap.add_argument("--fast", type=int, default=1, help="1 (default): with the training's fast paths (model.set_fast), as train.py runs")
     a = ap.parse_args()
+    set_fast(bool(a.fast))
     if not a.fixture.exists():
         a.fixture = Path("/work/shared/fixtures/deepseek-v41-tiny-a")
     args = ModelArgs.load(a.fixture / "config.json")

@@ -196,14 +196,18 @@ class Corpus:
         return Sample(ids=ids[:seq_len], answer_mask=mask, task=task, length=length)
 
 
-def make_batch(corpus: Corpus, rng: random.Random, batch: int, seq_len: int, task_fraction: float, split: str = "train"):
-    """(ids [B, S] int64, answer_mask [B, S] bool, tasks list) with about task_fraction task samples."""
+def make_batch(corpus: Corpus, rng: random.Random, batch: int, seq_len: int, task_fraction: float, split: str = "train", task_weights: dict | None = None):
+    """(ids [B, S] int64, answer_mask [B, S] bool, tasks list) with about task_fraction task samples,
+    the tasks drawn uniformly or by task_weights (task -> relative weight)."""
+    names = list(task_weights) if task_weights else list(TASKS)
+    weights = [task_weights[t] for t in names] if task_weights else None
     ids = np.zeros((batch, seq_len), dtype=np.int64)
     am = np.zeros((batch, seq_len), dtype=bool)
     tasks = []
     for b in range(batch):
         if rng.random() < task_fraction:
-            s = corpus.task_sample(rng, rng.choice(TASKS), seq_len, split)
+            task = rng.choices(names, weights)[0] if weights else rng.choice(names)
+            s = corpus.task_sample(rng, task, seq_len, split)
             ids[b], am[b] = s.ids, s.answer_mask
             tasks.append(s.task)
         else:

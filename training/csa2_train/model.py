@@ -90,7 +90,27 @@ def stable_topk_indices(x: torch.Tensor, k: int) -> torch.Tensor:
     fixture's tie rule (torch.topk's choice among equal values is unspecified). Used in training too:
     bf16 index scores tie often (exact zeros when ReLU zeroes every head), and the served selection is
     the one the model should learn."""
+    if _FAST and x.dtype == BF16 and x.size(-1) <= 65536:
+        return _keyed_topk_bf16(x, k)
     return torch.sort(x, dim=-1, descending=True, stable=True).indices[..., :k]
+
+
+def _keyed_topk_bf16(x: torch.Tensor, k: int) -> torch.Tensor:
+    """stable_topk_indices of a bf16 tensor (last dim <= 65,536) by one torch.topk over int32 keys
+    instead of a stable sort of the whole row (the sort of every [B, S, N] index-score matrix was a
+    hot spot).
+
+    Each bf16 value v at index j becomes the int32 m(v) * 65536 + (65535 - j), where m maps the bf16
+    bit pattern to an int16 in the order of the values (negative patterns have their magnitude bits
+    flipped; -0 is first made +0, an equal value). The keys are distinct, ordered as v, and equal values
+    order by the lower index first: exactly the stable descending sort's order, infinities included."""
+    n = x.size(-1)
+    v = x.masked_fill(x == 0, 0.0)  # -0 -> +0
+    b = v.view(torch.int16)
+    m = torch.where(b < 0, b ^ 0x7FFF, b).to(torch.int32)
+    j = torch.arange(n, device=x.device, dtype=torch.int32)
+    keys = m * 65536 + (65535 - j)
+    return torch.topk(keys, k, dim=-1, largest=True, sorted=True).indices
 
 
 # --- RoPE -----------------------------------------------------------------------------------------
@@ -171,6 +191,18 @@ def safe_compile(f):
     return g
 
 
+_FAST = False
+_FAST_ATTN = False
+
+
+def set_fast(enabled: bool, attn: bool | None = None) -> None:
+    """The fast training paths (same values up to summation order; see the notes at each use): the
+    keyed top-k (stable_topk_indices) and, unless attn is False, _AttnCoreFast for the sparse attention."""
+    global _FAST, _FAST_ATTN
+    _FAST = enabled
+    _FAST_ATTN = enabled if attn is None else attn
+
+
 def compile_failed() -> list:
     return list(_COMPILE_FAILED)
 
@@ -228,6 +260,7 @@ class Ctx:
     capture: dict | None = None  # verification: per-layer tensors, named as in golden.safetensors
     state: dict | None = None  # decode.py: the caches a prefill leaves behind (per layer id, and "shared")
     kl_losses: list = field(default_factory=list)
+    kl_rand: dict = field(default_factory=dict)  # layer id -> the KL's random draws (reused by recomputation)
     indexer_stats: list = field(default_factory=list)
 
 
@@ -243,7 +276,7 @@ def select_candidate_blocks(logits, compress_lens, topk_blocks: int, block_size:
     idx = stable_topk_indices(scores, k)
     vals = scores.gather(-1, idx)
     keep = torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, idx, vals > -torch.inf)
-    return keep.repeat_interleave(block_size, dim=-1)[..., :width]
+    return keep.unsqueeze(-1).expand(*keep.shape, block_size).flatten(-2)[..., :width]  # = repeat_interleave
 
 
 def window_topk_idxs(window: int, seqlen: int, device) -> torch.Tensor:
@@ -302,6 +335,62 @@ def _attn_core(q, kv_flat, sink, idx, scale):
     return (torch.einsum("nht,ntd->nhd", e_pv, kvg) / den).to(BF16)
 
 
+def _bmm32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b (batched) of bf16 operands with fp32 accumulation and an fp32 result (the tensor cores'
+    bf16 -> fp32 path on a GPU; the operands upcast on a CPU, the same products summed in fp32)."""
+    if a.is_cuda:
+        return torch.bmm(a, b, out_dtype=F32)
+    return torch.bmm(a.float(), b.float())
+
+
+class _AttnCoreFast(torch.autograd.Function):
+    """_attn_core's function with a hand-written backward and bf16 gathers (the fast path).
+
+    Forward values: the same products as _attn_core (bf16 q, keys and rounded probabilities, fp32
+    sums), only the summation order may differ. The gathered keys stay bf16 (half the bytes of the
+    fp32 copy _attn_core makes, which its autograd then keeps and differentiates in fp32), and the
+    gradient of the gather is one fp32 index_add. Backward, with STE through the bf16 probabilities
+    (as _attn_core): o = N / den, N = sum_t p_t kv_t, den = sum_t e_t + exp(sink - m), e_t = exp(s_t - m):
+    dN = dO / den, dden = -(dO . o) / den, de_t = dN . kv_t + dden, ds_t = e_t de_t; the matrix
+    products of the backward take bf16 operands (fp32 accumulation)."""
+
+    @staticmethod
+    def forward(ctx, q, kv_flat, sink, idx, scale):
+        n, T = idx.shape
+        valid = idx >= 0
+        kvg = torch.index_select(kv_flat, 0, idx.clamp_min(0).flatten()).view(n, T, -1)  # [n, T, D] bf16
+        s = _bmm32(q, kvg.transpose(1, 2)) * scale  # [n, H, T]
+        s = s.masked_fill(~valid.unsqueeze(1), -torch.inf)
+        m = s.amax(dim=-1, keepdim=True).clamp_min(-1e30)
+        e = torch.exp(s - m)
+        del s
+        es = torch.exp(sink.float().view(1, -1, 1) - m)
+        den = e.sum(dim=-1, keepdim=True) + es
+        p = e.to(BF16)
+        o = _bmm32(p, kvg) / den  # [n, H, D] fp32
+        ctx.save_for_backward(q, kvg, idx, e, p, den, es, o)
+        ctx.scale = scale
+        ctx.n_kv = kv_flat.size(0)
+        return o.to(BF16)
+
+    @staticmethod
+    def backward(ctx, d_o):
+        q, kvg, idx, e, p, den, es, o = ctx.saved_tensors
+        scale = ctx.scale
+        d_o = d_o.float()
+        dN = d_o / den  # [n, H, D]
+        dden = -(d_o * o).sum(dim=-1, keepdim=True) / den  # [n, H, 1]
+        dNb = dN.to(BF16)
+        de = _bmm32(dNb, kvg.transpose(1, 2)) + dden  # [n, H, T]
+        ds = (de * e).to(BF16)  # zero where masked (e = 0)
+        dq = _bmm32(ds, kvg) * scale
+        dkvg = _bmm32(ds.transpose(1, 2), q) * scale + _bmm32(p.transpose(1, 2), dNb)  # [n, T, D]
+        dkv = torch.zeros(ctx.n_kv, kvg.size(-1), dtype=F32, device=kvg.device)
+        dkv.index_add_(0, idx.clamp_min(0).flatten(), dkvg.view(-1, kvg.size(-1)))
+        dsink = (dden * es).sum(dim=(0, 2))
+        return dq.to(q.dtype), dkv.to(kvg.dtype), dsink.to(F32), None, None
+
+
 def sparse_attn_train(q, kv, attn_sink, topk_idxs, softmax_scale, chunk_tokens: int):
     """Same function as the kernel (fp32 softmax over the gathered keys, sink in the denominator),
     batched over flattened tokens and recomputed in the backward pass chunk by chunk."""
@@ -312,10 +401,13 @@ def sparse_attn_train(q, kv, attn_sink, topk_idxs, softmax_scale, chunk_tokens: 
     qf = q.reshape(B * S, H, D)
     kvf = kv.reshape(B * N, D)
     outs = []
+    fast = _FAST_ATTN
     for i in range(0, B * S, chunk_tokens):
         args = (qf[i : i + chunk_tokens], kvf, attn_sink, idx[i : i + chunk_tokens], softmax_scale)
-        if torch.is_grad_enabled() and (q.requires_grad or kv.requires_grad):
-            outs.append(checkpoint(_attn_core, *args, use_reentrant=False))
+        if fast:
+            outs.append(_AttnCoreFast.apply(*args))
+        elif torch.is_grad_enabled() and (q.requires_grad or kv.requires_grad):
+            outs.append(checkpoint(_attn_core, *args, use_reentrant=False, preserve_rng_state=False))
         else:
             outs.append(_attn_core(*args))
     return torch.cat(outs).view(B, S, H, D)
@@ -555,10 +647,12 @@ class Attention(nn.Module):
         R = min(ctx.kl_rows, S - r0)
         if R <= 0:
             return
-        rows = torch.randint(r0, S, (R,), device=dev)
+        if self.layer_id not in ctx.kl_rand:  # drawn once; a recomputation in backward reuses them
+            ctx.kl_rand[self.layer_id] = (torch.randint(r0, S, (R,), device=dev), torch.rand(B, R, ctx.kl_extra, device=dev))
+        rows, u = ctx.kl_rand[self.layer_id]
         cl = clen[rows]  # [R] >= 1
         sel = raw[:, rows]  # [B, R, K]
-        rnd = (torch.rand(B, R, ctx.kl_extra, device=dev) * cl.view(1, R, 1)).long()
+        rnd = (u * cl.view(1, R, 1)).long()
         J = torch.cat([sel, rnd], dim=-1)
         valid = J >= 0
         Jc = J.clamp_min(0)
@@ -726,7 +820,9 @@ def _checkpointed_block(layer, h, pre, shared: Shared, ctx: Ctx):
         return h, pre, *(empty if t is None else t for t in (sh.compress_kv, sh.index_k, sh.topk_idxs, sh.candidates))
 
     args = [empty if t is None else t for t in (shared.compress_kv, shared.index_k, shared.topk_idxs, shared.candidates)]
-    h, pre, ckv, ik, ti, cand = checkpoint(run, h, pre, *args, use_reentrant=False)
+    # no RNG state stashing (it cannot run under CUDA-graph capture): the only random draws, the KL's,
+    # are made once per forward and kept in ctx.kl_rand, so the recomputation reuses them
+    h, pre, ckv, ik, ti, cand = checkpoint(run, h, pre, *args, use_reentrant=False, preserve_rng_state=False)
     new = Shared(*(None if t.numel() == 0 and t.dim() == 1 else t for t in (ckv, ik, ti, cand)))
     return h, pre, new
 
