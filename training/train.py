@@ -82,13 +82,28 @@ def save_sharded(sd: dict, out: Path, n_shards: int = 2) -> None:
     (out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": wm}, indent=1))
 
 
-def train_step(model, opt, ids, am, ctx_kw, answer_weight, lr, timing=False):
+def replay_starts(am: torch.Tensor, R: int, frac: float, rng: random.Random) -> torch.Tensor | None:
+    """Per sequence the decoder-replay start p for model.Ctx.replay_start (None when R = 0): with
+    probability frac, a task sequence gets p = (its prompt length) - R, the replay csa2-serve runs before
+    generating the answer; a plain text sequence a random p; the others 0 (exact)."""
+    if R <= 0 or frac <= 0:
+        return None
+    B, S = am.shape
+    p = torch.zeros(B, dtype=torch.long)
+    for b in range(B):
+        if rng.random() < frac:
+            nz = torch.nonzero(am[b]).flatten()
+            p[b] = max(0, int(nz[0]) + 1 - R) if nz.numel() else rng.randrange(0, S)
+    return p
+
+
+def train_step(model, opt, ids, am, ctx_kw, answer_weight, lr, timing=False, replay_start=None):
     """One optimizer step: forward, loss (LM + answer_weight x answer tokens + indexer KL), backward,
     clip, AdamW. Returns the detached losses, the grad norm, the Ctx (indexer stats) and host times."""
     if lr is not None:
         set_lr(opt, lr)
     dev = ids.device
-    ctx = M.Ctx(**ctx_kw)
+    ctx = M.Ctx(**ctx_kw, replay_start=replay_start)
     h = model.hidden(ids, ctx)
     logits = model.logits(h[:, :-1])
     tgt = ids[:, 1:]
@@ -131,27 +146,32 @@ class GraphStep:
     The inputs are copied into static buffers; the outputs (losses, grad norm, ctx stats, the MoE
     loads read by the bias rule) are static tensors that each replay overwrites."""
 
-    def __init__(self, model, opt, ctx_kw, answer_weight, ids, am, lr):
+    def __init__(self, model, opt, ctx_kw, answer_weight, ids, am, lr, replay_start=None):
         """Runs one real (eager) step on (ids, am) on the capture's side stream, its warm-up, whose
         result is `first_out`, then captures the step (capturing runs nothing)."""
         self.shape = tuple(ids.shape)
         self.ids = ids.clone()
         self.am = am.clone()
+        self.rs = None if replay_start is None else replay_start.clone()
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            self.first_out = train_step(model, opt, self.ids, self.am, ctx_kw, answer_weight, lr)
+            self.first_out = train_step(model, opt, self.ids, self.am, ctx_kw, answer_weight, lr, replay_start=self.rs)
         torch.cuda.current_stream().wait_stream(side)
         torch.cuda.synchronize()
         opt.zero_grad(set_to_none=True)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph, stream=side):
-            self.out = train_step(model, opt, self.ids, self.am, ctx_kw, answer_weight, None)
+            self.out = train_step(model, opt, self.ids, self.am, ctx_kw, answer_weight, None, replay_start=self.rs)
         torch.cuda.synchronize()
 
-    def __call__(self, ids, am):
+    def __call__(self, ids, am, replay_start=None):
         self.ids.copy_(ids, non_blocking=True)
         self.am.copy_(am, non_blocking=True)
+        if (self.rs is None) != (replay_start is None):
+            raise ValueError("GraphStep: replay_start must be given at every step or at none")
+        if replay_start is not None:
+            self.rs.copy_(replay_start, non_blocking=True)
         self.graph.replay()
         t = time.time()
         return {**self.out, "t_fwd": t, "t_bwd": t}
@@ -189,7 +209,7 @@ class Producer:
 
 
 @torch.no_grad()
-def evaluate(model, corpus, device, lengths, n_per, seed, lm_batches=4):
+def evaluate(model, corpus, device, lengths, n_per, seed, lm_batches=4, replay=0):
     """Held-out figures: LM loss on held-out text, and per task and length the answer accuracy
     (exact = every answer token is the argmax given the right prefix, i.e. greedy decoding would
     produce the answer) at depths spread over 5..95%."""
@@ -201,7 +221,7 @@ def evaluate(model, corpus, device, lengths, n_per, seed, lm_batches=4):
         ids = torch.from_numpy(np.stack([corpus.lm_window(rng, 1024, "heldout") for _ in range(8)]).astype(np.int64)).to(device)
         logits = model(ids, M.Ctx())
         losses.append(F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), ids[:, 1:].reshape(-1)).item())
-    out["lm_loss"] = float(np.mean(losses))
+    out["lm_loss"] = float(np.mean(losses)) if losses else None
     for L in lengths:
         for task in TASKS:
             depths = [0.05 + 0.9 * i / max(1, n_per - 1) for i in range(n_per)]
@@ -216,15 +236,22 @@ def evaluate(model, corpus, device, lengths, n_per, seed, lm_batches=4):
                 am[i, : s.length] = m
             ids_t = torch.from_numpy(ids).to(device)
             chunk = max(1, 65536 // T)
-            preds = []
-            for i in range(0, len(samples), chunk):
-                preds.append(model(ids_t[i : i + chunk], M.Ctx()).argmax(-1).cpu())
-            pred = torch.cat(preds).numpy()
             tgt = np.concatenate([ids[:, 1:], np.full((len(samples), 1), corpus.eos)], axis=1)
-            ok = (pred == tgt) | ~am
-            exact = ok.all(axis=1).mean()
-            tok_acc = ((pred == tgt) & am).sum() / am.sum()
-            out["tasks"][f"{task}@{L}"] = {"exact": float(exact), "token_acc": float(tok_acc), "n": len(samples), "tokens": int(T)}
+            rec = {"n": len(samples), "tokens": int(T)}
+            # exact, and with csa2-serve's decoder replay over the last R prompt tokens (the answer is generated after it)
+            starts = torch.tensor([max(0, int(np.nonzero(am[i])[0][0]) + 1 - replay) for i in range(len(samples))]) if replay > 0 else None
+            for tag, rs in (("", None), (f"_replay{replay}", starts)):
+                if tag and rs is None:
+                    continue
+                preds = []
+                for i in range(0, len(samples), chunk):
+                    ctx = M.Ctx(replay_start=None if rs is None else rs[i : i + chunk].to(device))
+                    preds.append(model(ids_t[i : i + chunk], ctx).argmax(-1).cpu())
+                pred = torch.cat(preds).numpy()
+                ok = (pred == tgt) | ~am
+                rec["exact" + tag] = float(ok.all(axis=1).mean())
+                rec["token_acc" + tag] = float(((pred == tgt) & am).sum() / am.sum())
+            out["tasks"][f"{task}@{L}"] = rec
     model.train()
     return out
 
@@ -248,6 +275,9 @@ def main() -> None:
     ap.add_argument("--task-fraction", type=float, default=0.4)
     ap.add_argument("--task-weights", default="", help="task:weight,... (default: uniform over the tasks)")
     ap.add_argument("--answer-weight", type=float, default=1.0)
+    ap.add_argument("--replay-tokens", type=int, default=0, help="decoder-replay simulation: R (0 = off; csa2-serve's default is 128)")
+    ap.add_argument("--replay-frac", type=float, default=0.5, help="share of the sequences trained with the replay simulation")
+    ap.add_argument("--eval-replay", type=int, default=128, help="also score the held-out tasks with decoder replay over the last R tokens (0 = off)")
     ap.add_argument("--kl-rows", type=int, default=128)
     ap.add_argument("--bias-rate", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=1)
@@ -328,6 +358,7 @@ def main() -> None:
         if unknown:
             raise SystemExit(f"--task-weights: unknown tasks {sorted(unknown)} (known: {', '.join(TASKS)})")
     producer = Producer(corpus, a.seed * 100003 + step, a.task_fraction, tw)
+    replay_rng = random.Random(a.seed * 7919 + step)
     warm0 = step
     last_save = time.time()
     phase_stats = []
@@ -383,14 +414,16 @@ def main() -> None:
             t0 = time.time()
             ids, am, tasks = producer.get()
             t_data = time.time() - t0
+            rs = replay_starts(am, a.replay_tokens, a.replay_frac, replay_rng)
             ids, am = ids.to(device, non_blocking=True), am.to(device, non_blocking=True)
+            rs = None if rs is None else rs.to(device)
             frac_time = (time.time() - t_train0) / max(1.0, train_budget)
             lr = lr_at(frac_time, step)
             try:
                 if use_graph and graph is None and step - p_step0 >= 1:
                     t_cap = time.time()
                     try:
-                        graph = GraphStep(model, opt, ctx_kw, a.answer_weight, ids, am, lr)
+                        graph = GraphStep(model, opt, ctx_kw, a.answer_weight, ids, am, lr, rs)
                     except torch.cuda.OutOfMemoryError:
                         raise
                     except Exception as e:  # noqa: BLE001 - eager steps still train
@@ -403,9 +436,9 @@ def main() -> None:
                     log({"type": "graph_captured", "step": step, "seq_len": seq_len, "batch": B, "warmup_and_capture_s": round(time.time() - t_cap, 2), "mem_gb": round(torch.cuda.max_memory_allocated() / 2**30, 1)})
                 elif graph is not None:
                     set_lr(opt, lr)
-                    out = graph(ids, am)
+                    out = graph(ids, am, rs)
                 else:
-                    out = train_step(model, opt, ids, am, ctx_kw, a.answer_weight, lr, timing=timing and device.type == "cuda")
+                    out = train_step(model, opt, ids, am, ctx_kw, a.answer_weight, lr, timing=timing and device.type == "cuda", replay_start=rs)
                 lm_loss, ans_loss, kl, gn, ctx = out["lm_loss"], out["ans_loss"], out["kl"], out["grad_norm"], out["ctx"]
                 if timing:
                     if device.type == "cuda":
@@ -459,7 +492,7 @@ def main() -> None:
         phase_stats.append({"seq_len": seq_len, "steps": step - p_step0, "tokens": tokens - p_tok0, "seconds": round(time.time() - p_t0, 1), "last_loss": losses[-1] if losses else None})
     producer.close()
     save("end-of-training")
-    ev = evaluate(model, corpus, device, [int(x) for x in a.eval_lengths.split(",")], a.eval_n, seed=12345, lm_batches=a.eval_lm_batches)
+    ev = evaluate(model, corpus, device, [int(x) for x in a.eval_lengths.split(",")], a.eval_n, seed=12345, lm_batches=a.eval_lm_batches, replay=a.eval_replay)
     log({"type": "eval", "step": step, "tokens": tokens, **ev})
     meta = json.loads((a.out / "train_meta.json").read_text())
     meta["eval"] = ev

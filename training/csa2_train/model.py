@@ -260,8 +260,24 @@ class Ctx:
     capture: dict | None = None  # verification: per-layer tensors, named as in golden.safetensors
     state: dict | None = None  # decode.py: the caches a prefill leaves behind (per layer id, and "shared")
     kl_losses: list = field(default_factory=list)
-    kl_rand: dict = field(default_factory=dict)  # layer id -> the KL's random draws (reused by recomputation)
+    kl_rand: dict = field(default_factory=dict)
+    # decoder-replay simulation: per sequence the first replayed position p (tensor [B], long; 0 = exact).
+    # The decoder layers' windows of rows >= p start at p, as after csa2-serve's bounded replay of the
+    # last R = P - p prompt tokens (the encoder layers and the global caches are exact there too).
+    replay_start: torch.Tensor | None = None  # layer id -> the KL's random draws (reused by recomputation)
     indexer_stats: list = field(default_factory=list)
+
+
+def decoder_start(args: ModelArgs) -> int | None:
+    """The first decoder layer of the causal encoder-decoder split, as csa2-core's layer plan finds it
+    (`findDecoderStart`): the first ratio-1 layer, if it is a KV source and every later layer is ratio 1."""
+    r = list(args.compress_ratios[: args.n_layers])
+    if 1 not in r:
+        return None
+    first = r.index(1)
+    if first not in args.kv_source_layers or any(x != 1 for x in r[first:]):
+        return None
+    return first
 
 
 def select_candidate_blocks(logits, compress_lens, topk_blocks: int, block_size: int):
@@ -525,6 +541,8 @@ class Attention(nn.Module):
         else:
             self.rope_key = (0, args.rope_theta)
         self._args = args
+        ds = decoder_start(args)
+        self.is_decoder = ds is not None and layer_id >= ds
 
     def freqs(self, device) -> torch.Tensor:
         a = self._args
@@ -550,6 +568,12 @@ class Attention(nn.Module):
         kv = rms_norm(linear(x, bf(self.wkv.weight)), self.kv_norm.weight, self.eps)
         kv = quant.fp8_window(rope_tail(kv, freqs, rd))
         win_idx = window_topk_idxs(self.window, S, dev).unsqueeze(0).expand(B, -1, -1)
+        if ctx.replay_start is not None and self.is_decoder:
+            # decoder replay as csa2-serve runs it: the decoder layers re-run only the last R prompt
+            # tokens, their window rings starting empty, so rows from p on see no window key before p
+            p = ctx.replay_start.view(B, 1, 1)
+            rows = torch.arange(S, device=dev).view(1, S, 1)
+            win_idx = torch.where((win_idx >= p) | (rows < p), win_idx, -1)
         cap = ctx.capture
         st = None if ctx.state is None else ctx.state.setdefault(self.layer_id, {})
         if cap is not None or st is not None:
