@@ -13,7 +13,7 @@
  * Greedy decoding, answer tokens + 2 generated; an answer counts when every expected value appears in
  * the output (RULER's string match). Seeded: the same options give the same instances.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -47,6 +47,8 @@ export interface RetrievalBenchOptions {
   readonly klTokens: number;
   readonly klReplays: readonly number[];
   readonly seed: number;
+  /** Also write every instance's outcome (outputs, correctness, selections) as JSON here. */
+  readonly jsonPath: string | null;
 }
 
 /** One instance, tokenized: the document (BOS first), the question, and the needles' token spans. */
@@ -210,6 +212,7 @@ export async function runRetrievalBench(opts: RetrievalBenchOptions, io: BenchIo
     rmSync(storeDir, { recursive: true, force: true });
   }
   if (opts.modes.includes('pipeline') && prepared.length > 0) await runThroughPipeline(opts, prepared, outcomes, io);
+  if (opts.jsonPath !== null) writeFileSync(opts.jsonPath, `${JSON.stringify({ options: opts, outcomes }, null, 1)}\n`);
   return report(opts, outcomes, klSection);
 }
 
@@ -376,6 +379,7 @@ export function parseRetrievalBenchOptions(values: OptionValues): RetrievalBench
     klTokens: typeof values['retrieval-kl-tokens'] === 'string' ? tokensText(values['retrieval-kl-tokens']) : quick ? 1024 : 4096,
     klReplays: listOption(values, 'retrieval-kl-replays', quick ? [128] : [32, 128, 512, 2560], positive('retrieval-kl-replays')),
     seed: positiveIntOption(values, 'seed', 1),
+    jsonPath: typeof values['retrieval-json'] === 'string' ? values['retrieval-json'] : null,
   };
 }
 
@@ -394,6 +398,7 @@ export const retrievalSuite: BenchSuite = {
     'retrieval-kl-tokens': { type: 'string', description: 'held-out text of the KL comparison (0 skips it)', defaultText: '4K (1K with --quick)', valueName: 'N' },
     'retrieval-kl-replays': { type: 'string', description: 'R values of the KL comparison', defaultText: '32,128,512,2560 (128 with --quick)', valueName: 'R,R' },
     seed: { type: 'string', description: 'seed of the instances', defaultText: '1', valueName: 'S' },
+    'retrieval-json': { type: 'string', description: 'write every instance\'s outputs, correctness and selections to FILE', valueName: 'FILE' },
     quick: { type: 'boolean', description: 'smoke run: 1K, depth 0.5, R = 128' },
   },
   async run(values, io) {
