@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { parseRetrievalBenchOptions } from './retrieval-bench.js';
+import { chanceOfAny, parseRetrievalBenchOptions } from './retrieval-bench.js';
 import { UsageError } from './suite.js';
 
 test('retrieval options: defaults, K suffixes, and every bad value named', () => {
@@ -22,4 +22,12 @@ test('retrieval options: defaults, K suffixes, and every bad value named', () =>
   ] as const) {
     assert.throws(() => parseRetrievalBenchOptions({ [name]: value }), (e: unknown) => e instanceof UsageError && message.test(e.message), `${name}=${value}`);
   }
+});
+
+test('chanceOfAny: at least one of m given entries among k drawn from n without replacement', () => {
+  assert.ok(Math.abs(chanceOfAny(10, 3, 1) - 0.3) < 1e-12);
+  assert.ok(Math.abs(chanceOfAny(10, 3, 2) - (1 - (7 / 10) * (6 / 9))) < 1e-12);
+  assert.equal(chanceOfAny(5, 3, 3), 1, 'k + m > n: some given entry is always drawn');
+  assert.equal(chanceOfAny(100, 10, 0), 0);
+  assert.equal(chanceOfAny(100, 0, 5), 0);
 });

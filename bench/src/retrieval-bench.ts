@@ -104,6 +104,15 @@ function instanceOfLength(engine: Engine, corpus: RetrievalCorpus, task: Retriev
   return best;
 }
 
+/** The chance that k entries drawn without replacement from n include at least one of m given ones. */
+export function chanceOfAny(n: number, k: number, m: number): number {
+  if (m <= 0 || k <= 0) return 0;
+  if (k + m > n) return 1;
+  let none = 1;
+  for (let i = 0; i < m; i++) none *= (n - k - i) / (n - i);
+  return 1 - none;
+}
+
 /** Records, for the row at position `row`, which needle spans had an entry in each index layer's top-k and candidate pool. */
 function selectionRecorder(engine: Engine, row: number, spans: readonly (readonly [number, number])[]) {
   const plan = engine.model.plan;
@@ -116,25 +125,40 @@ function selectionRecorder(engine: Engine, row: number, spans: readonly (readonl
     topk(layer, p0, rows, kk, topk) {
       if (row < p0 || row >= p0 + rows) return;
       const ratio = plan.entries[layer]?.compressRatio ?? 1;
-      const list = new Set(topk.subarray((row - p0) * kk, (row - p0 + 1) * kk));
+      const picks = topk.subarray((row - p0) * kk, (row - p0 + 1) * kk);
+      const list = new Set(picks);
+      const visible = Math.floor((row + 1) / ratio); // entries complete at this row
+      const k = picks.filter((e) => e >= 0).length;
       let hit = 0;
+      let chance = 0;
       for (const [a, b] of spans) {
+        const first = Math.floor(a / ratio);
+        const last = Math.floor((b - 1) / ratio);
         let found = false;
-        for (let e = Math.floor(a / ratio); e <= Math.floor((b - 1) / ratio) && !found; e++) found = list.has(e);
+        for (let e = first; e <= last && !found; e++) found = list.has(e);
         if (found) hit++;
+        chance += chanceOfAny(visible, k, Math.max(0, Math.min(last, visible - 1) - first + 1));
       }
       seen.set(label(layer), hit / spans.length);
+      seen.set(`${label(layer)}|chance`, chance / spans.length);
     },
     candidates(layer, p0, rows, width, mask) {
       if (row < p0 || row >= p0 + rows) return;
       const ratio = plan.entries[layer]?.compressRatio ?? 1;
+      const rowMask = mask.subarray((row - p0) * width, (row - p0 + 1) * width);
+      const share = rowMask.reduce((a, v) => a + (v !== 0 ? 1 : 0), 0) / width;
       let hit = 0;
+      let chance = 0;
       for (const [a, b] of spans) {
+        const first = Math.floor(a / ratio);
+        const last = Math.min(Math.floor((b - 1) / ratio), width - 1);
         let found = false;
-        for (let e = Math.floor(a / ratio); e <= Math.floor((b - 1) / ratio) && e < width && !found; e++) found = mask[(row - p0) * width + e] !== 0;
+        for (let e = first; e <= last && !found; e++) found = rowMask[e] !== 0;
         if (found) hit++;
+        chance += 1 - (1 - share) ** Math.max(0, last - first + 1);
       }
       seen.set(`${layer} candidate pool`, hit / spans.length);
+      seen.set(`${layer} candidate pool|chance`, chance / spans.length);
     },
   };
   return { observer, seen };
@@ -308,13 +332,14 @@ function report(opts: RetrievalBenchOptions, outcomes: readonly Outcome[], klSec
       }),
     ]);
   }
-  const layerLabels = [...new Set(outcomes.flatMap((o) => Object.keys(o.selected)))].sort((a, b) => parseInt(a, 10) - parseInt(b, 10) || a.localeCompare(b));
+  const layerLabels = [...new Set(outcomes.flatMap((o) => Object.keys(o.selected)))].filter((l) => !l.endsWith('|chance')).sort((a, b) => parseInt(a, 10) - parseInt(b, 10) || a.localeCompare(b));
+  const mean = (os: readonly Outcome[], key: string) => os.reduce((a, o) => a + (o.selected[key] ?? 0), 0) / os.length;
   const selRows = layerLabels.map((label) => [
     label,
     ...lengths.map((L) => {
       const os = outcomes.filter((o) => o.length === L && o.selected[label] !== undefined);
       if (os.length === 0) return '–';
-      return `${Math.round((100 * os.reduce((a, o) => a + (o.selected[label] as number), 0)) / os.length)}%`;
+      return `${Math.round(100 * mean(os, label))}% (chance ${Math.round(100 * mean(os, `${label}|chance`))}%)`;
     }),
   ]);
   const promptOf = (L: number) => {
@@ -332,7 +357,7 @@ function report(opts: RetrievalBenchOptions, outcomes: readonly Outcome[], klSec
     '',
     markdownTable([{ header: 'depth', align: 'left' }, ...lengthHeaders], depthRows),
     '',
-    '### Needles selected at the question\'s last row, by index layer (stored document, R = 128): share of the value-carrying needles with at least one entry in the layer\'s top-k (Full, Reindex) or in the candidate pool',
+    '### Needles selected at the question\'s last row, by index layer (stored document, R = 128): share of the value-carrying needles with at least one entry in the layer\'s top-k (Full, Reindex) or in the candidate pool; chance: the same share for a selection of as many entries drawn at random from all visible ones',
     '',
     selRows.length > 0 ? markdownTable([{ header: 'layer', align: 'left' }, ...lengthHeaders], selRows) : '(no CED runs)',
     ...(klSection === '' ? [] : ['', klSection]),
