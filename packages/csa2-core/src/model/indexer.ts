@@ -113,8 +113,8 @@ export async function runIndexers(
   } else if (indexer.maskedToCandidates) {
     // the reference path: each span scans everything, masked to its pool (no grouping: the masks differ)
     for (const j of jobs) {
-      const mask = candidateMask(requireCandidates(j.st.shared.candidates, e), j.rows, j.st.shared.kb, j.nVis, c.candidateBlockSize);
-      j.st.shared.topk = (await scanChunked(ctx, indexer.graph, e, j, mask)).topk;
+      const pool = { cand: requireCandidates(j.st.shared.candidates, e), kb: j.st.shared.kb };
+      j.st.shared.topk = (await scanChunked(ctx, indexer.graph, e, j, pool)).topk;
     }
   } else {
     // spans whose keys fit one chunk and whose rows fit the budget share runs; longer ones run alone, in chunks
