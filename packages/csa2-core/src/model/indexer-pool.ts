@@ -17,33 +17,17 @@ import { bool, i32, u8 } from '../runtime/ort-session.js';
 import type { TypedGraph } from './graph-io.js';
 import type { INDEXER_POOL } from './graphs/signatures.js';
 import { queryRows, requireCandidates, type IndexerContext, type IndexerJob } from './indexer.js';
+import { BoundedHeaps } from './indexer-ranking.js';
+import type { IndexScorer } from './indexer-scores.js';
+import { keyChunks } from './indexer-scan.js';
 
 /**
  * Each job's top-k lists, the pools of several jobs scored in one run while their rows × pool keys ×
  * heads stay within the budget (a job too big alone runs in row blocks of its own).
  */
 export async function poolTopk(ctx: IndexerContext, graph: TypedGraph<typeof INDEXER_POOL>, e: LayerPlanEntry, jobs: readonly IndexerJob[]): Promise<Int32Array[]> {
-  const c = ctx.config;
-  const hI = c.indexNumHeads;
-  const bs = c.candidateBlockSize;
-  // per job, row blocks whose pools fit the budget (a decode row: one block)
-  // (only the blocks: the positions and masks of a part are made when its run is)
-  const parts: Array<{ job: number; r0: number; r1: number; pool: PoolBlocks }> = [];
-  jobs.forEach((job, ji) => {
-    const cand = requireCandidates(job.st.shared.candidates, e);
-    const kb = job.st.shared.kb;
-    const blocks: Array<[number, number]> = [[0, job.rows]];
-    while (blocks.length > 0) {
-      const [r0, r1] = blocks.pop() as [number, number];
-      const pool = poolBlocks(cand.subarray(r0 * kb, r1 * kb), r1 - r0, kb, job.nVis, bs);
-      if (r1 - r0 > 1 && (r1 - r0) * pool.columns * hI > ctx.indexerBudgetValues) {
-        const mid = (r0 + r1) >> 1;
-        blocks.push([mid, r1], [r0, mid]);
-        continue;
-      }
-      parts.push({ job: ji, r0, r1, pool });
-    }
-  });
+  const hI = ctx.config.indexNumHeads;
+  const parts = poolParts(ctx, e, jobs);
   const lists = jobs.map((j) => new Int32Array(j.rows * j.kk).fill(-1));
   // runs: consecutive parts while they fit together
   let run: typeof parts = [];
@@ -69,6 +53,81 @@ export async function poolTopk(ctx: IndexerContext, graph: TypedGraph<typeof IND
   }
   await flush();
   return lists;
+}
+
+/**
+ * The default pool scoring (model/indexer-scores): per part, its pool's keys gathered and unpacked in
+ * runs of a few thousand, scored for the part's rows, each row's allowed columns pushed into a
+ * bounded heap; then completePicks as the graph path. The same lists, bit for bit.
+ */
+export async function poolTopkSplit(ctx: IndexerContext, scorer: IndexScorer, e: LayerPlanEntry, jobs: readonly IndexerJob[]): Promise<Int32Array[]> {
+  const c = ctx.config;
+  const { indexNumHeads: hI, indexHeadDim: dI } = c;
+  const lists = jobs.map((j) => new Int32Array(j.rows * j.kk).fill(-1));
+  for (const p of poolParts(ctx, e, jobs)) {
+    const job = jobs[p.job] as IndexerJob;
+    const S = p.r1 - p.r0;
+    const clen = job.clen.subarray(p.r0, p.r1);
+    const U = p.pool.columns;
+    const kEff = Math.min(job.kk, job.nVis);
+    if (U === 0) {
+      (lists[p.job] as Int32Array).set(completePicks(new Int32Array(0), S, job.kk, kEff, clen, p.pool), p.r0 * job.kk);
+      continue;
+    }
+    const positions = poolPositions(p.pool);
+    const allow = new Uint8Array(S * U);
+    writePoolMask(p.pool, clen, allow, 0, U, 0);
+    const cap = Math.min(job.kk, U);
+    const heaps = new BoundedHeaps(S, cap);
+    const rowsPerBlock = scorer.rowsPerRun();
+    for (let r0 = 0; r0 < S; r0 += rowsPerBlock) {
+      const r1 = Math.min(S, r0 + rowsPerBlock);
+      const q0 = p.r0 + r0;
+      const q = { iq: job.iq.subarray(q0 * hI * dI, (q0 + r1 - r0) * hI * dI), iw: job.iw.subarray(q0 * hI, (q0 + r1 - r0) * hI), rows: r1 - r0 };
+      for (const [t0, t1] of keyChunks(U, scorer.keysPerRun(r1 - r0, 1, ctx.indexerBudgetValues))) {
+        scorer.loadKeys(job.src.indexK.gather(positions.subarray(t0, t1)), t1 - t0);
+        await scorer.run(q, 0, t1 - t0);
+        for (let r = r0; r < r1; r++) {
+          const s = scorer.scoreRow(r - r0, t1 - t0);
+          const mask = allow.subarray(r * U + t0, r * U + t1);
+          for (let u = 0; u < t1 - t0; u++) {
+            const v = s[u] as number;
+            if (mask[u] === 1 && v !== -Infinity && v === v && heaps.accepts(r, v, t0 + u)) heaps.push(r, v, t0 + u);
+          }
+        }
+      }
+    }
+    const picks = new Int32Array(S * cap).fill(-1);
+    for (let r = 0; r < S; r++) {
+      const n = heaps.size[r] as number;
+      for (let j = 0; j < n; j++) picks[r * cap + j] = positions[heaps.ids[r * cap + j] as number] as number;
+    }
+    (lists[p.job] as Int32Array).set(completePicks(picks, S, job.kk, kEff, clen, p.pool), p.r0 * job.kk);
+  }
+  return lists;
+}
+
+/** Per job, row blocks whose pools fit the budget (a decode row: one block); only the blocks: positions and masks are made when a part is scored. */
+function poolParts(ctx: IndexerContext, e: LayerPlanEntry, jobs: readonly IndexerJob[]): Array<{ job: number; r0: number; r1: number; pool: PoolBlocks }> {
+  const hI = ctx.config.indexNumHeads;
+  const bs = ctx.config.candidateBlockSize;
+  const parts: Array<{ job: number; r0: number; r1: number; pool: PoolBlocks }> = [];
+  jobs.forEach((job, ji) => {
+    const cand = requireCandidates(job.st.shared.candidates, e);
+    const kb = job.st.shared.kb;
+    const blocks: Array<[number, number]> = [[0, job.rows]];
+    while (blocks.length > 0) {
+      const [r0, r1] = blocks.pop() as [number, number];
+      const pool = poolBlocks(cand.subarray(r0 * kb, r1 * kb), r1 - r0, kb, job.nVis, bs);
+      if (r1 - r0 > 1 && (r1 - r0) * pool.columns * hI > ctx.indexerBudgetValues) {
+        const mid = (r0 + r1) >> 1;
+        blocks.push([mid, r1], [r0, mid]);
+        continue;
+      }
+      parts.push({ job: ji, r0, r1, pool });
+    }
+  });
+  return parts;
 }
 
 /** One run over several parts: their pools' keys one after another, block-diagonal masks. */

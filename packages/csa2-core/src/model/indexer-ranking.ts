@@ -98,3 +98,94 @@ export class RunningRanking {
     this.count[row] = m;
   }
 }
+
+/**
+ * Per row, a bounded heap of the best `capacity` (score, position) pairs pushed so far (the worst at
+ * the root): the same set as RunningRanking keeps, for pairs pushed one by one in any order.
+ */
+export class BoundedHeaps {
+  readonly values: Float32Array;
+  readonly ids: Int32Array;
+  readonly size: Int32Array;
+
+  constructor(
+    readonly rows: number,
+    readonly capacity: number,
+  ) {
+    if (!(Number.isInteger(rows) && rows >= 0 && Number.isInteger(capacity) && capacity >= 0)) {
+      throw new Csa2Error('runtime', `BoundedHeaps: ${rows} rows × ${capacity} is not a valid size`);
+    }
+    this.values = new Float32Array(rows * capacity);
+    this.ids = new Int32Array(rows * capacity);
+    this.size = new Int32Array(rows);
+  }
+
+  /** Whether (v, id) would enter row's heap: it is not full, or (v, id) ranks before its worst pair. */
+  accepts(row: number, v: number, id: number): boolean {
+    const cap = this.capacity;
+    if (cap === 0) return false;
+    if ((this.size[row] as number) < cap) return true;
+    const w = this.values[row * cap] as number;
+    return v > w || (v === w && id < (this.ids[row * cap] as number));
+  }
+
+  /** Adds (v, id) to row's heap, dropping its worst pair when full; the caller checked `accepts`. */
+  push(row: number, v: number, id: number): void {
+    const cap = this.capacity;
+    const base = row * cap;
+    const vs = this.values;
+    const is = this.ids;
+    let n = this.size[row] as number;
+    // worse(a, b): a ranks after b
+    if (n < cap) {
+      // sift up from the new leaf
+      let i = n++;
+      this.size[row] = n;
+      while (i > 0) {
+        const parent = (i - 1) >> 1;
+        const pv = vs[base + parent] as number;
+        const pi = is[base + parent] as number;
+        if (!(v < pv || (v === pv && id > pi))) break;
+        vs[base + i] = pv;
+        is[base + i] = pi;
+        i = parent;
+      }
+      vs[base + i] = v;
+      is[base + i] = id;
+      return;
+    }
+    // replace the root and sift down
+    let i = 0;
+    for (;;) {
+      const l = 2 * i + 1;
+      if (l >= n) break;
+      let c = l;
+      const r = l + 1;
+      if (r < n) {
+        const lv = vs[base + l] as number;
+        const rv = vs[base + r] as number;
+        if (rv < lv || (rv === lv && (is[base + r] as number) > (is[base + l] as number))) c = r;
+      }
+      const cv = vs[base + c] as number;
+      const ci = is[base + c] as number;
+      if (!(cv < v || (cv === v && ci > id))) break;
+      vs[base + i] = cv;
+      is[base + i] = ci;
+      i = c;
+    }
+    vs[base + i] = v;
+    is[base + i] = id;
+  }
+
+  /** Row's pairs ranked (by score, ties to the lower position): their ids into `out`; returns how many. */
+  rankedIds(row: number, out: Int32Array): number {
+    const cap = this.capacity;
+    const n = this.size[row] as number;
+    const vs = this.values.subarray(row * cap, row * cap + n);
+    const is = this.ids.subarray(row * cap, row * cap + n);
+    const order = Array.from({ length: n }, (_, j) => j);
+    order.sort((a, b) => ((vs[a] as number) === (vs[b] as number) ? (is[a] as number) - (is[b] as number) : (vs[a] as number) > (vs[b] as number) ? -1 : 1));
+    for (let j = 0; j < n; j++) out[j] = is[order[j] as number] as number;
+    return n;
+  }
+}

@@ -4,7 +4,9 @@
  * reference's top-k over all causally visible index keys, and at the candidate source level one of the
  * hierarchical indexer (the best candidate blocks).
  *
- * Two ways to run, with the same lists bit for bit:
+ * The default is scanSplit (model/indexer-scores, one span at a time, chunked as below); the ONNX
+ * graph scans, kept as the reference (indexerScores 'graph') and for the masked reference path, run
+ * two ways, with the same lists bit for bit:
  * - chunked (one span): its keys in chunks of indexerKeyChunk, each scored for the span's rows (in row
  *   blocks within the score budget); each chunk ranks its own best, and the chunks'
  *   rankings are merged as one ranking over all keys would order them (by score, ties to the lower
@@ -23,7 +25,8 @@ import { bool, i32, i64, u8, type TensorOf } from '../runtime/ort-session.js';
 import type { TypedGraph } from './graph-io.js';
 import type { INDEXER_SCAN } from './graphs/signatures.js';
 import { queryRows, type IndexerContext, type IndexerJob } from './indexer.js';
-import { RunningRanking } from './indexer-ranking.js';
+import { BoundedHeaps, RunningRanking } from './indexer-ranking.js';
+import { pushRow, type IndexScorer } from './indexer-scores.js';
 
 export interface ScanResult {
   readonly topk: Int32Array;
@@ -241,4 +244,57 @@ async function scanGroup(ctx: IndexerContext, graph: TypedGraph<typeof INDEXER_S
     results.set(j, { topk: topkFromRanking(ranking, j), candidates, kb });
   });
   return results;
+}
+
+/**
+ * The default scan of one span (model/indexer-scores): its keys in chunks (as scanChunked's, split
+ * where a shared prefix ends), each scored for the span's rows in blocks (usually one) in runs of a
+ * few thousand keys, each run's keys unpacked for it; each row's visible scores pushed into bounded
+ * heaps (top-k; at the candidate source its blocks). The same lists as the graph scan, bit for bit.
+ */
+export async function scanSplit(ctx: IndexerContext, scorer: IndexScorer, e: LayerPlanEntry, job: IndexerJob): Promise<ScanResult> {
+  const c = ctx.config;
+  const { indexNumHeads: hI, indexHeadDim: dI } = c;
+  const bs = c.candidateBlockSize;
+  const { rows: S, nVis, kk, clen } = job;
+  const kb = Math.min(c.candidateTopKBlocks, Math.ceil(nVis / bs));
+  const topk = new BoundedHeaps(S, Math.min(kk, nVis));
+  const blocks = e.isCandidateSource ? new BoundedHeaps(S, kb) : null;
+  const split = Math.floor(job.src.indexK.sharedRowCount / bs) * bs;
+  const R = job.src.indexK.rowBytes;
+  const rowsPerBlock = scorer.rowsPerRun();
+  for (const [k0, k1] of keyChunks(nVis, ctx.indexerKeyChunk, split)) {
+    const count = k1 - k0;
+    const packed = job.src.indexK.range(k0, count);
+    // rows see keys below their causal length, which grows with the row: skip those that see none of the chunk
+    let first = 0;
+    while (first < S && (clen[first] as number) <= k0) first++;
+    for (let r0 = first; r0 < S; r0 += rowsPerBlock) {
+      const r1 = Math.min(S, r0 + rowsPerBlock);
+      const q = { iq: job.iq.subarray(r0 * hI * dI, r1 * hI * dI), iw: job.iw.subarray(r0 * hI, r1 * hI), rows: r1 - r0 };
+      // the chunk's keys in runs of whole blocks (a single leftover key joins the run before it), each unpacked for its run
+      for (const [t0, t1] of keyChunks(count, scorer.keysPerRun(r1 - r0, bs, ctx.indexerBudgetValues))) {
+        if (t0 >= (clen[r1 - 1] as number) - k0) break; // no row sees these keys
+        scorer.loadKeys(packed.subarray(t0 * R, t1 * R), t1 - t0);
+        await scorer.run(q, 0, t1 - t0);
+        for (let r = r0; r < r1; r++) {
+          const visible = Math.min(t1, (clen[r] as number) - k0) - t0;
+          if (visible > 0) pushRow(scorer.scoreRow(r - r0, visible), visible, k0 + t0, r, topk, blocks === null ? null : { heaps: blocks, blockSize: bs, pin: pinOf(clen[r] as number, bs) });
+        }
+      }
+    }
+  }
+  const out = new Int32Array(S * kk).fill(-1);
+  for (let r = 0; r < S; r++) {
+    const n = topk.size[r] as number;
+    const picks = out.subarray(r * kk, r * kk + n);
+    picks.set(topk.ids.subarray(r * topk.capacity, r * topk.capacity + n));
+    picks.sort();
+  }
+  let candidates: Int32Array | null = null;
+  if (blocks !== null) {
+    candidates = new Int32Array(S * kb).fill(-1);
+    for (let r = 0; r < S; r++) blocks.rankedIds(r, candidates.subarray(r * kb, (r + 1) * kb));
+  }
+  return { topk: out, candidates, kb };
 }
