@@ -116,6 +116,7 @@ export function chanceOfAny(n: number, k: number, m: number): number {
 /** Records, for the row at position `row`, which needle spans had an entry in each index layer's top-k and candidate pool. */
 function selectionRecorder(engine: Engine, row: number, spans: readonly (readonly [number, number])[]) {
   const plan = engine.model.plan;
+  const blockSize = Math.max(1, engine.model.config.candidateBlockSize);
   const seen = new Map<string, number>();
   const label = (layer: number) => {
     const e = plan.entries[layer];
@@ -155,7 +156,9 @@ function selectionRecorder(engine: Engine, row: number, spans: readonly (readonl
         let found = false;
         for (let e = first; e <= last && !found; e++) found = rowMask[e] !== 0;
         if (found) hit++;
-        chance += 1 - (1 - share) ** Math.max(0, last - first + 1);
+        // the pool is whole blocks: the chance that as many blocks drawn at random include one of the needle's
+        const blocks = Math.ceil(width / blockSize);
+        chance += chanceOfAny(blocks, Math.round(share * blocks), Math.floor(last / blockSize) - Math.floor(first / blockSize) + 1);
       }
       seen.set(`${layer} candidate pool`, hit / spans.length);
       seen.set(`${layer} candidate pool|chance`, chance / spans.length);
@@ -357,7 +360,7 @@ function report(opts: RetrievalBenchOptions, outcomes: readonly Outcome[], klSec
     '',
     markdownTable([{ header: 'depth', align: 'left' }, ...lengthHeaders], depthRows),
     '',
-    '### Needles selected at the question\'s last row, by index layer (stored document, R = 128): share of the value-carrying needles with at least one entry in the layer\'s top-k (Full, Reindex) or in the candidate pool; chance: the same share for a selection of as many entries drawn at random from all visible ones',
+    '### Needles selected at the question\'s last row, by index layer (stored document, R = 128): share of the value-carrying needles with at least one entry in the layer\'s top-k (Full, Reindex) or in the candidate pool; chance: the same share for a selection of as many entries (the pool: candidate blocks) drawn at random from all visible ones',
     '',
     selRows.length > 0 ? markdownTable([{ header: 'layer', align: 'left' }, ...lengthHeaders], selRows) : '(no CED runs)',
     ...(klSection === '' ? [] : ['', klSection]),
