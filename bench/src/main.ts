@@ -18,6 +18,7 @@ export const SUITES: Readonly<Record<string, () => Promise<BenchSuite>>> = {
   pipeline: async () => (await import('./pipeline-bench.js')).pipelineSuite,
   replay: async () => (await import('./replay-bench.js')).replaySuite,
   batch: async () => (await import('./batch-bench.js')).batchSuite,
+  retrieval: async () => (await import('./retrieval-bench.js')).retrievalSuite,
 };
 
 const HELP_OPTION: SuiteOption = { type: 'boolean', description: 'list the suites and their options' };

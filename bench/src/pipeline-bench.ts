@@ -10,8 +10,8 @@
  * Processes: a private redis-server, the gateway, one encoder and one decoder worker (the test harness
  * of @csa2/test), on a seeded tiny model (v41-tiny config, byte vocabulary, context 40960).
  */
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Engine } from '@csa2/engine';
 import { API_KEY, OTHER_API_KEY, Pipeline, seededTestModel } from '@csa2/test';
@@ -50,6 +50,29 @@ async function completion(url: string, body: Record<string, unknown>, apiKey = A
     if (ttftMs === 0 && value !== undefined && new TextDecoder().decode(value).includes('"text"')) ttftMs = performance.now() - t0;
   }
   return { ms: performance.now() - t0, ttftMs, json: {} };
+}
+
+/** CPU seconds (user + system) a process has used so far, from /proc (Linux); null where it cannot be read. */
+function cpuSeconds(pid: number | undefined): number | null {
+  if (pid === undefined) return null;
+  try {
+    // fields after the command name, which is in parentheses and may hold spaces: utime and stime are 14 and 15
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / 100; // USER_HZ is 100 on Linux
+  } catch {
+    return null;
+  }
+}
+
+/** CPU seconds per role of the pipeline's processes (and this process, the clients), for one measured span. */
+function cpuByRole(pipe: Pipeline): Map<string, number | null> {
+  const roles = new Map<string, number | null>();
+  for (const [id, child] of pipe.procs) roles.set(id.replace(/#\d+$/, ''), cpuSeconds(child.pid));
+  roles.set('redis', cpuSeconds(pipe.redis.process.pid));
+  const self = process.cpuUsage();
+  roles.set('clients (this process)', (self.user + self.system) / 1e6);
+  return roles;
 }
 
 export async function runPipelineBench(opts: PipelineBenchOptions, io: BenchIo): Promise<string> {
@@ -92,11 +115,17 @@ export async function runPipelineBench(opts: PipelineBenchOptions, io: BenchIo):
     const streamTokens = opts.streamTokens;
     const request = (i: number) => ({ prompt: `Stream ${i} of the concurrency probe: `, max_tokens: streamTokens, temperature: 0.8, seed: i, stream: true, ignore_eos: true });
     const rows: string[][] = [];
+    const cpuRows: string[][] = [];
     for (const n of opts.concurrencyLevels) {
       io.log(`pipeline: ${n} concurrent streamed ${streamTokens}-token completions, then the same one at a time`);
       let t0 = performance.now();
+      const cpu0 = cpuByRole(pipe);
       const together = await Promise.all(Array.from({ length: n }, (_, i) => completion(pipe.url, request(i))));
       const togetherMs = performance.now() - t0;
+      const cpu1 = cpuByRole(pipe);
+      const used = [...cpu1].map(([role, v]) => [role, v === null || cpu0.get(role) == null ? null : v - (cpu0.get(role) as number)] as const);
+      const total = used.reduce((a, [, v]) => a + (v ?? 0), 0);
+      cpuRows.push([String(n), fmtDuration(togetherMs), ...used.map(([role, v]) => (v === null ? `${role}: –` : `${role} ${v.toFixed(2)} s`)), `${total.toFixed(2)} s = ${((total * 1000) / togetherMs).toFixed(2)} cores`]);
       t0 = performance.now();
       const serial: Array<{ ms: number; ttftMs: number }> = [];
       for (let i = 0; i < n; i++) serial.push(await completion(pipe.url, request(i)));
@@ -128,6 +157,10 @@ export async function runPipelineBench(opts: PipelineBenchOptions, io: BenchIo):
         ],
         rows,
       ),
+      '',
+      `CPU time of each process while the concurrent completions ran (user + system, /proc), against the machine's ${availableParallelism()} cores:`,
+      '',
+      markdownTable([{ header: 'concurrent' }, { header: 'wall' }, ...(cpuRows[0] ?? []).slice(2, -1).map(() => ({ header: 'process', align: 'left' as const })), { header: 'all', align: 'left' }], cpuRows),
       '',
     );
 

@@ -22,7 +22,8 @@
  *   the same again with the document cache warm, an engine with the document cache off (a private
  *   copy through the chunk cache), and csa2-core without the engine (Sequence loaded by the reader,
  *   encode + decoder replay + steps) with the indexer's other paths: every visible key scored then
- *   masked to the pool (indexerPool false) and scans of 2^18 keys per run instead of 2^16;
+ *   masked to the pool (indexerPool false), scans of 2^18 keys per run instead of 2^16, and the ONNX
+ *   graphs' unpack, scores and TopK instead of the split scorer (indexerScores 'graph');
  *   cached_tokens = the document's tokens;
  * - peak RSS of each role against bounds stated here, before the run (see MEMORY BOUNDS).
  */
@@ -211,7 +212,7 @@ test('a 1,048,576-token document: ingested by an encoder process and answered by
     const off = await runRole({ role: 'decode', modelDir, storeUrl, tenant: TENANT, questions: [q], documentCacheBytes: 0 });
     assert.deepEqual(answer(step(off, 0)).tokens, cold.tokens, 'document cache off: the same tokens');
     assert.equal(answer(step(off, 0)).logitsSha256, cold.logitsSha256, 'document cache off: the same logits, bit for bit');
-    const core = await runRole({ role: 'core', modelDir, storeUrl, tenant: TENANT, question: q, modelOptions: { indexerPool: false, indexerKeyChunk: 1 << 18 } });
+    const core = await runRole({ role: 'core', modelDir, storeUrl, tenant: TENANT, question: q, modelOptions: { indexerPool: false, indexerKeyChunk: 1 << 18, indexerScores: 'graph' } });
     assert.deepEqual(answer(step(core, 0)).tokens, cold.tokens, 'csa2-core without the engine, other indexer paths: the same tokens');
     assert.equal(answer(step(core, 0)).logitsSha256, cold.logitsSha256, 'csa2-core without the engine, other indexer paths: the same logits, bit for bit');
 

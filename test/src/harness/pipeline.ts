@@ -49,6 +49,8 @@ export class Pipeline {
   readonly httpPorts = new Map<string, number>();
   private readonly logs: string[] = [];
   private instance = 0;
+  /** How long a started service may take to be ready (a large model's warm-up takes longer). */
+  readyTimeoutMs = 60_000;
 
   private constructor(
     readonly dir: string,
@@ -64,7 +66,7 @@ export class Pipeline {
   }
 
   /** Starts Redis and the given services (default: all three); resolves when each is ready. */
-  static async start(opts: { modelDir?: string; env?: Record<string, string>; services?: readonly ServiceName[] } = {}): Promise<Pipeline> {
+  static async start(opts: { modelDir?: string; env?: Record<string, string>; services?: readonly ServiceName[]; readyTimeoutMs?: number } = {}): Promise<Pipeline> {
     const dir = mkdtempSync(join(tmpdir(), 'csa2-pipeline-'));
     const modelDir = opts.modelDir ?? (await seededTestModel(dir));
     const redis = await startLocalRedis({ dir });
@@ -91,6 +93,7 @@ export class Pipeline {
       ...opts.env,
     };
     const p = new Pipeline(dir, redis, modelDir, storeUrl, port, env);
+    if (opts.readyTimeoutMs !== undefined) p.readyTimeoutMs = opts.readyTimeoutMs;
     try {
       await Promise.all((opts.services ?? ['gateway', 'encoder', 'decoder']).map((s) => p.startService(s)));
     } catch (err) {
@@ -125,7 +128,7 @@ export class Pipeline {
       this.httpPorts.delete(id);
       this.logs.push(`[${id}] exited (${signal ?? code})`);
     });
-    const deadline = Date.now() + 60_000;
+    const deadline = Date.now() + this.readyTimeoutMs;
     for (;;) {
       if (child.exitCode !== null || child.signalCode !== null) throw new Error(`${id} exited during start (${child.signalCode ?? child.exitCode})`);
       if (name === 'gateway' && !ready) {
@@ -136,7 +139,7 @@ export class Pipeline {
         }
       }
       if (ready) return child;
-      if (Date.now() > deadline) throw new Error(`${id} not ready within 60 s`);
+      if (Date.now() > deadline) throw new Error(`${id} not ready within ${this.readyTimeoutMs / 1000} s`);
       await new Promise((r) => setTimeout(r, 100));
     }
   }

@@ -17,32 +17,17 @@ import { bool, i32, u8 } from '../runtime/ort-session.js';
 import type { TypedGraph } from './graph-io.js';
 import type { INDEXER_POOL } from './graphs/signatures.js';
 import { queryRows, requireCandidates, type IndexerContext, type IndexerJob } from './indexer.js';
+import { BoundedHeaps } from './indexer-ranking.js';
+import type { IndexScorer } from './indexer-scores.js';
+import { keyChunks } from './indexer-scan.js';
 
 /**
  * Each job's top-k lists, the pools of several jobs scored in one run while their rows × pool keys ×
  * heads stay within the budget (a job too big alone runs in row blocks of its own).
  */
 export async function poolTopk(ctx: IndexerContext, graph: TypedGraph<typeof INDEXER_POOL>, e: LayerPlanEntry, jobs: readonly IndexerJob[]): Promise<Int32Array[]> {
-  const c = ctx.config;
-  const hI = c.indexNumHeads;
-  const bs = c.candidateBlockSize;
-  // per job, row blocks whose pools fit the budget (a decode row: one block)
-  const parts: Array<{ job: number; r0: number; r1: number; pool: CandidatePool }> = [];
-  jobs.forEach((job, ji) => {
-    const cand = requireCandidates(job.st.shared.candidates, e);
-    const kb = job.st.shared.kb;
-    const blocks: Array<[number, number]> = [[0, job.rows]];
-    while (blocks.length > 0) {
-      const [r0, r1] = blocks.pop() as [number, number];
-      const pool = candidatePool(cand.subarray(r0 * kb, r1 * kb), r1 - r0, kb, job.nVis, bs, job.clen.subarray(r0, r1));
-      if (r1 - r0 > 1 && (r1 - r0) * pool.positions.length * hI > ctx.indexerBudgetValues) {
-        const mid = (r0 + r1) >> 1;
-        blocks.push([mid, r1], [r0, mid]);
-        continue;
-      }
-      parts.push({ job: ji, r0, r1, pool });
-    }
-  });
+  const hI = ctx.config.indexNumHeads;
+  const parts = poolParts(ctx, e, jobs);
   const lists = jobs.map((j) => new Int32Array(j.rows * j.kk).fill(-1));
   // runs: consecutive parts while they fit together
   let run: typeof parts = [];
@@ -55,7 +40,7 @@ export async function poolTopk(ctx: IndexerContext, graph: TypedGraph<typeof IND
     keys = 0;
   };
   for (const p of parts) {
-    const U = p.pool.positions.length;
+    const U = p.pool.columns;
     if (U === 0) {
       const job = jobs[p.job] as IndexerJob;
       lists[p.job]?.set(completePicks(new Int32Array(0), p.r1 - p.r0, job.kk, Math.min(job.kk, job.nVis), job.clen.subarray(p.r0, p.r1), p.pool), p.r0 * job.kk);
@@ -70,35 +55,112 @@ export async function poolTopk(ctx: IndexerContext, graph: TypedGraph<typeof IND
   return lists;
 }
 
+/**
+ * The default pool scoring (model/indexer-scores): per part, its pool's keys gathered and unpacked in
+ * runs of a few thousand, scored for the part's rows, each row's allowed columns pushed into a
+ * bounded heap; then completePicks as the graph path. The same lists, bit for bit.
+ */
+export async function poolTopkSplit(ctx: IndexerContext, scorer: IndexScorer, e: LayerPlanEntry, jobs: readonly IndexerJob[]): Promise<Int32Array[]> {
+  const c = ctx.config;
+  const { indexNumHeads: hI, indexHeadDim: dI } = c;
+  const lists = jobs.map((j) => new Int32Array(j.rows * j.kk).fill(-1));
+  for (const p of poolParts(ctx, e, jobs)) {
+    const job = jobs[p.job] as IndexerJob;
+    const S = p.r1 - p.r0;
+    const clen = job.clen.subarray(p.r0, p.r1);
+    const U = p.pool.columns;
+    const kEff = Math.min(job.kk, job.nVis);
+    if (U === 0) {
+      (lists[p.job] as Int32Array).set(completePicks(new Int32Array(0), S, job.kk, kEff, clen, p.pool), p.r0 * job.kk);
+      continue;
+    }
+    const positions = poolPositions(p.pool);
+    const allow = new Uint8Array(S * U);
+    writePoolMask(p.pool, clen, allow, 0, U, 0);
+    const cap = Math.min(job.kk, U);
+    const heaps = new BoundedHeaps(S, cap);
+    const rowsPerBlock = scorer.rowsPerRun();
+    for (let r0 = 0; r0 < S; r0 += rowsPerBlock) {
+      const r1 = Math.min(S, r0 + rowsPerBlock);
+      const q0 = p.r0 + r0;
+      const q = { iq: job.iq.subarray(q0 * hI * dI, (q0 + r1 - r0) * hI * dI), iw: job.iw.subarray(q0 * hI, (q0 + r1 - r0) * hI), rows: r1 - r0 };
+      for (const [t0, t1] of keyChunks(U, scorer.keysPerRun(r1 - r0, 1, ctx.indexerBudgetValues))) {
+        scorer.loadKeys(job.src.indexK.gather(positions.subarray(t0, t1)), t1 - t0);
+        await scorer.run(q, 0, t1 - t0);
+        for (let r = r0; r < r1; r++) {
+          const s = scorer.scoreRow(r - r0, t1 - t0);
+          const mask = allow.subarray(r * U + t0, r * U + t1);
+          for (let u = 0; u < t1 - t0; u++) {
+            const v = s[u] as number;
+            if (mask[u] === 1 && v !== -Infinity && v === v && heaps.accepts(r, v, t0 + u)) heaps.push(r, v, t0 + u);
+          }
+        }
+      }
+    }
+    const picks = new Int32Array(S * cap).fill(-1);
+    for (let r = 0; r < S; r++) {
+      const n = heaps.size[r] as number;
+      for (let j = 0; j < n; j++) picks[r * cap + j] = positions[heaps.ids[r * cap + j] as number] as number;
+    }
+    (lists[p.job] as Int32Array).set(completePicks(picks, S, job.kk, kEff, clen, p.pool), p.r0 * job.kk);
+  }
+  return lists;
+}
+
+/** Per job, row blocks whose pools fit the budget (a decode row: one block); only the blocks: positions and masks are made when a part is scored. */
+function poolParts(ctx: IndexerContext, e: LayerPlanEntry, jobs: readonly IndexerJob[]): Array<{ job: number; r0: number; r1: number; pool: PoolBlocks }> {
+  const hI = ctx.config.indexNumHeads;
+  const bs = ctx.config.candidateBlockSize;
+  const parts: Array<{ job: number; r0: number; r1: number; pool: PoolBlocks }> = [];
+  jobs.forEach((job, ji) => {
+    const cand = requireCandidates(job.st.shared.candidates, e);
+    const kb = job.st.shared.kb;
+    const blocks: Array<[number, number]> = [[0, job.rows]];
+    while (blocks.length > 0) {
+      const [r0, r1] = blocks.pop() as [number, number];
+      const pool = poolBlocks(cand.subarray(r0 * kb, r1 * kb), r1 - r0, kb, job.nVis, bs);
+      if (r1 - r0 > 1 && (r1 - r0) * pool.columns * hI > ctx.indexerBudgetValues) {
+        const mid = (r0 + r1) >> 1;
+        blocks.push([mid, r1], [r0, mid]);
+        continue;
+      }
+      parts.push({ job: ji, r0, r1, pool });
+    }
+  });
+  return parts;
+}
+
 /** One run over several parts: their pools' keys one after another, block-diagonal masks. */
 async function poolRun(
   ctx: IndexerContext,
   graph: TypedGraph<typeof INDEXER_POOL>,
   jobs: readonly IndexerJob[],
-  run: ReadonlyArray<{ job: number; r0: number; r1: number; pool: CandidatePool }>,
+  run: ReadonlyArray<{ job: number; r0: number; r1: number; pool: PoolBlocks }>,
   lists: Int32Array[],
 ): Promise<void> {
   const c = ctx.config;
   const { indexNumHeads: hI, indexHeadDim: dI } = c;
   const R = run.reduce((s, p) => s + (p.r1 - p.r0), 0);
-  const U = run.reduce((s, p) => s + p.pool.positions.length, 0);
+  const U = run.reduce((s, p) => s + p.pool.columns, 0);
   const rowBytes = (jobs[run[0]?.job as number] as IndexerJob).src.indexK.rowBytes;
   const K = new Uint8Array(U * rowBytes);
   const allow = new Uint8Array(R * U);
   const iq = new Float32Array(R * hI * dI);
   const iw = new Float32Array(R * hI);
+  const positions: Int32Array[] = [];
   let row = 0;
   let col = 0;
   for (const p of run) {
     const job = jobs[p.job] as IndexerJob;
-    const u = p.pool.positions.length;
-    job.src.indexK.gather(p.pool.positions, K, col);
+    const pos = poolPositions(p.pool);
+    positions.push(pos);
+    job.src.indexK.gather(pos, K, col);
     const q = queryRows(c, job, p.r0, p.r1);
     iq.set(q.iq.data, row * hI * dI);
     iw.set(q.iw.data, row * hI);
-    for (let r = 0; r < p.r1 - p.r0; r++) allow.set(p.pool.allow.subarray(r * u, (r + 1) * u), (row + r) * U + col);
+    writePoolMask(p.pool, job.clen.subarray(p.r0, p.r1), allow, row, U, col);
     row += p.r1 - p.r0;
-    col += u;
+    col += pos.length;
   }
   const kk = Math.max(...run.map((p) => (jobs[p.job] as IndexerJob).kk));
   const out = await graph.run({
@@ -111,21 +173,22 @@ async function poolRun(
   const k = out.pick.dims[1] as number;
   row = 0;
   col = 0;
-  for (const p of run) {
+  run.forEach((p, pi) => {
     const job = jobs[p.job] as IndexerJob;
+    const pos = positions[pi] as Int32Array;
     const S = p.r1 - p.r0;
     const picks = new Int32Array(S * k).fill(-1);
     for (let r = 0; r < S; r++) {
       for (let j = 0; j < k; j++) {
         const at = (row + r) * k + j;
         const u = (out.pick.data[at] as number) - col;
-        if (out.finite.data[at] === 1 && u >= 0 && u < p.pool.positions.length) picks[r * k + j] = p.pool.positions[u] as number;
+        if (out.finite.data[at] === 1 && u >= 0 && u < pos.length) picks[r * k + j] = pos[u] as number;
       }
     }
     lists[p.job]?.set(completePicks(picks, S, job.kk, Math.min(job.kk, job.nVis), job.clen.subarray(p.r0, p.r1), p.pool), p.r0 * job.kk);
     row += S;
-    col += p.pool.positions.length;
-  }
+    col += pos.length;
+  });
 }
 
 /** Candidate blocks [S, kb] (-1 = none) → the mask [S, width] of the positions they cover. */
@@ -142,53 +205,94 @@ export function candidateMask(cand: Int32Array, S: number, kb: number, width: nu
   return mask;
 }
 
-/** The union of a span's candidate pools and what each row may pick from it. */
-export interface CandidatePool {
-  /** Positions of the union's blocks, ascending; padded to ≥ 2 columns (graph-io: one key column takes another code path). */
-  readonly positions: Int32Array;
-  /** [S, positions] 1 where the position is in the row's blocks and visible to it. */
-  readonly allow: Uint8Array;
-  /** Per row, its candidate blocks as a sorted list (for completePicks). */
+/** The union of a span's candidate blocks and each row's own: what its pool is, before any per-position array. */
+export interface PoolBlocks {
+  /** The union's blocks, ascending. */
+  readonly blocks: Int32Array;
+  /** Per row, its candidate blocks as a sorted list (for the mask and completePicks). */
   readonly rowBlocks: readonly Int32Array[];
+  /** Positions the union covers (its blocks, the last one cut at the visible entries). */
+  readonly size: number;
+  /** Columns of the pool: `size`, or 2 for a single position (graph-io: one key column takes another code path). */
+  readonly columns: number;
+  readonly nVis: number;
   readonly blockSize: number;
 }
 
-export function candidatePool(cand: Int32Array, S: number, kb: number, nVis: number, blockSize: number, clen: Int32Array): CandidatePool {
+/** The union of a span's candidate pools and what each row may pick from it. */
+export interface CandidatePool extends PoolBlocks {
+  /** Positions of the union's blocks, ascending; padded to `columns` (a second, never-allowed column). */
+  readonly positions: Int32Array;
+  /** [S, columns] 1 where the position is in the row's blocks and visible to it. */
+  readonly allow: Uint8Array;
+}
+
+export function poolBlocks(cand: Int32Array, S: number, kb: number, nVis: number, blockSize: number): PoolBlocks {
   const rowBlocks: Int32Array[] = [];
-  const all = new Set<number>();
+  const all = new Int32Array(S * kb);
+  let n = 0;
   for (let r = 0; r < S; r++) {
-    const row: number[] = [];
+    const row = new Int32Array(kb);
+    let m = 0;
     for (let j = 0; j < kb; j++) {
       const b = cand[r * kb + j] as number;
       if (b >= 0 && b * blockSize < nVis) {
-        row.push(b);
-        all.add(b);
+        row[m++] = b;
+        all[n++] = b;
       }
     }
-    rowBlocks.push(Int32Array.from(row).sort());
+    rowBlocks.push(row.subarray(0, m).sort());
   }
-  const blocks = Int32Array.from(all).sort();
-  const pos: number[] = [];
-  const blockOf: number[] = []; // union-block index of each position
-  blocks.forEach((b, i) => {
-    const end = Math.min(nVis, (b + 1) * blockSize);
-    for (let p = b * blockSize; p < end; p++) {
-      pos.push(p);
-      blockOf.push(i);
+  const sorted = all.subarray(0, n).sort();
+  let u = 0;
+  for (let i = 0; i < n; i++) if (u === 0 || sorted[i] !== sorted[u - 1]) sorted[u++] = sorted[i] as number;
+  const blocks = sorted.slice(0, u);
+  let size = 0;
+  for (const b of blocks) size += Math.min(nVis, (b + 1) * blockSize) - b * blockSize;
+  return { blocks, rowBlocks, size, columns: size === 1 ? 2 : size, nVis, blockSize };
+}
+
+/** The pool's positions, ascending, padded to its columns. */
+export function poolPositions(pool: PoolBlocks): Int32Array {
+  const pos = new Int32Array(pool.columns);
+  let u = 0;
+  for (const b of pool.blocks) {
+    const end = Math.min(pool.nVis, (b + 1) * pool.blockSize);
+    for (let p = b * pool.blockSize; p < end; p++) pos[u++] = p;
+  }
+  if (pool.size === 1) pos[1] = pos[0] as number;
+  return pos;
+}
+
+/**
+ * Writes the rows' masks over the pool's columns into `out` (row r at out[(row0 + r) · stride + col0]):
+ * 1 where the position is in the row's blocks and visible to it (the padding column stays 0).
+ */
+export function writePoolMask(pool: PoolBlocks, clen: Int32Array, out: Uint8Array, row0: number, stride: number, col0: number): void {
+  const { blocks, blockSize: bs, nVis } = pool;
+  pool.rowBlocks.forEach((own, r) => {
+    const visible = clen[r] as number;
+    const at = (row0 + r) * stride + col0;
+    // the union's blocks before block b, and so b's first column: the row's blocks are a sorted subset
+    let u = 0;
+    let col = 0;
+    for (const b of own) {
+      while ((blocks[u] as number) < b) {
+        col += Math.min(nVis, ((blocks[u] as number) + 1) * bs) - (blocks[u] as number) * bs;
+        u++;
+      }
+      const first = b * bs;
+      const end = Math.min(nVis, visible, (b + 1) * bs);
+      if (end > first) out.fill(1, at + col, at + col + end - first);
     }
   });
-  const real = pos.length;
-  if (real === 1) pos.push(pos[0] as number); // a second, never-allowed column (see `positions`)
-  const U = pos.length;
-  const allow = new Uint8Array(S * U);
-  const inRow = new Uint8Array(blocks.length);
-  for (let r = 0; r < S; r++) {
-    inRow.fill(0);
-    for (const b of rowBlocks[r] as Int32Array) inRow[lowerBound(blocks, b)] = 1;
-    const visible = clen[r] as number;
-    for (let u = 0; u < real; u++) allow[r * U + u] = inRow[blockOf[u] as number] === 1 && (pos[u] as number) < visible ? 1 : 0;
-  }
-  return { positions: Int32Array.from(pos), allow, rowBlocks, blockSize };
+}
+
+export function candidatePool(cand: Int32Array, S: number, kb: number, nVis: number, blockSize: number, clen: Int32Array): CandidatePool {
+  const pool = poolBlocks(cand, S, kb, nVis, blockSize);
+  const allow = new Uint8Array(S * pool.columns);
+  writePoolMask(pool, clen, allow, 0, pool.columns, 0);
+  return { ...pool, positions: poolPositions(pool), allow };
 }
 
 /**
@@ -196,7 +300,7 @@ export function candidatePool(cand: Int32Array, S: number, kb: number, nVis: num
  * fewer than kEff = min(kk, visible entries)) the lowest positions outside the row's allowed set, which
  * stay picks when below the row's visible length; ascending; -1 for unreachable picks and padding.
  */
-export function completePicks(picks: Int32Array, S: number, kk: number, kEff: number, clen: Int32Array, pool: CandidatePool): Int32Array {
+export function completePicks(picks: Int32Array, S: number, kk: number, kEff: number, clen: Int32Array, pool: Pick<PoolBlocks, 'rowBlocks' | 'blockSize'>): Int32Array {
   const out = new Int32Array(S * kk).fill(-1);
   const kp = S === 0 ? 0 : picks.length / S;
   const bs = pool.blockSize;

@@ -4,7 +4,9 @@
  * reference's top-k over all causally visible index keys, and at the candidate source level one of the
  * hierarchical indexer (the best candidate blocks).
  *
- * Two ways to run, with the same lists bit for bit:
+ * The default is scanSplit (model/indexer-scores, one span at a time, chunked as below); the ONNX
+ * graph scans, kept as the reference (indexerScores 'graph') and for the masked reference path, run
+ * two ways, with the same lists bit for bit:
  * - chunked (one span): its keys in chunks of indexerKeyChunk, each scored for the span's rows (in row
  *   blocks within the score budget); each chunk ranks its own best, and the chunks'
  *   rankings are merged as one ranking over all keys would order them (by score, ties to the lower
@@ -23,6 +25,8 @@ import { bool, i32, i64, u8, type TensorOf } from '../runtime/ort-session.js';
 import type { TypedGraph } from './graph-io.js';
 import type { INDEXER_SCAN } from './graphs/signatures.js';
 import { queryRows, type IndexerContext, type IndexerJob } from './indexer.js';
+import { BoundedHeaps, RunningRanking } from './indexer-ranking.js';
+import { pushRow, type IndexScorer } from './indexer-scores.js';
 
 export interface ScanResult {
   readonly topk: Int32Array;
@@ -50,64 +54,35 @@ export function keyChunks(n: number, chunk: number, split = n): Array<[number, n
   return out;
 }
 
-/** Per row, the (score, position) pairs the runs ranked, to be merged. */
-class Ranks {
-  readonly values: number[][];
-  readonly ids: number[][];
-  constructor(rows: number) {
-    this.values = Array.from({ length: rows }, () => []);
-    this.ids = Array.from({ length: rows }, () => []);
-  }
-  /** Takes rows [r0, r0 + rows of v) of a run's output; ids shifted by -shift; only finite ones unless keepInfinite. */
-  add(r0: number, v: TensorOf<'float32'>, i: TensorOf<'int32'>, shift: number, keepInfinite: boolean, rowsFrom = 0, rowsTo = v.dims[0] as number): void {
-    const k = v.dims[1] as number;
-    for (let r = rowsFrom; r < rowsTo; r++) {
-      const vs = this.values[r0 + r - rowsFrom] as number[];
-      const is = this.ids[r0 + r - rowsFrom] as number[];
-      for (let j = 0; j < k; j++) {
-        const value = v.data[r * k + j] as number;
-        if (!keepInfinite && value === -Infinity) continue;
-        vs.push(value);
-        is.push((i.data[r * k + j] as number) - shift);
-      }
-    }
-  }
-  /** Row r's pair indexes ranked as one TopK over all keys ranks them: by score, ties to the lower id. */
-  ranked(r: number): number[] {
-    const vs = this.values[r] as number[];
-    const is = this.ids[r] as number[];
-    const order = vs.map((_, j) => j);
-    order.sort((a, b) => (vs[b] as number) - (vs[a] as number) || (is[a] as number) - (is[b] as number));
-    return order;
-  }
+/** Merges rows [rowsFrom, rowsTo) of a run's [rows, k] output into rows r0… of `ranking` (positions shifted by -shift). */
+function mergeRun(ranking: RunningRanking, r0: number, v: TensorOf<'float32'>, i: TensorOf<'int32'>, shift: number, keepInfinite: boolean, rowsFrom = 0, rowsTo = v.dims[0] as number): void {
+  const k = v.dims[1] as number;
+  for (let r = rowsFrom; r < rowsTo; r++) ranking.merge(r0 + r - rowsFrom, v.data, i.data, r * k, k, shift, keepInfinite);
 }
 
 /** The merged best min(kk, nVis) per row → ascending positions, those ≥ the row's length -1, padded to kk. */
-function topkFromRanks(ranks: Ranks, job: IndexerJob): Int32Array {
+function topkFromRanking(ranking: RunningRanking, job: IndexerJob): Int32Array {
   const { rows: S, kk, nVis, clen } = job;
   const out = new Int32Array(S * kk).fill(-1);
+  const cap = ranking.capacity;
   for (let r = 0; r < S; r++) {
-    const ids = ranks.ids[r] as number[];
-    const picks = ranks.ranked(r).slice(0, Math.min(kk, nVis)).map((j) => ids[j] as number);
-    picks.sort((a, b) => a - b);
+    const n = Math.min(kk, nVis, ranking.count[r] as number);
+    const picks = out.subarray(r * kk, r * kk + n);
+    picks.set(ranking.ids.subarray(r * cap, r * cap + n));
+    picks.sort();
     const visible = clen[r] as number;
-    picks.forEach((p, j) => (out[r * kk + j] = p < visible ? p : -1));
+    for (let j = 0; j < n; j++) if ((picks[j] as number) >= visible) picks[j] = -1;
   }
   return out;
 }
 
-/** The merged best kb candidate blocks per row; blocks whose maximum is -inf (nothing reachable) → -1. */
-function blocksFromRanks(ranks: Ranks, S: number, kb: number): Int32Array {
+/** The merged best kb candidate blocks per row, in rank order; blocks whose maximum is -inf (nothing reachable) → -1. */
+function blocksFromRanking(ranking: RunningRanking, S: number, kb: number): Int32Array {
   const out = new Int32Array(S * kb).fill(-1);
+  const cap = ranking.capacity;
   for (let r = 0; r < S; r++) {
-    const vs = ranks.values[r] as number[];
-    const ids = ranks.ids[r] as number[];
-    ranks
-      .ranked(r)
-      .slice(0, kb)
-      .forEach((j, k) => {
-        if ((vs[j] as number) > -Infinity) out[r * kb + k] = ids[j] as number;
-      });
+    const n = Math.min(kb, ranking.count[r] as number);
+    for (let k = 0; k < n; k++) if ((ranking.values[r * cap + k] as number) > -Infinity) out[r * kb + k] = ranking.ids[r * cap + k] as number;
   }
   return out;
 }
@@ -124,15 +99,41 @@ function pinOf(n: number, bs: number): number {
   return n > 0 ? Math.floor((n - 1) / bs) : -1;
 }
 
-/** One span alone: its keys in chunks, its rows in blocks; `mask` [S, nVis] restricts picks (reference path). */
-export async function scanChunked(ctx: IndexerContext, graph: TypedGraph<typeof INDEXER_SCAN>, e: LayerPlanEntry, job: IndexerJob, mask: Uint8Array | null): Promise<ScanResult> {
+/** A span's candidate blocks [rows, kb] (-1 = none): the reference path scans every key masked to them. */
+export interface CandidateBlocks {
+  readonly cand: Int32Array;
+  readonly kb: number;
+}
+
+/** The mask [r1 - r0, N] of rows [r0, r1) over key columns [k0, k0 + N): 1 where the key is in one of the row's candidate blocks. */
+function candidateMaskPart(pool: CandidateBlocks, r0: number, r1: number, k0: number, k1: number, N: number, blockSize: number): Uint8Array {
+  const part = new Uint8Array((r1 - r0) * N);
+  const { cand, kb } = pool;
+  for (let r = r0; r < r1; r++) {
+    for (let j = 0; j < kb; j++) {
+      const b = cand[r * kb + j] as number;
+      if (b < 0) continue;
+      const from = Math.max(k0, b * blockSize);
+      const to = Math.min(k1, (b + 1) * blockSize);
+      if (from < to) part.fill(1, (r - r0) * N + from - k0, (r - r0) * N + to - k0);
+    }
+  }
+  return part;
+}
+
+/**
+ * One span alone: its keys in chunks, its rows in blocks; `pool` restricts picks to the rows'
+ * candidate blocks (reference path), its mask built per run.
+ */
+export async function scanChunked(ctx: IndexerContext, graph: TypedGraph<typeof INDEXER_SCAN>, e: LayerPlanEntry, job: IndexerJob, pool: CandidateBlocks | null): Promise<ScanResult> {
   const c = ctx.config;
   const { indexNumHeads: hI, indexHeadDim: dI } = c;
   const bs = c.candidateBlockSize;
   const { rows: S, nVis, clen } = job;
   const rowBytes = job.src.indexK.rowBytes;
-  const ranks = new Ranks(S);
-  const blockRanks = e.isCandidateSource ? new Ranks(S) : null;
+  const kb = Math.min(c.candidateTopKBlocks, Math.ceil(nVis / bs));
+  const ranking = new RunningRanking(S, Math.min(job.kk, nVis));
+  const blockRanking = e.isCandidateSource && pool === null ? new RunningRanking(S, kb) : null;
   const kkT = i32(Int32Array.of(job.kk), [1]);
   // split where a shared prefix ends (rounded down to a whole candidate block): every chunk but the
   // one holding the private tail is read in place (see PackedRowStore)
@@ -151,12 +152,7 @@ export async function scanChunked(ctx: IndexerContext, graph: TypedGraph<typeof 
     for (let r0 = 0; r0 < S; r0 += step) {
       const r1 = Math.min(S, r0 + step);
       const n = r1 - r0;
-      let candIn;
-      if (mask !== null) {
-        const part = new Uint8Array(n * N);
-        for (let r = r0; r < r1; r++) part.set(mask.subarray(r * nVis + k0, r * nVis + k1), (r - r0) * N);
-        candIn = bool(part, [1, n, N]);
-      }
+      const candIn = pool !== null ? bool(candidateMaskPart(pool, r0, r1, k0, k1, N, bs), [1, n, N]) : undefined;
       const q = queryRows(c, job, r0, r1);
       const out = await graph.run({
         iq: { ...q.iq, dims: [1, n, hI, dI] },
@@ -167,16 +163,15 @@ export async function scanChunked(ctx: IndexerContext, graph: TypedGraph<typeof 
         hi: int64Tensor(clen.subarray(r0, r1), [1, n, 1]),
         kk: kkT,
         ...(candIn !== undefined ? { cand_in: candIn } : {}),
-        ...(blockRanks !== null ? { pin: int64Tensor(Array.from(clen.subarray(r0, r1), (v) => pinOf(v, bs)), [1, n, 1]) } : {}),
+        ...(e.isCandidateSource ? { pin: int64Tensor(Array.from(clen.subarray(r0, r1), (v) => pinOf(v, bs)), [1, n, 1]) } : {}),
       });
-      ranks.add(r0, rows2d(out.topv), rows2d(out.topi), 0, mask !== null);
-      if (blockRanks !== null && out.blockv !== undefined && out.blocki !== undefined) blockRanks.add(r0, rows2d(out.blockv), rows2d(out.blocki), 0, true);
+      mergeRun(ranking, r0, rows2d(out.topv), rows2d(out.topi), 0, pool !== null);
+      if (blockRanking !== null && out.blockv !== undefined && out.blocki !== undefined) mergeRun(blockRanking, r0, rows2d(out.blockv), rows2d(out.blocki), 0, true);
     }
   }
   // the reference path keeps the -inf picks below a row's length (see the module comment)
-  if (mask !== null) return { topk: topkFromRanks(ranks, job), candidates: null, kb: 0 };
-  const kb = Math.min(c.candidateTopKBlocks, Math.ceil(nVis / bs));
-  return { topk: topkFromRanks(ranks, job), candidates: blockRanks !== null ? blocksFromRanks(blockRanks, S, kb) : null, kb };
+  if (pool !== null) return { topk: topkFromRanking(ranking, job), candidates: null, kb: 0 };
+  return { topk: topkFromRanking(ranking, job), candidates: blockRanking !== null ? blocksFromRanking(blockRanking, S, kb) : null, kb };
 }
 
 /**
@@ -237,16 +232,69 @@ async function scanGroup(ctx: IndexerContext, graph: TypedGraph<typeof INDEXER_S
   const results = new Map<IndexerJob, ScanResult>();
   const flat = rows2d;
   group.forEach((j, g) => {
-    const ranks = new Ranks(j.rows);
-    ranks.add(0, flat(out.topv), flat(out.topi), 0, false, g * S, g * S + j.rows);
+    const ranking = new RunningRanking(j.rows, Math.min(j.kk, j.nVis));
+    mergeRun(ranking, 0, flat(out.topv), flat(out.topi), 0, false, g * S, g * S + j.rows);
     let candidates: Int32Array | null = null;
     const kb = Math.min(c.candidateTopKBlocks, Math.ceil(j.nVis / bs));
     if (e.isCandidateSource && out.blockv !== undefined && out.blocki !== undefined) {
-      const blocks = new Ranks(j.rows);
-      blocks.add(0, flat(out.blockv), flat(out.blocki), 0, false, g * S, g * S + j.rows);
-      candidates = blocksFromRanks(blocks, j.rows, kb);
+      const blocks = new RunningRanking(j.rows, kb);
+      mergeRun(blocks, 0, flat(out.blockv), flat(out.blocki), 0, false, g * S, g * S + j.rows);
+      candidates = blocksFromRanking(blocks, j.rows, kb);
     }
-    results.set(j, { topk: topkFromRanks(ranks, j), candidates, kb });
+    results.set(j, { topk: topkFromRanking(ranking, j), candidates, kb });
   });
   return results;
+}
+
+/**
+ * The default scan of one span (model/indexer-scores): its keys in chunks (as scanChunked's, split
+ * where a shared prefix ends), each scored for the span's rows in blocks (usually one) in runs of a
+ * few thousand keys, each run's keys unpacked for it; each row's visible scores pushed into bounded
+ * heaps (top-k; at the candidate source its blocks). The same lists as the graph scan, bit for bit.
+ */
+export async function scanSplit(ctx: IndexerContext, scorer: IndexScorer, e: LayerPlanEntry, job: IndexerJob): Promise<ScanResult> {
+  const c = ctx.config;
+  const { indexNumHeads: hI, indexHeadDim: dI } = c;
+  const bs = c.candidateBlockSize;
+  const { rows: S, nVis, kk, clen } = job;
+  const kb = Math.min(c.candidateTopKBlocks, Math.ceil(nVis / bs));
+  const topk = new BoundedHeaps(S, Math.min(kk, nVis));
+  const blocks = e.isCandidateSource ? new BoundedHeaps(S, kb) : null;
+  const split = Math.floor(job.src.indexK.sharedRowCount / bs) * bs;
+  const R = job.src.indexK.rowBytes;
+  const rowsPerBlock = scorer.rowsPerRun();
+  for (const [k0, k1] of keyChunks(nVis, ctx.indexerKeyChunk, split)) {
+    const count = k1 - k0;
+    const packed = job.src.indexK.range(k0, count);
+    // rows see keys below their causal length, which grows with the row: skip those that see none of the chunk
+    let first = 0;
+    while (first < S && (clen[first] as number) <= k0) first++;
+    for (let r0 = first; r0 < S; r0 += rowsPerBlock) {
+      const r1 = Math.min(S, r0 + rowsPerBlock);
+      const q = { iq: job.iq.subarray(r0 * hI * dI, r1 * hI * dI), iw: job.iw.subarray(r0 * hI, r1 * hI), rows: r1 - r0 };
+      // the chunk's keys in runs of whole blocks (a single leftover key joins the run before it), each unpacked for its run
+      for (const [t0, t1] of keyChunks(count, scorer.keysPerRun(r1 - r0, bs, ctx.indexerBudgetValues))) {
+        if (t0 >= (clen[r1 - 1] as number) - k0) break; // no row sees these keys
+        scorer.loadKeys(packed.subarray(t0 * R, t1 * R), t1 - t0);
+        await scorer.run(q, 0, t1 - t0);
+        for (let r = r0; r < r1; r++) {
+          const visible = Math.min(t1, (clen[r] as number) - k0) - t0;
+          if (visible > 0) pushRow(scorer.scoreRow(r - r0, visible), visible, k0 + t0, r, topk, blocks === null ? null : { heaps: blocks, blockSize: bs, pin: pinOf(clen[r] as number, bs) });
+        }
+      }
+    }
+  }
+  const out = new Int32Array(S * kk).fill(-1);
+  for (let r = 0; r < S; r++) {
+    const n = topk.size[r] as number;
+    const picks = out.subarray(r * kk, r * kk + n);
+    picks.set(topk.ids.subarray(r * topk.capacity, r * topk.capacity + n));
+    picks.sort();
+  }
+  let candidates: Int32Array | null = null;
+  if (blocks !== null) {
+    candidates = new Int32Array(S * kb).fill(-1);
+    for (let r = 0; r < S; r++) blocks.rankedIds(r, candidates.subarray(r * kb, (r + 1) * kb));
+  }
+  return { topk: out, candidates, kb };
 }

@@ -7,7 +7,9 @@
  *
  * Full layers (and index sources up to the candidate source) scan every visible entry
  * (model/indexer-scan); layers after the candidate source pick inside each row's candidate pool
- * (model/indexer-pool). Several spans share a graph run where that costs little (decode steps): their
+ * (model/indexer-pool). By default both score through model/indexer-scores (keys unpacked, scores
+ * finished and picks made outside onnxruntime, around one Gemm); with indexerScores 'graph' they run
+ * the ONNX graphs (the reference, the same lists bit for bit). Several spans share a graph run where that costs little (decode steps): their
  * keys are laid out one after another and each row may only pick its own (a mask), so a row's list is
  * what it would be alone, bit for bit.
  */
@@ -18,8 +20,9 @@ import type { TensorOf } from '../runtime/ort-session.js';
 import type { LayerIndexer, ModelGraphs } from './model-graphs.js';
 import type { KvSourceCache } from './sequence.js';
 import type { ForwardObserver, SpanState } from './span.js';
-import { candidateMask, poolTopk } from './indexer-pool.js';
-import { scanChunked, scanGrouped } from './indexer-scan.js';
+import { candidateMask, poolTopk, poolTopkSplit } from './indexer-pool.js';
+import { scanChunked, scanGrouped, scanSplit } from './indexer-scan.js';
+import type { IndexScorer } from './indexer-scores.js';
 
 export interface IndexerContext {
   readonly config: ModelConfig;
@@ -107,14 +110,24 @@ export async function runIndexers(
   }
   if (jobs.length === 0) return;
 
-  if (indexer.kind === 'pool') {
-    const lists = await poolTopk(ctx, indexer.graph, e, jobs);
+  if (indexer.kind === 'pool' || indexer.kind === 'split-pool') {
+    const lists = indexer.kind === 'pool' ? await poolTopk(ctx, indexer.graph, e, jobs) : await poolTopkSplit(ctx, scorerOf(ctx, e), e, jobs);
     jobs.forEach((j, i) => (j.st.shared.topk = lists[i] as Int32Array));
+  } else if (indexer.kind === 'split-scan') {
+    const scorer = scorerOf(ctx, e);
+    for (const j of jobs) {
+      const r = await scanSplit(ctx, scorer, e, j);
+      j.st.shared.topk = r.topk;
+      if (e.isCandidateSource) {
+        j.st.shared.candidates = r.candidates;
+        j.st.shared.kb = r.kb;
+      }
+    }
   } else if (indexer.maskedToCandidates) {
     // the reference path: each span scans everything, masked to its pool (no grouping: the masks differ)
     for (const j of jobs) {
-      const mask = candidateMask(requireCandidates(j.st.shared.candidates, e), j.rows, j.st.shared.kb, j.nVis, c.candidateBlockSize);
-      j.st.shared.topk = (await scanChunked(ctx, indexer.graph, e, j, mask)).topk;
+      const pool = { cand: requireCandidates(j.st.shared.candidates, e), kb: j.st.shared.kb };
+      j.st.shared.topk = (await scanChunked(ctx, indexer.graph, e, j, pool)).topk;
     }
   } else {
     // spans whose keys fit one chunk and whose rows fit the budget share runs; longer ones run alone, in chunks
@@ -143,6 +156,12 @@ export async function runIndexers(
       }
     }
   }
+}
+
+function scorerOf(ctx: IndexerContext, e: LayerPlanEntry): IndexScorer {
+  const s = ctx.graphs.indexScorer;
+  if (s === null) throw new Csa2Error('runtime', `layer ${e.layer}: the split indexer has no scorer`);
+  return s;
 }
 
 export function requireCandidates(cand: Int32Array | null, e: LayerPlanEntry): Int32Array {

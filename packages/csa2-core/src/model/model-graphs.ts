@@ -6,11 +6,14 @@
  * Sessions per layer: attnIn, attnOut, moe; compress (KV sources); an indexer (index sources): a scan
  * of every visible entry, or, for layers after the candidate source, a scan of the candidate pool
  * only (`indexerPool`, the default) or of every entry masked to the pool (the official code's way).
+ * By default (`indexerScores: 'split'`) the scans and pools unpack, finish and pick in TypeScript
+ * around one shared Gemm session (model/indexer-scores); with 'graph' each layer has its ONNX scan or
+ * pool graph (unpack, scores, masks and TopK in the graph), as does the masked reference path always.
  * Shared by all layers: the two sparse-attention graphs (one per layer kind) and the head.
  */
 import type { ModelConfig } from '../config/model-config.js';
 import type { LayerPlan, LayerPlanEntry } from '../config/layer-plan.js';
-import { resolveIntraOpThreads, type RuntimeOptions } from '../runtime/ort-session.js';
+import { openGraphSession, resolveIntraOpThreads, type GraphSession, type RuntimeOptions } from '../runtime/ort-session.js';
 import type { NumericsMode } from './graph-ops.js';
 import { TypedGraph, type GraphSignature, type Io } from './graph-io.js';
 import type { GraphContext, WeightSource } from './graphs/context.js';
@@ -18,7 +21,8 @@ import { buildAttnInGraph, buildAttnOutGraph } from './graphs/attention-sublayer
 import { buildAttentionGraph, buildUnpackMainKvGraph } from './graphs/attention-graphs.js';
 import { buildCompressGraph } from './graphs/compress-graph.js';
 import { buildHeadGraph, buildMoeGraph } from './graphs/ffn-graphs.js';
-import { buildIndexerPoolGraph, buildIndexerScanGraph } from './graphs/indexer-graphs.js';
+import { buildIndexScoresGraph, buildIndexerPoolGraph, buildIndexerScanGraph } from './graphs/indexer-graphs.js';
+import { IndexScorer, MAX_HEADS_SUMMED_IN_TS } from './indexer-scores.js';
 import {
   ATTENTION,
   ATTN_IN,
@@ -38,7 +42,10 @@ import type { MoeGateParams } from './moe-gate.js';
 /** A layer's indexer: a scan of all visible entries, or of its candidate pool (model/indexer). */
 export type LayerIndexer =
   | { readonly kind: 'scan'; readonly graph: TypedGraph<typeof INDEXER_SCAN>; readonly maskedToCandidates: boolean }
-  | { readonly kind: 'pool'; readonly graph: TypedGraph<typeof INDEXER_POOL> };
+  | { readonly kind: 'pool'; readonly graph: TypedGraph<typeof INDEXER_POOL> }
+  /** model/indexer-scores with the model's IndexScorer: every visible entry, or the candidate pool */
+  | { readonly kind: 'split-scan' }
+  | { readonly kind: 'split-pool' };
 
 export interface LayerGraphs {
   readonly entry: LayerPlanEntry;
@@ -64,6 +71,8 @@ export interface ModelGraphs {
   readonly attentionCompressed: TypedGraph<typeof ATTENTION>;
   /** Packed main-KV rows → values: the entries a span's rows selected, once per index source (model/attention). */
   readonly unpackMainKv: TypedGraph<typeof UNPACK_MAIN_KV>;
+  /** The split indexer's scorer (its Gemm session and buffers); null with indexerScores 'graph'. */
+  readonly indexScorer: IndexScorer | null;
 }
 
 export interface GraphBuildOptions {
@@ -71,7 +80,11 @@ export interface GraphBuildOptions {
   readonly runtime: RuntimeOptions;
   /** Layers after the candidate source score only their candidate pool (true) or every entry, masked. */
   readonly indexerPool: boolean;
+  /** Where the indexer unpacks, finishes its scores and picks: TypeScript around one Gemm ('split') or the ONNX graphs ('graph'). */
+  readonly indexerScores: IndexerScores;
 }
+
+export type IndexerScores = 'split' | 'graph';
 
 function hcSplitParams(c: ModelConfig, w: WeightSource, layer: number, which: 'attn' | 'ffn'): HcSplitParams {
   return {
@@ -88,6 +101,7 @@ export async function openModelGraphs(config: ModelConfig, plan: LayerPlan, weig
   const ctx: GraphContext = { config, weights, mode: options.numerics };
   const threads = resolveIntraOpThreads(options.runtime, config.dim);
   const opened: TypedGraph<GraphSignature<Io, Io, Io, Io>>[] = [];
+  let scorerSession: GraphSession | null = null;
   const open = async <S extends GraphSignature<Io, Io, Io, Io>>(name: string, bytes: Uint8Array, signature: S): Promise<TypedGraph<S>> => {
     const g = await TypedGraph.open(name, bytes, signature, options.runtime, threads);
     opened.push(g as unknown as TypedGraph<GraphSignature<Io, Io, Io, Io>>);
@@ -98,11 +112,15 @@ export async function openModelGraphs(config: ModelConfig, plan: LayerPlan, weig
     const layers: LayerGraphs[] = [];
     for (const e of plan.entries) {
       let indexer: LayerIndexer | null = null;
+      const split = options.indexerScores === 'split';
       if (e.isIndexSource) {
-        indexer =
-          e.usesCandidates && options.indexerPool
-            ? { kind: 'pool', graph: await open(`indexer_pool_${e.layer}`, buildIndexerPoolGraph(ctx, e), INDEXER_POOL) }
-            : { kind: 'scan', graph: await open(`indexer_${e.layer}`, buildIndexerScanGraph(ctx, e), INDEXER_SCAN), maskedToCandidates: e.usesCandidates };
+        if (e.usesCandidates && options.indexerPool) {
+          indexer = split ? { kind: 'split-pool' } : { kind: 'pool', graph: await open(`indexer_pool_${e.layer}`, buildIndexerPoolGraph(ctx, e), INDEXER_POOL) };
+        } else if (!e.usesCandidates && split) {
+          indexer = { kind: 'split-scan' };
+        } else {
+          indexer = { kind: 'scan', graph: await open(`indexer_${e.layer}`, buildIndexerScanGraph(ctx, e), INDEXER_SCAN), maskedToCandidates: e.usesCandidates };
+        }
       }
       layers.push({
         entry: e,
@@ -125,6 +143,11 @@ export async function openModelGraphs(config: ModelConfig, plan: LayerPlan, weig
       });
     }
     const dec = plan.decoderStart;
+    let indexScorer: IndexScorer | null = null;
+    if (options.indexerScores === 'split' && plan.entries.some((e) => e.isIndexSource)) {
+      scorerSession = await openGraphSession('index_scores', buildIndexScoresGraph(ctx, config.indexNumHeads > MAX_HEADS_SUMMED_IN_TS), options.runtime, threads);
+      indexScorer = new IndexScorer(config, options.numerics, scorerSession);
+    }
     return {
       layers,
       head: await open('head', buildHeadGraph(ctx), HEAD),
@@ -132,9 +155,11 @@ export async function openModelGraphs(config: ModelConfig, plan: LayerPlan, weig
       attentionWindow: await open('attention_window', buildAttentionGraph(ctx, false), ATTENTION),
       attentionCompressed: await open('attention_compressed', buildAttentionGraph(ctx, true), ATTENTION),
       unpackMainKv: await open('unpack_main_kv', buildUnpackMainKvGraph(ctx), UNPACK_MAIN_KV),
+      indexScorer,
     };
   } catch (err) {
     for (const g of opened) await g.dispose().catch(() => undefined);
+    await scorerSession?.dispose().catch(() => undefined);
     throw err;
   }
 }
@@ -142,7 +167,9 @@ export async function openModelGraphs(config: ModelConfig, plan: LayerPlan, weig
 /** Releases every session. */
 export async function disposeModelGraphs(graphs: ModelGraphs): Promise<void> {
   for (const l of graphs.layers) {
-    for (const g of [l.attnIn, l.attnOut, l.moe, l.compress, l.indexer?.graph ?? null]) if (g !== null) await g.dispose();
+    const indexer = l.indexer !== null && 'graph' in l.indexer ? l.indexer.graph : null;
+    for (const g of [l.attnIn, l.attnOut, l.moe, l.compress, indexer]) if (g !== null) await g.dispose();
   }
   for (const g of [graphs.head, graphs.compressOnly, graphs.attentionWindow, graphs.attentionCompressed, graphs.unpackMainKv]) if (g !== null) await g.dispose();
+  await graphs.indexScorer?.dispose();
 }

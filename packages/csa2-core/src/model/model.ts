@@ -20,7 +20,7 @@ import { DEFAULT_RUNTIME_OPTIONS, type RuntimeOptions } from '../runtime/ort-ses
 import { type NumericsMode } from './graph-ops.js';
 import type { WeightSource } from './graphs/context.js';
 import { forward, ropeTensors, type ForwardContext } from './forward.js';
-import { disposeModelGraphs, openModelGraphs, type ModelGraphs } from './model-graphs.js';
+import { disposeModelGraphs, openModelGraphs, type IndexerScores, type ModelGraphs } from './model-graphs.js';
 import { ropeFrequencies } from './rope.js';
 import { Sequence } from './sequence.js';
 import type { ForwardObserver, LayerTimer, ProgressCallback, Span, SpanOutput, StreamRows } from './span.js';
@@ -53,6 +53,13 @@ export interface ModelOptions {
    * with the context). @defaultValue true
    */
   readonly indexerPool: boolean;
+  /**
+   * Where the indexer unpacks its keys, finishes the scores and picks: TypeScript around one shared
+   * Gemm ('split', model/indexer-scores), or the ONNX graphs of every index layer ('graph': the FP4
+   * unpack, scores, masks and TopK in the graph; the reference the split path is tested against, bit
+   * for bit). @defaultValue 'split'
+   */
+  readonly indexerScores: IndexerScores;
 }
 
 export const DEFAULT_MODEL_OPTIONS: ModelOptions = {
@@ -63,6 +70,7 @@ export const DEFAULT_MODEL_OPTIONS: ModelOptions = {
   indexerBudgetValues: 1 << 22,
   indexerKeyChunk: 65536,
   indexerPool: true,
+  indexerScores: 'split',
 };
 
 export class Csa2Model {
@@ -91,7 +99,7 @@ export class Csa2Model {
     if (opts.indexerKeyChunk % bs !== 0 || opts.indexerKeyChunk < 2) {
       throw new Csa2Error('config-invalid', `model option indexerKeyChunk (${opts.indexerKeyChunk}) must be a multiple of candidate_block_size (${bs}) and at least 2`);
     }
-    const graphs = await openModelGraphs(config, plan, weights, { numerics: opts.numerics, runtime: opts.runtime, indexerPool: opts.indexerPool });
+    const graphs = await openModelGraphs(config, plan, weights, { numerics: opts.numerics, runtime: opts.runtime, indexerPool: opts.indexerPool, indexerScores: opts.indexerScores });
     const ropeDim = config.ropeHeadDim;
     const freqsPlain = ropeFrequencies({ ropeDim, base: config.ropeTheta, yarn: null });
     const freqsCompress = ropeFrequencies({

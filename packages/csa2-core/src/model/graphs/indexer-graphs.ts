@@ -114,3 +114,30 @@ export function buildIndexerPoolGraph(ctx: GraphContext, e: LayerPlanEntry): Uin
   g.output(g.greater(vals, g.scalar(-Infinity)), 'finite', 'bool', ['S', 'k']);
   return g.toBytes();
 }
+
+/**
+ * The index scores as the default scan and pool compute them (model/indexer-scores): the keys come
+ * unpacked (the exact fake-quantized values, as unpackIndexK gives them) and one Gemm takes every
+ * row's heads at once, p = q · kᵀ [rows·hI, N] — per element the same product as the scan's batched
+ * MatMul over [S, hI, dI] (the same kernel and order for M ≥ 2; the caller pads M = 1 and N = 1). With
+ * `headSum`, the rest of the bf16 einsum follows here too (relu, head weights, the head sum) →
+ * scores [rows, N]; without it TypeScript does that part.
+ */
+export function buildIndexScoresGraph(ctx: GraphContext, headSum: boolean): Uint8Array {
+  const { indexNumHeads: hI, indexHeadDim: dI } = ctx.config;
+  const g = new GraphBuilder('index_scores');
+  const o = new GraphOps(g, ctx.mode);
+  const q = g.input('q', 'float32', ['M', dI]);
+  const k = g.input('k', 'float32', ['N', dI]);
+  const p = g.op('Gemm', [q, k], { transB: 1 }); // [M, N]
+  if (!headSum) {
+    g.output(p, 'p', 'float32', ['M', 'N']);
+    return g.toBytes();
+  }
+  const iw = g.input('iw', 'float32', ['S', hI]);
+  const nLen = g.slice(g.op('Shape', [k]), [0], [0], [1]);
+  const perHead = o.bf(g.op('Reshape', [p, g.concat([g.const('int64', [-1, hI]), nLen], 0)])); // [S, hI, N]
+  const weighted = o.bf(g.mul(g.relu(perHead), g.unsqueeze(iw, [-1])));
+  g.output(o.bf(g.reduceSum(weighted, [1], false)), 'scores', 'float32', ['S', 'N']);
+  return g.toBytes();
+}

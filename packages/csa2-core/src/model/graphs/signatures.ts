@@ -62,6 +62,20 @@ export const INDEXER_POOL = {
   outputs: { pick: 'int32', finite: 'bool' },
 } as const satisfies AnySignature;
 
+/**
+ * index_scores (every index source by default; model/indexer-scores unpacks the keys and picks):
+ * q [M,dI] the rows' index queries, M = rows × hI (row-major [rows, hI]); k [N,dI] the keys' values
+ * → p [M,N] the per-head products q·k (fp32, the scan's einsum before its bf16 rounding); where the
+ * head sum is not done in TypeScript (more than 4 index heads), also iw [rows,hI] → scores [rows,N],
+ * the scan's bf16 einsum.
+ */
+export const INDEX_SCORES = {
+  inputs: { q: 'float32', k: 'float32' },
+  optionalInputs: { iw: 'float32' },
+  outputs: {},
+  optionalOutputs: { p: 'float32', scores: 'float32' },
+} as const satisfies AnySignature;
+
 /** attention (both layer kinds): q [S,H,D], kv [N,D] key table, idx [S,C] rows of kv (-1 none), sink [H] → att [S,H,D]. */
 export const ATTENTION = {
   inputs: { q: 'float32', kv: 'float32', idx: 'int32', sink: 'float32' },

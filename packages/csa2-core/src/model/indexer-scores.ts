@@ -1,0 +1,190 @@
+/**
+ * @module model/indexer-scores
+ * The indexer's scores and picks as the default scan and pool compute them, split between onnxruntime
+ * and TypeScript; the ONNX-only graphs of graphs/indexer-graphs (the FP4 unpack, scores, masks and
+ * TopK in the graph) stay as the reference (`indexerScores: 'graph'`), and tests compare the two
+ * bit for bit.
+ *
+ * Profiled at 1M tokens (tiny width, one row, 65,536 keys a run), the ONNX scan spent ~85 % of its
+ * time unpacking: a Gather of two floats per payload byte, a broadcast Mul by the block scales and a
+ * Transpose of the keys, each a pass over 128 B per key through freshly mapped memory; the product
+ * itself was ~6 %. With many rows (a replay) the elementwise bf16 epilogue over [rows, hI, N] tensors
+ * (casts to bf16 and back, relu, the head weight, the head sum, the mask) and the TopKs took ~80 %.
+ * Here:
+ *  - keys are unpacked per run (model/indexer-kernels: a small WebAssembly loop, each payload
+ *    byte's two values times its block's scale from one table of 65,536 pairs, the float32 products
+ *    exactly as the graph's Mul gives them);
+ *  - one Gemm (graph index_scores) gives a run's per-head products (per element the scan's MatMul's:
+ *    the same kernel and order; see buildIndexScoresGraph), in runs of ≤ PRODUCTS_PER_RUN;
+ *  - the bf16 einsum is finished per row (indexer-kernels' finish: bf16 round-to-nearest-even as
+ *    onnxruntime's Cast, relu, × the head weight, the head sum in order h = 0, 1, …) for at most 4
+ *    index heads, where onnxruntime's ReduceSum adds in that order too (with more heads it does not:
+ *    there the graph does the head sum);
+ *  - the picks come from bounded per-row heaps (model/indexer-ranking): by score, ties to the lower
+ *    position, over the row's visible keys only; at the candidate source also the blocks by their
+ *    maximum, the row's newest visible block pinned at +inf.
+ * Nothing here grows with the context: the kernels' memory holds one run's keys and products.
+ */
+import { Csa2Error } from '../errors.js';
+import type { ModelConfig } from '../config/model-config.js';
+import { f32, type GraphSession, type TensorOf } from '../runtime/ort-session.js';
+import type { NumericsMode } from './graph-ops.js';
+import { IndexerKernels } from './indexer-kernels.js';
+import type { BoundedHeaps } from './indexer-ranking.js';
+
+/** Index heads up to which TypeScript sums the heads (onnxruntime's ReduceSum adds them in order there). */
+export const MAX_HEADS_SUMMED_IN_TS = 4;
+
+/**
+ * One run of the Gemm: at most this many products (rows × heads × keys: 2 MB of float32), keys (their
+ * values, 2 MB at index_head_dim 32, are unpacked for the run) and rows × heads (so that a run takes
+ * at least 512 keys). What a run allocates stays small and is read back while in cache; a decode row
+ * scores a 65,536-key chunk in 4 runs, a replay's 160 rows 1,638 keys a run.
+ */
+export const PRODUCTS_PER_RUN = 1 << 19;
+export const KEYS_PER_RUN = 16384;
+export const ROWS_TIMES_HEADS_PER_RUN = 1024;
+
+/** What one scoring run needs: the rows' index queries [rows, hI, dI] and head weights [rows, hI]. */
+export interface ScoreRows {
+  readonly iq: Float32Array;
+  readonly iw: Float32Array;
+  readonly rows: number;
+}
+
+/**
+ * Scores rows against key values, in reused buffers (one instance per model; runs are sequential).
+ * `scoreRow` gives row r's scores of the last run.
+ */
+export class IndexScorer {
+  private readonly kernels: IndexerKernels;
+  private keyRows = 0;
+  private scoresOut: TensorOf<'float32'> | null = null;
+  private q2 = new Float32Array(0);
+  private n = 0;
+  private rows = 0;
+  private iw: Float32Array = new Float32Array(0);
+  readonly headSumInGraph: boolean;
+
+  constructor(
+    readonly config: ModelConfig,
+    readonly mode: NumericsMode,
+    private readonly session: GraphSession,
+  ) {
+    this.headSumInGraph = config.indexNumHeads > MAX_HEADS_SUMMED_IN_TS;
+    this.kernels = new IndexerKernels(config.indexHeadDim);
+  }
+
+  dispose(): Promise<void> {
+    return this.session.dispose();
+  }
+
+  /**
+   * Unpacks `count` packed index-K rows into the key buffer the next runs score (at least 2 rows: a
+   * one-column product takes another code path; the padding row is zero and never read).
+   */
+  loadKeys(packed: Uint8Array, count: number): void {
+    this.kernels.unpack(packed, count, Math.max(2, count));
+    this.keyRows = Math.max(2, count);
+  }
+
+  /**
+   * Scores the rows against keys [from, from + count) of those `loadKeys` loaded last (padded to
+   * 2 with the zero row when the whole buffer is one key).
+   */
+  async run(q: ScoreRows, from: number, count: number): Promise<void> {
+    const { indexNumHeads: hI, indexHeadDim: dI } = this.config;
+    const N = Math.max(2, count);
+    if (!(from >= 0 && from + N <= this.keyRows)) throw new Csa2Error('runtime', `IndexScorer.run: keys [${from}, ${from + N}) of ${this.keyRows}`);
+    let M = q.rows * hI;
+    let iq = q.iq.subarray(0, M * dI);
+    if (M === 1) {
+      // M ≥ 2 as for N (a one-row product takes another code path); the extra row's products are not read
+      if (this.q2.length < 2 * dI) this.q2 = new Float32Array(2 * dI);
+      this.q2.set(iq);
+      iq = this.q2;
+      M = 2;
+    }
+    const k = f32(this.kernels.keys(from, N), [N, dI]);
+    if (this.headSumInGraph) {
+      const out = await this.session.run({ q: f32(iq, [M, dI]), k, iw: f32(q.iw.subarray(0, q.rows * hI), [q.rows, hI]) });
+      this.scoresOut = out['scores'] as TensorOf<'float32'>;
+    } else {
+      const p = (await this.session.run({ q: f32(iq, [M, dI]), k }))['p'] as TensorOf<'float32'>;
+      this.kernels.loadProducts(p.data, M, N);
+    }
+    this.n = N;
+    this.rows = q.rows;
+    this.iw = q.iw;
+  }
+
+  /**
+   * Keys per run for `rows` rows: one run's products (rows × heads × keys) stay within
+   * PRODUCTS_PER_RUN (and the indexer budget), a multiple of the block size (block maxima never
+   * straddle runs), at least one block.
+   */
+  keysPerRun(rows: number, blockSize: number, budgetValues: number): number {
+    const perRow = Math.max(2, rows * this.config.indexNumHeads);
+    const keys = Math.min(KEYS_PER_RUN, Math.floor(Math.min(PRODUCTS_PER_RUN, budgetValues) / perRow));
+    return Math.max(1, Math.floor(keys / blockSize)) * blockSize;
+  }
+
+  /** Rows per run: rows × heads ≤ ROWS_TIMES_HEADS_PER_RUN (a run then still takes ≥ 512 keys). */
+  rowsPerRun(): number {
+    return Math.max(1, Math.floor(ROWS_TIMES_HEADS_PER_RUN / this.config.indexNumHeads));
+  }
+
+  /** Row r's scores over the first `count` keys of the last run (a view, valid until the next call). */
+  scoreRow(r: number, count: number): Float32Array {
+    const N = this.n;
+    if (!(r >= 0 && r < this.rows && count <= N)) throw new Csa2Error('runtime', `IndexScorer.scoreRow: row ${r} of ${this.rows}, ${count} of ${N} keys`);
+    if (this.headSumInGraph) return (this.scoresOut as TensorOf<'float32'>).data.subarray(r * N, r * N + count);
+    const hI = this.config.indexNumHeads;
+    return this.kernels.finish(r, hI, this.iw.subarray(r * hI, (r + 1) * hI), count, this.mode === 'bf16');
+  }
+}
+
+
+/**
+ * Pushes a row's scores s[0..count) of keys at positions `first` + n into its top-k heap (finite
+ * scores only) and, with `blocks`, the maxima of its candidate blocks (`first` a multiple of the block
+ * size; the row's pinned block at +inf; blocks with no finite score are left out: they rank last and
+ * the published list has -1 there anyway).
+ */
+export function pushRow(s: Float32Array, count: number, first: number, row: number, topk: BoundedHeaps, blocks: { heaps: BoundedHeaps; blockSize: number; pin: number } | null): void {
+  const cap = topk.capacity;
+  const base = row * cap;
+  const vs = topk.values;
+  const is = topk.ids;
+  let n = 0;
+  // until the heap is full every finite score goes in; then only those ranking before its worst
+  for (; n < count && (topk.size[row] as number) < cap; n++) {
+    const v = s[n] as number;
+    if (v !== -Infinity && v === v) topk.push(row, v, first + n);
+  }
+  if (cap > 0 && (topk.size[row] as number) === cap) {
+    let wv = vs[base] as number;
+    let wi = is[base] as number;
+    for (; n < count; n++) {
+      const v = s[n] as number;
+      if (v < wv) continue; // most keys (NaN fails every test below too)
+      if (v > wv || (v === wv && first + n < wi)) {
+        topk.push(row, v, first + n);
+        wv = vs[base] as number;
+        wi = is[base] as number;
+      }
+    }
+  }
+  if (blocks === null) return;
+  const { heaps, blockSize: bs, pin } = blocks;
+  const b0 = first / bs;
+  for (let j = 0; j * bs < count; j++) {
+    const end = Math.min(count, (j + 1) * bs);
+    let m = -Infinity;
+    for (let k = j * bs; k < end; k++) if ((s[k] as number) > m) m = s[k] as number;
+    const id = b0 + j;
+    if (id === pin) m = Infinity;
+    if (m === -Infinity) continue;
+    if (heaps.accepts(row, m, id)) heaps.push(row, m, id);
+  }
+}
