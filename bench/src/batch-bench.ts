@@ -5,7 +5,8 @@
  * 1. Decode at batch B = 1, 2, 4, … (one forward call per step with B decode rows, csa2-core's
  *    Csa2Model.forward), per model and context: aggregate tokens/s, the ratio to B = 1, and each
  *    sequence's inter-token latency (step time) p50 / p99. The B sequences are forks of one prefilled
- *    context (CED prefill, R = 128), so every batch size decodes the same contexts; they sample with
+ *    and frozen context (CED prefill, R = 128; frozen as the engine's document cache holds a document,
+ *    so the forks read its rows in place), so every batch size decodes the same contexts; they sample with
  *    distinct seeds, so their selections diverge.
  * 2. Prefill interference through the engine's scheduler (Engine, what the workers run): `streams`
  *    generations decode; then a long prompt arrives; their inter-token latency p50 / p99 before and
@@ -58,6 +59,8 @@ async function prefillContext(model: Csa2Model, ids: readonly number[]): Promise
   const seq = model.createSequence();
   const R = Math.min(128, ids.length);
   const logits = await model.decoderReplay(seq, await model.encode(seq, ids, { replayTokens: R, keepRows: R }));
+  // frozen, as the engine's document cache holds a document: the forks read its rows in place
+  seq.freeze();
   return { seq, logits };
 }
 

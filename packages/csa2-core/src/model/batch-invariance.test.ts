@@ -13,6 +13,7 @@ import { bundledConfig, withSeededCheckpoint } from '../testing/seeded-model.js'
 import { loadCheckpoint, type Checkpoint } from '../weights/checkpoint.js';
 import { SeededRandom } from '../weights/init-model.js';
 import { Csa2Model } from './model.js';
+import { sharedScanStats } from './indexer-scan.js';
 import { argmax } from './sampler.js';
 import type { Sequence } from './sequence.js';
 import type { Span, StreamRows } from './span.js';
@@ -178,5 +179,89 @@ test('seeded 40-layer released schedule: the same in a batch as alone (max |Δlo
     const maxDiff = await checkInvariance(ckpt);
     console.log(`40-layer seeded: max |Δlogit| batched vs alone = ${maxDiff}`);
     assert.equal(maxDiff, 0);
+  });
+});
+
+/**
+ * Forks of one frozen document decoding together: their Full layers score the shared prefix in one
+ * product per run (scanSplitShared) — each fork's logits, tokens and private cache bytes must equal its
+ * run alone, with key chunks small enough that the prefix spans several chunks and the private tail
+ * starts in a chunk of its own.
+ */
+async function checkForks(ckpt: Checkpoint, options: { indexerKeyChunk: number }): Promise<{ maxDiff: number; groups: number }> {
+  const model = await Csa2Model.create(ckpt.config, ckpt.plan, { get: (n) => ckpt.tensor(n).data }, options);
+  const L = model.config.numLayers;
+  const rng = new SeededRandom(91);
+  const V = model.config.vocabSize;
+  const doc = model.createSequence();
+  const prompt = Array.from({ length: 203 }, () => rng.nextU32() % V);
+  doc.tokens.append(prompt);
+  for (let p = 0; p < prompt.length; p += 64) {
+    const p1 = Math.min(prompt.length, p + 64);
+    await model.forward([{ seq: doc, layout: { kind: 'segment', start: 0, end: prompt.length }, p0: p, p1, l0: 0, l1: L, input: null, logits: false }]);
+  }
+  doc.freeze();
+  const firsts = [5, 17, 29, 41];
+  const decodeTogether = async () => {
+    const forks = firsts.map((t) => {
+      const seq = doc.fork();
+      seq.tokens.push(t);
+      return { seq, logits: [] as Float32Array[] };
+    });
+    for (let step = 0; step < 5; step++) {
+      const spans = forks.map((f) => ({ seq: f.seq, layout: { kind: 'step' as const }, p0: f.seq.length - 1, p1: f.seq.length, l0: 0, l1: L, input: null, logits: true }));
+      const outs = await model.forward(spans);
+      outs.forEach((o, i) => {
+        const f = forks[i] as (typeof forks)[number];
+        const row = o?.logits as Float32Array;
+        f.logits.push(row);
+        f.seq.tokens.push(argmax(row));
+      });
+    }
+    return forks;
+  };
+  const before = sharedScanStats.groups;
+  const alone = [];
+  for (let i = 0; i < firsts.length; i++) alone.push(...(await decodeOne(i)));
+  async function decodeOne(i: number) {
+    const seq = doc.fork();
+    seq.tokens.push(firsts[i] as number);
+    const f = { seq, logits: [] as Float32Array[] };
+    for (let step = 0; step < 5; step++) {
+      const out = (await model.forward([{ seq, layout: { kind: 'step' }, p0: seq.length - 1, p1: seq.length, l0: 0, l1: L, input: null, logits: true }]))[0];
+      f.logits.push(out?.logits as Float32Array);
+      seq.tokens.push(argmax(out?.logits as Float32Array));
+    }
+    return [f];
+  }
+  assert.equal(sharedScanStats.groups, before, 'a fork alone scores its prefix alone');
+  const batched = await decodeTogether();
+  const groups = sharedScanStats.groups - before;
+  let maxDiff = 0;
+  alone.forEach((a, i) => {
+    const b = batched[i] as (typeof batched)[number];
+    a.logits.forEach((row, t) => {
+      const other = b.logits[t] as Float32Array;
+      for (let v = 0; v < row.length; v++) maxDiff = Math.max(maxDiff, Math.abs((row[v] as number) - (other[v] as number)));
+    });
+    assert.deepEqual(Array.from(b.seq.tokens.view()), Array.from(a.seq.tokens.view()), `fork ${i}: tokens`);
+    for (const [layer, c] of a.seq.caches) {
+      assert.deepEqual(b.seq.cache(layer).mainKv.view(), c.mainKv.view(), `fork ${i}: layer ${layer} main KV`);
+      assert.deepEqual(b.seq.cache(layer).indexK.view(), c.indexK.view(), `fork ${i}: layer ${layer} index K`);
+    }
+  });
+  await model.dispose();
+  return { maxDiff, groups };
+}
+
+test('forks of one frozen document: the shared prefix scored together for all forks, the same as each fork alone (max |Δlogit| = 0)', async () => {
+  const config = { ...bundledConfig('v41-tiny-40l'), window_size: 16, index_topk: 12, candidate_topk_blocks: 3, candidate_block_size: 4, max_seq_len: 512 };
+  await withSeededCheckpoint(config, 5, async (ckpt) => {
+    for (const indexerKeyChunk of [65536, 24]) {
+      const { maxDiff, groups } = await checkForks(ckpt, { indexerKeyChunk });
+      console.log(`forks, key chunks of ${indexerKeyChunk}: max |Δlogit| together vs alone = ${maxDiff}; ${groups} shared scans`);
+      assert.ok(groups > 0, 'the forks decoding together took the shared-prefix scan');
+      assert.equal(maxDiff, 0);
+    }
   });
 });

@@ -21,6 +21,7 @@
  * as the reference does, see indexer-pool.)
  */
 import type { LayerPlanEntry } from '../config/layer-plan.js';
+import { Csa2Error } from '../errors.js';
 import { bool, i32, i64, u8, type TensorOf } from '../runtime/ort-session.js';
 import type { TypedGraph } from './graph-io.js';
 import type { INDEXER_SCAN } from './graphs/signatures.js';
@@ -252,18 +253,35 @@ async function scanGroup(ctx: IndexerContext, graph: TypedGraph<typeof INDEXER_S
  * few thousand keys, each run's keys unpacked for it; each row's visible scores pushed into bounded
  * heaps (top-k; at the candidate source its blocks). The same lists as the graph scan, bit for bit.
  */
-export async function scanSplit(ctx: IndexerContext, scorer: IndexScorer, e: LayerPlanEntry, job: IndexerJob): Promise<ScanResult> {
+/** How often scans shared one frozen prefix's keys across spans (for tests: that the grouped path ran). */
+export const sharedScanStats = { groups: 0, spans: 0 };
+
+interface SplitState {
+  readonly job: IndexerJob;
+  readonly topk: BoundedHeaps;
+  readonly blocks: BoundedHeaps | null;
+  readonly kb: number;
+}
+
+function splitState(ctx: IndexerContext, e: LayerPlanEntry, job: IndexerJob): SplitState {
+  const bs = ctx.config.candidateBlockSize;
+  const kb = Math.min(ctx.config.candidateTopKBlocks, Math.ceil(job.nVis / bs));
+  return { job, topk: new BoundedHeaps(job.rows, Math.min(job.kk, job.nVis)), blocks: e.isCandidateSource ? new BoundedHeaps(job.rows, kb) : null, kb };
+}
+
+/** Scores one span's keys [from, nVis) into its heaps (chunked, in runs within the budget). */
+async function scanSplitKeys(ctx: IndexerContext, scorer: IndexScorer, st: SplitState, from: number): Promise<void> {
   const c = ctx.config;
   const { indexNumHeads: hI, indexHeadDim: dI } = c;
   const bs = c.candidateBlockSize;
-  const { rows: S, nVis, kk, clen } = job;
-  const kb = Math.min(c.candidateTopKBlocks, Math.ceil(nVis / bs));
-  const topk = new BoundedHeaps(S, Math.min(kk, nVis));
-  const blocks = e.isCandidateSource ? new BoundedHeaps(S, kb) : null;
+  const { job, topk, blocks } = st;
+  const { rows: S, nVis, clen } = job;
   const split = Math.floor(job.src.indexK.sharedRowCount / bs) * bs;
   const R = job.src.indexK.rowBytes;
   const rowsPerBlock = scorer.rowsPerRun();
   for (const [k0, k1] of keyChunks(nVis, ctx.indexerKeyChunk, split)) {
+    if (k1 <= from) continue;
+    if (k0 < from) throw new Csa2Error('runtime', `scanSplitKeys: key chunk [${k0}, ${k1}) straddles the start ${from}`);
     const count = k1 - k0;
     const packed = job.src.indexK.range(k0, count);
     // rows see keys below their causal length, which grows with the row: skip those that see none of the chunk
@@ -284,6 +302,11 @@ export async function scanSplit(ctx: IndexerContext, scorer: IndexScorer, e: Lay
       }
     }
   }
+}
+
+function splitResult(st: SplitState): ScanResult {
+  const { job, topk, blocks, kb } = st;
+  const { rows: S, kk } = job;
   const out = new Int32Array(S * kk).fill(-1);
   for (let r = 0; r < S; r++) {
     const n = topk.size[r] as number;
@@ -297,4 +320,66 @@ export async function scanSplit(ctx: IndexerContext, scorer: IndexScorer, e: Lay
     for (let r = 0; r < S; r++) blocks.rankedIds(r, candidates.subarray(r * kb, (r + 1) * kb));
   }
   return { topk: out, candidates, kb };
+}
+
+/** One span's scan on the split scorer: every visible key, chunked. */
+export async function scanSplit(ctx: IndexerContext, scorer: IndexScorer, e: LayerPlanEntry, job: IndexerJob): Promise<ScanResult> {
+  const st = splitState(ctx, e, job);
+  await scanSplitKeys(ctx, scorer, st, 0);
+  return splitResult(st);
+}
+
+/**
+ * Spans whose index keys begin with one frozen prefix (forks of one document: every question on it)
+ * score that prefix together: each run unpacks its keys once and scores the rows of all the spans in
+ * one product, each row pushed into its own span's heaps; then every span scores its private keys
+ * alone. A row's scores and picks are those of scanSplit (the same per-element products, heaps that
+ * rank by score and position whatever the order of the pushes).
+ */
+export async function scanSplitShared(ctx: IndexerContext, scorer: IndexScorer, e: LayerPlanEntry, jobs: readonly IndexerJob[]): Promise<ScanResult[]> {
+  const c = ctx.config;
+  const { indexNumHeads: hI, indexHeadDim: dI } = c;
+  const bs = c.candidateBlockSize;
+  const states = jobs.map((j) => splitState(ctx, e, j));
+  const src = (jobs[0] as IndexerJob).src.indexK;
+  const split = Math.floor(src.sharedRowCount / bs) * bs;
+  for (const j of jobs) {
+    if (j.src.indexK.sharedPrefix !== src.sharedPrefix || j.src.indexK.sharedRowCount !== src.sharedRowCount || j.nVis < split) {
+      throw new Csa2Error('runtime', 'scanSplitShared: the spans do not all read the same frozen prefix in full');
+    }
+  }
+  // every (span, row) that sees at least one prefix key, stacked
+  const rows: Array<{ st: SplitState; r: number; clen: number }> = [];
+  for (const st of states) for (let r = 0; r < st.job.rows; r++) if ((st.job.clen[r] as number) > 0) rows.push({ st, r, clen: st.job.clen[r] as number });
+  const R = src.rowBytes;
+  const rowsPerBlock = scorer.rowsPerRun();
+  const iq = new Float32Array(Math.min(rows.length, rowsPerBlock) * hI * dI);
+  const iw = new Float32Array(Math.min(rows.length, rowsPerBlock) * hI);
+  for (const [k0, k1] of keyChunks(split, ctx.indexerKeyChunk)) {
+    const count = k1 - k0;
+    const packed = src.range(k0, count);
+    const seeing = rows.filter((x) => x.clen > k0);
+    for (let b0 = 0; b0 < seeing.length; b0 += rowsPerBlock) {
+      const block = seeing.slice(b0, b0 + rowsPerBlock);
+      block.forEach((x, i) => {
+        iq.set(x.st.job.iq.subarray(x.r * hI * dI, (x.r + 1) * hI * dI), i * hI * dI);
+        iw.set(x.st.job.iw.subarray(x.r * hI, (x.r + 1) * hI), i * hI);
+      });
+      const q = { iq, iw, rows: block.length };
+      const most = Math.max(...block.map((x) => x.clen)) - k0;
+      for (const [t0, t1] of keyChunks(count, scorer.keysPerRun(block.length, bs, ctx.indexerBudgetValues))) {
+        if (t0 >= most) break; // no row sees these keys
+        scorer.loadKeys(packed.subarray(t0 * R, t1 * R), t1 - t0);
+        await scorer.run(q, 0, t1 - t0);
+        block.forEach((x, i) => {
+          const visible = Math.min(t1, x.clen - k0) - t0;
+          if (visible > 0) pushRow(scorer.scoreRow(i, visible), visible, k0 + t0, x.r, x.st.topk, x.st.blocks === null ? null : { heaps: x.st.blocks, blockSize: bs, pin: pinOf(x.clen, bs) });
+        });
+      }
+    }
+  }
+  for (const st of states) await scanSplitKeys(ctx, scorer, st, split);
+  sharedScanStats.groups++;
+  sharedScanStats.spans += jobs.length;
+  return states.map(splitResult);
 }

@@ -21,7 +21,7 @@ import type { LayerIndexer, ModelGraphs } from './model-graphs.js';
 import type { KvSourceCache } from './sequence.js';
 import type { ForwardObserver, SpanState } from './span.js';
 import { candidateMask, poolTopk, poolTopkSplit } from './indexer-pool.js';
-import { scanChunked, scanGrouped, scanSplit } from './indexer-scan.js';
+import { scanChunked, scanGrouped, scanSplit, scanSplitShared, type ScanResult } from './indexer-scan.js';
 import type { IndexScorer } from './indexer-scores.js';
 
 export interface IndexerContext {
@@ -115,8 +115,24 @@ export async function runIndexers(
     jobs.forEach((j, i) => (j.st.shared.topk = lists[i] as Int32Array));
   } else if (indexer.kind === 'split-scan') {
     const scorer = scorerOf(ctx, e);
+    const bs = c.candidateBlockSize;
+    // spans reading one frozen prefix in full (forks of a document) score it together
+    const groups = new Map<Uint8Array, IndexerJob[]>();
+    const alone: IndexerJob[] = [];
     for (const j of jobs) {
-      const r = await scanSplit(ctx, scorer, e, j);
+      const prefix = j.src.indexK.sharedPrefix;
+      const split = Math.floor(j.src.indexK.sharedRowCount / bs) * bs;
+      if (prefix === null || split === 0 || j.nVis < split) alone.push(j);
+      else groups.set(prefix, [...(groups.get(prefix) ?? []), j]);
+    }
+    const results = new Map<IndexerJob, ScanResult>();
+    for (const group of groups.values()) {
+      if (group.length === 1) alone.push(group[0] as IndexerJob);
+      else (await scanSplitShared(ctx, scorer, e, group)).forEach((r, i) => results.set(group[i] as IndexerJob, r));
+    }
+    for (const j of alone) results.set(j, await scanSplit(ctx, scorer, e, j));
+    for (const j of jobs) {
+      const r = results.get(j) as ScanResult;
       j.st.shared.topk = r.topk;
       if (e.isCandidateSource) {
         j.st.shared.candidates = r.candidates;

@@ -48,6 +48,11 @@ export class PackedRowStore {
     return this.sharedRows;
   }
 
+  /** The shared prefix's bytes (the same object in every store that reads it), or null when there is none. */
+  get sharedPrefix(): Uint8Array | null {
+    return this.sharedRows > 0 ? this.shared : null;
+  }
+
   /** Makes room for `rows` rows in all, exactly (no effect when there is room already). */
   reserve(rows: number): void {
     const need = (rows - this.sharedRows) * this.rowBytes;
