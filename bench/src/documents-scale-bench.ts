@@ -36,7 +36,7 @@ import { machineFacts, type MachineFacts } from './machine.js';
 import { seededTokenIds } from './model-bench.js';
 import { fmtSpread, median } from './stats.js';
 import type { BenchIo, BenchSuite, OptionValues } from './suite.js';
-import { UsageError, positiveIntOption } from './suite.js';
+import { UsageError, positiveIntOption, tokenCountsOption } from './suite.js';
 import { fmtDuration, fmtTokens, markdownTable } from './table.js';
 
 const BENCH_DIR = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -443,22 +443,11 @@ export async function runScaleBench(opts: ScaleBenchOptions, io: BenchIo): Promi
 
 // ---------------------------------------------------------------- options
 
-function tokenList(values: OptionValues, name: string, fallback: readonly number[]): number[] {
-  const v = values[name];
-  if (typeof v !== 'string') return [...fallback];
-  return v.split(',').map((s) => {
-    const t = s.trim();
-    const n = /^\d+[kK]$/.test(t) ? Number(t.slice(0, -1)) * 1024 : /^\d+[mM]$/.test(t) ? Number(t.slice(0, -1)) * 1024 * 1024 : Number(t);
-    if (!Number.isSafeInteger(n) || n < 1) throw new UsageError(`--${name} takes token counts such as 8K,1M,5000, got "${s}"`);
-    return n;
-  });
-}
-
 export function parseScaleBenchOptions(values: OptionValues): ScaleBenchOptions {
   const d = DEFAULT_SCALE_OPTIONS;
   const quick = values['quick'] === true;
-  const sizes = tokenList(values, 'scale-tokens', quick ? [4096, 8192, 65536] : d.sizes);
-  const realMax = tokenList(values, 'scale-real-max', [quick ? 4096 : d.realMaxTokens]);
+  const sizes = tokenCountsOption(values, 'scale-tokens', quick ? [4096, 8192, 65536] : d.sizes);
+  const realMax = tokenCountsOption(values, 'scale-real-max', [quick ? 4096 : d.realMaxTokens]);
   if (realMax.length !== 1) throw new UsageError('--scale-real-max takes one token count');
   const json = values['scale-json'];
   return {

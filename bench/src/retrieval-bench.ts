@@ -23,7 +23,7 @@ import { API_KEY, Pipeline } from '@csa2/test';
 import OpenAI from 'openai';
 import { answerCorrect, instanceSeed, loadRetrievalCorpus, RETRIEVAL_TASKS, retrievalInstance, type RetrievalCorpus, type RetrievalInstance, type RetrievalTask } from './retrieval-tasks.js';
 import type { BenchIo, BenchSuite, OptionValues } from './suite.js';
-import { UsageError, positiveIntOption } from './suite.js';
+import { UsageError, positiveIntOption, tokenCount, tokenCountsOption } from './suite.js';
 import { fmtDuration, markdownTable } from './table.js';
 
 const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url));
@@ -74,34 +74,37 @@ interface Outcome {
   readonly selected: Record<string, number>;
 }
 
-function prepare(engine: Engine, instance: RetrievalInstance, length: number): Prepared {
+/** The instance's document (BOS first) and question as token ids. */
+function tokenizeInstance(engine: Engine, instance: RetrievalInstance): { docIds: number[]; questionIds: number[] } {
   const bos = engine.info().bosId;
-  const head = bos === null ? [] : [bos];
-  const docIds = [...head, ...engine.tokenize(instance.document)];
-  const questionIds = engine.tokenize(instance.question);
-  // a needle starts a sentence after a space: the text before it (without that space) tokenizes to the
-  // tokens before the needle's first token (byte-level BPE attaches the space to the word after it)
-  const needleSpans = instance.needles.map((n) => {
-    const before = head.length + engine.tokenize(instance.document.slice(0, n.offset).trimEnd()).length;
-    const through = head.length + engine.tokenize(instance.document.slice(0, n.offset + n.text.length)).length;
-    return [before, through] as const;
-  });
-  return { instance, length, docIds, questionIds, answerTokens: engine.tokenize(instance.answer).length, needleSpans };
+  return { docIds: [...(bos === null ? [] : [bos]), ...engine.tokenize(instance.document)], questionIds: engine.tokenize(instance.question) };
+}
+
+/**
+ * The value-carrying needles' token spans: a needle starts a sentence after a space, and the text before
+ * it (without that space) tokenizes to the tokens before the needle's first token (byte-level BPE
+ * attaches the space to the word after it).
+ */
+function needleSpans(engine: Engine, instance: RetrievalInstance): Array<readonly [number, number]> {
+  const head = engine.info().bosId === null ? 0 : 1;
+  return instance.needles.map((n) => [head + engine.tokenize(instance.document.slice(0, n.offset).trimEnd()).length, head + engine.tokenize(instance.document.slice(0, n.offset + n.text.length)).length] as const);
 }
 
 /** An instance whose document + question come to about `length` tokens (the haystack scaled to fit). */
 function instanceOfLength(engine: Engine, corpus: RetrievalCorpus, task: RetrievalTask, length: number, depth: number, seed: number): Prepared {
   let chars = Math.max(200, Math.round(length * 3.6));
-  let best: Prepared | null = null;
+  let best: { instance: RetrievalInstance; docIds: number[]; questionIds: number[]; total: number } | null = null;
   for (let attempt = 0; attempt < 4; attempt++) {
-    const p = prepare(engine, retrievalInstance(corpus, task, chars, depth, seed), length);
-    const total = p.docIds.length + p.questionIds.length;
-    if (total <= length && (best === null || total > best.docIds.length + best.questionIds.length)) best = p;
+    const instance = retrievalInstance(corpus, task, chars, depth, seed);
+    const ids = tokenizeInstance(engine, instance);
+    const total = ids.docIds.length + ids.questionIds.length;
+    if (total <= length && (best === null || total > best.total)) best = { instance, ...ids, total };
     if (total <= length && total >= 0.97 * length) break;
     chars = Math.max(200, Math.floor(chars * (length / total) * (total > length ? 0.99 : 1.0)));
   }
   if (best === null) throw new Error(`could not fit a ${task} instance into ${length} tokens`);
-  return best;
+  const { instance, docIds, questionIds } = best;
+  return { instance, length, docIds, questionIds, answerTokens: engine.tokenize(instance.answer).length, needleSpans: needleSpans(engine, instance) };
 }
 
 /** The chance that k entries drawn without replacement from n include at least one of m given ones. */
@@ -185,7 +188,7 @@ export async function runRetrievalBench(opts: RetrievalBenchOptions, io: BenchIo
   const storeDir = mkdtempSync(join(tmpdir(), 'csa2-bench-retrieval-'));
   const engine = await Engine.open({ modelDir: opts.modelDir, store: pathToFileURL(storeDir).href });
   const outcomes: Outcome[] = [];
-  const prepared: { p: Prepared; sample: number; documentId: string }[] = [];
+  const prepared: { p: Prepared; documentId: string }[] = [];
   const maxLen = engine.model.config.maxSeqLen;
   let klSection = '';
   try {
@@ -222,7 +225,7 @@ export async function runRetrievalBench(opts: RetrievalBenchOptions, io: BenchIo
               }
             }
             outcomes.push({ task, length, promptTokens, depth, sample, answers, selected });
-            prepared.push({ p, sample, documentId });
+            prepared.push({ p, documentId });
             io.log(
               `retrieval: ${task} ${promptTokens} tokens depth ${depth}: ` +
                 Object.entries(answers)
@@ -373,12 +376,6 @@ function listOption(values: OptionValues, name: string, fallback: readonly numbe
   return v.split(',').map((t) => parse(t.trim()));
 }
 
-function tokensText(t: string): number {
-  const m = /^(\d+)([KkMm]?)$/.exec(t);
-  if (m === null) throw new UsageError(`not a token count: ${JSON.stringify(t)} (e.g. 4096, 4K, 1M)`);
-  return Number(m[1]) * (m[2] === '' ? 1 : /k/i.test(m[2] as string) ? 1024 : 1024 * 1024);
-}
-
 export function parseRetrievalBenchOptions(values: OptionValues): RetrievalBenchOptions {
   const quick = values['quick'] === true;
   const tasksText = values['retrieval-tasks'];
@@ -398,13 +395,13 @@ export function parseRetrievalBenchOptions(values: OptionValues): RetrievalBench
     modelDir: typeof modelText === 'string' ? modelText : join(REPO_ROOT, 'models/v41-mini-128k'),
     corpusDir: join(REPO_ROOT, 'training/data/corpus'),
     tasks: tasks as RetrievalTask[],
-    lengths: listOption(values, 'retrieval-lengths', quick ? [1024] : [1024, 4096, 16384, 32768], tokensText),
+    lengths: tokenCountsOption(values, 'retrieval-lengths', quick ? [1024] : [1024, 4096, 16384, 32768]),
     depths,
     samples: positiveIntOption(values, 'retrieval-samples', 1),
     replays: listOption(values, 'retrieval-replays', quick ? [128] : [128, 512, 2560], positive('retrieval-replays')),
     modes: modes as Mode[],
-    exactMaxTokens: tokensText(typeof values['retrieval-exact-max'] === 'string' ? values['retrieval-exact-max'] : '16K'),
-    klTokens: typeof values['retrieval-kl-tokens'] === 'string' ? tokensText(values['retrieval-kl-tokens']) : quick ? 1024 : 4096,
+    exactMaxTokens: typeof values['retrieval-exact-max'] === 'string' ? tokenCount(values['retrieval-exact-max'], 'retrieval-exact-max') : 16384,
+    klTokens: typeof values['retrieval-kl-tokens'] === 'string' ? tokenCount(values['retrieval-kl-tokens'], 'retrieval-kl-tokens', 0) : quick ? 1024 : 4096,
     klReplays: listOption(values, 'retrieval-kl-replays', quick ? [128] : [32, 128, 512, 2560], positive('retrieval-kl-replays')),
     seed: positiveIntOption(values, 'seed', 1),
     jsonPath: typeof values['retrieval-json'] === 'string' ? values['retrieval-json'] : null,

@@ -41,6 +41,20 @@ export const STD_IO: BenchIo = {
   log: (line) => void process.stderr.write(`${line}\n`),
 };
 
+/** A token count such as 4096, 8K or 1M (K = 1024, M = 1024²), at least `min`; UsageError naming the option otherwise. */
+export function tokenCount(text: string, name: string, min = 1): number {
+  const m = /^(\d+)([kKmM]?)$/.exec(text.trim());
+  const n = m === null ? NaN : Number(m[1]) * (m[2] === '' ? 1 : /k/i.test(m[2] as string) ? 1024 : 1024 * 1024);
+  if (!Number.isSafeInteger(n) || n < min) throw new UsageError(`--${name}: not a token count: "${text}" (token counts such as 8K, 1M, 5000)`);
+  return n;
+}
+
+/** A comma-separated list option of token counts (tokenCount), or `fallback` when absent. */
+export function tokenCountsOption(values: OptionValues, name: string, fallback: readonly number[]): number[] {
+  const v = values[name];
+  return typeof v === 'string' ? v.split(',').map((t) => tokenCount(t, name)) : [...fallback];
+}
+
 /** A positive-integer option's value, or `fallback` when absent; UsageError naming the option otherwise. */
 export function positiveIntOption(values: OptionValues, name: string, fallback: number): number {
   const v = values[name];

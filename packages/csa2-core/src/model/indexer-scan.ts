@@ -27,7 +27,7 @@ import type { TypedGraph } from './graph-io.js';
 import type { INDEXER_SCAN } from './graphs/signatures.js';
 import { queryRows, type IndexerContext, type IndexerJob } from './indexer.js';
 import { BoundedHeaps, RunningRanking } from './indexer-ranking.js';
-import { pushRow, type IndexScorer } from './indexer-scores.js';
+import { pushRow, type IndexScorer, type ScoreRows } from './indexer-scores.js';
 
 export interface ScanResult {
   readonly topk: Int32Array;
@@ -269,12 +269,38 @@ function splitState(ctx: IndexerContext, e: LayerPlanEntry, job: IndexerJob): Sp
   return { job, topk: new BoundedHeaps(job.rows, Math.min(job.kk, job.nVis)), blocks: e.isCandidateSource ? new BoundedHeaps(job.rows, kb) : null, kb };
 }
 
+/** A row of a scoring block: its span's state, its row there and its causal length. */
+interface BlockRow {
+  readonly st: SplitState;
+  readonly r: number;
+  readonly clen: number;
+}
+
+/**
+ * Scores a block of rows (their queries stacked in `q`, in `rows` order) against the packed keys
+ * [k0, k0 + count): the keys in runs of whole blocks within the budget (a single leftover key joins the
+ * run before it), each unpacked once for its run; each row's visible scores go into its own span's heaps.
+ */
+async function scoreBlock(ctx: IndexerContext, scorer: IndexScorer, packed: Uint8Array, rowBytes: number, k0: number, count: number, q: ScoreRows, rows: readonly BlockRow[]): Promise<void> {
+  const bs = ctx.config.candidateBlockSize;
+  const most = Math.max(...rows.map((x) => x.clen)) - k0;
+  for (const [t0, t1] of keyChunks(count, scorer.keysPerRun(rows.length, bs, ctx.indexerBudgetValues))) {
+    if (t0 >= most) break; // no row sees these keys
+    scorer.loadKeys(packed.subarray(t0 * rowBytes, t1 * rowBytes), t1 - t0);
+    await scorer.run(q, 0, t1 - t0);
+    rows.forEach((x, i) => {
+      const visible = Math.min(t1, x.clen - k0) - t0;
+      if (visible > 0) pushRow(scorer.scoreRow(i, visible), visible, k0 + t0, x.r, x.st.topk, x.st.blocks === null ? null : { heaps: x.st.blocks, blockSize: bs, pin: pinOf(x.clen, bs) });
+    });
+  }
+}
+
 /** Scores one span's keys [from, nVis) into its heaps (chunked, in runs within the budget). */
 async function scanSplitKeys(ctx: IndexerContext, scorer: IndexScorer, st: SplitState, from: number): Promise<void> {
   const c = ctx.config;
   const { indexNumHeads: hI, indexHeadDim: dI } = c;
   const bs = c.candidateBlockSize;
-  const { job, topk, blocks } = st;
+  const { job } = st;
   const { rows: S, nVis, clen } = job;
   const split = Math.floor(job.src.indexK.sharedRowCount / bs) * bs;
   const R = job.src.indexK.rowBytes;
@@ -290,16 +316,8 @@ async function scanSplitKeys(ctx: IndexerContext, scorer: IndexScorer, st: Split
     for (let r0 = first; r0 < S; r0 += rowsPerBlock) {
       const r1 = Math.min(S, r0 + rowsPerBlock);
       const q = { iq: job.iq.subarray(r0 * hI * dI, r1 * hI * dI), iw: job.iw.subarray(r0 * hI, r1 * hI), rows: r1 - r0 };
-      // the chunk's keys in runs of whole blocks (a single leftover key joins the run before it), each unpacked for its run
-      for (const [t0, t1] of keyChunks(count, scorer.keysPerRun(r1 - r0, bs, ctx.indexerBudgetValues))) {
-        if (t0 >= (clen[r1 - 1] as number) - k0) break; // no row sees these keys
-        scorer.loadKeys(packed.subarray(t0 * R, t1 * R), t1 - t0);
-        await scorer.run(q, 0, t1 - t0);
-        for (let r = r0; r < r1; r++) {
-          const visible = Math.min(t1, (clen[r] as number) - k0) - t0;
-          if (visible > 0) pushRow(scorer.scoreRow(r - r0, visible), visible, k0 + t0, r, topk, blocks === null ? null : { heaps: blocks, blockSize: bs, pin: pinOf(clen[r] as number, bs) });
-        }
-      }
+      const rows = Array.from({ length: r1 - r0 }, (_, i) => ({ st, r: r0 + i, clen: clen[r0 + i] as number }));
+      await scoreBlock(ctx, scorer, packed, R, k0, count, q, rows);
     }
   }
 }
@@ -349,7 +367,7 @@ export async function scanSplitShared(ctx: IndexerContext, scorer: IndexScorer, 
     }
   }
   // every (span, row) that sees at least one prefix key, stacked
-  const rows: Array<{ st: SplitState; r: number; clen: number }> = [];
+  const rows: BlockRow[] = [];
   for (const st of states) for (let r = 0; r < st.job.rows; r++) if ((st.job.clen[r] as number) > 0) rows.push({ st, r, clen: st.job.clen[r] as number });
   const R = src.rowBytes;
   const rowsPerBlock = scorer.rowsPerRun();
@@ -365,17 +383,7 @@ export async function scanSplitShared(ctx: IndexerContext, scorer: IndexScorer, 
         iq.set(x.st.job.iq.subarray(x.r * hI * dI, (x.r + 1) * hI * dI), i * hI * dI);
         iw.set(x.st.job.iw.subarray(x.r * hI, (x.r + 1) * hI), i * hI);
       });
-      const q = { iq, iw, rows: block.length };
-      const most = Math.max(...block.map((x) => x.clen)) - k0;
-      for (const [t0, t1] of keyChunks(count, scorer.keysPerRun(block.length, bs, ctx.indexerBudgetValues))) {
-        if (t0 >= most) break; // no row sees these keys
-        scorer.loadKeys(packed.subarray(t0 * R, t1 * R), t1 - t0);
-        await scorer.run(q, 0, t1 - t0);
-        block.forEach((x, i) => {
-          const visible = Math.min(t1, x.clen - k0) - t0;
-          if (visible > 0) pushRow(scorer.scoreRow(i, visible), visible, k0 + t0, x.r, x.st.topk, x.st.blocks === null ? null : { heaps: x.st.blocks, blockSize: bs, pin: pinOf(x.clen, bs) });
-        });
-      }
+      await scoreBlock(ctx, scorer, packed, R, k0, count, { iq, iw, rows: block.length }, block);
     }
   }
   for (const st of states) await scanSplitKeys(ctx, scorer, st, split);
