@@ -8,7 +8,7 @@
  * the H200 and on a CPU, differ by 0.088 in the prefill row and 0.18 per row on average (max 0.80), and
  * their greedy paths part after 33 tokens. The cause is the model's quantizers, not a defect: the MXFP4
  * index queries and keys put the indexer's scores on a coarse grid (6,352 of 2,048 × 8 prefill rows
- * have a tie at the top-k boundary), so one last-place difference in a float32 exp of the hc Sinkhorn
+ * have a tie at the top-k boundary), so one last-place difference in the float32 hc mix
  * (where csa2-core and the official code first differ: layer 0's outputs are bit-identical, its
  * ffn-side pre mix differs by one float32 ulp in 2 of the last 8 rows) changes a bf16 rounding, an FP8
  * or FP4 rounding after it and then which entries are selected. The tiny-a fixture's criteria (row 0
