@@ -191,15 +191,20 @@ async function poolRun(
   });
 }
 
-/** Candidate blocks [S, kb] (-1 = none) → the mask [S, width] of the positions they cover. */
-export function candidateMask(cand: Int32Array, S: number, kb: number, width: number, blockSize: number): Uint8Array {
-  const mask = new Uint8Array(S * width);
-  for (let r = 0; r < S; r++) {
+/**
+ * Candidate blocks [rows, kb] (-1 = none) → the mask [r1 - r0, width] of rows [r0, r1) over positions
+ * [k0, k1) (column 0 = position k0; columns from k1 - k0 to width stay 0): 1 where a row's blocks cover
+ * the position.
+ */
+export function candidateMask(cand: Int32Array, kb: number, blockSize: number, [r0, r1]: readonly [number, number], [k0, k1]: readonly [number, number], width = k1 - k0): Uint8Array {
+  const mask = new Uint8Array((r1 - r0) * width);
+  for (let r = r0; r < r1; r++) {
     for (let j = 0; j < kb; j++) {
       const b = cand[r * kb + j] as number;
       if (b < 0) continue;
-      const end = Math.min(width, (b + 1) * blockSize);
-      for (let p = b * blockSize; p < end; p++) mask[r * width + p] = 1;
+      const from = Math.max(k0, b * blockSize);
+      const to = Math.min(k1, (b + 1) * blockSize);
+      if (from < to) mask.fill(1, (r - r0) * width + from - k0, (r - r0) * width + to - k0);
     }
   }
   return mask;

@@ -26,6 +26,7 @@ import { bool, i32, i64, u8, type TensorOf } from '../runtime/ort-session.js';
 import type { TypedGraph } from './graph-io.js';
 import type { INDEXER_SCAN } from './graphs/signatures.js';
 import { queryRows, type IndexerContext, type IndexerJob } from './indexer.js';
+import { candidateMask } from './indexer-pool.js';
 import { BoundedHeaps, RunningRanking } from './indexer-ranking.js';
 import { pushRow, type IndexScorer, type ScoreRows } from './indexer-scores.js';
 
@@ -106,22 +107,6 @@ export interface CandidateBlocks {
   readonly kb: number;
 }
 
-/** The mask [r1 - r0, N] of rows [r0, r1) over key columns [k0, k0 + N): 1 where the key is in one of the row's candidate blocks. */
-function candidateMaskPart(pool: CandidateBlocks, r0: number, r1: number, k0: number, k1: number, N: number, blockSize: number): Uint8Array {
-  const part = new Uint8Array((r1 - r0) * N);
-  const { cand, kb } = pool;
-  for (let r = r0; r < r1; r++) {
-    for (let j = 0; j < kb; j++) {
-      const b = cand[r * kb + j] as number;
-      if (b < 0) continue;
-      const from = Math.max(k0, b * blockSize);
-      const to = Math.min(k1, (b + 1) * blockSize);
-      if (from < to) part.fill(1, (r - r0) * N + from - k0, (r - r0) * N + to - k0);
-    }
-  }
-  return part;
-}
-
 /**
  * One span alone: its keys in chunks, its rows in blocks; `pool` restricts picks to the rows'
  * candidate blocks (reference path), its mask built per run.
@@ -153,7 +138,7 @@ export async function scanChunked(ctx: IndexerContext, graph: TypedGraph<typeof 
     for (let r0 = 0; r0 < S; r0 += step) {
       const r1 = Math.min(S, r0 + step);
       const n = r1 - r0;
-      const candIn = pool !== null ? bool(candidateMaskPart(pool, r0, r1, k0, k1, N, bs), [1, n, N]) : undefined;
+      const candIn = pool !== null ? bool(candidateMask(pool.cand, pool.kb, bs, [r0, r1], [k0, k1], N), [1, n, N]) : undefined;
       const q = queryRows(c, job, r0, r1);
       const out = await graph.run({
         iq: { ...q.iq, dims: [1, n, hI, dI] },
@@ -247,14 +232,8 @@ async function scanGroup(ctx: IndexerContext, graph: TypedGraph<typeof INDEXER_S
   return results;
 }
 
-/**
- * The default scan of one span (model/indexer-scores): its keys in chunks (as scanChunked's, split
- * where a shared prefix ends), each scored for the span's rows in blocks (usually one) in runs of a
- * few thousand keys, each run's keys unpacked for it; each row's visible scores pushed into bounded
- * heaps (top-k; at the candidate source its blocks). The same lists as the graph scan, bit for bit.
- */
 /** How often scans shared one frozen prefix's keys across spans (for tests: that the grouped path ran). */
-export const sharedScanStats = { groups: 0, spans: 0 };
+export const sharedScanStats = { groups: 0 };
 
 interface SplitState {
   readonly job: IndexerJob;
@@ -340,7 +319,12 @@ function splitResult(st: SplitState): ScanResult {
   return { topk: out, candidates, kb };
 }
 
-/** One span's scan on the split scorer: every visible key, chunked. */
+/**
+ * The default scan of one span (model/indexer-scores): its keys in chunks (as scanChunked's, split
+ * where a shared prefix ends), each scored for the span's rows in blocks (usually one) in runs of a
+ * few thousand keys, each run's keys unpacked for it; each row's visible scores pushed into bounded
+ * heaps (top-k; at the candidate source its blocks). The same lists as the graph scan, bit for bit.
+ */
 export async function scanSplit(ctx: IndexerContext, scorer: IndexScorer, e: LayerPlanEntry, job: IndexerJob): Promise<ScanResult> {
   const st = splitState(ctx, e, job);
   await scanSplitKeys(ctx, scorer, st, 0);
@@ -388,6 +372,5 @@ export async function scanSplitShared(ctx: IndexerContext, scorer: IndexScorer, 
   }
   for (const st of states) await scanSplitKeys(ctx, scorer, st, split);
   sharedScanStats.groups++;
-  sharedScanStats.spans += jobs.length;
   return states.map(splitResult);
 }

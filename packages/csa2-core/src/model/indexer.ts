@@ -168,7 +168,7 @@ export async function runIndexers(
       const { p0 } = j.st.span;
       obs.topk?.(e.layer, p0, j.rows, j.kk, j.st.shared.topk as Int32Array);
       if (e.isCandidateSource && j.st.shared.candidates !== null) {
-        obs.candidates?.(e.layer, p0, j.rows, j.nVis, candidateMask(j.st.shared.candidates, j.rows, j.st.shared.kb, j.nVis, c.candidateBlockSize));
+        obs.candidates?.(e.layer, p0, j.rows, j.nVis, candidateMask(j.st.shared.candidates, j.st.shared.kb, c.candidateBlockSize, [0, j.rows], [0, j.nVis]));
       }
     }
   }
