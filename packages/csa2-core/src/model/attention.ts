@@ -102,6 +102,30 @@ export interface AttentionContext {
   readonly graphs: ModelGraphs;
   /** Upper bound on the float32 values live in one run: per row one block of keys and ~3 [H, D] accumulators, plus the key table. */
   readonly attentionBudgetValues: number;
+  /** The runs' key tables and index lists (one per model: forward calls are sequential). */
+  readonly attentionScratch: AttentionScratch;
+}
+
+/**
+ * The key table and index list of an attention run, reused from run to run and layer to layer. A
+ * replay's runs build tables of the union of their rows' selections (~10 MB for 160 rows at tiny
+ * width): made anew per layer, they were garbage that V8 collects only every ~64 MB of external
+ * memory, most of a replay's peak above the loaded document. Both grow to the largest run (bounded
+ * by the attention budget) and are handed to onnxruntime as views; a run's views are dead when it
+ * returns.
+ */
+export class AttentionScratch {
+  private table = new Float32Array(0);
+  private idx = new Int32Array(0);
+
+  /** A [n] float32 view (contents undefined) and a [m] int32 view filled with -1. */
+  take(n: number, m: number): { table: Float32Array; idx: Int32Array } {
+    if (this.table.length < n) this.table = new Float32Array(n);
+    if (this.idx.length < m) this.idx = new Int32Array(m);
+    const idx = this.idx.subarray(0, m);
+    idx.fill(-1);
+    return { table: this.table.subarray(0, n), idx };
+  }
 }
 
 /**
@@ -228,8 +252,7 @@ export async function runAttention(
     const Ut = run.reduce((s, mbr) => s + (mbr.block?.entries.length ?? 0), 0);
     const Wt = run.reduce((s, mbr) => s + mbr.window.rows.length / D, 0);
     // the table: every member's selected entries, then every member's window rows
-    const table = new Float32Array((Ut + Wt) * D);
-    const idx = new Int32Array(rows * C).fill(-1);
+    const { table, idx } = ctx.attentionScratch.take((Ut + Wt) * D, rows * C);
     let row = 0;
     let uOff = 0;
     let wOff = Ut;

@@ -19,6 +19,7 @@ import { Csa2Error, InputError } from '../errors.js';
 import { DEFAULT_RUNTIME_OPTIONS, type RuntimeOptions } from '../runtime/ort-session.js';
 import { type NumericsMode } from './graph-ops.js';
 import type { WeightSource } from './graphs/context.js';
+import { AttentionScratch } from './attention.js';
 import { forward, ropeTensors, type ForwardContext } from './forward.js';
 import { disposeModelGraphs, openModelGraphs, type IndexerScores, type ModelGraphs } from './model-graphs.js';
 import { ropeFrequencies } from './rope.js';
@@ -78,6 +79,7 @@ export class Csa2Model {
   observer: ForwardObserver | null = null;
   /** Optional per-layer-kind timing of forward calls (benchmarks). */
   timer: LayerTimer | null = null;
+  private readonly attentionScratch = new AttentionScratch();
 
   private constructor(
     readonly config: ModelConfig,
@@ -162,6 +164,7 @@ export class Csa2Model {
       observer: this.observer,
       timer: this.timer,
       attentionBudgetValues: o.attentionBudgetValues,
+      attentionScratch: this.attentionScratch,
       indexerBudgetValues: o.indexerBudgetValues,
       indexerKeyChunk: o.indexerKeyChunk,
       embed: this.embed,

@@ -154,11 +154,12 @@ export class Sequence {
   /**
    * An independent sequence with this one's state: token ids, windows, the compressors' open groups
    * and every KV source's rows — the frozen prefix read in place (see freeze), the rows after it
-   * copied. O(tokens + window + private rows).
+   * copied. O(tokens + window + private rows). `tokenCapacity`: the token ids the fork will hold (the
+   * question and the answer after the document), reserved at once so that the ids are copied once.
    */
-  fork(): Sequence {
+  fork(tokenCapacity = this.tokens.length): Sequence {
     const s = new Sequence(this.shape);
-    s.tokens.reserve(this.tokens.length);
+    s.tokens.reserve(Math.max(tokenCapacity, this.tokens.length));
     s.tokens.append(this.tokens.view());
     this.windows.forEach((w, l) => (s.windows[l] as WindowRing).copyFrom(w));
     for (const [layer, c] of this.caches) {

@@ -209,7 +209,7 @@ export class GenerateWork implements Work {
     const total = Math.min(model.config.maxSeqLen, (this.manifest?.tokenCount ?? 0) + this.req.promptIds.length + this.req.maxTokens);
     let seq: Sequence;
     if (this.lease !== null && this.manifest !== null) {
-      seq = this.lease.seq.fork();
+      seq = this.lease.seq.fork(total);
       seq.reserveTokens(total);
       this.cachedTokens = Math.min(this.manifest.tokenCount, (this.req.document as DocumentRef).cachedTokens ?? this.manifest.tokenCount);
     } else {
@@ -338,7 +338,7 @@ export class GenerateWork implements Work {
       if (this.lease === null) seq.freeze();
       const total = Math.min(this.ctx.model.config.maxSeqLen, seq.length + this.req.maxTokens);
       for (const c of this.choices.slice(1)) {
-        c.seq = seq.fork();
+        c.seq = seq.fork(total);
         c.seq.reserveTokens(total);
       }
     }
