@@ -12,7 +12,6 @@ import type { ModelConfig } from '../config/model-config.js';
 import type { LayerPlanEntry } from '../config/layer-plan.js';
 import { f32, i32, u8 } from '../runtime/ort-session.js';
 import { ATTENTION_BLOCK } from './graph-ops.js';
-import { lowerBound } from './indexer-pool.js';
 import { attentionColumns } from './graphs/context.js';
 import type { ModelGraphs } from './model-graphs.js';
 import type { Selection, SelectionBlock, SpanState } from './span.js';
@@ -80,7 +79,7 @@ interface RunMember {
   readonly block: SelectionBlock | null;
 }
 
-function selectedEntries(topk: Int32Array, kk: number, r0: number, r1: number): Int32Array {
+function selectedEntries(topk: Int32Array, kk: number, r0: number, r1: number, scratch: AttentionScratch): Int32Array {
   if (r1 - r0 === 1) {
     // one row (a decode step): its list is ascending and unique already, -1s last
     const row = topk.subarray(r0 * kk, r1 * kk);
@@ -88,12 +87,19 @@ function selectedEntries(topk: Int32Array, kk: number, r0: number, r1: number): 
     while (n < kk && (row[n] as number) >= 0) n++;
     return row.slice(0, n);
   }
-  const set = new Set<number>();
+  // the union: each position once (a stamp per position, this call's mark), then in ascending order
+  const mark = scratch.nextMark();
+  const stamps = scratch.stampsFor(topk, r0 * kk, r1 * kk);
+  const out = new Int32Array((r1 - r0) * kk);
+  let n = 0;
   for (let i = r0 * kk; i < r1 * kk; i++) {
     const j = topk[i] as number;
-    if (j >= 0) set.add(j);
+    if (j >= 0 && stamps[j] !== mark) {
+      stamps[j] = mark;
+      out[n++] = j;
+    }
   }
-  return Int32Array.from(set).sort();
+  return out.slice(0, n).sort();
 }
 
 
@@ -117,6 +123,41 @@ export interface AttentionContext {
 export class AttentionScratch {
   private table = new Float32Array(0);
   private idx = new Int32Array(0);
+  /** Per entry position: a block's column of it (written for the block's entries before it is read). */
+  private slots = new Int32Array(0);
+  /** Per entry position: the mark of the last union that took it (selectedEntries). */
+  private stamps = new Int32Array(0);
+  private mark = 0;
+
+  /** A new mark for a union (stamps from earlier unions never equal it). */
+  nextMark(): number {
+    if (this.mark === 0x7fffffff) {
+      this.stamps.fill(0);
+      this.mark = 0;
+    }
+    return ++this.mark;
+  }
+
+  /** The stamps, covering every position in topk[from, to). */
+  stampsFor(topk: Int32Array, from: number, to: number): Int32Array {
+    let most = -1;
+    for (let i = from; i < to; i++) most = Math.max(most, topk[i] as number);
+    if (this.stamps.length <= most) {
+      const next = new Int32Array(Math.max(most + 1, this.stamps.length * 2));
+      next.set(this.stamps);
+      this.stamps = next;
+    }
+    return this.stamps;
+  }
+
+  /** Slots covering positions up to the last of `entries` (ascending), each entry's column written: slots[entries[i]] = i. */
+  slotsOf(entries: Int32Array): Int32Array {
+    const most = entries.length > 0 ? (entries[entries.length - 1] as number) : -1;
+    if (this.slots.length <= most) this.slots = new Int32Array(Math.max(most + 1, this.slots.length * 2));
+    const slots = this.slots;
+    for (let i = 0; i < entries.length; i++) slots[entries[i] as number] = i;
+    return slots;
+  }
 
   /** A [n] float32 view (contents undefined) and a [m] int32 view filled with -1. */
   take(n: number, m: number): { table: Float32Array; idx: Int32Array } {
@@ -143,7 +184,7 @@ function selectionFor(ctx: AttentionContext, e: LayerPlanEntry, st: SpanState, w
   if (old !== null && old.topk === topk && old.kvLayer === kvLayer) return { selection: old, fresh: false };
   const D = ctx.config.headDim;
   const kk = shared.kk;
-  const whole = selectedEntries(topk, kk, 0, st.rows);
+  const whole = selectedEntries(topk, kk, 0, st.rows, ctx.attentionScratch);
   const values = st.rows * perRow + (whole.length + windowRows) * D;
   const blocks: SelectionBlock[] = [];
   if (values <= ctx.attentionBudgetValues) blocks.push({ r0: 0, r1: st.rows, entries: whole, values: new Float32Array(0) });
@@ -151,7 +192,7 @@ function selectionFor(ctx: AttentionContext, e: LayerPlanEntry, st: SpanState, w
     const blockRows = Math.max(1, Math.floor((st.rows * ctx.attentionBudgetValues) / values));
     for (let r0 = 0; r0 < st.rows; r0 += blockRows) {
       const r1 = Math.min(st.rows, r0 + blockRows);
-      blocks.push({ r0, r1, entries: selectedEntries(topk, kk, r0, r1), values: new Float32Array(0) });
+      blocks.push({ r0, r1, entries: selectedEntries(topk, kk, r0, r1, ctx.attentionScratch), values: new Float32Array(0) });
     }
   }
   const selection = { kvLayer, topk, blocks };
@@ -261,6 +302,7 @@ export async function runAttention(
       table.set(w.rows, wOff * D);
       const block = mbr.block;
       if (block !== null) table.set(block.values, uOff * D);
+      const slots = block !== null && block.r1 - block.r0 > 1 ? ctx.attentionScratch.slotsOf(block.entries) : null;
       const topk = mbr.st.shared.topk;
       const kk = mbr.st.shared.kk;
       for (let r = mbr.r0; r < mbr.r1; r++, row++) {
@@ -271,11 +313,11 @@ export async function runAttention(
           idx[o + col] = j >= 0 ? wOff + j : -1;
         }
         if (block !== null && topk !== null) {
-          // a one-row block's entries are its own list: pick k is entry k
+          // a one-row block's entries are its own list: pick k is entry k; else each pick's column in the block
           const own = block.r1 - block.r0 === 1;
           for (let k = 0; k < kk; k++) {
             const j = topk[r * kk + k] as number;
-            idx[o + w.cols + k] = j >= 0 ? uOff + (own ? k : lowerBound(block.entries, j)) : -1;
+            idx[o + w.cols + k] = j >= 0 ? uOff + (own ? k : (slots as Int32Array)[j] as number) : -1;
           }
         }
       }
