@@ -87,18 +87,18 @@ function selectedEntries(topk: Int32Array, kk: number, r0: number, r1: number, s
     while (n < kk && (row[n] as number) >= 0) n++;
     return row.slice(0, n);
   }
-  // the union: each position once (a stamp per position, this call's mark), then in ascending order
-  const mark = scratch.nextMark();
-  const stamps = scratch.stampsFor(topk, r0 * kk, r1 * kk);
+  // the union: each position once (a flag per position, cleared again after), then in ascending order
+  const taken = scratch.flagsFor(topk, r0 * kk, r1 * kk);
   const out = new Int32Array((r1 - r0) * kk);
   let n = 0;
   for (let i = r0 * kk; i < r1 * kk; i++) {
     const j = topk[i] as number;
-    if (j >= 0 && stamps[j] !== mark) {
-      stamps[j] = mark;
+    if (j >= 0 && taken[j] === 0) {
+      taken[j] = 1;
       out[n++] = j;
     }
   }
+  for (let i = 0; i < n; i++) taken[out[i] as number] = 0;
   return out.slice(0, n).sort();
 }
 
@@ -117,37 +117,23 @@ export interface AttentionContext {
  * replay's runs build tables of the union of their rows' selections (~10 MB for 160 rows at tiny
  * width): made anew per layer, they were garbage that V8 collects only every ~64 MB of external
  * memory, most of a replay's peak above the loaded document. Both grow to the largest run (bounded
- * by the attention budget) and are handed to onnxruntime as views; a run's views are dead when it
- * returns.
+ * by the attention budget; `trim` drops large ones after a forward) and are handed to onnxruntime as
+ * views; a run's views are dead when it returns.
  */
 export class AttentionScratch {
   private table = new Float32Array(0);
   private idx = new Int32Array(0);
   /** Per entry position: a block's column of it (written for the block's entries before it is read). */
   private slots = new Int32Array(0);
-  /** Per entry position: the mark of the last union that took it (selectedEntries). */
-  private stamps = new Int32Array(0);
-  private mark = 0;
+  /** Per entry position: 1 while a union (selectedEntries) has taken it; all 0 between calls. */
+  private flags = new Uint8Array(0);
 
-  /** A new mark for a union (stamps from earlier unions never equal it). */
-  nextMark(): number {
-    if (this.mark === 0x7fffffff) {
-      this.stamps.fill(0);
-      this.mark = 0;
-    }
-    return ++this.mark;
-  }
-
-  /** The stamps, covering every position in topk[from, to). */
-  stampsFor(topk: Int32Array, from: number, to: number): Int32Array {
+  /** The flags (all 0), covering every position in topk[from, to). */
+  flagsFor(topk: Int32Array, from: number, to: number): Uint8Array {
     let most = -1;
     for (let i = from; i < to; i++) most = Math.max(most, topk[i] as number);
-    if (this.stamps.length <= most) {
-      const next = new Int32Array(Math.max(most + 1, this.stamps.length * 2));
-      next.set(this.stamps);
-      this.stamps = next;
-    }
-    return this.stamps;
+    if (this.flags.length <= most) this.flags = new Uint8Array(Math.max(most + 1, this.flags.length * 2));
+    return this.flags;
   }
 
   /** Slots covering positions up to the last of `entries` (ascending), each entry's column written: slots[entries[i]] = i. */
@@ -157,6 +143,17 @@ export class AttentionScratch {
     const slots = this.slots;
     for (let i = 0; i < entries.length; i++) slots[entries[i] as number] = i;
     return slots;
+  }
+
+  /**
+   * Drops the arrays above `keepValues` elements (called after each forward): a replay's or a long
+   * prompt's tables and a long document's position maps are not kept for the decode steps after them.
+   */
+  trim(keepValues = 1 << 18): void {
+    if (this.table.length > keepValues) this.table = new Float32Array(0);
+    if (this.idx.length > keepValues) this.idx = new Int32Array(0);
+    if (this.slots.length > keepValues) this.slots = new Int32Array(0);
+    if (this.flags.length > keepValues) this.flags = new Uint8Array(0);
   }
 
   /** A [n] float32 view (contents undefined) and a [m] int32 view filled with -1. */

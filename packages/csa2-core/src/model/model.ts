@@ -151,8 +151,12 @@ export class Csa2Model {
   }
 
   /** Runs a batch of spans from distinct sequences in one forward call (model/forward). */
-  forward(spans: readonly Span[]): Promise<SpanOutput[]> {
-    return forward(this.context(), spans);
+  async forward(spans: readonly Span[]): Promise<SpanOutput[]> {
+    try {
+      return await forward(this.context(), spans);
+    } finally {
+      this.attentionScratch.trim();
+    }
   }
 
   private context(): ForwardContext {
