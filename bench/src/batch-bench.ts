@@ -31,7 +31,10 @@ export interface BatchBenchOptions {
   readonly models: readonly ('tiny' | '1024')[];
   readonly contexts: readonly number[];
   readonly batchSizes: readonly number[];
+  /** Decode steps per batch size at least… */
   readonly steps: number;
+  /** …and at least this much measured time (ms), within the model's context. */
+  readonly minMs: number;
   readonly streams: number;
   readonly interferenceTokens: number;
   readonly seed: number;
@@ -43,6 +46,7 @@ export const DEFAULT_BATCH_BENCH_OPTIONS: BatchBenchOptions = {
   contexts: [1024, 16384],
   batchSizes: [1, 2, 4, 8, 16, 32],
   steps: 12,
+  minMs: 2000,
   streams: 8,
   interferenceTokens: 16384,
   seed: 1,
@@ -64,8 +68,12 @@ async function prefillContext(model: Csa2Model, ids: readonly number[]): Promise
   return { seq, logits };
 }
 
-/** Decodes `steps` steps with `batch` forks of the prefilled context in one forward call a step. */
-async function decodeBatch(model: Csa2Model, base: { seq: Sequence; logits: Float32Array }, batch: number, steps: number, seed: number): Promise<BatchRow> {
+/**
+ * Decodes at least `steps` steps, and on until `minMs` of them were measured (at most `maxSteps`), with
+ * `batch` forks of the prefilled context in one forward call a step. A tiny model's step at B = 1 is ~3 ms:
+ * 12 steps alone measured ~40 ms, and its ratios moved by up to 3× between runs.
+ */
+async function decodeBatch(model: Csa2Model, base: { seq: Sequence; logits: Float32Array }, batch: number, steps: number, seed: number, minMs = 0, maxSteps = steps): Promise<BatchRow> {
   const L = model.config.numLayers;
   const runs = Array.from({ length: batch }, (_, b) => {
     const seq = base.seq.fork();
@@ -73,7 +81,8 @@ async function decodeBatch(model: Csa2Model, base: { seq: Sequence; logits: Floa
     return { seq, sampler, history: new TokenHistory(seq.tokens.view(), seq.length), logits: base.logits };
   });
   const stepMs: number[] = [];
-  for (let i = 0; i < steps; i++) {
+  let measured = 0;
+  for (let i = 0; i < Math.max(steps, maxSteps) && (i < steps || measured < minMs); i++) {
     const spans: Span[] = runs.map((r) => {
       const id = r.sampler.next(r.logits, r.history, i);
       r.history.push(id);
@@ -82,11 +91,13 @@ async function decodeBatch(model: Csa2Model, base: { seq: Sequence; logits: Floa
     });
     const t0 = performance.now();
     const outs = await model.forward(spans);
-    stepMs.push(performance.now() - t0);
+    const ms = performance.now() - t0;
+    stepMs.push(ms);
+    measured += ms;
     outs.forEach((o, b) => ((runs[b] as (typeof runs)[number]).logits = o.logits as Float32Array));
   }
   const total = stepMs.reduce((a, b) => a + b, 0);
-  return { batch, stepMs, tokensPerS: (batch * steps * 1000) / total };
+  return { batch, stepMs, tokensPerS: (batch * stepMs.length * 1000) / total };
 }
 
 interface InterferenceResult {
@@ -160,8 +171,8 @@ export async function runBatchBench(opts: BatchBenchOptions, io: BenchIo): Promi
         await decodeBatch(model, base, Math.min(2, Math.max(...opts.batchSizes)), 2, opts.seed); // warm the batched shapes
         const rows: BatchRow[] = [];
         for (const B of opts.batchSizes) {
-          const row = await decodeBatch(model, base, B, opts.steps, opts.seed);
-          io.log(`${tag} B=${B}: ${fmtSig(row.tokensPerS)} tok/s, step p50 ${fmtSig(percentile(row.stepMs, 50))} ms`);
+          const row = await decodeBatch(model, base, B, opts.steps, opts.seed, opts.minMs, Math.max(opts.steps, model.config.maxSeqLen - N - 1));
+          io.log(`${tag} B=${B}: ${fmtSig(row.tokensPerS)} tok/s over ${row.stepMs.length} steps, step p50 ${fmtSig(percentile(row.stepMs, 50))} ms`);
           rows.push(row);
         }
         const one = rows.find((r) => r.batch === 1)?.tokensPerS ?? (rows[0] as BatchRow).tokensPerS;
@@ -174,8 +185,9 @@ export async function runBatchBench(opts: BatchBenchOptions, io: BenchIo): Promi
                 { header: '× batch 1', align: 'right' },
                 { header: 'inter-token p50 ms', align: 'right' },
                 { header: 'inter-token p99 ms', align: 'right' },
+                { header: 'steps', align: 'right' },
               ],
-              rows.map((r) => [String(r.batch), fmtSig(r.tokensPerS), `${fmtSig(r.tokensPerS / one)}×`, fmtSig(percentile(r.stepMs, 50)), fmtSig(percentile(r.stepMs, 99))]),
+              rows.map((r) => [String(r.batch), fmtSig(r.tokensPerS), `${fmtSig(r.tokensPerS / one)}×`, fmtSig(percentile(r.stepMs, 50)), fmtSig(percentile(r.stepMs, 99)), String(r.stepMs.length)]),
             ),
         );
         io.out(out[out.length - 1] as string);
@@ -225,7 +237,8 @@ export const batchSuite: BenchSuite = {
     'batch-models': { type: 'string', description: 'models: tiny, 1024', valueName: 'M,M', defaultText: 'tiny,1024' },
     'batch-contexts': { type: 'string', description: 'context lengths in tokens', valueName: 'N,N', defaultText: '1024,16384' },
     'batch-sizes': { type: 'string', description: 'decode batch sizes', valueName: 'B,B', defaultText: '1,2,4,8,16,32' },
-    'batch-steps': { type: 'string', description: 'decode steps per batch size', valueName: 'N', defaultText: '12' },
+    'batch-steps': { type: 'string', description: 'decode steps per batch size, at least', valueName: 'N', defaultText: '12' },
+    'batch-min-seconds': { type: 'string', description: 'measured decode time per batch size, at least (more steps if needed)', valueName: 'S', defaultText: '2' },
     'batch-streams': { type: 'string', description: 'streams decoding when the long prompt arrives (0: skip that part)', valueName: 'N', defaultText: '8' },
     'batch-prompt-tokens': { type: 'string', description: 'tokens of the long prompt', valueName: 'N', defaultText: '16384' },
   },
@@ -240,6 +253,7 @@ export const batchSuite: BenchSuite = {
         contexts: listOption(values, 'batch-contexts', DEFAULT_BATCH_BENCH_OPTIONS.contexts),
         batchSizes: listOption(values, 'batch-sizes', DEFAULT_BATCH_BENCH_OPTIONS.batchSizes),
         steps: positiveIntOption(values, 'batch-steps', DEFAULT_BATCH_BENCH_OPTIONS.steps),
+        minMs: values['batch-min-seconds'] === '0' ? 0 : positiveIntOption(values, 'batch-min-seconds', DEFAULT_BATCH_BENCH_OPTIONS.minMs / 1000) * 1000,
         streams,
         interferenceTokens: positiveIntOption(values, 'batch-prompt-tokens', DEFAULT_BATCH_BENCH_OPTIONS.interferenceTokens),
       },
