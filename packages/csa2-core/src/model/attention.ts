@@ -113,12 +113,13 @@ export interface AttentionContext {
 }
 
 /**
- * The key table and index list of an attention run, reused from run to run and layer to layer. A
- * replay's runs build tables of the union of their rows' selections (~10 MB for 160 rows at tiny
- * width): made anew per layer, they were garbage that V8 collects only every ~64 MB of external
- * memory, most of a replay's peak above the loaded document. Both grow to the largest run (bounded
- * by the attention budget; `trim` drops large ones after a forward) and are handed to onnxruntime as
- * views; a run's views are dead when it returns.
+ * The arrays an attention run builds, reused from run to run and layer to layer: the key table and the
+ * index list (handed to onnxruntime as views; a run's views are dead when it returns), and two
+ * per-position maps for a block's picks (their union, and each pick's column in the table). A
+ * replay's tables hold the union of its rows' selections (~10 MB for 160 rows at tiny width): made
+ * anew per layer, they were garbage that V8 collects only after tens of MB of external memory. They
+ * grow to the largest run (bounded by the attention budget; the maps by the KV source's entries), and
+ * `trim` drops the large ones after each forward.
  */
 export class AttentionScratch {
   private table = new Float32Array(0);

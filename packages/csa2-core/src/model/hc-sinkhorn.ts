@@ -82,8 +82,8 @@ function sinkhorn4(c: Float32Array, o: number, iters: number, eps: number): void
 }
 
 /**
- * Any n, the loops as the reference writes them (the reference hcSplitSinkhorn's fast path is tested
- * against); `softmaxOnly`: stop after the row softmax (the iterations are the caller's).
+ * Any n: the loops as the reference writes them (what hcSplitSinkhorn's n = 4 path is tested against);
+ * `softmaxOnly`: stop after the row softmax (the caller runs the iterations).
  */
 export function hcSplitSinkhornAnyN(mixes: Float32Array, p: HcSplitParams, softmaxOnly = false): HcSplit {
   const { n, iters } = p;
