@@ -3,16 +3,17 @@
  * One layer's sparse attention over a batch of spans (csa2 §2.4–2.5): each span's window rows and index
  * layout (model/span), then as few graph runs as the memory budget allows, each over the rows of one or
  * more spans with one key table that lays out, per span, the compressed entries its rows selected
- * (packed main-KV rows, gathered from the KV source's cache and unpacked in the graph) and its window
+ * (packed main-KV rows, gathered from the KV source's cache and unpacked by a WebAssembly loop) and its window
  * rows. The table holds only what the rows selected — at most topk entries a decode row, whatever the
  * context — so nothing O(context) is copied per step.
  */
 import { Csa2Error } from '../errors.js';
 import type { ModelConfig } from '../config/model-config.js';
 import type { LayerPlanEntry } from '../config/layer-plan.js';
-import { f32, i32, u8 } from '../runtime/ort-session.js';
+import { f32, i32 } from '../runtime/ort-session.js';
 import { ATTENTION_BLOCK } from './graph-ops.js';
 import { attentionColumns } from './graphs/context.js';
+import { MainKvUnpacker } from './indexer-kernels.js';
 import type { ModelGraphs } from './model-graphs.js';
 import type { Selection, SelectionBlock, SpanState } from './span.js';
 
@@ -128,6 +129,13 @@ export class AttentionScratch {
   private slots = new Int32Array(0);
   /** Per entry position: 1 while a union (selectedEntries) has taken it; all 0 between calls. */
   private flags = new Uint8Array(0);
+  private unpacker: MainKvUnpacker | null = null;
+
+  /** The WebAssembly unpack of selected main-KV rows (bit for bit graphs/packed-ops unpackMainKv). */
+  mainKvUnpacker(D: number): MainKvUnpacker {
+    if (this.unpacker === null || this.unpacker.D !== D) this.unpacker = new MainKvUnpacker(D);
+    return this.unpacker;
+  }
 
   /** The flags (all 0), covering every position in topk[from, to). */
   flagsFor(topk: Int32Array, from: number, to: number): Uint8Array {
@@ -214,11 +222,12 @@ async function unpackSelections(ctx: AttentionContext, e: LayerPlanEntry, fresh:
       row += b.entries.length;
     }
   }
-  const { kv } = await ctx.graphs.unpackMainKv.run({ packed: u8(packed, [U, R]) });
+  // a copy out of the unpacker's memory: selections live on through the Reuse layers after this one
+  const kv = ctx.attentionScratch.mainKvUnpacker(D).unpack(packed, U).slice();
   row = 0;
   for (const { selection } of fresh) {
     for (const b of selection.blocks) {
-      b.values = kv.data.subarray(row * D, (row + b.entries.length) * D);
+      b.values = kv.subarray(row * D, (row + b.entries.length) * D);
       row += b.entries.length;
     }
   }

@@ -18,18 +18,27 @@
  *   has no flush-to-zero). Only for ≤ 4 heads, where onnxruntime's ReduceSum adds in that order.
  *
  * The values and scores are views of the kernels' memory, handed to onnxruntime and the pickers as
- * they are, valid until the next call.
+ * they are, valid until the next call. MainKvUnpacker runs the unpack on main-KV rows (E4M3 scales per
+ * 16) for the attention's selected entries (model/attention).
  */
 import { Csa2Error } from '../errors.js';
-import { E2M1_VALUES, decodeUe8m0 } from '../numerics/formats.js';
+import { E2M1_VALUES, decodeE4m3, decodeUe8m0 } from '../numerics/formats.js';
 
 const TABLE_PAIRS = 65536;
 const TABLE_BYTES = TABLE_PAIRS * 8;
 
-/** Fills `out` (65,536 float32 pairs) with the table. */
-function fillTable(out: Float32Array): void {
+/** The index keys' scales (UE8M0; byte 0xff, NaN, is 0 as in the graph's table). */
+const indexKScale = (s: number): number => (s === 0xff ? 0 : decodeUe8m0(s));
+/** The main KV's scales (E4M3; the NaN bytes 0x7f and 0xff are 0 as in the graph's table). */
+const mainKvScale = (s: number): number => {
+  const v = decodeE4m3(s);
+  return Number.isNaN(v) ? 0 : v;
+};
+
+/** Fills `out` (65,536 float32 pairs) with the table: [scale byte · 256 + payload byte] → the byte's two values times the scale. */
+function fillTable(out: Float32Array, scaleOf: (byte: number) => number = indexKScale): void {
   for (let s = 0; s < 256; s++) {
-    const scale = s === 0xff ? 0 : decodeUe8m0(s);
+    const scale = scaleOf(s);
     for (let b = 0; b < 256; b++) {
       out[(s * 256 + b) * 2] = (E2M1_VALUES[b & 15] as number) * scale;
       out[(s * 256 + b) * 2 + 1] = (E2M1_VALUES[b >> 4] as number) * scale;
@@ -111,27 +120,29 @@ const brIf = (d: number) => [0x0d, d];
 const bf16Bits = (t: number) => [...set(t), ...get(t), ...get(t), ...i32c(16), ...shrU, ...i32c(1), ...and, ...add, ...i32c(0x7fff), ...add, ...i32c(-65536), ...and];
 
 /**
- * unpack(src, count, rowBytes, blocks, dst):
- *   o = dst; row = src; half = blocks · 16
+ * unpack(src, count, rowBytes, blocks, dst), P = perBlock payload bytes a block (16: index keys, 32
+ * values per scale; 8: main KV, 16 values per scale):
+ *   o = dst; row = src; half = blocks · P
  *   for i < count: for b < blocks:
  *     s = mem8[row + half + b] << 11                        (the scale's 256 pairs of 8 bytes)
- *     for j < 16 (unrolled): mem64[o + 8j] = mem64[s + (mem8[row + 16b + j] << 3)]
- *     o += 128
+ *     for j < P (unrolled): mem64[o + 8j] = mem64[s + (mem8[row + P·b + j] << 3)]
+ *     o += 8 · P
  *   row += rowBytes
  */
-function unpackBody(): number[] {
+function unpackBody(perBlock: 16 | 8): number[] {
   // params 0 src, 1 count, 2 rowBytes, 3 blocks, 4 dst; locals 5 i, 6 b, 7 row, 8 s, 9 p, 10 o, 11 half
+  const shift = perBlock === 16 ? 4 : 3;
   const body = [
-    ...get(4), ...set(10), ...get(0), ...set(7), ...get(3), ...i32c(16), ...mul, ...set(11), ...i32c(0), ...set(5),
+    ...get(4), ...set(10), ...get(0), ...set(7), ...get(3), ...i32c(perBlock), ...mul, ...set(11), ...i32c(0), ...set(5),
     ...block, ...loop,
     ...get(5), ...get(1), ...geU, ...brIf(1),
     ...i32c(0), ...set(6),
     ...block, ...loop,
     ...get(6), ...get(3), ...geU, ...brIf(1),
     ...get(7), ...get(11), ...add, ...get(6), ...add, ...load8(0), ...i32c(11), ...shl, ...set(8),
-    ...get(7), ...get(6), ...i32c(4), ...shl, ...add, ...set(9),
-    ...Array.from({ length: 16 }, (_, j) => [...get(10), ...get(8), ...get(9), ...load8(j), ...i32c(3), ...shl, ...add, ...load64(0), ...store64(8 * j)]).flat(),
-    ...get(10), ...i32c(128), ...add, ...set(10),
+    ...get(7), ...get(6), ...i32c(shift), ...shl, ...add, ...set(9),
+    ...Array.from({ length: perBlock }, (_, j) => [...get(10), ...get(8), ...get(9), ...load8(j), ...i32c(3), ...shl, ...add, ...load64(0), ...store64(8 * j)]).flat(),
+    ...get(10), ...i32c(8 * perBlock), ...add, ...set(10),
     ...get(6), ...i32c(1), ...add, ...set(6),
     ...br(0), ...end, ...end,
     ...get(7), ...get(2), ...add, ...set(7),
@@ -183,13 +194,13 @@ function finishBody(round: boolean): number[] {
 }
 
 function moduleBytes(): Uint8Array {
-  const funcs = [unpackBody(), finishBody(true), finishBody(false)];
+  const funcs = [unpackBody(16), finishBody(true), finishBody(false), unpackBody(8)];
   return Uint8Array.from([
     0x00, 0x61, 0x73, 0x6d, 1, 0, 0, 0,
     ...section(1, vector([[0x60, ...vector([[I32], [I32], [I32], [I32], [I32]]), 0], [0x60, ...vector([[I32], [I32], [I32], [I32], [I32], [I32]]), 0]])),
-    ...section(3, vector([[0], [1], [1]])),
+    ...section(3, vector([[0], [1], [1], [0]])),
     ...section(5, vector([[0, ...uleb(Math.ceil(TABLE_BYTES / 65536) + 1)]])),
-    ...section(7, vector([[...name('unpack'), 0, 0], [...name('finish_bf16'), 0, 1], [...name('finish_fp32'), 0, 2], [...name('mem'), 2, 0]])),
+    ...section(7, vector([[...name('unpack'), 0, 0], [...name('finish_bf16'), 0, 1], [...name('finish_fp32'), 0, 2], [...name('unpack8'), 0, 3], [...name('mem'), 2, 0]])),
     ...section(10, vector(funcs.map((f) => [...uleb(f.length), ...f]))),
   ]);
 }
@@ -295,5 +306,42 @@ export class IndexerKernels {
     new Float32Array(buf, wAt, heads).set(w.subarray(0, heads));
     (round ? this.finishBf16 : this.finishFp32)(this.products + r * heads * stride * 4, stride, count, heads, wAt, out);
     return new Float32Array(buf, out, count);
+  }
+}
+
+/**
+ * Packed main-KV rows [count, D/2 + D/16] (FP4 E2M1, element 2k in the low nibble of byte k, then one
+ * E4M3 scale byte per 16) → float32 values [count, D], bit for bit the graph `unpack_main_kv`
+ * (graphs/packed-ops unpackMainKv; tested for every payload and scale byte): the same table lookup as
+ * the index keys' (the E4M3 scales' products), 8 payload bytes a block. One instance per model (calls
+ * are sequential); the values are a view of its memory, valid until the next call.
+ */
+export class MainKvUnpacker {
+  private readonly memory: WasmMemory;
+  private readonly unpackFn: Unpack;
+  private readonly rowBytes: number;
+
+  constructor(readonly D: number) {
+    if (!(Number.isInteger(D) && D > 0 && D % 16 === 0)) throw new Csa2Error('runtime', `MainKvUnpacker: head dim ${D} is not a multiple of 16`);
+    this.rowBytes = D / 2 + D / 16;
+    compiled ??= new wasmApi.Module(moduleBytes());
+    const instance = new wasmApi.Instance(compiled, {});
+    this.memory = instance.exports['mem'] as WasmMemory;
+    this.unpackFn = instance.exports['unpack8'] as Unpack;
+    fillTable(new Float32Array(this.memory.buffer, 0, TABLE_PAIRS * 2), mainKvScale);
+  }
+
+  unpack(packed: Uint8Array, count: number): Float32Array {
+    const R = this.rowBytes;
+    if (!(packed.length >= count * R)) throw new Csa2Error('runtime', `MainKvUnpacker.unpack: ${count} rows of ${R} bytes from ${packed.length}`);
+    const dst = TABLE_BYTES;
+    const src = align(dst + count * this.D * 4);
+    const need = src + count * R;
+    const have = this.memory.buffer.byteLength;
+    if (need > have) this.memory.grow(Math.ceil((need - have) / 65536));
+    const buf = this.memory.buffer;
+    new Uint8Array(buf, src, count * R).set(packed.subarray(0, count * R));
+    this.unpackFn(src, count, R, this.D / 16, dst);
+    return new Float32Array(buf, dst, count * this.D);
   }
 }

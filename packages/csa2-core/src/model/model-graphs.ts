@@ -18,7 +18,7 @@ import type { NumericsMode } from './graph-ops.js';
 import { TypedGraph, type GraphSignature, type Io } from './graph-io.js';
 import type { GraphContext, WeightSource } from './graphs/context.js';
 import { buildAttnInGraph, buildAttnOutGraph } from './graphs/attention-sublayer-graphs.js';
-import { buildAttentionGraph, buildUnpackMainKvGraph } from './graphs/attention-graphs.js';
+import { buildAttentionGraph } from './graphs/attention-graphs.js';
 import { buildCompressGraph } from './graphs/compress-graph.js';
 import { buildHeadGraph, buildMoeGraph } from './graphs/ffn-graphs.js';
 import { buildIndexScoresGraph, buildIndexerPoolGraph, buildIndexerScanGraph } from './graphs/indexer-graphs.js';
@@ -32,7 +32,7 @@ import {
   HEAD,
   INDEXER_POOL,
   INDEXER_SCAN,
-  UNPACK_MAIN_KV,
+  
   moeSignature,
   type MoeSignature,
 } from './graphs/signatures.js';
@@ -69,8 +69,6 @@ export interface ModelGraphs {
   readonly compressOnly: TypedGraph<typeof ATTN_IN_COMPRESS> | null;
   readonly attentionWindow: TypedGraph<typeof ATTENTION>;
   readonly attentionCompressed: TypedGraph<typeof ATTENTION>;
-  /** Packed main-KV rows → values: the entries a span's rows selected, once per index source (model/attention). */
-  readonly unpackMainKv: TypedGraph<typeof UNPACK_MAIN_KV>;
   /** The split indexer's scorer (its Gemm session and buffers); null with indexerScores 'graph'. */
   readonly indexScorer: IndexScorer | null;
 }
@@ -154,7 +152,6 @@ export async function openModelGraphs(config: ModelConfig, plan: LayerPlan, weig
       compressOnly: dec === null ? null : await open(`attn_in_${dec}_compress`, buildAttnInGraph(ctx, plan.entries[dec] as LayerPlanEntry, { compressOnly: true }), ATTN_IN_COMPRESS),
       attentionWindow: await open('attention_window', buildAttentionGraph(ctx, false), ATTENTION),
       attentionCompressed: await open('attention_compressed', buildAttentionGraph(ctx, true), ATTENTION),
-      unpackMainKv: await open('unpack_main_kv', buildUnpackMainKvGraph(ctx), UNPACK_MAIN_KV),
       indexScorer,
     };
   } catch (err) {
@@ -170,6 +167,6 @@ export async function disposeModelGraphs(graphs: ModelGraphs): Promise<void> {
     const indexer = l.indexer !== null && 'graph' in l.indexer ? l.indexer.graph : null;
     for (const g of [l.attnIn, l.attnOut, l.moe, l.compress, indexer]) if (g !== null) await g.dispose();
   }
-  for (const g of [graphs.head, graphs.compressOnly, graphs.attentionWindow, graphs.attentionCompressed, graphs.unpackMainKv]) if (g !== null) await g.dispose();
+  for (const g of [graphs.head, graphs.compressOnly, graphs.attentionWindow, graphs.attentionCompressed]) if (g !== null) await g.dispose();
   await graphs.indexScorer?.dispose();
 }

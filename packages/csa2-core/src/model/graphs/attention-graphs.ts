@@ -6,18 +6,16 @@
  * caller lays every sequence's keys out in it (model/attention).
  *
  *   window-only (ratio 0) and compressed (ratio > 0) differ in their column count C only; the key table
- *   kv [N, D] holds, per span, the compressed entries its rows selected (unpacked, graph
- *   `unpack_main_kv`) and its window rows (model/attention lays them out).
+ *   kv [N, D] holds, per span, the compressed entries its rows selected (unpacked by
+ *   model/indexer-kernels' MainKvUnpacker, bit for bit graphs/packed-ops unpackMainKv) and its window
+ *   rows (model/attention lays them out).
  *
  * idx [S, C] (C = attentionColumns) holds the reference's column order (window columns, then compressed
  * ones) as rows of the table, -1 = no key. Output att [S, H, D] (bf16 values in bf16 mode).
- *
- * unpack_main_kv (UNPACK_MAIN_KV): packed main-KV rows [U, R] → their values [U, D], bit for bit.
  */
 import { GraphBuilder } from '../../onnx/graph-builder.js';
 import { GraphOps } from '../graph-ops.js';
 import { attentionColumns, type GraphContext } from './context.js';
-import { unpackMainKv } from './packed-ops.js';
 
 export function buildAttentionGraph(ctx: GraphContext, compressed: boolean): Uint8Array {
   const { config: c } = ctx;
@@ -30,13 +28,5 @@ export function buildAttentionGraph(ctx: GraphContext, compressed: boolean): Uin
   const idx = g.input('idx', 'int32', ['S', C]);
   const sink = g.input('sink', 'float32', [H]);
   g.output(o.sparseAttention(q, table, idx, sink, D ** -0.5, C), 'att', 'float32', ['S', H, D]);
-  return g.toBytes();
-}
-
-export function buildUnpackMainKvGraph(ctx: GraphContext): Uint8Array {
-  const D = ctx.config.headDim;
-  const g = new GraphBuilder('unpack_main_kv');
-  const packed = g.input('packed', 'uint8', ['U', D / 2 + D / 16]);
-  g.output(unpackMainKv(g, packed, D), 'kv', 'float32', ['U', D]);
   return g.toBytes();
 }

@@ -82,12 +82,6 @@ export const ATTENTION = {
   outputs: { att: 'float32' },
 } as const satisfies AnySignature;
 
-/** unpack_main_kv: packed main-KV rows [U,R] → values [U,D] (the fake-quantized values, bit for bit). */
-export const UNPACK_MAIN_KV = {
-  inputs: { packed: 'uint8' },
-  outputs: { kv: 'float32' },
-} as const satisfies AnySignature;
-
 /**
  * attnOut[l]: att [S,H,D], X [S,n,d], a_pre, a_post [S,n], a_comb [S,n,n], cos/sin → X1 [S,n,d] (after
  * the attention sublayer), f_mix (the FFN's hc mixes), xf [S,d] (FFN input), gate_logits [S,E] (fp32).
