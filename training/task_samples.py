@@ -6,10 +6,8 @@ depths): for each of the N samples the target answer tokens and the argmax given
 MODEL_DIR: a served model directory or a call's files (shards + index). CPU: 12-95 s per 4K sample
 on two cores. Prints one JSON line per sample."""
 import json
-import random
 import sys
 import time
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +15,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from train import load_weights  # noqa: E402
+from train import eval_depths, eval_sample, load_weights  # noqa: E402
 from csa2_train import model as M  # noqa: E402
 from csa2_train.config import ModelArgs  # noqa: E402
 from csa2_train.data import Corpus  # noqa: E402
@@ -33,9 +31,9 @@ def main() -> None:
     m.eval()
     M.set_fast(True)
     corpus = Corpus(HERE / "data" / "corpus", HERE.parent / "models" / "v41-mini-128k" / "tokenizer.json")
-    depths = [0.05 + 0.9 * i / max(1, n_per - 1) for i in range(n_per)]
+    depths = eval_depths(n_per)
     for i in idxs:
-        s = corpus.task_sample(random.Random(zlib.crc32(f"{seed}/{task}/{L}/{i}".encode())), task, L + 64, "heldout", target_len=L, depth=depths[i])
+        s = eval_sample(corpus, seed, task, L, i, depths[i])
         ids = s.ids[: s.length].astype(np.int64)
         am = s.answer_mask[: s.length].copy()
         am[np.nonzero(am)[0][-1]] = False  # the answer tokens, not the closing eos

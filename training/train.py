@@ -209,6 +209,16 @@ class Producer:
 
 
 @torch.no_grad()
+def eval_depths(n_per):
+    """The evaluation's needle depths: n_per spread over 5..95%."""
+    return [0.05 + 0.9 * i / max(1, n_per - 1) for i in range(n_per)]
+
+
+def eval_sample(corpus, seed, task, L, i, depth):
+    """Held-out sample i of `task` at length L, as evaluate draws it (its own seeded stream)."""
+    return corpus.task_sample(random.Random(zlib.crc32(f"{seed}/{task}/{L}/{i}".encode())), task, L + 64, "heldout", target_len=L, depth=depth)
+
+
 def evaluate(model, corpus, device, lengths, n_per, seed, lm_batches=4, replay=0):
     """Held-out figures: LM loss on held-out text, and per task and length the answer accuracy
     (exact = every answer token is the argmax given the right prefix, i.e. greedy decoding would
@@ -224,8 +234,7 @@ def evaluate(model, corpus, device, lengths, n_per, seed, lm_batches=4, replay=0
     out["lm_loss"] = float(np.mean(losses)) if losses else None
     for L in lengths:
         for task in TASKS:
-            depths = [0.05 + 0.9 * i / max(1, n_per - 1) for i in range(n_per)]
-            samples = [corpus.task_sample(random.Random(zlib.crc32(f"{seed}/{task}/{L}/{i}".encode())), task, L + 64, "heldout", target_len=L, depth=d) for i, d in enumerate(depths)]
+            samples = [eval_sample(corpus, seed, task, L, i, d) for i, d in enumerate(eval_depths(n_per))]
             T = max(s.length for s in samples)
             ids = np.full((len(samples), T), corpus.eos, dtype=np.int64)
             am = np.zeros((len(samples), T), dtype=bool)

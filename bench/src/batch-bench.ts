@@ -69,7 +69,7 @@ async function prefillContext(model: Csa2Model, ids: readonly number[]): Promise
 }
 
 /**
- * Decodes at least `steps` steps, and on until `minMs` of them were measured (at most `maxSteps`), with
+ * Decodes at least `steps` steps, and on until `minMs` of them were measured (at most `maxSteps` ≥ `steps`), with
  * `batch` forks of the prefilled context in one forward call a step. A tiny model's step at B = 1 is ~3 ms:
  * 12 steps alone measured ~40 ms, and its ratios moved by up to 3× between runs.
  */
@@ -82,7 +82,7 @@ async function decodeBatch(model: Csa2Model, base: { seq: Sequence; logits: Floa
   });
   const stepMs: number[] = [];
   let measured = 0;
-  for (let i = 0; i < Math.max(steps, maxSteps) && (i < steps || measured < minMs); i++) {
+  for (let i = 0; i < maxSteps && (i < steps || measured < minMs); i++) {
     const spans: Span[] = runs.map((r) => {
       const id = r.sampler.next(r.logits, r.history, i);
       r.history.push(id);

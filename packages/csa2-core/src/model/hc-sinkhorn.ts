@@ -117,6 +117,10 @@ export function hcSplitSinkhornAnyN(mixes: Float32Array, p: HcSplitParams, softm
       }
       for (let k = 0; k < n; k++) c[j * n + k] = f(f((c[j * n + k] as number) / sum) + eps);
     }
+    if (softmaxOnly) {
+      comb.set(c, r * n * n);
+      continue;
+    }
     const normalizeColumns = () => {
       colSum.fill(0);
       for (let j = 0; j < n; j++) for (let k = 0; k < n; k++) colSum[k] = f((colSum[k] as number) + (c[j * n + k] as number));
@@ -125,10 +129,6 @@ export function hcSplitSinkhornAnyN(mixes: Float32Array, p: HcSplitParams, softm
         for (let j = 0; j < n; j++) c[j * n + k] = f((c[j * n + k] as number) / den);
       }
     };
-    if (softmaxOnly) {
-      comb.set(c, r * n * n);
-      continue;
-    }
     normalizeColumns();
     for (let t = 1; t < iters; t++) {
       for (let j = 0; j < n; j++) {

@@ -36,7 +36,7 @@ const mainKvScale = (s: number): number => {
 };
 
 /** Fills `out` (65,536 float32 pairs) with the table: [scale byte · 256 + payload byte] → the byte's two values times the scale. */
-function fillTable(out: Float32Array, scaleOf: (byte: number) => number = indexKScale): void {
+function fillTable(out: Float32Array, scaleOf: (byte: number) => number): void {
   for (let s = 0; s < 256; s++) {
     const scale = scaleOf(s);
     for (let b = 0; b < 256; b++) {
@@ -56,7 +56,7 @@ export function unpackIndexKeys(packed: Uint8Array, count: number, d: number, ou
   }
   if (jsTable === null) {
     const t = new Float32Array(TABLE_PAIRS * 2);
-    fillTable(t);
+    fillTable(t, indexKScale);
     jsTable = new Float64Array(t.buffer);
   }
   const table = jsTable;
@@ -223,6 +223,22 @@ type Finish = (p: number, stride: number, count: number, heads: number, w: numbe
 
 const align = (n: number) => Math.ceil(n / 64) * 64;
 
+/** A new instance of the kernels with its own memory, the table filled for `scaleOf`'s scales. */
+function instantiate(scaleOf: (byte: number) => number): { memory: WasmMemory; exports: Readonly<Record<string, unknown>> } {
+  compiled ??= new wasmApi.Module(moduleBytes());
+  const { exports } = new wasmApi.Instance(compiled, {});
+  const memory = exports['mem'] as WasmMemory;
+  fillTable(new Float32Array(memory.buffer, 0, TABLE_PAIRS * 2), scaleOf);
+  return { memory, exports };
+}
+
+/** Grows `memory` to at least `bytes`; its (possibly new) buffer. */
+function ensureBytes(memory: WasmMemory, bytes: number): ArrayBuffer {
+  const have = memory.buffer.byteLength;
+  if (bytes > have) memory.grow(Math.ceil((bytes - have) / 65536));
+  return memory.buffer;
+}
+
 /**
  * The kernels with their memory, for index keys of width d (one instance per model; calls are
  * sequential). Memory: the table, then the unpacked keys (they stay while their runs are scored),
@@ -244,19 +260,11 @@ export class IndexerKernels {
   constructor(readonly d: number) {
     if (!(Number.isInteger(d) && d > 0 && d % 32 === 0)) throw new Csa2Error('runtime', `IndexerKernels: index head dim ${d} is not a multiple of 32`);
     this.rowBytes = d / 2 + d / 32;
-    compiled ??= new wasmApi.Module(moduleBytes());
-    const instance = new wasmApi.Instance(compiled, {});
-    this.memory = instance.exports['mem'] as WasmMemory;
-    this.unpackFn = instance.exports['unpack'] as Unpack;
-    this.finishBf16 = instance.exports['finish_bf16'] as Finish;
-    this.finishFp32 = instance.exports['finish_fp32'] as Finish;
-    fillTable(new Float32Array(this.memory.buffer, 0, TABLE_PAIRS * 2));
-  }
-
-  private ensure(bytes: number): ArrayBuffer {
-    const have = this.memory.buffer.byteLength;
-    if (bytes > have) this.memory.grow(Math.ceil((bytes - have) / 65536));
-    return this.memory.buffer;
+    const { memory, exports } = instantiate(indexKScale);
+    this.memory = memory;
+    this.unpackFn = exports['unpack'] as Unpack;
+    this.finishBf16 = exports['finish_bf16'] as Finish;
+    this.finishFp32 = exports['finish_fp32'] as Finish;
   }
 
   /**
@@ -270,7 +278,7 @@ export class IndexerKernels {
     // the packed rows go where the values end up after them: dst first, src past it
     const dst = TABLE_BYTES;
     const src = align(dst + rows * d * 4);
-    const buf = this.ensure(src + count * R);
+    const buf = ensureBytes(this.memory, src + count * R);
     new Uint8Array(buf, src, count * R).set(packed.subarray(0, count * R));
     this.unpackFn(src, count, R, d / 32, dst);
     const out = new Float32Array(buf, dst, rows * d);
@@ -289,7 +297,7 @@ export class IndexerKernels {
   /** Copies a run's products [rows · heads, stride] (row r, head h at (r · heads + h) · stride) into the kernels' memory. */
   loadProducts(p: Float32Array, rowsTimesHeads: number, stride: number): void {
     const bytes = rowsTimesHeads * stride * 4;
-    const buf = this.ensure(this.scratch + bytes + align(stride * 4) + 256);
+    const buf = ensureBytes(this.memory, this.scratch + bytes + align(stride * 4) + 256);
     new Float32Array(buf, this.scratch, rowsTimesHeads * stride).set(p.subarray(0, rowsTimesHeads * stride));
     this.products = this.scratch;
     this.productStride = stride;
@@ -324,11 +332,9 @@ export class MainKvUnpacker {
   constructor(readonly D: number) {
     if (!(Number.isInteger(D) && D > 0 && D % 16 === 0)) throw new Csa2Error('runtime', `MainKvUnpacker: head dim ${D} is not a multiple of 16`);
     this.rowBytes = D / 2 + D / 16;
-    compiled ??= new wasmApi.Module(moduleBytes());
-    const instance = new wasmApi.Instance(compiled, {});
-    this.memory = instance.exports['mem'] as WasmMemory;
-    this.unpackFn = instance.exports['unpack8'] as Unpack;
-    fillTable(new Float32Array(this.memory.buffer, 0, TABLE_PAIRS * 2), mainKvScale);
+    const { memory, exports } = instantiate(mainKvScale);
+    this.memory = memory;
+    this.unpackFn = exports['unpack8'] as Unpack;
   }
 
   unpack(packed: Uint8Array, count: number): Float32Array {
@@ -336,10 +342,7 @@ export class MainKvUnpacker {
     if (!(packed.length >= count * R)) throw new Csa2Error('runtime', `MainKvUnpacker.unpack: ${count} rows of ${R} bytes from ${packed.length}`);
     const dst = TABLE_BYTES;
     const src = align(dst + count * this.D * 4);
-    const need = src + count * R;
-    const have = this.memory.buffer.byteLength;
-    if (need > have) this.memory.grow(Math.ceil((need - have) / 65536));
-    const buf = this.memory.buffer;
+    const buf = ensureBytes(this.memory, src + count * R);
     new Uint8Array(buf, src, count * R).set(packed.subarray(0, count * R));
     this.unpackFn(src, count, R, this.D / 16, dst);
     return new Float32Array(buf, dst, count * this.D);

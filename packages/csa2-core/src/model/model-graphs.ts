@@ -32,7 +32,6 @@ import {
   HEAD,
   INDEXER_POOL,
   INDEXER_SCAN,
-  
   moeSignature,
   type MoeSignature,
 } from './graphs/signatures.js';
