@@ -43,12 +43,34 @@ HERE = Path(__file__).resolve().parent
 
 
 def parse_phases(s: str):
+    """`seq_len:share,...` -> [(lengths, share)]: a phase of one length ("4096:0.3") or a mixed-length
+    phase ("32768*2+4096:0.5": its steps cycle through the lengths in the order written, a length with
+    `*k` taking k consecutive steps of the cycle; every step has --tokens-per-step tokens, so such a
+    phase trains the lengths in the ratio of their step counts, here 2:1 in steps and tokens)."""
     out = []
     for part in s.split(","):
-        L, frac = part.split(":")
-        out.append((int(L), float(frac)))
+        spec, frac = part.split(":")
+        cycle = []
+        for item in spec.split("+"):
+            L, _, k = item.partition("*")
+            cycle += [int(L)] * (int(k) if k else 1)
+        out.append((cycle, float(frac)))
     tot = sum(f for _, f in out)
-    return [(L, f / tot) for L, f in out]
+    return [(c, f / tot) for c, f in out]
+
+
+def phase_name(cycle) -> int | str:
+    """A phase's seq_len in the logs: the length, or the spec of a mixed phase ("32768*2+4096")."""
+    if len(set(cycle)) == 1:
+        return cycle[0]
+    parts, i = [], 0
+    while i < len(cycle):
+        j = i
+        while j < len(cycle) and cycle[j] == cycle[i]:
+            j += 1
+        parts.append(f"{cycle[i]}*{j - i}" if j - i > 1 else str(cycle[i]))
+        i = j
+    return "+".join(parts)
 
 
 def load_weights(path: Path) -> dict:
@@ -219,7 +241,7 @@ def eval_sample(corpus, seed, task, L, i, depth):
     return corpus.task_sample(random.Random(zlib.crc32(f"{seed}/{task}/{L}/{i}".encode())), task, L + 64, "heldout", target_len=L, depth=depth)
 
 
-def evaluate(model, corpus, device, lengths, n_per, seed, lm_batches=4, replay=0):
+def evaluate(model, corpus, device, lengths, n_per, seed, lm_batches=4, replay=0, tasks=TASKS):
     """Held-out figures: LM loss on held-out text, and per task and length the answer accuracy
     (exact = every answer token is the argmax given the right prefix, i.e. greedy decoding would
     produce the answer) at depths spread over 5..95%."""
@@ -233,7 +255,7 @@ def evaluate(model, corpus, device, lengths, n_per, seed, lm_batches=4, replay=0
         losses.append(F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), ids[:, 1:].reshape(-1)).item())
     out["lm_loss"] = float(np.mean(losses)) if losses else None
     for L in lengths:
-        for task in TASKS:
+        for task in tasks:
             samples = [eval_sample(corpus, seed, task, L, i, d) for i, d in enumerate(eval_depths(n_per))]
             T = max(s.length for s in samples)
             ids = np.full((len(samples), T), corpus.eos, dtype=np.int64)
@@ -295,6 +317,7 @@ def main() -> None:
     ap.add_argument("--fast", type=int, default=1, help="model.set_fast: the fast paths (same values)")
     ap.add_argument("--eval-lengths", default="512,1024,2048,4096")
     ap.add_argument("--eval-n", type=int, default=6)
+    ap.add_argument("--eval-tasks", default=",".join(TASKS), help="the held-out tasks evaluated (default: all)")
     ap.add_argument("--eval-lm-batches", type=int, default=4)
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--save-every-s", type=float, default=150)
@@ -358,6 +381,9 @@ def main() -> None:
         M.set_compiled(True)
 
     phases = parse_phases(a.phases)
+    eval_tasks = tuple(x for x in a.eval_tasks.split(",") if x)
+    if set(eval_tasks) - set(TASKS):
+        raise SystemExit(f"--eval-tasks: unknown tasks {sorted(set(eval_tasks) - set(TASKS))} (known: {', '.join(TASKS)})")
     train_budget = a.time_budget_s - a.eval_reserve_s - (time.time() - t_start)
     t_train0 = time.time()
     tw = None
@@ -393,14 +419,21 @@ def main() -> None:
     t_phase_end = t_train0
     use_graph = a.graph == "on" and device.type == "cuda"
     graph = None
-    for pi, (seq_len, frac) in enumerate(phases):
+    batch_of = {}  # per length: the batch (halved on an out-of-memory error, for the rest of the call)
+    for pi, (cycle, frac) in enumerate(phases):
         t_phase_end += frac * train_budget
-        B = max(1, a.tokens_per_step // seq_len)
-        producer.set_shape(B, seq_len)
+        if use_graph and len(set(cycle)) > 1:
+            use_graph = False  # a graph is one shape; a mixed phase runs eagerly
+            log({"type": "graph_off", "reason": "mixed-length phase", "phase": phase_name(cycle)})
         ctx_kw = dict(train=True, kl_rows=a.kl_rows, ckpt_blocks=True, attn_chunk_tokens=16384)
         p_t0, p_step0, p_tok0 = time.time(), step, tokens
         losses = []
+        by_len = {}  # mixed phase: steps and tokens per length
+        ci = 0
         while time.time() < t_phase_end:
+            seq_len = cycle[ci % len(cycle)]
+            B = batch_of.setdefault(seq_len, max(1, a.tokens_per_step // seq_len))
+            producer.set_shape(B, seq_len)
             if a.compile == "auto" and device.type == "cuda":
                 k = step - warm0  # eager steps 3..8 timed, compile at 9, compiled steps 10..15 timed
                 if k in (3, 10):
@@ -464,7 +497,7 @@ def main() -> None:
                     graph = None
                 opt.zero_grad(set_to_none=True)
                 torch.cuda.empty_cache()
-                B = max(1, B // 2)
+                B = batch_of[seq_len] = max(1, B // 2)
                 log({"type": "oom", "seq_len": seq_len, "new_batch": B})
                 producer.set_shape(B, seq_len)
                 continue
@@ -475,10 +508,18 @@ def main() -> None:
                     layer.ffn.gate.bias += a.bias_rate * torch.sign(1.0 / c.numel() - load)
             step += 1
             tokens += ids.numel()
+            ci += 1
+            bl = by_len.setdefault(seq_len, [0, 0])
+            bl[0] += 1
+            bl[1] += ids.numel()
             acc["loss"] += lm_loss.detach()
             acc["ans"] += ans_loss.detach()
             acc["kl"] += kl.detach()
             acc["n"] += 1
+            al = acc.setdefault("by_len", {}).setdefault(seq_len, [0.0, 0.0, 0])
+            al[0] += lm_loss.detach()
+            al[1] += ans_loss.detach()
+            al[2] += 1
             if step % a.log_every == 0:
                 n = acc["n"]
                 rec = {"type": "train", "step": step, "tokens": tokens, "seq_len": seq_len, "batch": B, "lr": lr,
@@ -486,6 +527,10 @@ def main() -> None:
                        "indexer_kl": round(float(acc["kl"] / n), 4), "grad_norm": round(float(gn), 3),
                        "tok_per_s": round((tokens - p_tok0) / (time.time() - p_t0)),
                        "mem_gb": round(torch.cuda.max_memory_allocated() / 2**30, 1) if device.type == "cuda" else 0}
+                if len(set(cycle)) > 1:
+                    rec["phase"] = phase_name(cycle)
+                if len(acc["by_len"]) > 1:  # the record's steps had several lengths (a mixed phase): the means per length too
+                    rec["by_length"] = {str(L): {"steps": v[2], "loss": round(float(v[0] / v[2]), 4), "answer_loss": round(float(v[1] / v[2]), 4)} for L, v in sorted(acc["by_len"].items())}
                 if ctx.indexer_stats:
                     rec["sel_mass"] = {str(l): round(float(v), 3) for l, v in ctx.indexer_stats[: len(ctx.indexer_stats)]}
                 losses.append(rec["loss"])
@@ -498,10 +543,13 @@ def main() -> None:
             graph.release(opt)
             graph = None
             torch.cuda.empty_cache()
-        phase_stats.append({"seq_len": seq_len, "steps": step - p_step0, "tokens": tokens - p_tok0, "seconds": round(time.time() - p_t0, 1), "last_loss": losses[-1] if losses else None})
+        ps = {"seq_len": phase_name(cycle), "steps": step - p_step0, "tokens": tokens - p_tok0, "seconds": round(time.time() - p_t0, 1), "last_loss": losses[-1] if losses else None}
+        if len(by_len) > 1:
+            ps["by_length"] = {str(L): {"steps": v[0], "tokens": v[1]} for L, v in sorted(by_len.items())}
+        phase_stats.append(ps)
     producer.close()
     save("end-of-training")
-    ev = evaluate(model, corpus, device, [int(x) for x in a.eval_lengths.split(",")], a.eval_n, seed=12345, lm_batches=a.eval_lm_batches, replay=a.eval_replay)
+    ev = evaluate(model, corpus, device, [int(x) for x in a.eval_lengths.split(",")], a.eval_n, seed=12345, lm_batches=a.eval_lm_batches, replay=a.eval_replay, tasks=eval_tasks)
     log({"type": "eval", "step": step, "tokens": tokens, **ev})
     meta = json.loads((a.out / "train_meta.json").read_text())
     meta["eval"] = ev
