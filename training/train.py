@@ -230,7 +230,6 @@ class Producer:
         pass
 
 
-@torch.no_grad()
 def eval_depths(n_per):
     """The evaluation's needle depths: n_per spread over 5..95%."""
     return [0.05 + 0.9 * i / max(1, n_per - 1) for i in range(n_per)]
@@ -241,6 +240,7 @@ def eval_sample(corpus, seed, task, L, i, depth):
     return corpus.task_sample(random.Random(zlib.crc32(f"{seed}/{task}/{L}/{i}".encode())), task, L + 64, "heldout", target_len=L, depth=depth)
 
 
+@torch.no_grad()
 def evaluate(model, corpus, device, lengths, n_per, seed, lm_batches=4, replay=0, tasks=TASKS):
     """Held-out figures: LM loss on held-out text, and per task and length the answer accuracy
     (exact = every answer token is the argmax given the right prefix, i.e. greedy decoding would
