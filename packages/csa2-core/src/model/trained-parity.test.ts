@@ -4,10 +4,10 @@
  * README there). Exact mode, teacher-forced along the official GPU run's greedy tokens, so that every
  * one of the 73 logits rows is comparable.
  *
- * What the fixture measured about this model (its README): the official code's own two executions, on
- * the H200 and on a CPU, differ by 0.088 in the prefill row and 0.18 per row on average (max 0.80), and
- * their greedy paths part after 33 tokens. The cause is the model's quantizers, not a defect: the MXFP4
- * index queries and keys put the indexer's scores on a coarse grid (6,352 of 2,048 × 8 prefill rows
+ * What the fixture measured about this model (its README; step 1020): the official code's own two
+ * executions, on the H200 and on a CPU, differ by 0.31 in the prefill row and 0.165 per row on average
+ * (max 1.0), and their greedy paths part after 10 tokens (step 537: 0.088, 0.18, 33 tokens). The cause is the model's quantizers, not a defect: the MXFP4
+ * index queries and keys put the indexer's scores on a coarse grid (5,993 of 2,048 × 8 prefill rows
  * have a tie at the top-k boundary), so one last-place difference in the float32 hc mix
  * (where csa2-core and the official code first differ: layer 0's outputs are bit-identical, its
  * ffn-side pre mix differs by one float32 ulp in 2 of the last 8 rows) changes a bf16 rounding, an FP8
@@ -17,10 +17,11 @@
  * one exceeds the distance of the other two on many rows.
  *
  * The criterion: csa2-core is no further from the official GPU run, on the mean over the rows, than
- * 1.05 × the official code on a CPU is (measured: 0.154 against 1.05 × 0.177 = 0.186). It is a weak
- * test, and says so: plain fp32 numerics instead of the reference's bf16 fail it (0.192), but decoder
- * replay with R = 128 passes (0.184). The bit-level parity is the
- * tiny-a fixture's (reference-parity.test.ts).
+ * 1.05 × the official code on a CPU is (step 1020: 0.150 against 1.05 × 0.165 = 0.173). It is a weak
+ * test, and says so: on step 1020 plain fp32 numerics instead of the reference's bf16 pass it too
+ * (0.155), and decoder replay with R = 128 does not (0.214); on step 537 it was the other way round
+ * (fp32 0.192 failed, replay 0.184 passed). The bit-level parity is the tiny-a fixture's
+ * (reference-parity.test.ts).
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
