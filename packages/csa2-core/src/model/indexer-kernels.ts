@@ -23,6 +23,11 @@
  */
 import { Csa2Error } from '../errors.js';
 import { E2M1_VALUES, decodeE4m3, decodeUe8m0 } from '../numerics/formats.js';
+import {
+  F32, I32, add, align64, and, bf16Bits, block, br, brIf, compileModule, end, ensureBytes, f32OfI32, f32c0, fAdd, fMul, geU, get, i32OfF32,
+  i32c, instantiateModule, load32, load64, load8, loadF32, loop, mul, name, section, set, shl, shrS, store64, storeF32, uleb, vector, xor,
+  type WasmMemory,
+} from './wasm-asm.js';
 
 const TABLE_PAIRS = 65536;
 const TABLE_BYTES = TABLE_PAIRS * 8;
@@ -76,48 +81,6 @@ export function unpackIndexKeys(packed: Uint8Array, count: number, d: number, ou
 }
 
 // ---------------------------------------------------------------- the WebAssembly module
-
-const uleb = (n: number): number[] => {
-  const out: number[] = [];
-  do {
-    let b = n & 0x7f;
-    n >>>= 7;
-    if (n !== 0) b |= 0x80;
-    out.push(b);
-  } while (n !== 0);
-  return out;
-};
-const sleb = (n: number): number[] => {
-  const out: number[] = [];
-  for (;;) {
-    const b = n & 0x7f;
-    n >>= 7;
-    if ((n === 0 && (b & 0x40) === 0) || (n === -1 && (b & 0x40) !== 0)) return [...out, b];
-    out.push(b | 0x80);
-  }
-};
-const section = (id: number, bytes: number[]): number[] => [id, ...uleb(bytes.length), ...bytes];
-const vector = (items: number[][]): number[] => [...uleb(items.length), ...items.flat()];
-const name = (s: string): number[] => [...uleb(s.length), ...Array.from(s, (ch) => ch.charCodeAt(0))];
-
-const [I32, F32] = [0x7f, 0x7d];
-const get = (i: number) => [0x20, i];
-const set = (i: number) => [0x21, i];
-const i32c = (v: number) => [0x41, ...sleb(v)];
-const f32c0 = [0x43, 0, 0, 0, 0];
-const [add, mul, and, xor, shl, shrS, shrU, geU] = [[0x6a], [0x6c], [0x71], [0x73], [0x74], [0x75], [0x76], [0x4f]];
-const [fAdd, fMul, i32OfF32, f32OfI32] = [[0x92], [0x94], [0xbc], [0xbe]];
-const load8 = (off: number) => [0x2d, 0, ...uleb(off)];
-const load32 = [0x28, 2, 0];
-const loadF32 = [0x2a, 2, 0];
-const storeF32 = [0x38, 2, 0];
-const load64 = (off: number) => [0x29, 3, ...uleb(off)];
-const store64 = (off: number) => [0x37, 3, ...uleb(off)];
-const [block, loop, end] = [[0x02, 0x40], [0x03, 0x40], [0x0b]];
-const br = (d: number) => [0x0c, d];
-const brIf = (d: number) => [0x0d, d];
-/** The i32 on the stack, as float32 bits, rounded to bf16 bits (round to nearest even); uses local `t`. */
-const bf16Bits = (t: number) => [...set(t), ...get(t), ...get(t), ...i32c(16), ...shrU, ...i32c(1), ...and, ...add, ...i32c(0x7fff), ...add, ...i32c(-65536), ...and];
 
 /**
  * unpack(src, count, rowBytes, blocks, dst), P = perBlock payload bytes a block (16: index keys, 32
@@ -177,7 +140,7 @@ function finishBody(round: boolean): number[] {
     ...maybeRound([...get(8), ...load32]), ...set(9),
     ...get(9), ...get(9), ...i32c(31), ...shrS, ...i32c(-1), ...xor, ...and,
     // y = bf16(f32(x) · w[h]); acc += y
-    ...f32OfI32, ...get(4), ...get(7), ...i32c(2), ...shl, ...add, ...loadF32, ...fMul,
+    ...f32OfI32, ...get(4), ...get(7), ...i32c(2), ...shl, ...add, ...loadF32(), ...fMul,
     ...(round ? [...i32OfF32, ...bf16Bits(9), ...f32OfI32] : []),
     ...get(10), ...fAdd, ...set(10),
     ...get(8), ...get(1), ...i32c(2), ...shl, ...add, ...set(8),
@@ -205,38 +168,17 @@ function moduleBytes(): Uint8Array {
   ]);
 }
 
-/** The part of the WebAssembly API used here (the workspace's type libraries do not declare it; Node has it). */
-interface WasmMemory {
-  readonly buffer: ArrayBuffer;
-  grow(pages: number): number;
-}
-interface WasmApi {
-  readonly Module: new (bytes: Uint8Array) => object;
-  readonly Instance: new (module: object, imports: object) => { readonly exports: Readonly<Record<string, unknown>> };
-}
-const wasmApi = (globalThis as unknown as { readonly WebAssembly: WasmApi }).WebAssembly;
-
 let compiled: object | null = null;
 
 type Unpack = (src: number, count: number, rowBytes: number, blocks: number, dst: number) => void;
 type Finish = (p: number, stride: number, count: number, heads: number, w: number, out: number) => void;
 
-const align = (n: number) => Math.ceil(n / 64) * 64;
-
 /** A new instance of the kernels with its own memory, the table filled for `scaleOf`'s scales. */
 function instantiate(scaleOf: (byte: number) => number): { memory: WasmMemory; exports: Readonly<Record<string, unknown>> } {
-  compiled ??= new wasmApi.Module(moduleBytes());
-  const { exports } = new wasmApi.Instance(compiled, {});
-  const memory = exports['mem'] as WasmMemory;
+  compiled ??= compileModule(moduleBytes());
+  const { memory, exports } = instantiateModule(compiled);
   fillTable(new Float32Array(memory.buffer, 0, TABLE_PAIRS * 2), scaleOf);
   return { memory, exports };
-}
-
-/** Grows `memory` to at least `bytes`; its (possibly new) buffer. */
-function ensureBytes(memory: WasmMemory, bytes: number): ArrayBuffer {
-  const have = memory.buffer.byteLength;
-  if (bytes > have) memory.grow(Math.ceil((bytes - have) / 65536));
-  return memory.buffer;
 }
 
 /**
@@ -277,13 +219,13 @@ export class IndexerKernels {
     if (!(packed.length >= count * R && rows >= count)) throw new Csa2Error('runtime', `IndexerKernels.unpack: ${count} rows of ${R} bytes from ${packed.length}`);
     // the packed rows go where the values end up after them: dst first, src past it
     const dst = TABLE_BYTES;
-    const src = align(dst + rows * d * 4);
+    const src = align64(dst + rows * d * 4);
     const buf = ensureBytes(this.memory, src + count * R);
     new Uint8Array(buf, src, count * R).set(packed.subarray(0, count * R));
     this.unpackFn(src, count, R, d / 32, dst);
     const out = new Float32Array(buf, dst, rows * d);
     if (rows > count) out.fill(0, count * d);
-    this.scratch = align(dst + rows * d * 4);
+    this.scratch = align64(dst + rows * d * 4);
     this.keyRows = rows;
     return out;
   }
@@ -297,7 +239,7 @@ export class IndexerKernels {
   /** Copies a run's products [rows · heads, stride] (row r, head h at (r · heads + h) · stride) into the kernels' memory. */
   loadProducts(p: Float32Array, rowsTimesHeads: number, stride: number): void {
     const bytes = rowsTimesHeads * stride * 4;
-    const buf = ensureBytes(this.memory, this.scratch + bytes + align(stride * 4) + 256);
+    const buf = ensureBytes(this.memory, this.scratch + bytes + align64(stride * 4) + 256);
     new Float32Array(buf, this.scratch, rowsTimesHeads * stride).set(p.subarray(0, rowsTimesHeads * stride));
     this.products = this.scratch;
     this.productStride = stride;
@@ -308,8 +250,8 @@ export class IndexerKernels {
   finish(r: number, heads: number, w: Float32Array, count: number, round: boolean): Float32Array {
     const stride = this.productStride;
     if (!((r + 1) * heads <= this.productRows && count <= stride && w.length >= heads)) throw new Csa2Error('runtime', `IndexerKernels.finish: row ${r} × ${heads} heads of ${this.productRows}, ${count} of ${stride}`);
-    const out = this.products + align(this.productRows * stride * 4);
-    const wAt = out + align(stride * 4);
+    const out = this.products + align64(this.productRows * stride * 4);
+    const wAt = out + align64(stride * 4);
     const buf = this.memory.buffer;
     new Float32Array(buf, wAt, heads).set(w.subarray(0, heads));
     (round ? this.finishBf16 : this.finishFp32)(this.products + r * heads * stride * 4, stride, count, heads, wAt, out);
@@ -341,7 +283,7 @@ export class MainKvUnpacker {
     const R = this.rowBytes;
     if (!(packed.length >= count * R)) throw new Csa2Error('runtime', `MainKvUnpacker.unpack: ${count} rows of ${R} bytes from ${packed.length}`);
     const dst = TABLE_BYTES;
-    const src = align(dst + count * this.D * 4);
+    const src = align64(dst + count * this.D * 4);
     const buf = ensureBytes(this.memory, src + count * R);
     new Uint8Array(buf, src, count * R).set(packed.subarray(0, count * R));
     this.unpackFn(src, count, R, this.D / 16, dst);

@@ -12,7 +12,7 @@ import { loadCheckpoint, type Checkpoint } from '../weights/checkpoint.js';
 import { SeededRandom } from '../weights/init-model.js';
 import { Csa2Model } from './model.js';
 import { argmax } from './sampler.js';
-import { candidatePool, completePicks } from './indexer-pool.js';
+import { candidatePool, completePicks, poolRanges } from './indexer-pool.js';
 
 interface Trace {
   readonly topk: Map<number, number[][]>;
@@ -79,6 +79,33 @@ test('candidatePool and completePicks: the union of the rows blocks, per-row mas
   const one = candidatePool(Int32Array.of(0), 1, 1, 1, 4, Int32Array.of(1));
   assert.deepEqual(Array.from(one.positions), [0, 0]);
   assert.deepEqual(Array.from(one.allow), [1, 0]);
+});
+
+test('poolRanges: each row\'s allowed columns as the runs of ones of its mask', () => {
+  const rng = new SeededRandom(17);
+  for (let trial = 0; trial < 50; trial++) {
+    const [S, kb, bs] = [1 + (rng.nextU32() % 6), 1 + (rng.nextU32() % 5), 1 + (rng.nextU32() % 4)];
+    const nVis = 1 + (rng.nextU32() % 40);
+    const blocks = Math.ceil(nVis / bs) + 2; // a few blocks past the visible entries too
+    const cand = Int32Array.from({ length: S * kb }, () => (rng.nextU32() % 4 === 0 ? -1 : rng.nextU32() % blocks));
+    for (let r = 0; r < S; r++) {
+      // a row's blocks are distinct (the candidate source's best kb)
+      const seen = new Set<number>();
+      for (let j = 0; j < kb; j++) if (seen.has(cand[r * kb + j] as number)) cand[r * kb + j] = -1; else seen.add(cand[r * kb + j] as number);
+    }
+    const clen = Int32Array.from({ length: S }, () => rng.nextU32() % (nVis + 1));
+    const pool = candidatePool(cand, S, kb, nVis, bs, clen);
+    const ranges = poolRanges(pool, clen);
+    for (let r = 0; r < S; r++) {
+      const fromRanges = new Array<number>(pool.columns).fill(0);
+      const rg = ranges[r] as Int32Array;
+      for (let j = 0; j < rg.length; j += 2) {
+        assert.ok((rg[j] as number) < (rg[j + 1] as number) && (j === 0 || (rg[j - 1] as number) < (rg[j] as number)), `trial ${trial} row ${r}: ranges ascending, apart, not empty`);
+        fromRanges.fill(1, rg[j], rg[j + 1]);
+      }
+      assert.deepEqual(fromRanges, Array.from(pool.allow.subarray(r * pool.columns, (r + 1) * pool.columns)), `trial ${trial} row ${r}`);
+    }
+  }
 });
 
 test('scans in chunks of keys (merged rankings) give the one-chunk lists and logits, bit for bit', async () => {

@@ -75,8 +75,9 @@ export async function poolTopkSplit(ctx: IndexerContext, scorer: IndexScorer, e:
       continue;
     }
     const positions = poolPositions(p.pool);
-    const allow = new Uint8Array(S * U);
-    writePoolMask(p.pool, clen, allow, 0, U, 0);
+    // each row's allowed columns as ranges (what writePoolMask marks), visited in column order as the mask was
+    const ranges = poolRanges(p.pool, clen);
+    const cursor = new Int32Array(S);
     const cap = Math.min(job.kk, U);
     const heaps = new BoundedHeaps(S, cap);
     const rowsPerBlock = scorer.rowsPerRun();
@@ -89,11 +90,15 @@ export async function poolTopkSplit(ctx: IndexerContext, scorer: IndexScorer, e:
         await scorer.run(q, 0, t1 - t0);
         for (let r = r0; r < r1; r++) {
           const s = scorer.scoreRow(r - r0, t1 - t0);
-          const mask = allow.subarray(r * U + t0, r * U + t1);
-          for (let u = 0; u < t1 - t0; u++) {
-            const v = s[u] as number;
-            if (mask[u] === 1 && v !== -Infinity && v === v && heaps.accepts(r, v, t0 + u)) heaps.push(r, v, t0 + u);
+          const rg = ranges[r] as Int32Array;
+          let j = cursor[r] as number;
+          while (j < rg.length && (rg[j] as number) < t1) {
+            const end = rg[j + 1] as number;
+            pushColumns(s, Math.max(rg[j] as number, t0) - t0, Math.min(end, t1) - t0, t0, r, heaps);
+            if (end > t1) break;
+            j += 2;
           }
+          cursor[r] = j;
         }
       }
     }
@@ -107,6 +112,63 @@ export async function poolTopkSplit(ctx: IndexerContext, scorer: IndexScorer, e:
   return lists;
 }
 
+/**
+ * Pushes columns [from, to) of a row's scores `s` (ids shifted by `shift`) into its heap, in column
+ * order: finite scores that rank before the heap's worst (all of them until it is full).
+ */
+function pushColumns(s: Float32Array, from: number, to: number, shift: number, row: number, heaps: BoundedHeaps): void {
+  const cap = heaps.capacity;
+  if (cap === 0) return;
+  let u = from;
+  for (; u < to && (heaps.size[row] as number) < cap; u++) {
+    const v = s[u] as number;
+    if (v !== -Infinity && v === v) heaps.push(row, v, u + shift);
+  }
+  if (u >= to) return;
+  const base = row * cap;
+  let wv = heaps.values[base] as number;
+  let wi = heaps.ids[base] as number;
+  for (; u < to; u++) {
+    const v = s[u] as number;
+    if (v < wv) continue; // most columns (NaN fails every test below too)
+    if (v > wv || (v === wv && u + shift < wi)) {
+      heaps.push(row, v, u + shift);
+      wv = heaps.values[base] as number;
+      wi = heaps.ids[base] as number;
+    }
+  }
+}
+
+/**
+ * Per row, its allowed columns of the pool as ascending [start, end) pairs (adjacent ones joined): the
+ * columns writePoolMask sets to 1 (the row's blocks, cut at its visible length).
+ */
+export function poolRanges(pool: PoolBlocks, clen: Int32Array): Int32Array[] {
+  const { blocks, blockSize: bs, nVis } = pool;
+  return pool.rowBlocks.map((own, r) => {
+    const visible = clen[r] as number;
+    const out = new Int32Array(2 * own.length);
+    let n = 0;
+    let u = 0;
+    let col = 0;
+    for (const b of own) {
+      while ((blocks[u] as number) < b) {
+        col += Math.min(nVis, ((blocks[u] as number) + 1) * bs) - (blocks[u] as number) * bs;
+        u++;
+      }
+      const first = b * bs;
+      const end = Math.min(nVis, visible, (b + 1) * bs);
+      if (end <= first) continue;
+      if (n > 0 && out[n - 1] === col) out[n - 1] = col + end - first;
+      else {
+        out[n++] = col;
+        out[n++] = col + end - first;
+      }
+    }
+    return out.subarray(0, n);
+  });
+}
+
 /** Per job, row blocks whose pools fit the budget (a decode row: one block); only the blocks: positions and masks are made when a part is scored. */
 function poolParts(ctx: IndexerContext, e: LayerPlanEntry, jobs: readonly IndexerJob[]): Array<{ job: number; r0: number; r1: number; pool: PoolBlocks }> {
   const hI = ctx.config.indexNumHeads;
@@ -115,15 +177,35 @@ function poolParts(ctx: IndexerContext, e: LayerPlanEntry, jobs: readonly Indexe
   jobs.forEach((job, ji) => {
     const cand = requireCandidates(job.st.shared.candidates, e);
     const kb = job.st.shared.kb;
+    // each row's blocks once (poolBlocks' per-row lists); a row block's union counted with stamps, not sorted, until it fits
+    const own = poolBlocks(cand, job.rows, kb, job.nVis, bs).rowBlocks;
+    const stamp = new Int32Array(Math.ceil(job.nVis / bs) + 1).fill(-1);
+    let stampId = 0;
+    const union = (r0: number, r1: number): { blocks: number[]; size: number } => {
+      const id = stampId++;
+      const out: number[] = [];
+      let size = 0;
+      for (let r = r0; r < r1; r++) {
+        for (const b of own[r] as Int32Array) {
+          if (stamp[b] === id) continue;
+          stamp[b] = id;
+          out.push(b);
+          size += Math.min(job.nVis, (b + 1) * bs) - b * bs;
+        }
+      }
+      return { blocks: out, size };
+    };
     const blocks: Array<[number, number]> = [[0, job.rows]];
     while (blocks.length > 0) {
       const [r0, r1] = blocks.pop() as [number, number];
-      const pool = poolBlocks(cand.subarray(r0 * kb, r1 * kb), r1 - r0, kb, job.nVis, bs);
-      if (r1 - r0 > 1 && (r1 - r0) * pool.columns * hI > ctx.indexerBudgetValues) {
+      const u = union(r0, r1);
+      const columns = u.size === 1 ? 2 : u.size;
+      if (r1 - r0 > 1 && (r1 - r0) * columns * hI > ctx.indexerBudgetValues) {
         const mid = (r0 + r1) >> 1;
         blocks.push([mid, r1], [r0, mid]);
         continue;
       }
+      const pool: PoolBlocks = { blocks: Int32Array.from(u.blocks).sort(), rowBlocks: own.slice(r0, r1), size: u.size, columns, nVis: job.nVis, blockSize: bs };
       parts.push({ job: ji, r0, r1, pool });
     }
   });

@@ -59,6 +59,7 @@ interface Trace {
   readonly topk: Map<number, number[][]>;
   readonly candidates: Map<number, number[][]>;
   readonly logits: Float32Array[];
+  readonly runs: { readonly fused: number; readonly gemm: number } | null;
 }
 
 async function trace(ckpt: Checkpoint, options: Partial<ModelOptions>, prompt: readonly number[], steps: number, share = false): Promise<Trace> {
@@ -72,8 +73,9 @@ async function trace(ckpt: Checkpoint, options: Partial<ModelOptions>, prompt: r
   if (share) prefilled.freeze();
   const seq = share ? prefilled.fork() : prefilled;
   for (let s = 0; s < steps; s++) logits.push(await model.step(seq, argmax(logits[logits.length - 1] as Float32Array)));
+  const runs = model.indexScorerRuns === null ? null : { ...model.indexScorerRuns };
   await model.dispose();
-  return { topk, candidates, logits };
+  return { topk, candidates, logits, runs };
 }
 
 function sameTrace(a: Trace, b: Trace, what: string): void {
@@ -86,6 +88,9 @@ function sameTrace(a: Trace, b: Trace, what: string): void {
 
 async function bothWays(ckpt: Checkpoint, options: Partial<ModelOptions>, prompt: readonly number[], steps: number, what: string, share = false): Promise<void> {
   const split = await trace(ckpt, { ...options, indexerScores: 'split' }, prompt, steps, share);
+  // up to 4 index heads the split path scores with the fused kernel (model/indexer-fused), always: the queries are MXFP4
+  const fusedHeads = ckpt.config.indexNumHeads <= 4;
+  assert.ok(split.runs !== null && (fusedHeads ? split.runs.fused > 0 && split.runs.gemm === 0 : split.runs.fused === 0 && split.runs.gemm > 0), `${what}: runs ${JSON.stringify(split.runs)}`);
   sameTrace(split, await trace(ckpt, { ...options, indexerScores: 'graph' }, prompt, steps, share), what);
 }
 

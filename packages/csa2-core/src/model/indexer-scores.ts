@@ -29,6 +29,7 @@ import { Csa2Error } from '../errors.js';
 import type { ModelConfig } from '../config/model-config.js';
 import { f32, type GraphSession, type TensorOf } from '../runtime/ort-session.js';
 import type { NumericsMode } from './graph-ops.js';
+import { FusedIndexScorer } from './indexer-fused.js';
 import { IndexerKernels } from './indexer-kernels.js';
 import type { BoundedHeaps } from './indexer-ranking.js';
 
@@ -58,6 +59,16 @@ export interface ScoreRows {
  */
 export class IndexScorer {
   private readonly kernels: IndexerKernels;
+  /** The fused kernel (model/indexer-fused) where it applies (≤ 4 heads, unless `useFused` is false). */
+  private readonly fused: FusedIndexScorer | null;
+  /** The packed keys `loadKeys` took last, unpacked for the Gemm only when a run needs them. */
+  private packedKeys: Uint8Array = new Uint8Array(0);
+  private packedCount = 0;
+  private unpacked = false;
+  /** Whether the last run's scores came from the fused kernel. */
+  private lastFused = false;
+  /** Runs scored by the fused kernel and by the Gemm (the tests check which path ran). */
+  readonly runs = { fused: 0, gemm: 0 };
   private keyRows = 0;
   private scoresOut: TensorOf<'float32'> | null = null;
   private q2 = new Float32Array(0);
@@ -70,9 +81,11 @@ export class IndexScorer {
     readonly config: ModelConfig,
     readonly mode: NumericsMode,
     private readonly session: GraphSession,
+    useFused = true,
   ) {
     this.headSumInGraph = config.indexNumHeads > MAX_HEADS_SUMMED_IN_TS;
     this.kernels = new IndexerKernels(config.indexHeadDim);
+    this.fused = useFused && !this.headSumInGraph ? new FusedIndexScorer(config.indexNumHeads, config.indexHeadDim, mode === 'bf16') : null;
   }
 
   dispose(): Promise<void> {
@@ -84,7 +97,9 @@ export class IndexScorer {
    * one-column product takes another code path; the padding row is zero and never read).
    */
   loadKeys(packed: Uint8Array, count: number): void {
-    this.kernels.unpack(packed, count, Math.max(2, count));
+    this.packedKeys = packed;
+    this.packedCount = count;
+    this.unpacked = false;
     this.keyRows = Math.max(2, count);
   }
 
@@ -96,6 +111,21 @@ export class IndexScorer {
     const { indexNumHeads: hI, indexHeadDim: dI } = this.config;
     const N = Math.max(2, count);
     if (!(from >= 0 && from + N <= this.keyRows)) throw new Csa2Error('runtime', `IndexScorer.run: keys [${from}, ${from + N}) of ${this.keyRows}`);
+    if (this.fused !== null && count >= 1 && from + count <= this.packedCount && this.fused.loadRows(q)) {
+      const rowBytes = this.config.indexHeadDim / 2 + this.config.indexHeadDim / 32;
+      this.fused.score(this.packedKeys.subarray(from * rowBytes), count);
+      this.n = count;
+      this.rows = q.rows;
+      this.lastFused = true;
+      this.runs.fused++;
+      return;
+    }
+    this.lastFused = false;
+    this.runs.gemm++;
+    if (!this.unpacked) {
+      this.kernels.unpack(this.packedKeys, this.packedCount, this.keyRows);
+      this.unpacked = true;
+    }
     let M = q.rows * hI;
     let iq = q.iq.subarray(0, M * dI);
     if (M === 1) {
@@ -138,6 +168,7 @@ export class IndexScorer {
   scoreRow(r: number, count: number): Float32Array {
     const N = this.n;
     if (!(r >= 0 && r < this.rows && count <= N)) throw new Csa2Error('runtime', `IndexScorer.scoreRow: row ${r} of ${this.rows}, ${count} of ${N} keys`);
+    if (this.lastFused) return (this.fused as FusedIndexScorer).scoreRow(r, count);
     if (this.headSumInGraph) return (this.scoresOut as TensorOf<'float32'>).data.subarray(r * N, r * N + count);
     const hI = this.config.indexNumHeads;
     return this.kernels.finish(r, hI, this.iw.subarray(r * hI, (r + 1) * hI), count, this.mode === 'bf16');

@@ -121,11 +121,17 @@ export class PackedRowStore {
     const own = Buffer.from(this.buf.buffer, this.buf.byteOffset, this.buf.byteLength);
     const shared = this.shared === null ? own : Buffer.from(this.shared.buffer, this.shared.byteOffset, this.shared.byteLength);
     const dst = Buffer.from(out.buffer, out.byteOffset, out.byteLength);
-    for (let i = 0; i < indices.length; i++) {
+    // runs of consecutive rows (a candidate block's positions) move as one copy
+    for (let i = 0; i < indices.length; ) {
       const j = indices[i] as number;
-      if (!(j >= 0 && j < this.n)) throw new Csa2Error('runtime', `PackedRowStore.gather: row ${j} of ${this.n}`);
-      if (j < S) shared.copy(dst, (outRow + i) * R, j * R, (j + 1) * R);
-      else own.copy(dst, (outRow + i) * R, (j - S) * R, (j - S + 1) * R);
+      if (!(Number.isInteger(j) && j >= 0 && j < this.n)) throw new Csa2Error('runtime', `PackedRowStore.gather: row ${j} of ${this.n}`);
+      let k = i + 1;
+      const side = j < S;
+      while (k < indices.length && indices[k] === j + (k - i) && j + (k - i) < this.n && (j + (k - i) < S) === side) k++;
+      const n = k - i;
+      if (side) shared.copy(dst, (outRow + i) * R, j * R, (j + n) * R);
+      else own.copy(dst, (outRow + i) * R, (j - S) * R, (j - S + n) * R);
+      i = k;
     }
     return out;
   }

@@ -51,6 +51,9 @@ test('PackedRowStore.freeze and shareFrom: forks read the prefix in place, keep 
   assert.deepEqual([b.segmentEnd(0), b.segmentEnd(2), b.segmentEnd(3)], [3, 3, 6]);
   assert.deepEqual(Array.from(b.range(2, 3)), [3, 3, 4, 4, 9, 9], 'across the boundary: a copy');
   assert.deepEqual(Array.from(b.gather([5, 0, 3, 2])), [8, 8, 1, 1, 4, 4, 3, 3]);
+  // consecutive rows move as one copy, split where the shared prefix ends
+  assert.deepEqual(Array.from(b.gather([1, 2, 3, 4, 5, 0, 1])), [2, 2, 3, 3, 4, 4, 9, 9, 8, 8, 1, 1, 2, 2]);
+  assert.throws(() => b.gather([4, 5, 6]), /row 6 of 6/);
   const out = new Uint8Array(8);
   b.copyRange(1, 4, out);
   assert.deepEqual(Array.from(out), [2, 2, 3, 3, 4, 4, 9, 9]);

@@ -1,0 +1,168 @@
+/**
+ * The fused index-score kernel (model/indexer-fused) against the split path it replaces (keys
+ * unpacked, onnxruntime's Gemm, the finish in WebAssembly: itself tested bit for bit against the ONNX
+ * graphs in indexer-scores.test.ts), and against a float64 reference of its own arithmetic:
+ * - bit for bit on MXFP4 queries and keys whose block scales lie within 2^±2 of each other (so the
+ *   blocks' exact products, ≤ 13 bits each, differ by at most 2^8 and their sum fits float32's 24 bits
+ *   in any order: the condition under which the two must agree), for 1–4 heads, index_head_dim 32, 64 and 128, bf16 and fp32 numerics,
+ *   runs of 1 and of many rows, key counts that are not multiples of anything;
+ * - with scales spread up to 2^±40 (where the exact q·k needs more than float32's 24 bits and the
+ *   Gemm's order of additions matters) every score is the float64 reference's: each block's exact
+ *   integer dot times its two scales, the blocks added in float32 in order, then the finish;
+ * - queries that are not MXFP4 values are refused, and the scorer falls back to the Gemm.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { ModelConfig } from '../config/model-config.js';
+import { fakeQuantFp4Ue8m0Block32, quantizeIndexKRows } from '../numerics/formats.js';
+import { openGraphSession } from '../runtime/ort-session.js';
+import { SeededRandom } from '../weights/init-model.js';
+import { buildIndexScoresGraph } from './graphs/indexer-graphs.js';
+import type { NumericsMode } from './graph-ops.js';
+import { FusedIndexScorer } from './indexer-fused.js';
+import { IndexScorer, type ScoreRows } from './indexer-scores.js';
+
+const bf16 = (v: number): number => {
+  const b = new Uint32Array(new Float32Array([v]).buffer)[0] as number;
+  const r = ((b + 0x7fff + ((b >>> 16) & 1)) & 0xffff0000) >>> 0;
+  return new Float32Array(new Uint32Array([r]).buffer)[0] as number;
+};
+
+/** Rows × heads × d MXFP4 queries (each 32-block scaled by 2^u, u uniform in ±spread) and head weights. */
+function queries(rng: SeededRandom, rows: number, heads: number, d: number, spread: number): ScoreRows {
+  const iq = new Float32Array(rows * heads * d);
+  for (let b = 0; b < iq.length / 32; b++) {
+    const s = 2 ** ((rng.nextU32() % (2 * spread + 1)) - spread);
+    for (let j = 0; j < 32; j++) iq[b * 32 + j] = ((rng.nextU32() % 2001) / 1000 - 1) * s;
+  }
+  fakeQuantFp4Ue8m0Block32(iq, d);
+  const iw = Float32Array.from({ length: rows * heads }, () => bf16((rng.nextU32() % 2001) / 1000 - 1));
+  return { iq, iw, rows };
+}
+
+function keys(rng: SeededRandom, n: number, d: number, spread: number): Uint8Array {
+  const v = new Float32Array(n * d);
+  for (let b = 0; b < v.length / 32; b++) {
+    const s = 2 ** ((rng.nextU32() % (2 * spread + 1)) - spread);
+    for (let j = 0; j < 32; j++) v[b * 32 + j] = ((rng.nextU32() % 2001) / 1000 - 1) * s;
+  }
+  return quantizeIndexKRows(v, d);
+}
+
+/** The float64 reference of the fused arithmetic for row r, key n (values from the packed key and the float queries). */
+function reference(q: ScoreRows, r: number, packed: Uint8Array, n: number, heads: number, d: number, round: boolean): number {
+  const rowBytes = d / 2 + d / 32;
+  const e2m1 = [0, 0.5, 1, 1.5, 2, 3, 4, 6, -0, -0.5, -1, -1.5, -2, -3, -4, -6];
+  let acc = 0;
+  for (let h = 0; h < heads; h++) {
+    let p = 0;
+    for (let b = 0; b < d / 32; b++) {
+      const sb = packed[n * rowBytes + d / 2 + b] as number;
+      const scale = sb === 0xff ? 0 : 2 ** (sb - 127);
+      let dot = 0; // exact in float64: ≤ 32 products of ≤ 4 significant bits each, one scale per block
+      for (let j = 0; j < 32; j++) {
+        const byte = packed[n * rowBytes + b * 16 + (j >> 1)] as number;
+        dot += (q.iq[(r * heads + h) * d + b * 32 + j] as number) * (e2m1[(j & 1) === 0 ? byte & 15 : byte >> 4] as number);
+      }
+      p = Math.fround(p + Math.fround(dot * scale));
+    }
+    let x = round ? bf16(p) : p;
+    if (x < 0 || Object.is(x, -0)) x = 0;
+    let y = Math.fround(x * (q.iw[r * heads + h] as number));
+    if (round) y = bf16(y);
+    acc = Math.fround(acc + y);
+  }
+  return round ? bf16(acc) : acc;
+}
+
+function config(heads: number, d: number): ModelConfig {
+  return { indexNumHeads: heads, indexHeadDim: d } as unknown as ModelConfig;
+}
+
+async function gemmScorer(heads: number, d: number, mode: NumericsMode): Promise<IndexScorer> {
+  const c = config(heads, d);
+  const session = await openGraphSession('index_scores', buildIndexScoresGraph({ config: c, mode, weights: { get: () => new Float32Array(0) } } as never, false));
+  return new IndexScorer(c, mode, session, false);
+}
+
+const bitsEqual = (a: Float32Array, b: Float32Array): number => {
+  const x = new Uint32Array(a.buffer, a.byteOffset, a.length);
+  const y = new Uint32Array(b.buffer, b.byteOffset, b.length);
+  let differ = 0;
+  for (let i = 0; i < x.length; i++) if (x[i] !== y[i]) differ++;
+  return differ;
+};
+
+test('fused index scores = the split path (unpack, Gemm, finish) bit for bit, 1–4 heads, d 32 / 64 / 128, bf16 and fp32', async () => {
+  const rng = new SeededRandom(41);
+  for (const mode of ['bf16', 'fp32'] as const) {
+    for (const d of [32, 64, 128]) {
+      for (const heads of [1, 2, 3, 4]) {
+        const gemm = await gemmScorer(heads, d, mode);
+        const fused = new FusedIndexScorer(heads, d, mode === 'bf16');
+        let nonZero = 0;
+        for (const [rows, n] of [[1, 1], [1, 777], [5, 300], [160, 213]] as const) {
+          const q = queries(rng, rows, heads, d, 2);
+          const packed = keys(rng, n, d, 2);
+          gemm.loadKeys(packed, n);
+          await gemm.run(q, 0, n);
+          assert.ok(fused.loadRows(q), 'MXFP4 queries are taken');
+          fused.score(packed, n);
+          for (let r = 0; r < rows; r++) {
+            const want = gemm.scoreRow(r, n);
+            const got = fused.scoreRow(r, n);
+            const differ = bitsEqual(got, want);
+            assert.equal(differ, 0, `${mode}, d ${d}, ${heads} heads, ${rows} rows × ${n} keys: row ${r}, ${differ} of ${n} scores differ`);
+          }
+          for (let r = 0; r < rows; r++) nonZero += fused.scoreRow(r, n).filter((v) => v !== 0).length;
+        }
+        assert.ok(nonZero > 1000, `${mode}, d ${d}, ${heads} heads: ${nonZero} non-zero scores`);
+        await gemm.dispose();
+      }
+    }
+  }
+});
+
+test('fused index scores with block scales spread to 2^±40 are the float64 reference of their arithmetic', () => {
+  const rng = new SeededRandom(43);
+  for (const mode of ['bf16', 'fp32'] as const) {
+    for (const d of [64, 128]) {
+      const heads = 4;
+      const fused = new FusedIndexScorer(heads, d, mode === 'bf16');
+      const q = queries(rng, 7, heads, d, 40);
+      const n = 150;
+      const packed = keys(rng, n, d, 40);
+      assert.ok(fused.loadRows(q));
+      fused.score(packed, n);
+      for (let r = 0; r < q.rows; r++) {
+        const got = fused.scoreRow(r, n);
+        for (let i = 0; i < n; i++) {
+          const want = reference(q, r, packed, i, heads, d, mode === 'bf16');
+          assert.ok(Object.is(got[i], want) || (got[i] === 0 && want === 0), `${mode}, d ${d}: row ${r} key ${i}: ${got[i]} vs ${want}`);
+        }
+      }
+    }
+  }
+});
+
+test('queries that are not MXFP4 values are refused and the scorer falls back to the Gemm', async () => {
+  const rng = new SeededRandom(47);
+  const heads = 2;
+  const d = 32;
+  const q = queries(rng, 3, heads, d, 2);
+  const notFp4: ScoreRows = { ...q, iq: q.iq.map((v, i) => (i === 5 ? v + 0.01 : v)) };
+  assert.equal(new FusedIndexScorer(heads, d, true).loadRows(notFp4), false);
+  const packed = keys(rng, 40, d, 2);
+  const c = config(heads, d);
+  const both = await Promise.all([true, false].map(async (useFused) => {
+    const session = await openGraphSession('index_scores', buildIndexScoresGraph({ config: c, mode: 'bf16', weights: { get: () => new Float32Array(0) } } as never, false));
+    const s = new IndexScorer(c, 'bf16', session, useFused);
+    s.loadKeys(packed, 40);
+    await s.run(notFp4, 0, 40);
+    const rows = [0, 1, 2].map((r) => s.scoreRow(r, 40).slice());
+    await s.dispose();
+    return rows;
+  }));
+  both[0]?.forEach((row, r) => assert.equal(bitsEqual(row, both[1]?.[r] as Float32Array), 0, `row ${r}`));
+  assert.throws(() => new FusedIndexScorer(5, 32, true), /1–4 heads/);
+});
