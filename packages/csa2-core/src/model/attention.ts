@@ -129,14 +129,28 @@ export class AttentionScratch {
   private slots = new Int32Array(0);
   /** Per entry position: 1 while a union (selectedEntries) has taken it; all 0 between calls. */
   private flags = new Uint8Array(0);
+  /** The latest fresh selections' unpacked entries (read by the layers that reuse them, replaced by the next fresh ones). */
+  private values = new Float32Array(0);
   private unpacker: MainKvUnpacker | null = null;
   /** The most of each array that the forward calls since the last trim asked for (elements). */
-  private used = { table: 0, idx: 0, slots: 0, flags: 0 };
+  private used = { table: 0, idx: 0, slots: 0, flags: 0, values: 0 };
 
   /** The WebAssembly unpack of selected main-KV rows (bit for bit graphs/packed-ops unpackMainKv). */
   mainKvUnpacker(D: number): MainKvUnpacker {
     if (this.unpacker === null || this.unpacker.D !== D) this.unpacker = new MainKvUnpacker(D);
     return this.unpacker;
+  }
+
+  /**
+   * A [n] float32 view for a layer's fresh selections' unpacked entries (contents undefined). It is
+   * the previous fresh selections' buffer: a layer's selections are fresh for every span of the forward
+   * at once (index sources) or all reused (the layers after one), so when new ones are unpacked the old
+   * ones are read no more.
+   */
+  selectionValues(n: number): Float32Array {
+    this.used.values = Math.max(this.used.values, n);
+    if (this.values.length < n) this.values = new Float32Array(n);
+    return this.values.subarray(0, n);
   }
 
   /** The flags (all 0), covering every position in topk[from, to). */
@@ -171,7 +185,8 @@ export class AttentionScratch {
     if (drop(this.idx.length, u.idx)) this.idx = new Int32Array(0);
     if (drop(this.slots.length, u.slots)) this.slots = new Int32Array(0);
     if (drop(this.flags.length, u.flags)) this.flags = new Uint8Array(0);
-    this.used = { table: 0, idx: 0, slots: 0, flags: 0 };
+    if (drop(this.values.length, u.values)) this.values = new Float32Array(0);
+    this.used = { table: 0, idx: 0, slots: 0, flags: 0, values: 0 };
   }
 
   /** A [n] float32 view (contents undefined) and a [m] int32 view filled with -1. */
@@ -218,7 +233,7 @@ function selectionFor(ctx: AttentionContext, e: LayerPlanEntry, st: SpanState, w
 }
 
 /** Unpacks the entries of every fresh selection block (all spans of the layer) in one graph run. */
-async function unpackSelections(ctx: AttentionContext, e: LayerPlanEntry, fresh: ReadonlyArray<{ st: SpanState; selection: Selection }>): Promise<void> {
+async function unpackSelections(ctx: AttentionContext, e: LayerPlanEntry, fresh: ReadonlyArray<{ st: SpanState; selection: Selection }>, othersReused: boolean): Promise<void> {
   const D = ctx.config.headDim;
   const R = D / 2 + D / 16;
   let U = 0;
@@ -233,8 +248,10 @@ async function unpackSelections(ctx: AttentionContext, e: LayerPlanEntry, fresh:
       row += b.entries.length;
     }
   }
-  // a copy out of the unpacker's memory: selections live on through the Reuse layers after this one
-  const kv = ctx.attentionScratch.mainKvUnpacker(D).unpack(packed, U).slice();
+  // a copy out of the unpacker's memory: selections live on through the Reuse layers after this one (in
+  // the scratch's buffer, unless a span of this layer still reads an older selection: then a new array)
+  const kv = othersReused ? new Float32Array(U * D) : ctx.attentionScratch.selectionValues(U * D);
+  kv.set(ctx.attentionScratch.mainKvUnpacker(D).unpack(packed, U));
   row = 0;
   for (const { selection } of fresh) {
     for (const b of selection.blocks) {
@@ -267,6 +284,7 @@ export async function runAttention(
   // window keys and selections; the selections' entries unpacked in one run
   const parts: Array<{ st: SpanState; offset: number; window: WindowPart; selection: Selection | null }> = [];
   const fresh: Array<{ st: SpanState; selection: Selection }> = [];
+  let reused = 0;
   for (const { st, offset } of spans) {
     const window = windowPart(st, e, c, kvw.subarray(offset * D, (offset + st.rows) * D));
     let selection: Selection | null = null;
@@ -274,10 +292,11 @@ export async function runAttention(
       const s = selectionFor(ctx, e, st, window.rows.length / D, perRow);
       selection = s.selection;
       if (s.fresh) fresh.push({ st, selection });
+      else reused++;
     }
     parts.push({ st, offset, window, selection });
   }
-  if (fresh.length > 0) await unpackSelections(ctx, e, fresh);
+  if (fresh.length > 0) await unpackSelections(ctx, e, fresh, reused > 0);
 
   // the runs: consecutive spans while they fit the budget; a span in several blocks, one run per block
   const runs: RunMember[][] = [];

@@ -11,7 +11,12 @@
  * itself was ~6 %. With many rows (a replay) the elementwise bf16 epilogue over [rows, hI, N] tensors
  * (casts to bf16 and back, relu, the head weight, the head sum, the mask) and the TopKs took ~80 %.
  * Here:
- *  - keys are unpacked per run (model/indexer-kernels: a small WebAssembly loop, each payload
+ *  - up to 4 index heads (every bundled model, the served one included), a run is scored in one
+ *    WebAssembly SIMD loop straight from the packed keys (model/indexer-fused: MXFP4 codes as
+ *    integers, an exact int32 dot per 32-block, the finish below four keys a vector), the same
+ *    scores as the steps that follow (tests compare them bit for bit); queries that are not MXFP4
+ *    values fall back to those steps, and `useFused: false` forces them (the tests' reference);
+ *  - otherwise, keys are unpacked per run (model/indexer-kernels: a small WebAssembly loop, each payload
  *    byte's two values times its block's scale from one table of 65,536 pairs, the float32 products
  *    exactly as the graph's Mul gives them);
  *  - one Gemm (graph index_scores) gives a run's per-head products (per element the scan's MatMul's:

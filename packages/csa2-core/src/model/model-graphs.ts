@@ -6,8 +6,9 @@
  * Sessions per layer: attnIn, attnOut, moe; compress (KV sources); an indexer (index sources): a scan
  * of every visible entry, or, for layers after the candidate source, a scan of the candidate pool
  * only (`indexerPool`, the default) or of every entry masked to the pool (the official code's way).
- * By default (`indexerScores: 'split'`) the scans and pools unpack, finish and pick in TypeScript
- * around one shared Gemm session (model/indexer-scores); with 'graph' each layer has its ONNX scan or
+ * By default (`indexerScores: 'split'`) the scans and pools score in one WebAssembly loop (up to 4
+ * index heads, model/indexer-fused) or unpack, finish and pick in TypeScript around one shared Gemm
+ * session (model/indexer-scores), and pick in TypeScript; with 'graph' each layer has its ONNX scan or
  * pool graph (unpack, scores, masks and TopK in the graph), as does the masked reference path always.
  * Shared by all layers: the two sparse-attention graphs (one per layer kind) and the head.
  */
