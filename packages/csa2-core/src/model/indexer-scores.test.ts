@@ -88,9 +88,12 @@ function sameTrace(a: Trace, b: Trace, what: string): void {
 
 async function bothWays(ckpt: Checkpoint, options: Partial<ModelOptions>, prompt: readonly number[], steps: number, what: string, share = false): Promise<void> {
   const split = await trace(ckpt, { ...options, indexerScores: 'split' }, prompt, steps, share);
-  // up to 4 index heads the split path scores with the fused kernel (model/indexer-fused), always: the queries are MXFP4
-  const fusedHeads = ckpt.config.indexNumHeads <= 4;
-  assert.ok(split.runs !== null && (fusedHeads ? split.runs.fused > 0 && split.runs.gemm === 0 : split.runs.fused === 0 && split.runs.gemm > 0), `${what}: runs ${JSON.stringify(split.runs)}`);
+  // up to 4 index heads the split path scores with the fused kernel (model/indexer-fused): every run with
+  // index_head_dim 32, the decode rows' runs with more (the queries are MXFP4: never a fallback there)
+  const { indexNumHeads: heads, indexHeadDim: d } = ckpt.config;
+  const runs = split.runs;
+  const expected = heads > 4 ? runs?.fused === 0 && (runs?.gemm ?? 0) > 0 : d === 32 ? (runs?.fused ?? 0) > 0 && runs?.gemm === 0 : (runs?.fused ?? 0) > 0;
+  assert.ok(expected, `${what}: runs ${JSON.stringify(runs)} (${heads} index heads of ${d})`);
   sameTrace(split, await trace(ckpt, { ...options, indexerScores: 'graph' }, prompt, steps, share), what);
 }
 

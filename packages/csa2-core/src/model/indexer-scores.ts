@@ -12,7 +12,8 @@
  * (casts to bf16 and back, relu, the head weight, the head sum, the mask) and the TopKs took ~80 %.
  * Here:
  *  - up to 4 index heads (every bundled model, the served one included), a run is scored in one
- *    WebAssembly SIMD loop straight from the packed keys (model/indexer-fused: MXFP4 codes as
+ *    WebAssembly SIMD loop straight from the packed keys (with index_head_dim 32 every run, with more
+ *    only runs of ≤ FUSED_MAX_ROWS_MULTI_BLOCK rows, where it is the faster) (model/indexer-fused: MXFP4 codes as
  *    integers, an exact int32 dot per 32-block, the finish below four keys a vector), the same
  *    scores as the steps that follow (tests compare them bit for bit); queries that are not MXFP4
  *    values fall back to those steps, and `useFused: false` forces them (the tests' reference);
@@ -40,6 +41,16 @@ import type { BoundedHeaps } from './indexer-ranking.js';
 
 /** Index heads up to which TypeScript sums the heads (onnxruntime's ReduceSum adds them in order there). */
 export const MAX_HEADS_SUMMED_IN_TS = 4;
+
+/**
+ * Rows up to which a run of a model whose index heads span several 32-blocks (index_head_dim > 32) is
+ * scored by the fused kernel; with one block per head it scores every run. Measured per key-score, run
+ * and finish included (random MXFP4 rows, this machine): 2 heads × 32 fused 4.8–5.8 ns against the Gemm's
+ * 8.8–30 ns at every row count; 4 heads × 64 (the served model) fused 24 / 29 / 26 / 24 / 19 ns at 1 / 2 / 4 /
+ * 8 / 160 rows against the Gemm's 46 / 42 / 25 / 21 / 17 ns: the kernel wins at decode rows and loses from
+ * ~4 rows, where the Gemm's wider float32 lanes do more per instruction than its int16 dot products.
+ */
+export const FUSED_MAX_ROWS_MULTI_BLOCK = 2;
 
 /**
  * One run of the Gemm: at most this many products (rows × heads × keys: 2 MB of float32), keys (their
@@ -116,7 +127,8 @@ export class IndexScorer {
     const { indexNumHeads: hI, indexHeadDim: dI } = this.config;
     const N = Math.max(2, count);
     if (!(from >= 0 && from + N <= this.keyRows)) throw new Csa2Error('runtime', `IndexScorer.run: keys [${from}, ${from + N}) of ${this.keyRows}`);
-    if (this.fused !== null && count >= 1 && from + count <= this.packedCount && this.fused.loadRows(q)) {
+    const fusedRows = this.config.indexHeadDim === 32 || q.rows <= FUSED_MAX_ROWS_MULTI_BLOCK;
+    if (this.fused !== null && fusedRows && count >= 1 && from + count <= this.packedCount && this.fused.loadRows(q)) {
       const rowBytes = this.config.indexHeadDim / 2 + this.config.indexHeadDim / 32;
       this.fused.score(this.packedKeys.subarray(from * rowBytes), count);
       this.n = count;
