@@ -81,7 +81,7 @@ test('candidatePool and completePicks: the union of the rows blocks, per-row mas
   assert.deepEqual(Array.from(one.allow), [1, 0]);
 });
 
-test('poolRanges: each row\'s allowed columns as the runs of ones of its mask', () => {
+test('poolRanges and writePoolMask: each row\'s allowed columns (visible, in its blocks) as ranges and as a mask', () => {
   const rng = new SeededRandom(17);
   for (let trial = 0; trial < 50; trial++) {
     const [S, kb, bs] = [1 + (rng.nextU32() % 6), 1 + (rng.nextU32() % 5), 1 + (rng.nextU32() % 4)];
@@ -103,7 +103,11 @@ test('poolRanges: each row\'s allowed columns as the runs of ones of its mask', 
         assert.ok((rg[j] as number) < (rg[j + 1] as number) && (j === 0 || (rg[j - 1] as number) < (rg[j] as number)), `trial ${trial} row ${r}: ranges ascending, apart, not empty`);
         fromRanges.fill(1, rg[j], rg[j + 1]);
       }
-      assert.deepEqual(fromRanges, Array.from(pool.allow.subarray(r * pool.columns, (r + 1) * pool.columns)), `trial ${trial} row ${r}`);
+      // from the definition: the column's position is visible to the row and in one of its blocks
+      const own = new Set(Array.from(cand.subarray(r * kb, (r + 1) * kb)).filter((b) => b >= 0));
+      const want = Array.from(pool.positions, (p, col) => (col < pool.size && p < (clen[r] as number) && own.has(Math.floor(p / bs)) ? 1 : 0));
+      assert.deepEqual(fromRanges, want, `trial ${trial} row ${r}`);
+      assert.deepEqual(Array.from(pool.allow.subarray(r * pool.columns, (r + 1) * pool.columns)), want, `trial ${trial} row ${r}: the mask`);
     }
   }
 });

@@ -141,7 +141,8 @@ function pushColumns(s: Float32Array, from: number, to: number, shift: number, r
 
 /**
  * Per row, its allowed columns of the pool as ascending [start, end) pairs (adjacent ones joined): the
- * columns writePoolMask sets to 1 (the row's blocks, cut at its visible length).
+ * row's blocks, cut at its visible length (writePoolMask marks them in a mask). A block's first column
+ * is the union's columns before it: the row's blocks are a sorted subset of the union's.
  */
 export function poolRanges(pool: PoolBlocks, clen: Int32Array): Int32Array[] {
   const { blocks, blockSize: bs, nVis } = pool;
@@ -356,22 +357,9 @@ export function poolPositions(pool: PoolBlocks): Int32Array {
  * 1 where the position is in the row's blocks and visible to it (the padding column stays 0).
  */
 export function writePoolMask(pool: PoolBlocks, clen: Int32Array, out: Uint8Array, row0: number, stride: number, col0: number): void {
-  const { blocks, blockSize: bs, nVis } = pool;
-  pool.rowBlocks.forEach((own, r) => {
-    const visible = clen[r] as number;
+  poolRanges(pool, clen).forEach((rg, r) => {
     const at = (row0 + r) * stride + col0;
-    // the union's blocks before block b, and so b's first column: the row's blocks are a sorted subset
-    let u = 0;
-    let col = 0;
-    for (const b of own) {
-      while ((blocks[u] as number) < b) {
-        col += Math.min(nVis, ((blocks[u] as number) + 1) * bs) - (blocks[u] as number) * bs;
-        u++;
-      }
-      const first = b * bs;
-      const end = Math.min(nVis, visible, (b + 1) * bs);
-      if (end > first) out.fill(1, at + col, at + col + end - first);
-    }
+    for (let j = 0; j < rg.length; j += 2) out.fill(1, at + (rg[j] as number), at + (rg[j + 1] as number));
   });
 }
 
