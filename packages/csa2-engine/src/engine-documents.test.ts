@@ -94,6 +94,33 @@ test('bounded replay: deviation from exact generation as R varies (reported), no
   assert.equal(meanKl.get(128), 0, 'the default R is exact for this model');
 });
 
+test('questions on a cached document start from its stored encoder tail: the tokens and logits of encoding it again, bit for bit', async () => {
+  // tiny-a: window 8, top-k 4, encoder ratios 2: the tail is reusable from R = 8 on (150 tokens hold top-k entries)
+  const cached = await Engine.open({ modelDir: TINY, store: STORE, chunkTokens: 32 });
+  const uncached = await Engine.open({ modelDir: TINY, store: STORE, chunkTokens: 32, documentCacheBytes: 0 });
+  try {
+    const ask = (e: Engine, promptIds: number[], R: number) =>
+      e.generate({ promptIds, document: { tenant: 'acme', documentId: 'doc1' }, maxTokens: 6, sampling: greedy, replayTokens: R, keepLogits: true, ignoreEos: true });
+    const questions = [randomIds(7, 21), randomIds(12, 22), randomIds(1, 23)];
+    for (const R of [8, 24]) {
+      for (const [i, q] of questions.entries()) {
+        const fromTail = await ask(cached, q, R); // the first question of each R encodes the tail and stores it
+        const encoded = await ask(uncached, q, R); // no document cache: every question encodes its tail
+        assert.deepEqual(fromTail.tokens, encoded.tokens, `R ${R}, question ${i}: tokens`);
+        fromTail.logits.forEach((row, j) => assert.deepEqual(row, encoded.logits[j], `R ${R}, question ${i}: logits row ${j}`));
+      }
+    }
+    const stats = cached.stats().documentCache;
+    assert.deepEqual([stats.tailsStored, stats.tailHits], [2, 4], 'one tail per R, used by the later questions');
+    // below the window the tail depends on the question: none is stored
+    await ask(cached, questions[0] as number[], 4);
+    assert.equal(cached.stats().documentCache.tailsStored, 2);
+  } finally {
+    await cached.close();
+    await uncached.close();
+  }
+});
+
 test('a document can be continued without a prompt, and with the default bounded replay', async () => {
   const out = await engine.generate({ promptIds: [], document: { tenant: 'acme', documentId: 'doc1' }, maxTokens: 4, sampling: greedy, ignoreEos: true });
   assert.equal(out.tokens.length, 4);

@@ -16,7 +16,7 @@
  */
 import { createHash } from 'node:crypto';
 import type { DocumentManifest } from '@csa2/artifacts';
-import { Csa2Error, type Sequence } from '@csa2/core';
+import { Csa2Error, type Sequence, type StreamRows } from '@csa2/core';
 
 /** Default bytes of loaded documents an engine keeps (CSA2_DOCUMENT_CACHE_BYTES): one 1M-token document at the released layout, twice. */
 export const DEFAULT_DOCUMENT_CACHE_BYTES = 2 * 1024 ** 3;
@@ -35,21 +35,45 @@ export interface DocumentCacheStats {
   readonly maxBytes: number;
   /** Entries with at least one lease. */
   readonly leased: number;
+  /** Questions that started from a document's stored encoder tail (see PrimedTail) instead of encoding it. */
+  readonly tailHits: number;
+  /** Encoder tails stored (one per document and replay length, by the first question that encoded it). */
+  readonly tailsStored: number;
+}
+
+/**
+ * A document's encoder tail for CED questions with replay R: the state after the encoder layers ran
+ * over its last R tokens (as the encode run of every question on it begins: rows [P - R, P) of the
+ * segment [P - R, P + Q), whose layout does not depend on Q once R ≥ the window and the document holds
+ * top-k entries at every ratio), and those rows' output stream (the decoder replay's input). A
+ * question forks `seq` and encodes only its own tokens.
+ */
+export interface PrimedTail {
+  /** The document after the encoder over its last R tokens: its P token ids, windows, compressor groups. */
+  readonly seq: Sequence;
+  /** The encoder's output for rows [P - R, P). */
+  readonly stream: StreamRows;
+  readonly bytes: number;
 }
 
 /** A loaded document lent to one work item; `release` once the work no longer reads it. */
 export interface DocumentLease {
   /** The frozen loaded sequence: fork it, never modify it. */
   readonly seq: Sequence;
+  /** The document's encoder tail for replay R, if a question stored one (fork its seq, never modify it). */
+  tail(replay: number): PrimedTail | null;
+  /** Offers the encoder tail for replay R; kept when the cache has room for its bytes beside the rest. */
+  storeTail(replay: number, tail: PrimedTail): void;
   release(): void;
 }
 
 interface Entry {
   readonly key: string;
-  readonly bytes: number;
+  bytes: number;
   seq: Sequence | null;
   loading: Promise<Sequence> | null;
   leases: number;
+  readonly tails: Map<number, PrimedTail>;
 }
 
 /** The cache key of a manifest's document: tenant, id and the exact stored content. */
@@ -67,6 +91,8 @@ export class DocumentCache {
   private misses = 0;
   private bypassed = 0;
   private evictions = 0;
+  private tailHits = 0;
+  private tailsStored = 0;
 
   constructor(readonly maxBytes: number) {
     if (!Number.isSafeInteger(maxBytes) || maxBytes < 0) throw new Csa2Error('config-invalid', `document cache bytes must be a non-negative integer, got ${maxBytes}`);
@@ -75,7 +101,18 @@ export class DocumentCache {
   get stats(): DocumentCacheStats {
     let leased = 0;
     for (const e of this.entries.values()) if (e.leases > 0) leased++;
-    return { hits: this.hits, misses: this.misses, bypassed: this.bypassed, evictions: this.evictions, entries: this.entries.size, bytes: this.held, maxBytes: this.maxBytes, leased };
+    return {
+      hits: this.hits,
+      misses: this.misses,
+      bypassed: this.bypassed,
+      evictions: this.evictions,
+      entries: this.entries.size,
+      bytes: this.held,
+      maxBytes: this.maxBytes,
+      leased,
+      tailHits: this.tailHits,
+      tailsStored: this.tailsStored,
+    };
   }
 
   /**
@@ -104,7 +141,7 @@ export class DocumentCache {
         return null;
       }
       this.misses++;
-      const e: Entry = { key, bytes, seq: null, loading: null, leases: 0 };
+      const e: Entry = { key, bytes, seq: null, loading: null, leases: 0, tails: new Map() };
       e.loading = load().then(
         (seq) => {
           seq.freeze();
@@ -133,9 +170,22 @@ export class DocumentCache {
       e.leases--;
       if (this.held > this.maxBytes) this.makeRoom(0);
     };
+    const tail = (replay: number): PrimedTail | null => {
+      const t = e.tails.get(replay) ?? null;
+      if (t !== null) this.tailHits++;
+      return t;
+    };
+    const storeTail = (replay: number, t: PrimedTail): void => {
+      // only while the entry is cached (not evicted meanwhile) and the tail fits beside everything held
+      if (released || e.tails.has(replay) || this.entries.get(e.key) !== e || this.held + t.bytes > this.maxBytes) return;
+      e.tails.set(replay, t);
+      e.bytes += t.bytes;
+      this.held += t.bytes;
+      this.tailsStored++;
+    };
     try {
       const seq = e.seq ?? (await (e.loading as Promise<Sequence>));
-      return { seq, release };
+      return { seq, tail, storeTail, release };
     } catch (err) {
       release();
       throw err;

@@ -35,7 +35,7 @@ import {
 } from '@csa2/core';
 import { StopMatcher } from '../stop-matcher.js';
 import type { ChoiceOutcome, DocumentRef, FinishReason, GenerateHooks, GenerateOutcome, GenerateRequest, PromptTokenLogprob } from '../types.js';
-import { documentCacheKey, type DocumentLease } from './document-cache.js';
+import { documentCacheKey, type DocumentLease, type PrimedTail } from './document-cache.js';
 import { SegmentRun } from './segment-run.js';
 import { listedChunks } from './stored-chunks.js';
 import { globalCacheBytes, sequenceBytes, type WorkContext } from './work-context.js';
@@ -108,6 +108,13 @@ export class GenerateWork implements Work {
   /** Tokens before promptIds (a document's), and the prompt logprobs (promptLogprobs asked). */
   private prior = 0;
   private promptLogprobs: (PromptTokenLogprob | null)[] | null = null;
+  /**
+   * CED on a cached document whose encoder tail does not depend on the question (tailReusable): the
+   * tail this question starts from, or, without one, whether it stores the one it computes.
+   */
+  private tail: PrimedTail | null = null;
+  private storesTail = false;
+  private tailReusable = false;
   private promptTokens = 0;
   private cachedTokens = 0;
   private firstTokenAtMs = 0;
@@ -208,8 +215,13 @@ export class GenerateWork implements Work {
     const model = this.ctx.model;
     const total = Math.min(model.config.maxSeqLen, (this.manifest?.tokenCount ?? 0) + this.req.promptIds.length + this.req.maxTokens);
     let seq: Sequence;
+    const wantPrompt = this.req.promptLogprobs !== undefined;
     if (this.lease !== null && this.manifest !== null) {
-      seq = this.lease.seq.fork(total);
+      const R = Math.max(1, this.replayTokens);
+      this.tailReusable = this.req.exact !== true && !wantPrompt && encoderTailReusable(model, this.manifest.tokenCount, R);
+      this.tail = this.tailReusable && this.req.promptIds.length > 0 ? this.lease.tail(R) : null;
+      this.storesTail = this.tailReusable && this.tail === null;
+      seq = (this.tail?.seq ?? this.lease.seq).fork(total);
       seq.reserveTokens(total);
       this.cachedTokens = Math.min(this.manifest.tokenCount, (this.req.document as DocumentRef).cachedTokens ?? this.manifest.tokenCount);
     } else {
@@ -228,7 +240,6 @@ export class GenerateWork implements Work {
     this.prior = prior;
     seq.tokens.append(this.req.promptIds);
     this.seq = seq;
-    const wantPrompt = this.req.promptLogprobs !== undefined;
     if (wantPrompt) this.promptLogprobs = new Array<PromptTokenLogprob | null>(this.req.promptIds.length).fill(null);
     const { hcMult, dim } = model.config;
     const L = model.config.numLayers;
@@ -238,7 +249,11 @@ export class GenerateWork implements Work {
       const start = Math.max(0, prior - Math.max(1, this.replayTokens));
       // prompt logprobs: the replay covers every row before a prompt token (the prompt, and the last document row)
       const keepRows = wantPrompt ? Math.max(this.replayTokens, this.req.promptIds.length + (prior > 0 ? 1 : 0)) : this.replayTokens;
-      const run = new SegmentRun(seq, { start, end: seq.length, l0: 0, l1: model.decoderStart, input: null, compressAtEnd: true, keepRows }, { hcMult, dim });
+      // a reusable encoder tail: the run keeps the document's last R rows too (the tail's stream) and
+      // either starts after them from the stored tail, or stops a chunk at the document's end to store it
+      const tailRows = this.tailReusable ? seq.length - start : keepRows;
+      const from = this.tail !== null ? { from: prior, keptBefore: this.tail.stream } : this.storesTail ? { breakAt: prior } : {};
+      const run = new SegmentRun(seq, { start, end: seq.length, l0: 0, l1: model.decoderStart, input: null, compressAtEnd: true, keepRows: tailRows, ...from }, { hcMult, dim });
       this.phase = { kind: 'encode', run };
     }
   }
@@ -288,8 +303,10 @@ export class GenerateWork implements Work {
     const model = this.ctx.model;
     if (p.kind === 'encode') {
       p.run.took(span, out);
+      if (this.storesTail && p.run.next === this.prior) this.storeTail(p.run);
       if (p.run.done) {
-        const kept = p.run.keptStream();
+        // the decoder replays the last R rows (the kept rows also hold the document's tail when it is reusable)
+        const kept = p.run.keptStream(this.tailReusable ? this.replayTokens : undefined);
         const L = model.config.numLayers;
         const wantPrompt = this.promptLogprobs !== null;
         const run = new SegmentRun(this.requireSeq(), { start: kept.start, end: this.requireSeq().length, l0: model.decoderStart, l1: L, input: kept, logits: true, allLogits: wantPrompt }, model.config);
@@ -309,6 +326,20 @@ export class GenerateWork implements Work {
     if (c === undefined) throw new Csa2Error('runtime', `generation ${this.id} got a row of no choice`);
     c.inFlight = false;
     this.choose(c, out.logits);
+  }
+
+  /**
+   * The encoder has run the document's last R rows: a fork of the sequence as it is now, its token ids
+   * cut to the document's, and those rows' output become the document's encoder tail (see PrimedTail).
+   */
+  private storeTail(run: SegmentRun): void {
+    this.storesTail = false;
+    const lease = this.lease;
+    if (lease === null) return;
+    const seq = this.requireSeq().fork(this.prior);
+    seq.tokens.truncate(this.prior);
+    const stream = run.keptCopy(run.opts.start, this.prior);
+    lease.storeTail(Math.max(1, this.replayTokens), { seq, stream, bytes: seq.residentBytes() + stream.X.byteLength + stream.pre.byteLength });
   }
 
   /** Prompt logprobs from the logits after rows [span.p0, span.p1): row r predicts the token at r + 1. */
@@ -439,4 +470,20 @@ export class GenerateWork implements Work {
     if (this.seq === null) throw new Csa2Error('runtime', `generation ${this.id} has no sequence`);
     return this.seq;
   }
+}
+
+/**
+ * Whether the encoder's run over a document's last R tokens gives the same state for every question on
+ * it: the encode segment is [P - R, P + Q) and its layout depends on its end only through
+ * min(end - start, window) window columns and min(top-k, end / ratio) index picks (model/span), both
+ * the same for every end ≥ P once R ≥ the window, P ≥ R and every encoder layer with compressed
+ * entries has top-k of them among the document's P tokens.
+ */
+export function encoderTailReusable(model: { readonly config: { readonly windowSize: number; readonly indexTopK: number }; readonly plan: { readonly entries: ReadonlyArray<{ readonly layer: number; readonly compressRatio: number }> }; readonly decoderStart: number }, P: number, R: number): boolean {
+  if (!(R >= model.config.windowSize && P >= R)) return false;
+  for (const e of model.plan.entries) {
+    if (e.layer >= model.decoderStart || e.compressRatio === 0) continue;
+    if (Math.floor(P / e.compressRatio) < model.config.indexTopK) return false;
+  }
+  return true;
 }

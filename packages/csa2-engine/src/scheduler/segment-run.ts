@@ -23,6 +23,14 @@ export interface SegmentRunOptions {
   readonly logits?: boolean;
   /** Every chunk asks for the logits after each of its rows (SpanOutput.rowLogits: prompt logprobs). */
   readonly allLogits?: boolean;
+  /**
+   * The first row to run (default `start`): rows [start, from) were run already, into the sequence's
+   * state (a document's stored encoder tail); `keptBefore` holds their output where the kept rows need it.
+   */
+  readonly from?: number;
+  readonly keptBefore?: StreamRows;
+  /** No chunk crosses this row (a state is taken there: GenerateWork's encoder tail). */
+  readonly breakAt?: number;
 }
 
 export class SegmentRun {
@@ -37,12 +45,26 @@ export class SegmentRun {
     if (!(opts.start >= 0 && opts.end > opts.start && opts.end <= seq.length)) {
       throw new Csa2Error('runtime', `segment [${opts.start}, ${opts.end}) does not fit a sequence of ${seq.length} tokens`);
     }
-    this.nextRow = opts.start;
+    const from = opts.from ?? opts.start;
+    if (!(from >= opts.start && from < opts.end)) throw new Csa2Error('runtime', `segment [${opts.start}, ${opts.end}) cannot start at row ${from}`);
+    this.nextRow = from;
     const keep = opts.keepRows === undefined ? 0 : Math.min(Math.max(1, opts.keepRows), opts.end - opts.start);
     this.kept =
       keep === 0
         ? null
         : { X: new Float32Array(keep * dims.hcMult * dims.dim), pre: new Float32Array(keep * dims.hcMult), start: opts.end - keep, rows: keep };
+    const k = this.kept;
+    if (k !== null && from > k.start) {
+      const b = opts.keptBefore;
+      const nd = dims.hcMult * dims.dim;
+      if (b === undefined || b.start > k.start || b.start + b.rows < from) {
+        throw new Csa2Error('runtime', `segment run from row ${from}: the kept rows from ${k.start} need the output of rows [${k.start}, ${from}) (keptBefore)`);
+      }
+      for (let t = k.start; t < from; t++) {
+        k.X.set(b.X.subarray((t - b.start) * nd, (t - b.start + 1) * nd), (t - k.start) * nd);
+        k.pre.set(b.pre.subarray((t - b.start) * dims.hcMult, (t - b.start + 1) * dims.hcMult), (t - k.start) * dims.hcMult);
+      }
+    }
   }
 
   get remaining(): number {
@@ -62,7 +84,8 @@ export class SegmentRun {
   span(rows: number): Span {
     if (this.done) throw new Csa2Error('runtime', 'segment run is complete');
     const p0 = this.nextRow;
-    const p1 = Math.min(this.opts.end, p0 + Math.max(1, rows));
+    const brk = this.opts.breakAt;
+    const p1 = Math.min(this.opts.end, p0 + Math.max(1, rows), brk !== undefined && brk > p0 ? brk : Infinity);
     return {
       seq: this.seq,
       layout: { kind: 'segment', start: this.opts.start, end: this.opts.end },
@@ -94,9 +117,29 @@ export class SegmentRun {
     return this.done ? out.logits : null;
   }
 
-  /** The kept output rows (complete once the run is done). */
-  keptStream(): StreamRows {
-    if (this.kept === null) throw new Csa2Error('runtime', 'this segment run keeps no rows');
-    return { start: this.kept.start, rows: this.kept.rows, X: this.kept.X, pre: this.kept.pre };
+  /** The next row to run. */
+  get next(): number {
+    return this.nextRow;
+  }
+
+  /** The kept output rows (complete once the run is done), or the last `last` of them (views). */
+  keptStream(last?: number): StreamRows {
+    const k = this.kept;
+    if (k === null) throw new Csa2Error('runtime', 'this segment run keeps no rows');
+    const n = last === undefined ? k.rows : Math.min(k.rows, Math.max(1, last));
+    const nd = k.X.length / k.rows;
+    const h = k.pre.length / k.rows;
+    return { start: k.start + k.rows - n, rows: n, X: k.X.subarray((k.rows - n) * nd), pre: k.pre.subarray((k.rows - n) * h) };
+  }
+
+  /** A copy of the output of kept rows [from, to) (done already). */
+  keptCopy(from: number, to: number): StreamRows {
+    const k = this.kept;
+    if (k === null || from < k.start || to > Math.min(this.nextRow, k.start + k.rows) || to <= from) {
+      throw new Csa2Error('runtime', `segment run: rows [${from}, ${to}) are not kept and done`);
+    }
+    const nd = k.X.length / k.rows;
+    const h = k.pre.length / k.rows;
+    return { start: from, rows: to - from, X: k.X.slice((from - k.start) * nd, (to - k.start) * nd), pre: k.pre.slice((from - k.start) * h, (to - k.start) * h) };
   }
 }
