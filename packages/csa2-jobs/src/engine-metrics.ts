@@ -56,6 +56,10 @@ export interface EngineSchedulerStats {
     readonly entries: number;
     readonly leased: number;
     readonly bytes: number;
+    /** Stored encoder tails (absent: an engine without them). */
+    readonly tailBytes?: number;
+    readonly tailHits?: number;
+    readonly tailsStored?: number;
   };
 }
 
@@ -138,6 +142,16 @@ export function registerEngineMetrics(registry: Registry, read: () => Promise<En
       ['result'],
     ),
     metric('csa2_engine_document_cache_evictions_total', 'Idle loaded documents dropped to make room', 'counter', (s) => (s.documentCache !== undefined ? [{ value: s.documentCache.evictions }] : [])),
+    metric('csa2_engine_document_tail_bytes', 'Bytes of the loaded documents\' stored encoder tails (held within the document cache\'s bytes)', 'gauge', (s) => (s.documentCache?.tailBytes !== undefined ? [{ value: s.documentCache.tailBytes }] : [])),
+    metric('csa2_engine_document_tail_total', 'Encoder tails of loaded documents: stored (by the first question that encoded one), used (a question encoded only its own tokens)', 'counter', (s) =>
+      s.documentCache?.tailHits !== undefined && s.documentCache.tailsStored !== undefined
+        ? [
+            { labels: { result: 'stored' }, value: s.documentCache.tailsStored },
+            { labels: { result: 'used' }, value: s.documentCache.tailHits },
+          ]
+        : [],
+      ['result'],
+    ),
   ];
   for (const m of metrics) registry.registerMetric(m as unknown as Parameters<Registry['registerMetric']>[0]);
 }

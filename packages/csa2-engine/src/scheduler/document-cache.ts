@@ -30,8 +30,10 @@ export interface DocumentCacheStats {
   readonly bypassed: number;
   readonly evictions: number;
   readonly entries: number;
-  /** Packed global-cache bytes held (capacity included). */
+  /** Packed global-cache bytes of the documents held (capacity included). */
   readonly bytes: number;
+  /** Bytes of their stored encoder tails (windows, token ids, streams), held besides `bytes` within maxBytes. */
+  readonly tailBytes: number;
   readonly maxBytes: number;
   /** Entries with at least one lease. */
   readonly leased: number;
@@ -93,6 +95,7 @@ export class DocumentCache {
   private evictions = 0;
   private tailHits = 0;
   private tailsStored = 0;
+  private tailBytes = 0;
 
   constructor(readonly maxBytes: number) {
     if (!Number.isSafeInteger(maxBytes) || maxBytes < 0) throw new Csa2Error('config-invalid', `document cache bytes must be a non-negative integer, got ${maxBytes}`);
@@ -107,7 +110,8 @@ export class DocumentCache {
       bypassed: this.bypassed,
       evictions: this.evictions,
       entries: this.entries.size,
-      bytes: this.held,
+      bytes: this.held - this.tailBytes,
+      tailBytes: this.tailBytes,
       maxBytes: this.maxBytes,
       leased,
       tailHits: this.tailHits,
@@ -150,10 +154,7 @@ export class DocumentCache {
           return seq;
         },
         (err: unknown) => {
-          if (this.entries.get(key) === e) {
-            this.entries.delete(key);
-            this.held -= e.bytes;
-          }
+          if (this.entries.get(key) === e) this.drop(e);
           throw err;
         },
       );
@@ -181,6 +182,7 @@ export class DocumentCache {
       e.tails.set(replay, t);
       e.bytes += t.bytes;
       this.held += t.bytes;
+      this.tailBytes += t.bytes;
       this.tailsStored++;
     };
     try {
@@ -194,11 +196,16 @@ export class DocumentCache {
 
   /** Drops every idle entry (tests, shutdown). */
   clear(): void {
-    for (const [k, e] of this.entries) {
+    for (const e of this.entries.values()) {
       if (e.leases > 0 || e.loading !== null) continue;
-      this.entries.delete(k);
-      this.held -= e.bytes;
+      this.drop(e);
     }
+  }
+
+  private drop(e: Entry): void {
+    this.entries.delete(e.key);
+    this.held -= e.bytes;
+    for (const t of e.tails.values()) this.tailBytes -= t.bytes;
   }
 
   private leasedBytes(): number {
@@ -210,11 +217,10 @@ export class DocumentCache {
   /** Evicts idle entries, oldest first, until `bytes` more fit; false (nothing evicted) when they cannot. */
   private makeRoom(bytes: number): boolean {
     if (bytes > this.maxBytes - this.leasedBytes()) return false;
-    for (const [k, e] of this.entries) {
+    for (const e of this.entries.values()) {
       if (this.held + bytes <= this.maxBytes) break;
       if (e.leases > 0 || e.loading !== null) continue;
-      this.entries.delete(k);
-      this.held -= e.bytes;
+      this.drop(e);
       this.evictions++;
     }
     return this.held + bytes <= this.maxBytes;
