@@ -8,7 +8,7 @@ import { mkdtempSync, readdirSync, readFileSync, writeFileSync, statSync } from 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { fixturesRoot, klDivergence, SeededRandom } from '@csa2/core';
+import { fixturesRoot, klDivergence, knownSourceStats, SeededRandom } from '@csa2/core';
 import { Engine } from './engine.js';
 
 const TINY = join(fixturesRoot(), 'deepseek-v41-tiny-a');
@@ -102,6 +102,7 @@ test('questions on a cached document start from its stored encoder tail: the tok
     const ask = (e: Engine, promptIds: number[], R: number) =>
       e.generate({ promptIds, document: { tenant: 'acme', documentId: 'doc1' }, maxTokens: 6, sampling: greedy, replayTokens: R, keepLogits: true, ignoreEos: true });
     const questions = [randomIds(7, 21), randomIds(12, 22), randomIds(1, 23)];
+    const knownRows = knownSourceStats.rows;
     for (const R of [8, 24]) {
       for (const [i, q] of questions.entries()) {
         const fromTail = await ask(cached, q, R); // the first question of each R encodes the tail and stores it
@@ -112,6 +113,9 @@ test('questions on a cached document start from its stored encoder tail: the tok
     }
     const stats = cached.stats().documentCache;
     assert.deepEqual([stats.tailsStored, stats.tailHits], [2, 4], 'one tail per R, used by the later questions');
+    // and their decoder replays took the candidate source's picks of document rows from the tail: the
+    // first question's replay covered the document's last R - 7 rows, which later replays share
+    assert.ok(knownSourceStats.rows - knownRows > 0, `document rows whose candidate-source picks were known: ${knownSourceStats.rows - knownRows}`);
     // below the window the tail depends on the question: none is stored
     await ask(cached, questions[0] as number[], 4);
     assert.equal(cached.stats().documentCache.tailsStored, 2);

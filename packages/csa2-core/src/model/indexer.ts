@@ -19,7 +19,7 @@ import type { LayerPlanEntry } from '../config/layer-plan.js';
 import type { TensorOf } from '../runtime/ort-session.js';
 import type { LayerIndexer, ModelGraphs } from './model-graphs.js';
 import type { KvSourceCache } from './sequence.js';
-import type { ForwardObserver, SpanState } from './span.js';
+import type { ForwardObserver, SourceSelections, SpanState } from './span.js';
 import { candidateMask, poolTopk, poolTopkSplit } from './indexer-pool.js';
 import { scanChunked, scanGrouped, scanSplit, scanSplitShared, type ScanResult } from './indexer-scan.js';
 import type { IndexScorer } from './indexer-scores.js';
@@ -57,6 +57,9 @@ export interface IndexerJob {
   readonly iq: Float32Array;
   readonly iw: Float32Array;
 }
+
+/** Rows whose candidate-source picks came from Span.knownSources instead of a scan (tests check that the path ran). */
+export const knownSourceStats = { rows: 0 };
 
 /** A job's rows [r0, r1) as graph inputs. */
 export function queryRows(c: ModelConfig, job: IndexerJob, r0: number, r1: number): { iq: TensorOf<'float32'>; iw: TensorOf<'float32'> } {
@@ -116,10 +119,31 @@ export async function runIndexers(
   } else if (indexer.kind === 'split-scan') {
     const scorer = scorerOf(ctx, e);
     const bs = c.candidateBlockSize;
+    // rows whose candidate-source picks the span knows take them; the rest of the span is scanned
+    const known = new Map<IndexerJob, { a: number; b: number; k: SourceSelections; before: IndexerJob | null; after: IndexerJob | null }>();
+    const scanned: IndexerJob[] = [];
+    for (const j of jobs) {
+      const k = e.isCandidateSource ? (j.st.span.knownSources ?? null) : null;
+      const kb = Math.min(c.candidateTopKBlocks, Math.ceil(j.nVis / bs));
+      const p0 = j.st.span.p0;
+      const a = k === null ? 0 : Math.max(0, k.start - p0);
+      const b = k === null ? 0 : Math.min(j.rows, k.start + k.rows - p0);
+      if (k === null || b <= a || k.kk !== j.kk || k.kb !== kb) {
+        scanned.push(j);
+        continue;
+      }
+      const part = (r0: number, r1: number): IndexerJob | null =>
+        r1 <= r0 ? null : { ...j, rows: r1 - r0, clen: j.clen.subarray(r0, r1), iq: j.iq.subarray(r0 * hI * dI, r1 * hI * dI), iw: j.iw.subarray(r0 * hI, r1 * hI) };
+      const before = part(0, a);
+      const after = part(b, j.rows);
+      for (const x of [before, after]) if (x !== null) scanned.push(x);
+      known.set(j, { a, b, k, before, after });
+      knownSourceStats.rows += b - a;
+    }
     // spans reading one frozen prefix in full (forks of a document) score it together
     const groups = new Map<Uint8Array, IndexerJob[]>();
     const alone: IndexerJob[] = [];
-    for (const j of jobs) {
+    for (const j of scanned) {
       const prefix = j.src.indexK.sharedPrefix;
       const split = Math.floor(j.src.indexK.sharedRowCount / bs) * bs;
       if (prefix === null || split === 0 || j.nVis < split) alone.push(j);
@@ -131,6 +155,20 @@ export async function runIndexers(
       else (await scanSplitShared(ctx, scorer, e, group)).forEach((r, i) => results.set(group[i] as IndexerJob, r));
     }
     for (const j of alone) results.set(j, await scanSplit(ctx, scorer, e, j));
+    for (const [j, { a, b, k, before, after }] of known) {
+      const kb = k.kb;
+      const topk = new Int32Array(j.rows * j.kk);
+      const candidates = new Int32Array(j.rows * kb);
+      topk.set(k.topk.subarray((j.st.span.p0 + a - k.start) * j.kk, (j.st.span.p0 + b - k.start) * j.kk), a * j.kk);
+      candidates.set(k.candidates.subarray((j.st.span.p0 + a - k.start) * kb, (j.st.span.p0 + b - k.start) * kb), a * kb);
+      for (const [x, r0] of [[before, 0], [after, b]] as const) {
+        if (x === null) continue;
+        const r = results.get(x) as ScanResult;
+        topk.set(r.topk, r0 * j.kk);
+        candidates.set(r.candidates as Int32Array, r0 * kb);
+      }
+      results.set(j, { topk, candidates, kb });
+    }
     for (const j of jobs) {
       const r = results.get(j) as ScanResult;
       j.st.shared.topk = r.topk;
@@ -159,6 +197,14 @@ export async function runIndexers(
         j.st.shared.candidates = r.candidates;
         j.st.shared.kb = r.kb;
       }
+    }
+  }
+
+  if (e.isCandidateSource) {
+    for (const j of jobs) {
+      const sink = j.st.span.captureSources;
+      const { topk, candidates, kb, kk } = j.st.shared;
+      if (sink !== undefined && sink !== null && topk !== null && candidates !== null) sink({ start: j.st.span.p0, rows: j.rows, kk, kb, topk, candidates });
     }
   }
 

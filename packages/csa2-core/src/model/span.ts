@@ -43,6 +43,26 @@ export interface Span {
   readonly logits?: boolean;
   /** Compute the next-token logits after every row (prompt logprobs); SpanOutput.rowLogits. */
   readonly allLogits?: boolean;
+  /**
+   * The candidate source's picks of some rows, known already (a document's encoder tail, kept from an
+   * earlier question): rows of the span that it covers with the same kk and kb take them instead of
+   * scanning (a row's picks depend on its own query and causal length only). Split indexer only.
+   */
+  readonly knownSources?: SourceSelections | null;
+  /** Receives the candidate source's picks of the span's rows (to be known by later spans). */
+  readonly captureSources?: ((s: SourceSelections) => void) | null;
+}
+
+/** The candidate source's top-k lists and candidate blocks of rows [start, start + rows). */
+export interface SourceSelections {
+  readonly start: number;
+  readonly rows: number;
+  readonly kk: number;
+  readonly kb: number;
+  /** [rows, kk] entry positions, ascending, -1 = none. */
+  readonly topk: Int32Array;
+  /** [rows, kb] candidate blocks in rank order, -1 = none. */
+  readonly candidates: Int32Array;
 }
 
 export interface SpanOutput {

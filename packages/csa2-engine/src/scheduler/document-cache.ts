@@ -16,7 +16,7 @@
  */
 import { createHash } from 'node:crypto';
 import type { DocumentManifest } from '@csa2/artifacts';
-import { Csa2Error, type Sequence, type StreamRows } from '@csa2/core';
+import { Csa2Error, type Sequence, type SourceSelections, type StreamRows } from '@csa2/core';
 
 /** Default bytes of loaded documents an engine keeps (CSA2_DOCUMENT_CACHE_BYTES): one 1M-token document at the released layout, twice. */
 export const DEFAULT_DOCUMENT_CACHE_BYTES = 2 * 1024 ** 3;
@@ -55,6 +55,13 @@ export interface PrimedTail {
   readonly seq: Sequence;
   /** The encoder's output for rows [P - R, P). */
   readonly stream: StreamRows;
+  /**
+   * The candidate source's picks of the document rows the storing question's decoder replay ran (they
+   * depend on those rows' encoder output only): later replays take them instead of scanning. Set when
+   * that replay completes; null before.
+   */
+  sources: SourceSelections | null;
+  /** Bytes counted for it (its selections included at their most). */
   readonly bytes: number;
 }
 
@@ -62,8 +69,8 @@ export interface PrimedTail {
 export interface DocumentLease {
   /** The frozen loaded sequence: fork it, never modify it. */
   readonly seq: Sequence;
-  /** The document's encoder tail for replay R, if a question stored one (fork its seq, never modify it). */
-  tail(replay: number): PrimedTail | null;
+  /** The document's encoder tail for replay R, if a question stored one (fork its seq, never modify it); `use` false: a look that is not counted as a use. */
+  tail(replay: number, use?: boolean): PrimedTail | null;
   /** Offers the encoder tail for replay R; kept when the cache has room for its bytes beside the rest. */
   storeTail(replay: number, tail: PrimedTail): void;
   release(): void;
@@ -171,9 +178,9 @@ export class DocumentCache {
       e.leases--;
       if (this.held > this.maxBytes) this.makeRoom(0);
     };
-    const tail = (replay: number): PrimedTail | null => {
+    const tail = (replay: number, use = true): PrimedTail | null => {
       const t = e.tails.get(replay) ?? null;
-      if (t !== null) this.tailHits++;
+      if (t !== null && use) this.tailHits++;
       return t;
     };
     const storeTail = (replay: number, t: PrimedTail): void => {

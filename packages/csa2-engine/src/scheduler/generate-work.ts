@@ -29,6 +29,7 @@ import {
   validateSampling,
   type SamplingParams,
   type Sequence,
+  type SourceSelections,
   type Span,
   type SpanOutput,
   type TokenDecodeStream,
@@ -114,6 +115,9 @@ export class GenerateWork implements Work {
    */
   private tail: PrimedTail | null = null;
   private storesTail = false;
+  /** The tail this question stored, and its decoder replay's candidate-source picks of document rows. */
+  private ownTail: PrimedTail | null = null;
+  private readonly sourcePieces: SourceSelections[] = [];
   private tailReusable = false;
   private promptTokens = 0;
   private cachedTokens = 0;
@@ -309,7 +313,10 @@ export class GenerateWork implements Work {
         const kept = p.run.keptStream(this.tailReusable ? this.replayTokens : undefined);
         const L = model.config.numLayers;
         const wantPrompt = this.promptLogprobs !== null;
-        const run = new SegmentRun(this.requireSeq(), { start: kept.start, end: this.requireSeq().length, l0: model.decoderStart, l1: L, input: kept, logits: true, allLogits: wantPrompt }, model.config);
+        // the candidate source's picks of document rows: from the tail, or kept for it
+        const known = this.tail?.sources ?? null;
+        const capture = this.ownTail !== null ? (sel: SourceSelections) => this.sourcePieces.push(copySelections(sel, this.prior)) : null;
+        const run = new SegmentRun(this.requireSeq(), { start: kept.start, end: this.requireSeq().length, l0: model.decoderStart, l1: L, input: kept, logits: true, allLogits: wantPrompt, knownSources: known, captureSources: capture }, model.config);
         this.phase = { kind: 'replay', run };
       }
       return;
@@ -317,6 +324,10 @@ export class GenerateWork implements Work {
     if (p.kind === 'exact' || p.kind === 'replay') {
       if (out.rowLogits !== undefined && out.rowLogits !== null) this.takePromptRows(span, out.rowLogits);
       const logits = p.run.took(span, out);
+      if (p.kind === 'replay' && p.run.done && this.ownTail !== null) {
+        this.ownTail.sources = joinSelections(this.sourcePieces);
+        this.ownTail = null;
+      }
       if (logits === null) return;
       this.startDecode(logits);
       return;
@@ -339,7 +350,12 @@ export class GenerateWork implements Work {
     const seq = this.requireSeq().fork(this.prior);
     seq.tokens.truncate(this.prior);
     const stream = run.keptCopy(run.opts.start, this.prior);
-    lease.storeTail(Math.max(1, this.replayTokens), { seq, stream, bytes: seq.residentBytes() + stream.X.byteLength + stream.pre.byteLength });
+    const c = this.ctx.model.config;
+    const R = Math.max(1, this.replayTokens);
+    const sourceBytes = R * (c.indexTopK + c.candidateTopKBlocks) * 4;
+    const tail: PrimedTail = { seq, stream, sources: null, bytes: seq.residentBytes() + stream.X.byteLength + stream.pre.byteLength + sourceBytes };
+    lease.storeTail(R, tail);
+    if (lease.tail(R, false) === tail) this.ownTail = tail;
   }
 
   /** Prompt logprobs from the logits after rows [span.p0, span.p1): row r predicts the token at r + 1. */
@@ -486,4 +502,31 @@ export function encoderTailReusable(model: { readonly config: { readonly windowS
     if (Math.floor(P / e.compressRatio) < model.config.indexTopK) return false;
   }
   return true;
+}
+
+/** The rows of `s` before `end` (a copy; null rows when none). */
+function copySelections(s: SourceSelections, end: number): SourceSelections {
+  const rows = Math.max(0, Math.min(s.rows, end - s.start));
+  return { start: s.start, rows, kk: s.kk, kb: s.kb, topk: s.topk.slice(0, rows * s.kk), candidates: s.candidates.slice(0, rows * s.kb) };
+}
+
+/** Consecutive pieces (in row order, one kk and kb) as one; null when there are none or they do not join. */
+function joinSelections(pieces: readonly SourceSelections[]): SourceSelections | null {
+  const ps = pieces.filter((p) => p.rows > 0);
+  const first = ps[0];
+  if (first === undefined) return null;
+  let rows = 0;
+  for (const p of ps) {
+    if (p.start !== first.start + rows || p.kk !== first.kk || p.kb !== first.kb) return null;
+    rows += p.rows;
+  }
+  const topk = new Int32Array(rows * first.kk);
+  const candidates = new Int32Array(rows * first.kb);
+  let r = 0;
+  for (const p of ps) {
+    topk.set(p.topk, r * first.kk);
+    candidates.set(p.candidates, r * first.kb);
+    r += p.rows;
+  }
+  return { start: first.start, rows, kk: first.kk, kb: first.kb, topk, candidates };
 }

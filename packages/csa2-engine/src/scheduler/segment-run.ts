@@ -6,7 +6,7 @@
  * CED prefill is an encode run (the encoder layers plus the first decoder KV source's compressor,
  * keeping the last R rows of the decoder-input stream) followed by a replay run over those rows.
  */
-import { Csa2Error, type Sequence, type Span, type SpanOutput, type StreamRows } from '@csa2/core';
+import { Csa2Error, type Sequence, type SourceSelections, type Span, type SpanOutput, type StreamRows } from '@csa2/core';
 
 export interface SegmentRunOptions {
   readonly start: number;
@@ -31,6 +31,9 @@ export interface SegmentRunOptions {
   readonly keptBefore?: StreamRows;
   /** No chunk crosses this row (a state is taken there: GenerateWork's encoder tail). */
   readonly breakAt?: number;
+  /** The candidate source's known picks of some rows, and where its picks go (Span.knownSources / captureSources). */
+  readonly knownSources?: SourceSelections | null;
+  readonly captureSources?: ((s: SourceSelections) => void) | null;
 }
 
 export class SegmentRun {
@@ -97,6 +100,8 @@ export class SegmentRun {
       compressAtEnd: this.opts.compressAtEnd === true,
       logits: p1 === this.opts.end && this.opts.logits === true,
       ...(this.opts.allLogits === true ? { allLogits: true } : {}),
+      ...(this.opts.knownSources != null ? { knownSources: this.opts.knownSources } : {}),
+      ...(this.opts.captureSources != null ? { captureSources: this.opts.captureSources } : {}),
     };
   }
 
