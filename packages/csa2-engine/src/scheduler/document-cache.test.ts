@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { Sequence, SeededRandom, fixturesRoot } from '@csa2/core';
 import { Engine } from '../engine.js';
-import { DocumentCache } from './document-cache.js';
+import { DocumentCache, MAX_TAIL_REPLAY, MAX_TAILS_PER_DOCUMENT, type PrimedTail } from './document-cache.js';
 import { sequenceBytes } from './work-context.js';
 
 function seqOf(rows: number): Sequence {
@@ -80,6 +80,34 @@ function ids(n: number, seed: number): number[] {
   const rng = new SeededRandom(seed);
   return Array.from({ length: n }, () => 3 + Math.floor(rng.nextUniform() * 250));
 }
+
+test('DocumentCache encoder tails: kept within the bytes, at most a few replay lengths a document, none for long replays or after release; counted and dropped with their document', async () => {
+  const cache = new DocumentCache(1000);
+  const tailOf = (bytes: number): PrimedTail => ({ seq: seqOf(0), stream: { start: 0, rows: 0, X: new Float32Array(0), pre: new Float32Array(0) }, sources: null, bytes });
+  const a = await cache.acquire('a', 300, async () => seqOf(3));
+  assert.ok(a !== null);
+  assert.equal(a.tail(128), null);
+  a.storeTail(128, tailOf(100));
+  a.storeTail(128, tailOf(50)); // one tail per replay length: the first stays
+  assert.equal(a.tail(128)?.bytes, 100);
+  a.storeTail(MAX_TAIL_REPLAY + 1, tailOf(10));
+  assert.equal(a.tail(MAX_TAIL_REPLAY + 1, false), null, 'no tail for a replay longer than MAX_TAIL_REPLAY');
+  a.storeTail(256, tailOf(700));
+  assert.equal(a.tail(256, false), null, 'a tail that does not fit the bytes is not kept');
+  for (let i = 1; i < MAX_TAILS_PER_DOCUMENT + 2; i++) a.storeTail(128 + i, tailOf(10));
+  assert.equal([128, 129, 130, 131, 132].filter((r) => a.tail(r, false) !== null).length, MAX_TAILS_PER_DOCUMENT);
+  let s = cache.stats;
+  assert.deepEqual([s.bytes, s.tailBytes, s.tailsStored, s.tailHits], [300, 100 + 10 * (MAX_TAILS_PER_DOCUMENT - 1), MAX_TAILS_PER_DOCUMENT, 1]);
+  a.release();
+  a.storeTail(512, tailOf(10));
+  assert.equal(cache.stats.tailsStored, MAX_TAILS_PER_DOCUMENT, 'a released lease stores nothing');
+  // the document and its tails leave together: a 900-byte document evicts the idle one
+  const b = await cache.acquire('b', 900, async () => seqOf(9));
+  assert.ok(b !== null);
+  s = cache.stats;
+  assert.deepEqual([s.entries, s.evictions, s.bytes, s.tailBytes], [1, 1, 900, 0]);
+  b.release();
+});
 
 test('questions on a shared loaded document equal questions on private copies, logit for logit; the document is loaded once and counted once', async () => {
   const store = pathToFileURL(mkdtempSync(join(tmpdir(), 'csa2-doccache-'))).href;

@@ -18,6 +18,15 @@ import { createHash } from 'node:crypto';
 import type { DocumentManifest } from '@csa2/artifacts';
 import { Csa2Error, type Sequence, type SourceSelections, type StreamRows } from '@csa2/core';
 
+/**
+ * Encoder tails are kept for replays of at most this many rows (their stream is R × hc × dim floats:
+ * 67 MB at the released width for 1,024 rows; the default R = 128 is ~8 MB), and at most
+ * MAX_TAILS_PER_DOCUMENT replay lengths a document, so that requests choosing many or long replays do
+ * not fill the cache with tails.
+ */
+export const MAX_TAIL_REPLAY = 1024;
+export const MAX_TAILS_PER_DOCUMENT = 4;
+
 /** Default bytes of loaded documents an engine keeps (CSA2_DOCUMENT_CACHE_BYTES): one 1M-token document at the released layout, twice. */
 export const DEFAULT_DOCUMENT_CACHE_BYTES = 2 * 1024 ** 3;
 
@@ -185,7 +194,8 @@ export class DocumentCache {
     };
     const storeTail = (replay: number, t: PrimedTail): void => {
       // only while the entry is cached (not evicted meanwhile) and the tail fits beside everything held
-      if (released || e.tails.has(replay) || this.entries.get(e.key) !== e || this.held + t.bytes > this.maxBytes) return;
+      if (released || replay > MAX_TAIL_REPLAY || e.tails.has(replay) || e.tails.size >= MAX_TAILS_PER_DOCUMENT) return;
+      if (this.entries.get(e.key) !== e || this.held + t.bytes > this.maxBytes) return;
       e.tails.set(replay, t);
       e.bytes += t.bytes;
       this.held += t.bytes;

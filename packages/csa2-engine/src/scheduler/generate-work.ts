@@ -36,7 +36,7 @@ import {
 } from '@csa2/core';
 import { StopMatcher } from '../stop-matcher.js';
 import type { ChoiceOutcome, DocumentRef, FinishReason, GenerateHooks, GenerateOutcome, GenerateRequest, PromptTokenLogprob } from '../types.js';
-import { documentCacheKey, type DocumentLease, type PrimedTail } from './document-cache.js';
+import { documentCacheKey, MAX_TAIL_REPLAY, type DocumentLease, type PrimedTail } from './document-cache.js';
 import { SegmentRun } from './segment-run.js';
 import { listedChunks } from './stored-chunks.js';
 import { globalCacheBytes, sequenceBytes, type WorkContext } from './work-context.js';
@@ -222,7 +222,7 @@ export class GenerateWork implements Work {
     const wantPrompt = this.req.promptLogprobs !== undefined;
     if (this.lease !== null && this.manifest !== null) {
       const R = Math.max(1, this.replayTokens);
-      this.tailReusable = this.req.exact !== true && !wantPrompt && encoderTailReusable(model, this.manifest.tokenCount, R);
+      this.tailReusable = this.req.exact !== true && !wantPrompt && R <= MAX_TAIL_REPLAY && encoderTailReusable(model, this.manifest.tokenCount, R);
       this.tail = this.tailReusable && this.req.promptIds.length > 0 ? this.lease.tail(R) : null;
       this.storesTail = this.tailReusable && this.tail === null;
       seq = (this.tail?.seq ?? this.lease.seq).fork(total);
