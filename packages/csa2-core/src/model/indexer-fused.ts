@@ -27,6 +27,7 @@
  * (`loadRows` returns false) and the caller takes the split path.
  */
 import { Csa2Error } from '../errors.js';
+import { indexKRowBytes } from '../numerics/formats.js';
 import type { ScoreRows } from './indexer-scores.js';
 import {
   I32, V128, add, align64, block, br, brIf, compileModule, end, ensureBytes, f32x4Add, f32x4ConvertI32x4S, f32x4Mul, f32x4ReplaceLane, f32x4Splat,
@@ -260,9 +261,9 @@ export class FusedIndexScorer {
     return false;
   }
 
-  /** Scores the loaded rows against `count` packed index-K rows: [rows, count rounded up to 4] (a view, valid until the next call; `scoreRow` gives a row). */
-  score(packed: Uint8Array, count: number): Float32Array {
-    const rowBytes = this.d / 2 + this.d / 32;
+  /** Scores the loaded rows against `count` packed index-K rows (`scoreRow` gives a row's scores, valid until the next call). */
+  score(packed: Uint8Array, count: number): void {
+    const rowBytes = indexKRowBytes(this.d);
     if (this.rowsOf === null) throw new Csa2Error('runtime', 'FusedIndexScorer.score: no rows loaded');
     if (!(packed.length >= count * rowBytes)) throw new Csa2Error('runtime', `FusedIndexScorer.score: ${count} rows of ${rowBytes} bytes from ${packed.length}`);
     const rows = this.rows;
@@ -279,7 +280,6 @@ export class FusedIndexScorer {
     this.scoreFn(keysAt, groups, rowBytes, rows, SCALE_TABLE_BYTES, outAt, stride * 4);
     this.out = outAt;
     this.stride = stride;
-    return new Float32Array(buf, outAt, rows * stride);
   }
 
   /** Row r's scores over the first `count` keys of the last `score` call (a view, valid until the next call). */

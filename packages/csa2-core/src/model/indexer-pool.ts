@@ -18,7 +18,7 @@ import type { TypedGraph } from './graph-io.js';
 import type { INDEXER_POOL } from './graphs/signatures.js';
 import { queryRows, requireCandidates, type IndexerContext, type IndexerJob } from './indexer.js';
 import { BoundedHeaps } from './indexer-ranking.js';
-import type { IndexScorer } from './indexer-scores.js';
+import { pushScores, type IndexScorer } from './indexer-scores.js';
 import { keyChunks } from './indexer-scan.js';
 
 /**
@@ -94,7 +94,7 @@ export async function poolTopkSplit(ctx: IndexerContext, scorer: IndexScorer, e:
           let j = cursor[r] as number;
           while (j < rg.length && (rg[j] as number) < t1) {
             const end = rg[j + 1] as number;
-            pushColumns(s, Math.max(rg[j] as number, t0) - t0, Math.min(end, t1) - t0, t0, r, heaps);
+            pushScores(s, Math.max(rg[j] as number, t0) - t0, Math.min(end, t1) - t0, t0, r, heaps);
             if (end > t1) break;
             j += 2;
           }
@@ -113,37 +113,13 @@ export async function poolTopkSplit(ctx: IndexerContext, scorer: IndexScorer, e:
 }
 
 /**
- * Pushes columns [from, to) of a row's scores `s` (ids shifted by `shift`) into its heap, in column
- * order: finite scores that rank before the heap's worst (all of them until it is full).
- */
-function pushColumns(s: Float32Array, from: number, to: number, shift: number, row: number, heaps: BoundedHeaps): void {
-  const cap = heaps.capacity;
-  if (cap === 0) return;
-  let u = from;
-  for (; u < to && (heaps.size[row] as number) < cap; u++) {
-    const v = s[u] as number;
-    if (v !== -Infinity && v === v) heaps.push(row, v, u + shift);
-  }
-  if (u >= to) return;
-  const base = row * cap;
-  let wv = heaps.values[base] as number;
-  let wi = heaps.ids[base] as number;
-  for (; u < to; u++) {
-    const v = s[u] as number;
-    if (v < wv) continue; // most columns (NaN fails every test below too)
-    if (v > wv || (v === wv && u + shift < wi)) {
-      heaps.push(row, v, u + shift);
-      wv = heaps.values[base] as number;
-      wi = heaps.ids[base] as number;
-    }
-  }
-}
-
-/**
  * Per row, its allowed columns of the pool as ascending [start, end) pairs (adjacent ones joined): the
  * row's blocks, cut at its visible length (writePoolMask marks them in a mask). A block's first column
  * is the union's columns before it: the row's blocks are a sorted subset of the union's.
  */
+/** Positions of candidate block b (the last one cut at the nVis visible entries). */
+const blockWidth = (b: number, bs: number, nVis: number): number => Math.min(nVis, (b + 1) * bs) - b * bs;
+
 export function poolRanges(pool: PoolBlocks, clen: Int32Array): Int32Array[] {
   const { blocks, blockSize: bs, nVis } = pool;
   return pool.rowBlocks.map((own, r) => {
@@ -154,7 +130,7 @@ export function poolRanges(pool: PoolBlocks, clen: Int32Array): Int32Array[] {
     let col = 0;
     for (const b of own) {
       while ((blocks[u] as number) < b) {
-        col += Math.min(nVis, ((blocks[u] as number) + 1) * bs) - (blocks[u] as number) * bs;
+        col += blockWidth(blocks[u] as number, bs, nVis);
         u++;
       }
       const first = b * bs;
@@ -191,7 +167,7 @@ function poolParts(ctx: IndexerContext, e: LayerPlanEntry, jobs: readonly Indexe
           if (stamp[b] === id) continue;
           stamp[b] = id;
           out.push(b);
-          size += Math.min(job.nVis, (b + 1) * bs) - b * bs;
+          size += blockWidth(b, bs, job.nVis);
         }
       }
       return { blocks: out, size };

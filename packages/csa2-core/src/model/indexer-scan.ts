@@ -21,6 +21,7 @@
  * as the reference does, see indexer-pool.)
  */
 import type { LayerPlanEntry } from '../config/layer-plan.js';
+import type { ModelConfig } from '../config/model-config.js';
 import { Csa2Error } from '../errors.js';
 import { bool, i32, i64, u8, type TensorOf } from '../runtime/ort-session.js';
 import type { TypedGraph } from './graph-io.js';
@@ -35,6 +36,11 @@ export interface ScanResult {
   /** [rows, kb] the candidate source's blocks (-1 = none); null elsewhere. */
   readonly candidates: Int32Array | null;
   readonly kb: number;
+}
+
+/** Candidate blocks a candidate-source row keeps: topBlocks, or every block of the nVis visible entries when fewer. */
+export function candidateBlocksFor(c: ModelConfig, nVis: number): number {
+  return Math.min(c.candidateTopKBlocks, Math.ceil(nVis / c.candidateBlockSize));
 }
 
 /**
@@ -117,7 +123,7 @@ export async function scanChunked(ctx: IndexerContext, graph: TypedGraph<typeof 
   const bs = c.candidateBlockSize;
   const { rows: S, nVis, clen } = job;
   const rowBytes = job.src.indexK.rowBytes;
-  const kb = Math.min(c.candidateTopKBlocks, Math.ceil(nVis / bs));
+  const kb = candidateBlocksFor(c, nVis);
   const ranking = new RunningRanking(S, Math.min(job.kk, nVis));
   const blockRanking = e.isCandidateSource && pool === null ? new RunningRanking(S, kb) : null;
   const kkT = i32(Int32Array.of(job.kk), [1]);
@@ -221,7 +227,7 @@ async function scanGroup(ctx: IndexerContext, graph: TypedGraph<typeof INDEXER_S
     const ranking = new RunningRanking(j.rows, Math.min(j.kk, j.nVis));
     mergeRun(ranking, 0, flat(out.topv), flat(out.topi), 0, false, g * S, g * S + j.rows);
     let candidates: Int32Array | null = null;
-    const kb = Math.min(c.candidateTopKBlocks, Math.ceil(j.nVis / bs));
+    const kb = candidateBlocksFor(c, j.nVis);
     if (e.isCandidateSource && out.blockv !== undefined && out.blocki !== undefined) {
       const blocks = new RunningRanking(j.rows, kb);
       mergeRun(blocks, 0, flat(out.blockv), flat(out.blocki), 0, false, g * S, g * S + j.rows);
@@ -244,7 +250,7 @@ interface SplitState {
 
 function splitState(ctx: IndexerContext, e: LayerPlanEntry, job: IndexerJob): SplitState {
   const bs = ctx.config.candidateBlockSize;
-  const kb = Math.min(ctx.config.candidateTopKBlocks, Math.ceil(job.nVis / bs));
+  const kb = candidateBlocksFor(ctx.config, job.nVis);
   return { job, topk: new BoundedHeaps(job.rows, Math.min(job.kk, job.nVis)), blocks: e.isCandidateSource ? new BoundedHeaps(job.rows, kb) : null, kb };
 }
 

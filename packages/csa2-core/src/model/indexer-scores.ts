@@ -34,6 +34,7 @@
 import { Csa2Error } from '../errors.js';
 import type { ModelConfig } from '../config/model-config.js';
 import { f32, type GraphSession, type TensorOf } from '../runtime/ort-session.js';
+import { indexKRowBytes } from '../numerics/formats.js';
 import type { NumericsMode } from './graph-ops.js';
 import { FusedIndexScorer } from './indexer-fused.js';
 import { IndexerKernels } from './indexer-kernels.js';
@@ -129,8 +130,7 @@ export class IndexScorer {
     if (!(from >= 0 && from + N <= this.keyRows)) throw new Csa2Error('runtime', `IndexScorer.run: keys [${from}, ${from + N}) of ${this.keyRows}`);
     const fusedRows = this.config.indexHeadDim === 32 || q.rows <= FUSED_MAX_ROWS_MULTI_BLOCK;
     if (this.fused !== null && fusedRows && count >= 1 && from + count <= this.packedCount && this.fused.loadRows(q)) {
-      const rowBytes = this.config.indexHeadDim / 2 + this.config.indexHeadDim / 32;
-      this.fused.score(this.packedKeys.subarray(from * rowBytes), count);
+      this.fused.score(this.packedKeys.subarray(from * indexKRowBytes(this.config.indexHeadDim)), count);
       this.n = count;
       this.rows = q.rows;
       this.lastFused = true;
@@ -200,29 +200,7 @@ export class IndexScorer {
  * the published list has -1 there anyway).
  */
 export function pushRow(s: Float32Array, count: number, first: number, row: number, topk: BoundedHeaps, blocks: { heaps: BoundedHeaps; blockSize: number; pin: number } | null): void {
-  const cap = topk.capacity;
-  const base = row * cap;
-  const vs = topk.values;
-  const is = topk.ids;
-  let n = 0;
-  // until the heap is full every finite score goes in; then only those ranking before its worst
-  for (; n < count && (topk.size[row] as number) < cap; n++) {
-    const v = s[n] as number;
-    if (v !== -Infinity && v === v) topk.push(row, v, first + n);
-  }
-  if (cap > 0 && (topk.size[row] as number) === cap) {
-    let wv = vs[base] as number;
-    let wi = is[base] as number;
-    for (; n < count; n++) {
-      const v = s[n] as number;
-      if (v < wv) continue; // most keys (NaN fails every test below too)
-      if (v > wv || (v === wv && first + n < wi)) {
-        topk.push(row, v, first + n);
-        wv = vs[base] as number;
-        wi = is[base] as number;
-      }
-    }
-  }
+  pushScores(s, 0, count, first, row, topk);
   if (blocks === null) return;
   const { heaps, blockSize: bs, pin } = blocks;
   const b0 = first / bs;
@@ -234,5 +212,32 @@ export function pushRow(s: Float32Array, count: number, first: number, row: numb
     if (id === pin) m = Infinity;
     if (m === -Infinity) continue;
     if (heaps.accepts(row, m, id)) heaps.push(row, m, id);
+  }
+}
+
+/**
+ * Pushes scores s[from, to) of a row (key ids = index + `shift`) into its heap, in order: every finite
+ * score until the heap is full, then those ranking before its worst.
+ */
+export function pushScores(s: Float32Array, from: number, to: number, shift: number, row: number, heaps: BoundedHeaps): void {
+  const cap = heaps.capacity;
+  if (cap === 0) return;
+  let u = from;
+  for (; u < to && (heaps.size[row] as number) < cap; u++) {
+    const v = s[u] as number;
+    if (v !== -Infinity && v === v) heaps.push(row, v, u + shift);
+  }
+  if (u >= to) return;
+  const base = row * cap;
+  let wv = heaps.values[base] as number;
+  let wi = heaps.ids[base] as number;
+  for (; u < to; u++) {
+    const v = s[u] as number;
+    if (v < wv) continue; // most keys (NaN fails every test below too)
+    if (v > wv || (v === wv && u + shift < wi)) {
+      heaps.push(row, v, u + shift);
+      wv = heaps.values[base] as number;
+      wi = heaps.ids[base] as number;
+    }
   }
 }

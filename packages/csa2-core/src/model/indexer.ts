@@ -21,7 +21,7 @@ import type { LayerIndexer, ModelGraphs } from './model-graphs.js';
 import type { KvSourceCache } from './sequence.js';
 import type { ForwardObserver, SourceSelections, SpanState } from './span.js';
 import { candidateMask, poolTopk, poolTopkSplit } from './indexer-pool.js';
-import { scanChunked, scanGrouped, scanSplit, scanSplitShared, type ScanResult } from './indexer-scan.js';
+import { candidateBlocksFor, scanChunked, scanGrouped, scanSplit, scanSplitShared, type ScanResult } from './indexer-scan.js';
 import type { IndexScorer } from './indexer-scores.js';
 
 export interface IndexerContext {
@@ -124,7 +124,7 @@ export async function runIndexers(
     const scanned: IndexerJob[] = [];
     for (const j of jobs) {
       const k = e.isCandidateSource ? (j.st.span.knownSources ?? null) : null;
-      const kb = Math.min(c.candidateTopKBlocks, Math.ceil(j.nVis / bs));
+      const kb = candidateBlocksFor(c, j.nVis);
       const p0 = j.st.span.p0;
       const a = k === null ? 0 : Math.max(0, k.start - p0);
       const b = k === null ? 0 : Math.min(j.rows, k.start + k.rows - p0);

@@ -130,12 +130,12 @@ export class Csa2Model {
     });
   }
 
-  /** First decoder layer (the causal encoder–decoder split), or an error for schedules without one. */
   /** The split indexer's runs by path (the fused kernel, the Gemm); null with indexerScores 'graph'. */
   get indexScorerRuns(): { readonly fused: number; readonly gemm: number } | null {
     return this.graphs.indexScorer?.runs ?? null;
   }
 
+  /** First decoder layer (the causal encoder–decoder split), or an error for schedules without one. */
   get decoderStart(): number {
     const d = this.plan.decoderStart;
     if (d === null) throw new Csa2Error('unsupported-feature', 'this layer schedule has no encoder–decoder split (no trailing ratio-1 layers led by a KV source)');

@@ -80,8 +80,8 @@ export interface DocumentLease {
   readonly seq: Sequence;
   /** The document's encoder tail for replay R, if a question stored one (fork its seq, never modify it); `use` false: a look that is not counted as a use. */
   tail(replay: number, use?: boolean): PrimedTail | null;
-  /** Offers the encoder tail for replay R; kept when the cache has room for its bytes beside the rest. */
-  storeTail(replay: number, tail: PrimedTail): void;
+  /** Offers the encoder tail for replay R; kept (true) when the cache has room for its bytes beside the rest. */
+  storeTail(replay: number, tail: PrimedTail): boolean;
   release(): void;
 }
 
@@ -192,15 +192,16 @@ export class DocumentCache {
       if (t !== null && use) this.tailHits++;
       return t;
     };
-    const storeTail = (replay: number, t: PrimedTail): void => {
+    const storeTail = (replay: number, t: PrimedTail): boolean => {
       // only while the entry is cached (not evicted meanwhile) and the tail fits beside everything held
-      if (released || replay > MAX_TAIL_REPLAY || e.tails.has(replay) || e.tails.size >= MAX_TAILS_PER_DOCUMENT) return;
-      if (this.entries.get(e.key) !== e || this.held + t.bytes > this.maxBytes) return;
+      if (released || replay > MAX_TAIL_REPLAY || e.tails.has(replay) || e.tails.size >= MAX_TAILS_PER_DOCUMENT) return false;
+      if (this.entries.get(e.key) !== e || this.held + t.bytes > this.maxBytes) return false;
       e.tails.set(replay, t);
       e.bytes += t.bytes;
       this.held += t.bytes;
       this.tailBytes += t.bytes;
       this.tailsStored++;
+      return true;
     };
     try {
       const seq = e.seq ?? (await (e.loading as Promise<Sequence>));

@@ -21,6 +21,7 @@
 import { ArtifactReader, type DocumentManifest } from '@csa2/artifacts';
 import {
   Csa2Error,
+  type Csa2Model,
   DEFAULT_REPLAY_TOKENS,
   InputError,
   Sampler,
@@ -221,7 +222,7 @@ export class GenerateWork implements Work {
     let seq: Sequence;
     const wantPrompt = this.req.promptLogprobs !== undefined;
     if (this.lease !== null && this.manifest !== null) {
-      const R = Math.max(1, this.replayTokens);
+      const R = this.replayTokens;
       this.tailReusable = this.req.exact !== true && !wantPrompt && R <= MAX_TAIL_REPLAY && encoderTailReusable(model, this.manifest.tokenCount, R);
       this.tail = this.tailReusable && this.req.promptIds.length > 0 ? this.lease.tail(R) : null;
       this.storesTail = this.tailReusable && this.tail === null;
@@ -351,11 +352,9 @@ export class GenerateWork implements Work {
     seq.tokens.truncate(this.prior);
     const stream = run.keptCopy(run.opts.start, this.prior);
     const c = this.ctx.model.config;
-    const R = Math.max(1, this.replayTokens);
-    const sourceBytes = R * (c.indexTopK + c.candidateTopKBlocks) * 4;
+    const sourceBytes = this.replayTokens * (c.indexTopK + c.candidateTopKBlocks) * 4;
     const tail: PrimedTail = { seq, stream, sources: null, bytes: seq.residentBytes() + stream.X.byteLength + stream.pre.byteLength + sourceBytes };
-    lease.storeTail(R, tail);
-    if (lease.tail(R, false) === tail) this.ownTail = tail;
+    if (lease.storeTail(this.replayTokens, tail)) this.ownTail = tail;
   }
 
   /** Prompt logprobs from the logits after rows [span.p0, span.p1): row r predicts the token at r + 1. */
@@ -495,7 +494,7 @@ export class GenerateWork implements Work {
  * the same for every end ≥ P once R ≥ the window, P ≥ R and every encoder layer with compressed
  * entries has top-k of them among the document's P tokens.
  */
-export function encoderTailReusable(model: { readonly config: { readonly windowSize: number; readonly indexTopK: number }; readonly plan: { readonly entries: ReadonlyArray<{ readonly layer: number; readonly compressRatio: number }> }; readonly decoderStart: number }, P: number, R: number): boolean {
+export function encoderTailReusable(model: Pick<Csa2Model, 'config' | 'plan' | 'decoderStart'>, P: number, R: number): boolean {
   if (!(R >= model.config.windowSize && P >= R)) return false;
   for (const e of model.plan.entries) {
     if (e.layer >= model.decoderStart || e.compressRatio === 0) continue;
@@ -504,7 +503,7 @@ export function encoderTailReusable(model: { readonly config: { readonly windowS
   return true;
 }
 
-/** The rows of `s` before `end` (a copy; null rows when none). */
+/** A copy of the rows of `s` before `end` (none when it starts there or after). */
 function copySelections(s: SourceSelections, end: number): SourceSelections {
   const rows = Math.max(0, Math.min(s.rows, end - s.start));
   return { start: s.start, rows, kk: s.kk, kb: s.kb, topk: s.topk.slice(0, rows * s.kk), candidates: s.candidates.slice(0, rows * s.kb) };
