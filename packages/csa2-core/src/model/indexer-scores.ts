@@ -200,7 +200,31 @@ export class IndexScorer {
  * the published list has -1 there anyway).
  */
 export function pushRow(s: Float32Array, count: number, first: number, row: number, topk: BoundedHeaps, blocks: { heaps: BoundedHeaps; blockSize: number; pin: number } | null): void {
-  pushScores(s, 0, count, first, row, topk);
+  // pushScores' loops, kept inline here: the scans' hot loop. Calling pushScores from here instead was
+  // measured 1.4× slower on a 1M* question with the document cache warm (documents-scale, 2.48 s → 3.68 s)
+  const cap = topk.capacity;
+  const base = row * cap;
+  const vs = topk.values;
+  const is = topk.ids;
+  let n = 0;
+  // until the heap is full every finite score goes in; then only those ranking before its worst
+  for (; n < count && (topk.size[row] as number) < cap; n++) {
+    const v = s[n] as number;
+    if (v !== -Infinity && v === v) topk.push(row, v, first + n);
+  }
+  if (cap > 0 && (topk.size[row] as number) === cap) {
+    let wv = vs[base] as number;
+    let wi = is[base] as number;
+    for (; n < count; n++) {
+      const v = s[n] as number;
+      if (v < wv) continue; // most keys (NaN fails every test below too)
+      if (v > wv || (v === wv && first + n < wi)) {
+        topk.push(row, v, first + n);
+        wv = vs[base] as number;
+        wi = is[base] as number;
+      }
+    }
+  }
   if (blocks === null) return;
   const { heaps, blockSize: bs, pin } = blocks;
   const b0 = first / bs;
@@ -217,7 +241,8 @@ export function pushRow(s: Float32Array, count: number, first: number, row: numb
 
 /**
  * Pushes scores s[from, to) of a row (key ids = index + `shift`) into its heap, in order: every finite
- * score until the heap is full, then those ranking before its worst.
+ * score until the heap is full, then those ranking before its worst (the pools' column ranges; pushRow
+ * has the same loops inline).
  */
 export function pushScores(s: Float32Array, from: number, to: number, shift: number, row: number, heaps: BoundedHeaps): void {
   const cap = heaps.capacity;
