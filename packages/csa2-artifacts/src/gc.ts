@@ -219,7 +219,9 @@ async function collectTenant(s: TenantSettings, tenant: string): Promise<GcTenan
           throw error;
         }
         try {
-          for (const c of parseManifest(info.key, bytes).chunks) referenced.add(c.key);
+          const m = parseManifest(info.key, bytes);
+          for (const c of m.chunks) referenced.add(c.key);
+          if (m.tail !== undefined) referenced.add(m.tail.key); // the stored encoder tail lives among the chunks
         } catch (error) {
           skipped ??= `manifest ${info.key} cannot be read (${error instanceof Error ? error.message : String(error)}); nothing is deleted in tenant ${tenant}`;
         }

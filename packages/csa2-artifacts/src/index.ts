@@ -5,6 +5,7 @@ export * from './format/keys.js';
 export * from './format/chunk-key.js';
 export * from './format/chunk-codec.js';
 export * from './format/manifest.js';
+export * from './format/tail-codec.js';
 export { SequenceStateError } from './format/sequence-rows.js';
 export * from './writer.js';
 export * from './gc.js';

@@ -18,7 +18,7 @@
  * then partly filled and must be discarded.
  */
 import type { Sequence } from '@csa2/core';
-import { ArtifactCorruptError, ModelMismatchError, ObjectNotFoundError } from './errors.js';
+import { ArtifactCorruptError, ArtifactMissingError, ModelMismatchError, ObjectNotFoundError } from './errors.js';
 import type { ObjectStore } from './store/object-store.js';
 import type { ChunkCache } from './chunk-cache.js';
 import { validateChunkTokens, type ArtifactLayout } from './layout.js';
@@ -27,6 +27,7 @@ import { BufferPool } from './buffer-pool.js';
 import { chunkKey, fullChunkKeys } from './format/chunk-key.js';
 import { chunkObjectKey, manifestObjectKey, validateDocumentId, validateTenant } from './format/keys.js';
 import { ManifestFieldError, parseManifest, type DocumentManifest } from './format/manifest.js';
+import { decodeTail, tailKey, type StoredTail, type TailShape } from './format/tail-codec.js';
 import { SequenceStateError, appendChunk, checkSequenceLayout, isSequenceEmpty, sequenceLength } from './format/sequence-rows.js';
 
 /** Default number of chunk fetches in flight. */
@@ -139,6 +140,28 @@ export class ArtifactReader {
     if (manifest.documentId !== documentId) throw new ManifestFieldError(key, 'documentId', `names document ${manifest.documentId}, stored under ${documentId}`);
     this.checkManifest(key, manifest);
     return manifest;
+  }
+
+  /**
+   * The document's stored encoder tail (format/tail-codec; the manifest must name one), checked in
+   * full: its size and SHA-256 against the manifest, then every field against `shape` (the model's)
+   * and the manifest's token count and replay length. ArtifactMissingError when the store lacks it,
+   * ArtifactCorruptError when a check fails; the caller then computes the tail (it is optional).
+   */
+  async readTail(manifest: DocumentManifest, shape: Omit<TailShape, 'tokenCount' | 'replayTokens'>, candidates: { readonly sourceRatio: number; readonly blockSize: number } | null): Promise<StoredTail> {
+    const t = manifest.tail;
+    if (t === undefined) throw new ObjectNotFoundError(manifestObjectKey(manifest.tenant, manifest.documentId), `stored encoder tail of document ${manifest.documentId}`);
+    const objectKey = chunkObjectKey(manifest.tenant, t.key);
+    let bytes: Uint8Array;
+    try {
+      bytes = await this.store.get(objectKey);
+    } catch (error) {
+      if (error instanceof ObjectNotFoundError) throw new ArtifactMissingError(objectKey, `the stored encoder tail of document ${manifest.documentId}`, { cause: error });
+      throw error;
+    }
+    if (bytes.length !== t.sizeBytes) throw new ArtifactCorruptError(objectKey, Math.min(bytes.length, t.sizeBytes), `encoder tail has ${bytes.length} bytes, the manifest records ${t.sizeBytes}`);
+    if (tailKey(bytes) !== t.key) throw new ArtifactCorruptError(objectKey, 0, 'encoder tail: its SHA-256 is not its key');
+    return decodeTail(objectKey, bytes, { ...shape, tokenCount: manifest.tokenCount, replayTokens: t.replayTokens }, candidates);
   }
 
   /**

@@ -27,6 +27,10 @@
  *   stored) is touched, so its last-modified time is that of the reliance;
  * - after the manifest is written, every chunk it names is checked and a missing one written again
  *   from the Sequence (stats.chunksRestored), which closes the one window gc leaves open on S3.
+ *
+ * A document's stored encoder tail (format/tail-codec), when `finish` is given one, is put as a
+ * content-keyed object among the chunks before the manifest that names it, touched when it exists,
+ * and checked after the manifest like the chunks.
  */
 import type { Sequence } from '@csa2/core';
 import type { ObjectStore } from './store/object-store.js';
@@ -40,6 +44,13 @@ import { chunkKey, fullChunkKeys } from './format/chunk-key.js';
 import { chunkObjectKey, manifestObjectKey, validateDocumentId, validateTenant } from './format/keys.js';
 import { MANIFEST_FORMAT_VERSION, encodeManifest, parseManifest, type DocumentManifest, type ManifestChunk } from './format/manifest.js';
 import { SequenceStateError, checkSequenceLayout, chunkContentOf, sequenceLength, sequenceTokenIds } from './format/sequence-rows.js';
+import { tailKey } from './format/tail-codec.js';
+
+/** What `finish` stores besides the chunks and the manifest. */
+export interface FinishOptions {
+  /** The document's encoder tail for CED replay `replayTokens` (format/tail-codec bytes). */
+  readonly tail?: { readonly bytes: Uint8Array; readonly replayTokens: number };
+}
 
 /** Default number of puts in flight. */
 export const DEFAULT_MAX_IN_FLIGHT_PUTS = 4;
@@ -84,7 +95,9 @@ export interface ArtifactWriteStats {
   readonly chunkBytesWritten: number;
   readonly chunkBytesSkipped: number;
   readonly manifestBytesWritten: number;
-  /** chunkBytesWritten + manifestBytesWritten. */
+  /** Bytes of the stored encoder tail written (0 when there is none, or it was stored already). */
+  readonly tailBytesWritten: number;
+  /** chunkBytesWritten + manifestBytesWritten + tailBytesWritten. */
   readonly bytesWritten: number;
   /** Tokens covered by the chunks done so far. */
   readonly tokensWritten: number;
@@ -126,6 +139,7 @@ export class ArtifactWriter {
     chunkBytesWritten: 0,
     chunkBytesSkipped: 0,
     manifestBytesWritten: 0,
+    tailBytesWritten: 0,
   };
 
   constructor(options: ArtifactWriterOptions) {
@@ -146,7 +160,7 @@ export class ArtifactWriter {
   }
 
   get stats(): ArtifactWriteStats {
-    return { ...this.s, bytesWritten: this.s.chunkBytesWritten + this.s.manifestBytesWritten, tokensWritten: this.nextStartToken };
+    return { ...this.s, bytesWritten: this.s.chunkBytesWritten + this.s.manifestBytesWritten + this.s.tailBytesWritten, tokensWritten: this.nextStartToken };
   }
 
   /**
@@ -203,13 +217,20 @@ export class ArtifactWriter {
 
   /**
    * Writes the remaining full chunks, the trailing partial chunk (if the length is not a multiple of
-   * C) and then the manifest. Returns the manifest; the writer is closed afterwards.
+   * C), the stored encoder tail if given, and then the manifest. Returns the manifest; the writer is
+   * closed afterwards.
    */
-  finish(seq: Sequence): Promise<DocumentManifest> {
+  finish(seq: Sequence, options: FinishOptions = {}): Promise<DocumentManifest> {
     return this.enqueue(async () => {
       this.checkOpen();
       await this.marker.keepAlive();
       await this.writeChunksUpTo(seq, sequenceLength(seq), true);
+      const t = options.tail;
+      if (t !== undefined && !(Number.isSafeInteger(t.replayTokens) && t.replayTokens >= 1 && t.replayTokens <= sequenceLength(seq) && t.bytes.length > 0)) {
+        throw new RangeError(`a stored tail needs 1 ≤ replayTokens ≤ ${sequenceLength(seq)} and bytes, got ${t.replayTokens} and ${t.bytes.length} bytes`);
+      }
+      const tail = t === undefined ? undefined : { key: tailKey(t.bytes), sizeBytes: t.bytes.length, replayTokens: t.replayTokens };
+      if (tail !== undefined) await this.putTail(tail.key, (t as { bytes: Uint8Array }).bytes);
       const manifest: DocumentManifest = {
         formatVersion: MANIFEST_FORMAT_VERSION,
         modelId: this.layout.modelId,
@@ -220,8 +241,12 @@ export class ArtifactWriter {
         chunkTokens: this.chunkTokens,
         chunks: this.chunks.slice(),
         createdAt: this.now().toISOString(),
+        ...(tail !== undefined ? { tail } : {}),
       };
       const stored = await this.restoreMissingChunks(seq, await this.putManifest(manifest));
+      if (tail !== undefined && (await this.store.head(chunkObjectKey(this.tenant, tail.key))) === null) {
+        await this.putTail(tail.key, (t as { bytes: Uint8Array }).bytes); // removed by a racing gc (see restoreMissingChunks)
+      }
       this.finished = stored;
       await this.marker.end();
       return stored;
@@ -370,6 +395,24 @@ export class ArtifactWriter {
       if (error instanceof Error && 'code' in error && (error.code === 'artifact-corrupt' || error.code === 'not-found')) return false;
       throw error; // a model/layout mismatch or an unreachable store is not ours to overwrite
     }
+  }
+
+  /**
+   * Stores the encoder tail under its content key: written when absent, else touched (relied on now) and
+   * replaced unless it is ours — same size ('trailer'), the same bytes ('full': a rotted one is rewritten).
+   */
+  private async putTail(key: string, bytesU8: Uint8Array): Promise<void> {
+    const objectKey = chunkObjectKey(this.tenant, key);
+    if (!(await this.store.put(objectKey, bytesU8, { ifAbsent: true }))) {
+      const info = await this.store.touch(objectKey);
+      if (info !== null && info.sizeBytes === bytesU8.length) {
+        if (this.verifyExisting === 'trailer') return;
+        const stored = await this.store.get(objectKey).catch((e: unknown) => (e instanceof ObjectNotFoundError ? null : Promise.reject(e)));
+        if (stored !== null && Buffer.from(stored).equals(bytesU8)) return;
+      }
+      await this.store.put(objectKey, bytesU8);
+    }
+    this.s.tailBytesWritten += bytesU8.length;
   }
 
   /** Writes the manifest unless an equivalent one exists; returns the manifest now stored. */

@@ -8,7 +8,9 @@ import { mkdtempSync, readdirSync, readFileSync, writeFileSync, statSync } from 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { collectGarbage, openStore } from '@csa2/artifacts';
 import { fixturesRoot, klDivergence, knownSourceStats, SeededRandom } from '@csa2/core';
+import { existsSync, rmSync } from 'node:fs';
 import { Engine } from './engine.js';
 
 const TINY = join(fixturesRoot(), 'deepseek-v41-tiny-a');
@@ -43,7 +45,8 @@ test('ingest writes chunks and a manifest once; a second run writes nothing', as
   assert.equal(first.tokens, 150);
   assert.equal(first.chunksWritten, 5, '4 full chunks of 32 + the partial one');
   assert.equal(first.bytesPerToken, 79.5);
-  assert.ok(first.bytesWritten > 0 && first.artifactBytes >= first.bytesWritten - 0);
+  assert.ok(first.tailBytes > 0 && first.tailReplayTokens === 128, 'the encoder tail for the default replay is stored');
+  assert.ok(first.bytesWritten > 0 && first.artifactBytes + first.tailBytes >= first.bytesWritten);
   assert.equal(progress.at(-1), 150);
   assert.ok(progress.every((v, i) => i === 0 || v >= (progress[i - 1] as number)), 'progress never goes back');
   const again = await engine.ingest({ tenant: 'acme', documentId: 'doc1', tokenIds: DOC });
@@ -122,6 +125,84 @@ test('questions on a cached document start from its stored encoder tail: the tok
   } finally {
     await cached.close();
     await uncached.close();
+  }
+});
+
+test('the encoder tail stored at ingest: the first question of a fresh engine starts after it, with the answers of computing it, bit for bit', async () => {
+  const doc = randomIds(150, 41);
+  const R = 24;
+  const tailed = await engine.ingest({ tenant: 'acme', documentId: 'tailed', tokenIds: doc, tailReplayTokens: R });
+  const plain = await engine.ingest({ tenant: 'acme', documentId: 'untailed', tokenIds: doc, tailReplayTokens: 0 });
+  assert.ok(tailed.tailBytes > 0 && tailed.tailReplayTokens === R);
+  assert.deepEqual([plain.tailBytes, plain.tailReplayTokens], [0, 0]);
+  const manifestOf = (id: string) => JSON.parse(readFileSync(join(root, `store/tenants/acme/documents/${id}/manifest.json`), 'utf8')) as { tail?: { key: string; sizeBytes: number; replayTokens: number } };
+  const tail = manifestOf('tailed').tail;
+  assert.ok(tail !== undefined && tail.replayTokens === R && tail.sizeBytes === tailed.tailBytes);
+  assert.equal(manifestOf('untailed').tail, undefined);
+  const tailFile = join(root, 'store/tenants/acme/chunks', tail.key.slice(0, 2), tail.key);
+  const tailBytes = readFileSync(tailFile);
+  const questions = [randomIds(7, 42), randomIds(12, 43), randomIds(3, 44)];
+  const ask = (e: Engine, documentId: string, promptIds: number[]) =>
+    e.generate({ promptIds, document: { tenant: 'acme', documentId }, maxTokens: 6, sampling: greedy, replayTokens: R, keepLogits: true, ignoreEos: true });
+  // the reference: every question on the document without a stored tail computes it (no document cache)
+  const reference = await Engine.open({ modelDir: TINY, store: STORE, chunkTokens: 32, documentCacheBytes: 0 });
+  const answers: { tokens: number[]; logits: Float32Array[] }[] = [];
+  for (const q of questions) answers.push(await ask(reference, 'untailed', q));
+  await reference.close();
+  const same = (label: string, got: { tokens: number[]; logits: Float32Array[] }, i: number) => {
+    const want = answers[i] as (typeof answers)[number];
+    assert.deepEqual(got.tokens, want.tokens, `${label}, question ${i}: tokens`);
+    got.logits.forEach((row, j) => assert.deepEqual(row, want.logits[j], `${label}, question ${i}: logits row ${j}`));
+  };
+  const knownRows = knownSourceStats.rows;
+  const cached = await Engine.open({ modelDir: TINY, store: STORE, chunkTokens: 32 });
+  const privateCopy = await Engine.open({ modelDir: TINY, store: STORE, chunkTokens: 32, documentCacheBytes: 0 });
+  try {
+    for (const [i, q] of questions.entries()) {
+      same('cached document', await ask(cached, 'tailed', q), i);
+      same('private copy', await ask(privateCopy, 'tailed', q), i);
+    }
+    const s = cached.stats().documentCache;
+    assert.deepEqual([s.tailsLoaded, s.tailsStored, s.tailHits, s.tailsRejected], [1, 0, 3, 0], 'read once from the artifact, used by every question, none computed');
+    assert.ok(knownSourceStats.rows - knownRows > 0, 'the first question took the stored candidate-source picks of document rows');
+  } finally {
+    await cached.close();
+    await privateCopy.close();
+  }
+  // a damaged or missing stored tail is not used: the question computes it, with the same answer, and it is counted
+  const flipped = Buffer.from(tailBytes);
+  flipped[Math.floor(flipped.length / 2)] = (flipped[Math.floor(flipped.length / 2)] as number) ^ 0x04;
+  for (const [damage, reason] of [[() => writeFileSync(tailFile, flipped), /SHA-256/], [() => rmSync(tailFile), /missing/]] as const) {
+    damage();
+    const fresh = await Engine.open({ modelDir: TINY, store: STORE, chunkTokens: 32 });
+    try {
+      same('damaged tail', await ask(fresh, 'tailed', questions[0] as number[]), 0);
+      const s = fresh.stats().documentCache;
+      assert.deepEqual([s.tailsRejected, s.tailsLoaded, s.tailsStored], [1, 0, 1], 'rejected, then computed and kept in memory');
+      assert.match(s.lastTailRejection ?? '', reason);
+    } finally {
+      await fresh.close();
+    }
+  }
+  // ingesting the document again restores it (the chunks are stored: only the tail is computed)
+  const again = await engine.ingest({ tenant: 'acme', documentId: 'tailed', tokenIds: doc, tailReplayTokens: R });
+  assert.deepEqual([again.reusedTokens, again.chunksWritten, again.tailBytes], [128, 0, tailed.tailBytes]);
+  assert.ok(readFileSync(tailFile).equals(tailBytes), 'the same bytes as the first ingest');
+  writeFileSync(tailFile, flipped);
+  await engine.ingest({ tenant: 'acme', documentId: 'tailed', tokenIds: doc, tailReplayTokens: R });
+  assert.ok(readFileSync(tailFile).equals(tailBytes), 'a rotted stored tail is rewritten by the next ingest');
+  // garbage collection keeps the tail while a manifest names it, and reclaims it after
+  const store = openStore(STORE);
+  try {
+    await collectGarbage({ store, graceMs: 0, tenants: ['acme'] });
+    assert.ok(existsSync(tailFile), 'named by a manifest: kept');
+    await engine.ingest({ tenant: 'acme', documentId: 'tailed', tokenIds: doc, tailReplayTokens: 0 });
+    assert.equal(manifestOf('tailed').tail, undefined);
+    await new Promise((r) => setTimeout(r, 5)); // older than gc's cutoff (now - 0)
+    await collectGarbage({ store, graceMs: 0, tenants: ['acme'] });
+    assert.equal(existsSync(tailFile), false, 'named by no manifest: reclaimed');
+  } finally {
+    await store.close();
   }
 });
 

@@ -69,6 +69,12 @@ export interface IngestRequest {
   /** Encoder replay when leading chunks are reused. @defaultValue 128 */
   readonly replayTokens?: number;
   /**
+   * Store the document's encoder tail for CED questions with this decoder replay (their default, 128),
+   * so that no question encodes the document's last tokens again (scheduler/stored-tail); 0: none. A
+   * document too short for a reusable tail (encoderTailReusable) gets none. @defaultValue 128
+   */
+  readonly tailReplayTokens?: number;
+  /**
    * When the document was accepted (ms since epoch): the manifest's createdAt, so that a document's
    * creation time is the same before and after it is encoded (and on every retry). @defaultValue now
    */
@@ -87,8 +93,11 @@ export interface IngestOutcome {
   readonly tokens: number;
   /** Bytes this run put into the store (chunks that already existed are not rewritten). */
   readonly bytesWritten: number;
-  /** Bytes of the whole artifact (every chunk + manifest). */
+  /** Bytes of the whole artifact (every chunk + manifest), the stored encoder tail not included. */
   readonly artifactBytes: number;
+  /** Bytes of the stored encoder tail (0: none stored) and its replay length. */
+  readonly tailBytes: number;
+  readonly tailReplayTokens: number;
   /** Leading tokens whose chunks already existed and were loaded instead of encoded. */
   readonly reusedTokens: number;
   readonly chunksWritten: number;

@@ -67,7 +67,7 @@ const engine: EncodeEngine = {
     }
     await store.put(manifestObjectKey(req.tenant, req.documentId), new TextEncoder().encode('{}'));
     await atEnd.get(req.documentId)?.();
-    return { documentId: req.documentId, tokens: total, bytesWritten: 2, artifactBytes: 2, reusedTokens: 0, chunksWritten: 1, chunksSkipped: 0, chunksRepaired: 0, bytesPerToken: 1 };
+    return { documentId: req.documentId, tokens: total, bytesWritten: 2, artifactBytes: 2, tailBytes: 0, tailReplayTokens: 0, reusedTokens: 0, chunksWritten: 1, chunksSkipped: 0, chunksRepaired: 0, bytesPerToken: 1 };
   },
 };
 

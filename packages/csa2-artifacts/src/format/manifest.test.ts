@@ -104,3 +104,23 @@ test('another format version is UnsupportedVersionError; bad bytes are ArtifactC
 test('unknown extra fields are ignored', () => {
   assert.deepEqual(parseManifest(KEY, mutated((m) => (m['comment'] = 'added later'))), MANIFEST);
 });
+
+test('the optional stored encoder tail: round trip, and every bad field named', () => {
+  const withTail: DocumentManifest = { ...MANIFEST, tail: { key: hex('d'), sizeBytes: 4096, replayTokens: 16 } };
+  const bytes = encodeManifest(withTail);
+  assert.deepEqual(parseManifest(KEY, bytes), withTail);
+  assert.equal(Object.keys(JSON.parse(new TextDecoder().decode(bytes)) as object).at(-1), 'tail');
+  const edit = (f: (t: Record<string, unknown>) => void): Uint8Array => {
+    const m = JSON.parse(new TextDecoder().decode(bytes)) as Record<string, unknown>;
+    f(m['tail'] as Record<string, unknown>);
+    return new TextEncoder().encode(JSON.stringify(m));
+  };
+  assertField(edit((t) => delete t['key']), 'tail.key', /missing/);
+  assertField(edit((t) => (t['key'] = 'ABC')), 'tail.key');
+  assertField(edit((t) => (t['sizeBytes'] = 0)), 'tail.sizeBytes');
+  assertField(edit((t) => (t['replayTokens'] = 0)), 'tail.replayTokens');
+  assertField(edit((t) => (t['replayTokens'] = 38)), 'tail.replayTokens', /at most tokenCount 37/);
+  const notObject = JSON.parse(new TextDecoder().decode(bytes)) as Record<string, unknown>;
+  notObject['tail'] = [1];
+  assertField(new TextEncoder().encode(JSON.stringify(notObject)), 'tail', /object/);
+});

@@ -13,7 +13,8 @@
  *     { "key": "<64 hex>", "startToken": 0, "endToken": 4096, "sizeBytes": 3663874, "sha256": "<64 hex>" },
  *     …
  *   ],
- *   "createdAt": "2025-01-01T00:00:00.000Z"
+ *   "createdAt": "2025-01-01T00:00:00.000Z",
+ *   "tail": { "key": "<64 hex>", "sizeBytes": 1054812, "replayTokens": 128 }
  * }
  * ```
  *
@@ -22,6 +23,10 @@
  * learn it for a chunk that already exists with a 32-byte ranged read. Chunk i covers
  * [i·C, min((i+1)·C, tokenCount)): contiguous from 0, every chunk full but the last. Unknown fields are
  * ignored (additions within v1 stay readable).
+ *
+ * `tail` (optional, added within v1) names the document's stored encoder tail for CED questions with
+ * replay `replayTokens` (format/tail-codec): a content-keyed object in the tenant's `chunks/` whose key
+ * is the SHA-256 of its `sizeBytes` bytes. Readers that do not know it compute the tail themselves.
  */
 import { ArtifactCorruptError, UnsupportedVersionError } from '../errors.js';
 import { validateModelId } from '../layout.js';
@@ -41,6 +46,14 @@ export interface ManifestChunk {
   readonly sha256: string;
 }
 
+/** The stored encoder tail a manifest names (format/tail-codec). */
+export interface ManifestTail {
+  /** SHA-256 of the object's bytes (64 hex); its object key is the chunk key of this content key. */
+  readonly key: string;
+  readonly sizeBytes: number;
+  readonly replayTokens: number;
+}
+
 export interface DocumentManifest {
   readonly formatVersion: number;
   readonly modelId: string;
@@ -52,6 +65,8 @@ export interface DocumentManifest {
   readonly chunks: readonly ManifestChunk[];
   /** ISO 8601 UTC time. */
   readonly createdAt: string;
+  /** The stored encoder tail, if the ingest stored one. */
+  readonly tail?: ManifestTail;
 }
 
 /** A manifest field is missing, has the wrong type or an impossible value; `field` is its JSON path. */
@@ -116,6 +131,7 @@ export function encodeManifest(manifest: DocumentManifest): Uint8Array {
     chunkTokens: manifest.chunkTokens,
     chunks: manifest.chunks.map((c) => ({ key: c.key, startToken: c.startToken, endToken: c.endToken, sizeBytes: c.sizeBytes, sha256: c.sha256 })),
     createdAt: manifest.createdAt,
+    ...(manifest.tail !== undefined ? { tail: { key: manifest.tail.key, sizeBytes: manifest.tail.sizeBytes, replayTokens: manifest.tail.replayTokens } } : {}),
   };
   return new TextEncoder().encode(`${JSON.stringify(ordered, null, 1)}\n`);
 }
@@ -182,5 +198,16 @@ export function parseManifest(key: string, bytesU8: Uint8Array): DocumentManifes
   const chunkTokens = f.int(json, 'chunkTokens', 'chunkTokens', 1);
   const chunks = parseChunks(f, json['chunks'], tokenCount, chunkTokens);
   const createdAt = f.str(json, 'createdAt', 'createdAt', (s) => ISO_UTC.test(s) && !Number.isNaN(Date.parse(s)), 'an ISO 8601 UTC time');
-  return { formatVersion, modelId, layoutId, tenant, documentId, tokenCount, chunkTokens, chunks, createdAt };
+  const tail = parseTail(f, json['tail'], tokenCount);
+  return { formatVersion, modelId, layoutId, tenant, documentId, tokenCount, chunkTokens, chunks, createdAt, ...(tail !== null ? { tail } : {}) };
+}
+
+function parseTail(f: FieldReader, value: unknown, tokenCount: number): ManifestTail | null {
+  if (value === undefined) return null;
+  if (!isObject(value)) f.fail('tail', 'must be an object');
+  const key = f.str(value, 'key', 'tail.key', validateChunkKey, '64 lowercase hex characters');
+  const sizeBytes = f.int(value, 'sizeBytes', 'tail.sizeBytes', 1);
+  const replayTokens = f.int(value, 'replayTokens', 'tail.replayTokens', 1);
+  if (replayTokens > tokenCount) f.fail('tail.replayTokens', `must be at most tokenCount ${tokenCount}, got ${replayTokens}`);
+  return { key, sizeBytes, replayTokens };
 }

@@ -296,6 +296,7 @@ async function cmdIngest(o: Values): Promise<void> {
         `bytes written: ${out.bytesWritten} (${out.chunksWritten} chunks written, ${out.chunksSkipped} already stored)`,
         `artifact bytes: ${out.artifactBytes} (${(out.artifactBytes / out.tokens).toFixed(1)} per token on the store)`,
         `global-cache bytes per token: ${out.bytesPerToken}`,
+        `encoder tail: ${out.tailBytes > 0 ? `${out.tailBytes} bytes (questions with replay ${out.tailReplayTokens} start after it)` : 'none (not asked, or the document is too short for a reusable one)'}`,
         `time: ${seconds.toFixed(2)} s (${((out.tokens - out.reusedTokens) / seconds).toFixed(0)} tokens/s encoded)`,
       ].join('\n') + '\n',
     );

@@ -50,6 +50,12 @@ export interface DocumentCacheStats {
   readonly tailHits: number;
   /** Encoder tails stored (one per document and replay length, by the first question that encoded it). */
   readonly tailsStored: number;
+  /** Encoder tails read from a document's artifact (its ingest stored one) instead of computed. */
+  readonly tailsLoaded: number;
+  /** Stored encoder tails not used (missing, damaged, not matching the model): those questions computed it. */
+  readonly tailsRejected: number;
+  /** Why the last one was not used. */
+  readonly lastTailRejection: string | null;
 }
 
 /**
@@ -80,8 +86,8 @@ export interface DocumentLease {
   readonly seq: Sequence;
   /** The document's encoder tail for replay R, if a question stored one (fork its seq, never modify it); `use` false: a look that is not counted as a use. */
   tail(replay: number, use?: boolean): PrimedTail | null;
-  /** Offers the encoder tail for replay R; kept (true) when the cache has room for its bytes beside the rest. */
-  storeTail(replay: number, tail: PrimedTail): boolean;
+  /** Offers the encoder tail for replay R (computed by a question, or read from the artifact); kept (true) when the cache has room for its bytes beside the rest. */
+  storeTail(replay: number, tail: PrimedTail, origin?: 'computed' | 'stored'): boolean;
   release(): void;
 }
 
@@ -111,6 +117,9 @@ export class DocumentCache {
   private evictions = 0;
   private tailHits = 0;
   private tailsStored = 0;
+  private tailsLoaded = 0;
+  private tailsRejected = 0;
+  private lastTailRejection: string | null = null;
   private tailBytes = 0;
 
   constructor(readonly maxBytes: number) {
@@ -132,7 +141,16 @@ export class DocumentCache {
       leased,
       tailHits: this.tailHits,
       tailsStored: this.tailsStored,
+      tailsLoaded: this.tailsLoaded,
+      tailsRejected: this.tailsRejected,
+      lastTailRejection: this.lastTailRejection,
     };
+  }
+
+  /** A document's stored encoder tail could not be used (`reason`); the question computes it. */
+  noteTailRejected(reason: string): void {
+    this.tailsRejected++;
+    this.lastTailRejection = reason;
   }
 
   /**
@@ -192,7 +210,7 @@ export class DocumentCache {
       if (t !== null && use) this.tailHits++;
       return t;
     };
-    const storeTail = (replay: number, t: PrimedTail): boolean => {
+    const storeTail = (replay: number, t: PrimedTail, origin: 'computed' | 'stored' = 'computed'): boolean => {
       // only while the entry is cached (not evicted meanwhile) and the tail fits beside everything held
       if (released || replay > MAX_TAIL_REPLAY || e.tails.has(replay) || e.tails.size >= MAX_TAILS_PER_DOCUMENT) return false;
       if (this.entries.get(e.key) !== e || this.held + t.bytes > this.maxBytes) return false;
@@ -200,7 +218,8 @@ export class DocumentCache {
       e.bytes += t.bytes;
       this.held += t.bytes;
       this.tailBytes += t.bytes;
-      this.tailsStored++;
+      if (origin === 'stored') this.tailsLoaded++;
+      else this.tailsStored++;
       return true;
     };
     try {

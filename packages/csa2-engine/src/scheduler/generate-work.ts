@@ -18,7 +18,7 @@
  * run's rows, or (CED) a decoder replay widened to cover the whole prompt. They are computed chunk by
  * chunk as the rows come, so no prompt-length × vocabulary buffer is kept.
  */
-import { ArtifactReader, type DocumentManifest } from '@csa2/artifacts';
+import { ArtifactReader, type DocumentManifest, type StoredTail } from '@csa2/artifacts';
 import {
   Csa2Error,
   type Csa2Model,
@@ -40,6 +40,7 @@ import type { ChoiceOutcome, DocumentRef, FinishReason, GenerateHooks, GenerateO
 import { documentCacheKey, MAX_TAIL_REPLAY, type DocumentLease, type PrimedTail } from './document-cache.js';
 import { SegmentRun } from './segment-run.js';
 import { listedChunks } from './stored-chunks.js';
+import { applyStoredTail, joinSelections, primedTailOf, tailCandidatesOf, tailShapeOf } from './stored-tail.js';
 import { globalCacheBytes, sequenceBytes, type WorkContext } from './work-context.js';
 import type { NextRows, Work } from './work.js';
 
@@ -120,6 +121,10 @@ export class GenerateWork implements Work {
   private ownTail: PrimedTail | null = null;
   private readonly sourcePieces: SourceSelections[] = [];
   private tailReusable = false;
+  /** The document's stored encoder tail (the artifact's), read in prepare when this question can start from it. */
+  private storedTail: StoredTail | null = null;
+  /** Its PrimedTail when the document cache did not keep it (no room): this question's own. */
+  private loadedTail: PrimedTail | null = null;
   private promptTokens = 0;
   private cachedTokens = 0;
   private firstTokenAtMs = 0;
@@ -214,6 +219,37 @@ export class GenerateWork implements Work {
     }
     // every choice holds at most what one sequence without the shared document holds
     this.kvBytes = this.sequences * sequenceBytes(model, total, this.lease !== null ? (this.manifest?.tokenCount ?? 0) : 0);
+    if (manifest !== null && !this.finished) await this.readStoredTail(manifest);
+  }
+
+  /** Whether this question's encoder run can start from the document's tail (stored or cached): see encoderTailReusable. */
+  private canUseTail(P: number): boolean {
+    const R = this.replayTokens;
+    return this.req.exact !== true && this.req.promptLogprobs === undefined && R <= MAX_TAIL_REPLAY && encoderTailReusable(this.ctx.model, P, R);
+  }
+
+  /**
+   * Reads the document's stored encoder tail when the manifest names one for this replay length and the
+   * document cache has none: kept in the cache for every later question (or, without room, this one's).
+   * The tail is optional: one that is missing or fails its checks is counted and computed as before.
+   */
+  private async readStoredTail(manifest: DocumentManifest): Promise<void> {
+    const t = manifest.tail;
+    if (t === undefined || t.replayTokens !== this.replayTokens || this.req.promptIds.length === 0 || !this.canUseTail(manifest.tokenCount)) return;
+    if (this.lease !== null && this.lease.tail(this.replayTokens, false) !== null) return;
+    const model = this.ctx.model;
+    try {
+      const reader = new ArtifactReader({ store: this.ctx.requireStore(), layout: this.ctx.layout });
+      const stored = await reader.readTail(manifest, tailShapeOf(model), tailCandidatesOf(model));
+      if (this.lease === null) {
+        this.storedTail = stored; // applied to the private copy in load
+        return;
+      }
+      const primed = primedTailOf(stored, this.lease.seq);
+      if (!this.lease.storeTail(this.replayTokens, primed, 'stored')) this.loadedTail = primed;
+    } catch (err) {
+      this.ctx.documents.noteTailRejected(`document ${manifest.documentId}: ${err instanceof Error ? err.message : String(err)}`);
+    }
   }
 
   async load(): Promise<void> {
@@ -223,8 +259,8 @@ export class GenerateWork implements Work {
     const wantPrompt = this.req.promptLogprobs !== undefined;
     if (this.lease !== null && this.manifest !== null) {
       const R = this.replayTokens;
-      this.tailReusable = this.req.exact !== true && !wantPrompt && R <= MAX_TAIL_REPLAY && encoderTailReusable(model, this.manifest.tokenCount, R);
-      this.tail = this.tailReusable && this.req.promptIds.length > 0 ? this.lease.tail(R) : null;
+      this.tailReusable = this.canUseTail(this.manifest.tokenCount);
+      this.tail = this.tailReusable && this.req.promptIds.length > 0 ? (this.lease.tail(R) ?? this.loadedTail) : null;
       this.storesTail = this.tailReusable && this.tail === null;
       seq = (this.tail?.seq ?? this.lease.seq).fork(total);
       seq.reserveTokens(total);
@@ -240,6 +276,13 @@ export class GenerateWork implements Work {
       const doc = this.req.document as DocumentRef;
       await listedChunks(doc, () => reader.loadInto(seq, manifest));
       this.cachedTokens = Math.min(manifest.tokenCount, doc.cachedTokens ?? manifest.tokenCount);
+      if (this.storedTail !== null) {
+        // the stored tail goes straight into the private copy
+        this.tailReusable = true;
+        const stored = this.storedTail;
+        this.tail = applyStoredTail(stored, seq);
+        this.storedTail = null;
+      }
     }
     const prior = seq.length;
     this.prior = prior;
@@ -507,25 +550,4 @@ export function encoderTailReusable(model: Pick<Csa2Model, 'config' | 'plan' | '
 function copySelections(s: SourceSelections, end: number): SourceSelections {
   const rows = Math.max(0, Math.min(s.rows, end - s.start));
   return { start: s.start, rows, kk: s.kk, kb: s.kb, topk: s.topk.slice(0, rows * s.kk), candidates: s.candidates.slice(0, rows * s.kb) };
-}
-
-/** Consecutive pieces (in row order, one kk and kb) as one; null when there are none or they do not join. */
-function joinSelections(pieces: readonly SourceSelections[]): SourceSelections | null {
-  const ps = pieces.filter((p) => p.rows > 0);
-  const first = ps[0];
-  if (first === undefined) return null;
-  let rows = 0;
-  for (const p of ps) {
-    if (p.start !== first.start + rows || p.kk !== first.kk || p.kb !== first.kb) return null;
-    rows += p.rows;
-  }
-  const topk = new Int32Array(rows * first.kk);
-  const candidates = new Int32Array(rows * first.kb);
-  let r = 0;
-  for (const p of ps) {
-    topk.set(p.topk, r * first.kk);
-    candidates.set(p.candidates, r * first.kb);
-    r += p.rows;
-  }
-  return { start: first.start, rows, kk: first.kk, kb: first.kb, topk, candidates };
 }

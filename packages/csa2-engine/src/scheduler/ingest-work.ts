@@ -8,9 +8,17 @@
  * chunk that fails verification ends the re-used prefix and is written again (`chunksRepaired`), as
  * is any other stored chunk the writer finds damaged. With `prefix` (a long prompt after a stored
  * document) the document's tokens come first and its chunks are re-used.
+ *
+ * After the encode, the document's encoder tail is computed once and stored beside the chunks (see
+ * stored-tail): on the document as its artifact loads it, the encoder layers over its last R tokens
+ * (what every CED question with replay R begins with), then the candidate source over the same rows
+ * for their picks; the manifest, written last, names it.
  */
-import { ArtifactWriter, DEFAULT_CHUNK_TOKENS, bytesPerToken, encodeManifest, existingChunkPrefix } from '@csa2/artifacts';
-import { Csa2Error, DEFAULT_REPLAY_TOKENS, InputError, type Sequence, type Span, type SpanOutput } from '@csa2/core';
+import { ArtifactWriter, DEFAULT_CHUNK_TOKENS, bytesPerToken, encodeManifest, encodeTail, existingChunkPrefix } from '@csa2/artifacts';
+import { Csa2Error, DEFAULT_REPLAY_TOKENS, InputError, type Sequence, type SourceSelections, type Span, type SpanOutput } from '@csa2/core';
+import { MAX_TAIL_REPLAY } from './document-cache.js';
+import { encoderTailReusable } from './generate-work.js';
+import { documentBase, joinSelections, storedTailOf } from './stored-tail.js';
 import type { IngestHooks, IngestOutcome, IngestRequest } from '../types.js';
 import { SegmentRun } from './segment-run.js';
 import { documentTokens, loadStoredPrefix } from './stored-chunks.js';
@@ -35,6 +43,11 @@ export class IngestWork implements Work {
   private damagedChunks = 0;
   private readonly chunkTokens: number;
   private readonly replayTokens: number;
+  private readonly tailReplay: number;
+  /** The encoder tail's runs (after the encode): the encoder over the last R rows, then the candidate source. */
+  private tailPhase: { readonly kind: 'encode' | 'sources'; readonly base: Sequence; readonly run: SegmentRun } | null = null;
+  private readonly tailPicks: SourceSelections[] = [];
+  private tailEncoded: { readonly base: Sequence; readonly run: SegmentRun } | null = null;
 
   constructor(
     readonly id: number,
@@ -49,6 +62,10 @@ export class IngestWork implements Work {
     this.priority = req.priority ?? 0;
     this.chunkTokens = req.chunkTokens ?? ctx.chunkTokens ?? DEFAULT_CHUNK_TOKENS;
     this.replayTokens = req.replayTokens ?? DEFAULT_REPLAY_TOKENS;
+    this.tailReplay = req.tailReplayTokens ?? DEFAULT_REPLAY_TOKENS;
+    if (!(Number.isInteger(this.tailReplay) && this.tailReplay >= 0 && this.tailReplay <= MAX_TAIL_REPLAY)) {
+      throw new InputError(`tail replay tokens must be an integer in [0, ${MAX_TAIL_REPLAY}], got ${this.tailReplay}`);
+    }
     void ctx.model.decoderStart; // throws for schedules without an encoder–decoder split
   }
 
@@ -110,7 +127,8 @@ export class IngestWork implements Work {
     this.seq = seq;
     this.hooks.onProgress?.({ tokensDone: this.reusedTokens, tokensTotal: ids.length, reusedTokens: this.reusedTokens });
     if (this.reusedTokens >= ids.length) {
-      void this.finishIngest();
+      // every chunk is stored: only the encoder tail is computed (the loaded sequence is a documentBase already)
+      if (!this.startTail(seq)) void this.finishIngest();
       return;
     }
     const start = this.reusedTokens === 0 ? 0 : Math.max(0, this.reusedTokens - Math.max(1, this.replayTokens));
@@ -119,16 +137,23 @@ export class IngestWork implements Work {
   }
 
   next(): NextRows {
-    if (this.run === null || this.run.done || this.finished) return null;
-    return { kind: 'prefill', rows: this.run.remaining, layers: this.run.opts.l1 - this.run.opts.l0 };
+    if (this.finished) return null;
+    const run = this.tailPhase?.run ?? this.run;
+    if (run === null || run.done) return null;
+    return { kind: 'prefill', rows: run.remaining, layers: run.opts.l1 - run.opts.l0 };
   }
 
   span(rows: number): Span {
-    if (this.run === null) throw new Csa2Error('runtime', `ingest ${this.id} has no span to run`);
-    return this.run.span(rows);
+    const run = this.tailPhase?.run ?? this.run;
+    if (run === null) throw new Csa2Error('runtime', `ingest ${this.id} has no span to run`);
+    return run.span(rows);
   }
 
   took(span: Span, out: SpanOutput): void {
+    if (this.tailPhase !== null) {
+      this.tookTail(span, out);
+      return;
+    }
     const run = this.run;
     const writer = this.writer;
     const seq = this.seq;
@@ -139,7 +164,48 @@ export class IngestWork implements Work {
     this.pendingWrite = writer.writeAvailable(seq, upto);
     this.pendingWrite.catch(() => undefined); // surfaced by finish()
     this.hooks.onProgress?.({ tokensDone: Math.max(this.reusedTokens, upto), tokensTotal: this.ids.length, reusedTokens: this.reusedTokens });
-    if (run.done) void this.finishIngest();
+    if (run.done) {
+      this.run = null;
+      if (!this.startTail(seq)) void this.finishIngest();
+    }
+  }
+
+  /**
+   * Starts the encoder tail's first run when the document has a reusable one (see encoderTailReusable):
+   * on a documentBase of the finished sequence (frozen: the fork reads its rows in place), the encoder
+   * over rows [P - R, P) as a question's encode segment begins. False: no tail for this document.
+   */
+  private startTail(seq: Sequence): boolean {
+    const model = this.ctx.model;
+    const R = this.tailReplay;
+    const P = seq.length;
+    if (R === 0 || !encoderTailReusable(model, P, R)) return false;
+    seq.freeze();
+    const base = documentBase(seq);
+    const run = new SegmentRun(base, { start: P - R, end: P, l0: 0, l1: model.decoderStart, input: null, compressAtEnd: true, keepRows: R }, model.config);
+    this.tailPhase = { kind: 'encode', base, run };
+    return true;
+  }
+
+  private tookTail(span: Span, out: SpanOutput): void {
+    const t = this.tailPhase as { readonly kind: 'encode' | 'sources'; readonly base: Sequence; readonly run: SegmentRun };
+    t.run.took(span, out);
+    if (!t.run.done) return;
+    const model = this.ctx.model;
+    if (t.kind === 'encode') {
+      this.tailEncoded = { base: t.base, run: t.run };
+      const src = model.plan.entries.find((e) => e.isCandidateSource);
+      if (src !== undefined && src.layer >= model.decoderStart) {
+        // the candidate source's picks of these rows (they depend on the rows' encoder output only), on
+        // a throwaway fork: what the decoder layers write is no part of the tail
+        const stream = t.run.keptStream();
+        const run = new SegmentRun(t.base.fork(), { start: stream.start, end: t.base.length, l0: model.decoderStart, l1: src.layer + 1, input: stream, captureSources: (sel) => this.tailPicks.push(copyPicks(sel)) }, model.config);
+        this.tailPhase = { kind: 'sources', base: t.base, run };
+        return;
+      }
+    }
+    this.tailPhase = null;
+    void this.finishIngest();
   }
 
   private async finishIngest(): Promise<void> {
@@ -149,7 +215,10 @@ export class IngestWork implements Work {
     this.run = null;
     try {
       await this.pendingWrite.catch(() => undefined);
-      const manifest = await writer.finish(seq);
+      const done = this.tailEncoded;
+      this.tailEncoded = null;
+      const tailBytes = done === null ? null : encodeTail(storedTailOf(done.base, done.run.keptStream(), joinSelections(this.tailPicks), this.tailReplay, this.ctx.model));
+      const manifest = await writer.finish(seq, tailBytes === null ? {} : { tail: { bytes: tailBytes, replayTokens: this.tailReplay } });
       const stats = writer.stats;
       const artifactBytes = manifest.chunks.reduce((a, c) => a + c.sizeBytes, 0) + encodeManifest(manifest).length;
       this.done();
@@ -158,6 +227,8 @@ export class IngestWork implements Work {
         tokens: manifest.tokenCount,
         bytesWritten: stats.bytesWritten,
         artifactBytes,
+        tailBytes: manifest.tail?.sizeBytes ?? 0,
+        tailReplayTokens: manifest.tail?.replayTokens ?? 0,
         reusedTokens: this.reusedTokens,
         chunksWritten: stats.chunksWritten,
         chunksSkipped: stats.chunksSkipped,
@@ -173,6 +244,8 @@ export class IngestWork implements Work {
   private done(): void {
     this.finished = true;
     this.run = null;
+    this.tailPhase = null;
+    this.tailEncoded = null;
     this.seq = null;
     this.ctx.wake(); // release its KV bytes now, even if nothing else runs
   }
@@ -186,4 +259,9 @@ export class IngestWork implements Work {
     this.done();
     this.settle.reject(err);
   }
+}
+
+/** A copy of picks handed to a capture (the indexer's arrays are its own). */
+function copyPicks(s: SourceSelections): SourceSelections {
+  return { ...s, topk: s.topk.slice(), candidates: s.candidates.slice() };
 }

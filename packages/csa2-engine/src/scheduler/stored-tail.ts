@@ -1,0 +1,144 @@
+/**
+ * @module scheduler/stored-tail
+ * A document's encoder tail (document-cache PrimedTail) as the artifact stores it (@csa2/artifacts
+ * format/tail-codec): the ingest computes it once, after the document's chunks (IngestWork), and a
+ * question's first load takes it from the store instead of encoding the document's last R tokens
+ * (GenerateWork). Either way the state is the same, bit for bit (engine-documents.test).
+ *
+ * What is stored is how the tail's sequence differs from the document as the artifact loads it
+ * (`documentBase`: token ids and the global caches, no windows, no open groups, no index-K slot): the
+ * windows the encoder filled, its open compressor groups and the index-K slot, plus the encoder's
+ * output rows and the candidate source's picks of them.
+ */
+import type { StoredTail, TailShape, TailPending, TailWindow } from '@csa2/artifacts';
+import { Csa2Error, type Csa2Model, type Sequence, type SourceSelections, type StreamRows } from '@csa2/core';
+import type { PrimedTail } from './document-cache.js';
+
+/** The model's side of a stored tail's shape (the manifest gives the token count and the replay length). */
+export function tailShapeOf(model: Pick<Csa2Model, 'config' | 'plan'>): Omit<TailShape, 'tokenCount' | 'replayTokens'> {
+  const c = model.config;
+  const ratios = new Map<number, number>();
+  for (const e of model.plan.entries) if (e.isKvSource) ratios.set(e.layer, e.compressRatio);
+  return { window: c.windowSize, headDim: c.headDim, hcMult: c.hcMult, dim: c.dim, numLayers: c.numLayers, ratios };
+}
+
+/** The candidate source's ratio and block size (what its stored picks are checked against); null without one. */
+export function tailCandidatesOf(model: Pick<Csa2Model, 'config' | 'plan'>): { sourceRatio: number; blockSize: number } | null {
+  const src = model.plan.entries.find((e) => e.isCandidateSource);
+  return src === undefined ? null : { sourceRatio: src.compressRatio, blockSize: model.config.candidateBlockSize };
+}
+
+/**
+ * A fork of `seq` holding what its artifact would load: its token ids and global caches (read in place
+ * once `seq` is frozen), empty windows, no open groups, no index-K slot.
+ */
+export function documentBase(seq: Sequence): Sequence {
+  const base = seq.fork();
+  for (const w of base.windows) {
+    w.rows.fill(0);
+    w.positions.fill(-1);
+  }
+  for (const c of base.caches.values()) {
+    c.pendingGroup = -1;
+    c.pendingCount = 0;
+    c.pendingKv.fill(0);
+    c.pendingScore.fill(0);
+  }
+  base.indexKSlot = null;
+  return base;
+}
+
+/** The stored form of a tail: `seq` after the encoder over rows [P - R, P) of a documentBase, its output and picks. */
+export function storedTailOf(seq: Sequence, stream: StreamRows, sources: SourceSelections | null, replayTokens: number, model: Pick<Csa2Model, 'config'>): StoredTail {
+  const c = model.config;
+  const P = seq.length;
+  if (stream.start !== P - replayTokens || stream.rows !== replayTokens) throw new Csa2Error('runtime', `an encoder tail of ${replayTokens} rows needs the stream of rows [${P - replayTokens}, ${P}), got [${stream.start}, ${stream.start + stream.rows})`);
+  const windows: TailWindow[] = [];
+  seq.windows.forEach((w, layer) => {
+    if (w.positions.some((p) => p !== -1)) windows.push({ layer, positions: w.positions, rows: w.rows });
+  });
+  const pending: TailPending[] = [];
+  for (const k of seq.caches.values()) {
+    if (k.pendingGroup >= 0) pending.push({ layer: k.layer, ratio: k.ratio, group: k.pendingGroup, count: k.pendingCount, kv: k.pendingKv, score: k.pendingScore });
+  }
+  return {
+    tokenCount: P,
+    replayTokens,
+    window: c.windowSize,
+    headDim: c.headDim,
+    hcMult: c.hcMult,
+    dim: c.dim,
+    indexKSlot: seq.indexKSlot,
+    windows,
+    pending,
+    streamStart: stream.start,
+    streamRows: stream.rows,
+    X: stream.X,
+    pre: stream.pre,
+    sources,
+  };
+}
+
+/**
+ * The PrimedTail of a stored tail on a loaded document (`doc`: as the artifact loads it, frozen): a
+ * fork of it with the stored windows, open groups and index-K slot. The stored tail was checked by the
+ * reader against the model's shape and the manifest.
+ */
+export function primedTailOf(stored: StoredTail, doc: Sequence): PrimedTail {
+  checkLoaded(stored, doc);
+  return applyStoredTail(stored, doc.fork(doc.length));
+}
+
+/**
+ * Applies a stored tail to `seq` in place (a document as its artifact loads it: a private copy, or a
+ * fork of the shared one) and returns it as a PrimedTail whose `seq` is `seq` itself.
+ */
+export function applyStoredTail(stored: StoredTail, seq: Sequence): PrimedTail {
+  checkLoaded(stored, seq);
+  for (const w of stored.windows) {
+    const ring = seq.windows[w.layer];
+    if (ring === undefined) throw new Csa2Error('runtime', `a stored tail has a window for layer ${w.layer}`);
+    ring.positions.set(w.positions);
+    ring.rows.set(w.rows);
+  }
+  for (const p of stored.pending) {
+    const k = seq.cache(p.layer);
+    k.pendingGroup = p.group;
+    k.pendingCount = p.count;
+    k.pendingKv.set(p.kv);
+    k.pendingScore.set(p.score);
+  }
+  seq.indexKSlot = stored.indexKSlot;
+  const stream: StreamRows = { start: stored.streamStart, rows: stored.streamRows, X: stored.X, pre: stored.pre };
+  const sources = stored.sources === null ? null : { ...stored.sources };
+  const sourceBytes = sources === null ? 0 : sources.topk.byteLength + sources.candidates.byteLength;
+  return { seq, stream, sources, bytes: seq.residentBytes() + stored.X.byteLength + stored.pre.byteLength + sourceBytes };
+}
+
+function checkLoaded(stored: StoredTail, doc: Sequence): void {
+  if (doc.length !== stored.tokenCount) throw new Csa2Error('runtime', `a stored tail of ${stored.tokenCount} tokens does not fit a document of ${doc.length}`);
+  if (doc.indexKSlot !== null || doc.windows.some((w) => w.positions.some((p) => p !== -1)) || [...doc.caches.values()].some((k) => k.pendingGroup !== -1)) {
+    throw new Csa2Error('runtime', 'a stored tail applies to a document as its artifact loads it (no windows, no open groups)');
+  }
+}
+
+/** Consecutive pieces (in row order, one kk and kb) as one; null when there are none or they do not join. */
+export function joinSelections(pieces: readonly SourceSelections[]): SourceSelections | null {
+  const ps = pieces.filter((p) => p.rows > 0);
+  const first = ps[0];
+  if (first === undefined) return null;
+  let rows = 0;
+  for (const p of ps) {
+    if (p.start !== first.start + rows || p.kk !== first.kk || p.kb !== first.kb) return null;
+    rows += p.rows;
+  }
+  const topk = new Int32Array(rows * first.kk);
+  const candidates = new Int32Array(rows * first.kb);
+  let r = 0;
+  for (const p of ps) {
+    topk.set(p.topk, r * first.kk);
+    candidates.set(p.candidates, r * first.kb);
+    r += p.rows;
+  }
+  return { start: first.start, rows, kk: first.kk, kb: first.kb, topk, candidates };
+}
