@@ -60,6 +60,8 @@ export interface EngineSchedulerStats {
     readonly tailBytes?: number;
     readonly tailHits?: number;
     readonly tailsStored?: number;
+    readonly tailsLoaded?: number;
+    readonly tailsRejected?: number;
   };
 }
 
@@ -143,10 +145,12 @@ export function registerEngineMetrics(registry: Registry, read: () => Promise<En
     ),
     metric('csa2_engine_document_cache_evictions_total', 'Idle loaded documents dropped to make room', 'counter', (s) => (s.documentCache !== undefined ? [{ value: s.documentCache.evictions }] : [])),
     metric('csa2_engine_document_tail_bytes', 'Bytes of the loaded documents\' stored encoder tails (held within the document cache\'s bytes)', 'gauge', (s) => (s.documentCache?.tailBytes !== undefined ? [{ value: s.documentCache.tailBytes }] : [])),
-    metric('csa2_engine_document_tail_total', 'Encoder tails of loaded documents: stored (by the first question that encoded one), used (a question encoded only its own tokens)', 'counter', (s) =>
+    metric('csa2_engine_document_tail_total', 'Encoder tails of loaded documents: stored (computed by the first question that needed one), loaded (read from the artifact, stored by its ingest), rejected (a stored one missing or failing its checks: computed instead), used (a question encoded only its own tokens)', 'counter', (s) =>
       s.documentCache?.tailHits !== undefined && s.documentCache.tailsStored !== undefined
         ? [
             { labels: { result: 'stored' }, value: s.documentCache.tailsStored },
+            ...(s.documentCache.tailsLoaded !== undefined ? [{ labels: { result: 'loaded' }, value: s.documentCache.tailsLoaded }] : []),
+            ...(s.documentCache.tailsRejected !== undefined ? [{ labels: { result: 'rejected' }, value: s.documentCache.tailsRejected }] : []),
             { labels: { result: 'used' }, value: s.documentCache.tailHits },
           ]
         : [],

@@ -166,6 +166,8 @@ export interface PrefillResult {
   readonly tokens: number;
   readonly bytesWritten: number;
   readonly artifactBytes: number;
+  /** Bytes of the document's stored encoder tail (absent from workers before it existed; 0: none). */
+  readonly tailBytes?: number;
   readonly reusedTokens: number;
 }
 

@@ -131,7 +131,7 @@ class RequestCancelledError extends Error {
 }
 
 function toResult(out: IngestOutcome): PrefillResult {
-  return { documentId: out.documentId, tokens: out.tokens, bytesWritten: out.bytesWritten, artifactBytes: out.artifactBytes, reusedTokens: out.reusedTokens };
+  return { documentId: out.documentId, tokens: out.tokens, bytesWritten: out.bytesWritten, artifactBytes: out.artifactBytes, tailBytes: out.tailBytes, reusedTokens: out.reusedTokens };
 }
 
 export function createEncodeProcessor(deps: EncodeDeps): EncodeProcessor {

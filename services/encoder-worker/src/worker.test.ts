@@ -147,7 +147,8 @@ test('a document job ingests with progress and returns PrefillResult; ingesting 
     assert.equal(result.documentId, DOC_ID);
     assert.equal(result.tokens, 150);
     assert.equal(result.reusedTokens, 0);
-    assert.ok(result.bytesWritten > 0 && result.artifactBytes >= result.bytesWritten, JSON.stringify(result));
+    assert.ok((result.tailBytes ?? 0) > 0, 'the encoder tail is stored beside the chunks');
+    assert.ok(result.bytesWritten > 0 && result.artifactBytes + (result.tailBytes ?? 0) >= result.bytesWritten, JSON.stringify(result));
     assert.deepEqual(progress.at(-1), { tokensDone: 150, tokensTotal: 150, reusedTokens: 0 });
     assert.ok(progress.every((p, i) => p.tokensTotal === 150 && (i === 0 || p.tokensDone >= (progress[i - 1] as PrefillProgress).tokensDone)));
     assert.deepEqual(job.progress, { tokensDone: 150, tokensTotal: 150, reusedTokens: 0 }, 'the last progress is stored with the job');
@@ -156,7 +157,7 @@ test('a document job ingests with progress and returns PrefillResult; ingesting 
     const again = await waitForJobSettled(prefillQueue, 'doc-2');
     assert.equal(again.state, 'completed');
     const second = again.job.returnvalue as PrefillResult;
-    assert.equal(second.bytesWritten, 0, 'every chunk and the manifest exist already');
+    assert.equal(second.bytesWritten, 0, 'every chunk, the tail and the manifest exist already');
     assert.equal(second.artifactBytes, result.artifactBytes);
   } finally {
     encoder.worker.off('progress', onProgress);
