@@ -81,6 +81,14 @@ test('encode → decode round trip (every array bit for bit), at an unaligned of
   assert.notEqual(tailKey(bytes), tailKey(patched(40, -1)));
   const bare: StoredTail = { ...t, sources: null, indexKSlot: null, pending: [] };
   assert.deepEqual(decodeTail(KEY, encodeTail(bare), SHAPE, CAND), bare);
+  // arrays of bfloat16 values (the bf16 numerics' stream and windows) take half the bytes, losslessly
+  const bf = (a: Float32Array) => a.map((v) => new Float32Array(new Uint32Array([new Uint32Array(Float32Array.of(v).buffer)[0]! & 0xffff0000]).buffer)[0]!);
+  const halved: StoredTail = { ...t, X: bf(t.X), windows: t.windows.map((w) => ({ ...w, rows: bf(w.rows) })) };
+  const halvedBytes = encodeTail(halved);
+  assert.deepEqual(decodeTail(KEY, halvedBytes, SHAPE, CAND), halved);
+  assert.equal(bytes.length - halvedBytes.length, 2 * (t.X.length + 3 * WINDOW * HD));
+  const oddBf: StoredTail = { ...halved, pre: bf(t.pre.subarray(0, 2 * R - 1)) };
+  assert.throws(() => encodeTail(oddBf), /stream pre has 31 values, 32 expected/, 'an array of the wrong length is refused where padding could hide it');
 });
 
 test('a tail for another document, replay or model shape is refused, naming the field', () => {
@@ -105,12 +113,13 @@ test('damaged bytes are refused with what is wrong', () => {
   refused(patched(36, 2), /index-K slot 2 is not a KV-source layer/);
   refused(patched(40, 7), /7 windows for 6 layers/);
   refused(patched(44, 9), /window 0: layer 9/);
-  refused(patched(44 + 4 + 4 * WINDOW + 4 * WINDOW * HD + 0, 0), /layer 0 is out of range or repeated/);
+  refused(patched(44 + 4 + 4 * WINDOW + 4 + 4 * WINDOW * HD, 0), /layer 0 is out of range or repeated/);
+  refused(patched(48 + 4 * WINDOW, 2), /float array tag 2/);
   // slot 0 holding a position of another slot, or one past the document's end
   refused(patched(48, P - 3), /slot 0 holds position 34/);
   refused(patched(48, P + WINDOW - (P % WINDOW)), /slot 0 holds position/);
   const nan = encodeTail(tail());
-  new DataView(nan.buffer).setFloat32(48 + 4 * WINDOW, Number.NaN, true);
+  new DataView(nan.buffer).setFloat32(48 + 4 * WINDOW + 4, Number.NaN, true);
   refused(nan, /not finite/);
 });
 

@@ -19,7 +19,9 @@
  * u32 hasSources  [ u32 start; u32 rows; u32 kk; u32 kb; i32 topk[rows·kk]; i32 candidates[rows·kb] ]
  * ```
  *
- * Little-endian, every field 4 bytes (the float arrays stay aligned). The object's key is the
+ * Each f32 array is written as a u32 tag and its values: tag 1 when every value is a bfloat16 value
+ * (the bf16 numerics' stream and windows are: half the bytes), as the upper 16 bits of each, padded to
+ * 4 bytes; tag 0 as float32. Lossless either way. Little-endian, every field 4 bytes. The object's key is the
  * SHA-256 of all its bytes (a content key in the tenant's `chunks/`, named by the manifest's `tail`,
  * so garbage collection keeps it exactly as long as a manifest names it); the reader checks size and
  * hash before decoding, and decoding checks every count against the expected shape, so a damaged or
@@ -93,13 +95,14 @@ export interface TailShape {
 /** The bytes of a stored tail. */
 export function encodeTail(t: StoredTail): Uint8Array {
   const W = t.window * t.headDim;
+  const floats = (a: Float32Array) => 4 + a.length * 4;
   let n = 8 + 4 * 8 + 4; // magic, 7 u32 + the slot, nWindows
-  for (const w of t.windows) n += 4 + w.positions.length * 4 + w.rows.length * 4;
+  for (const w of t.windows) n += 4 + w.positions.length * 4 + floats(w.rows);
   n += 4;
-  for (const p of t.pending) n += 16 + (p.kv.length + p.score.length) * 4;
-  n += 8 + (t.X.length + t.pre.length) * 4 + 4;
+  for (const p of t.pending) n += 16 + floats(p.kv) + floats(p.score);
+  n += 8 + floats(t.X) + floats(t.pre) + 4;
   if (t.sources !== null) n += 16 + (t.sources.topk.length + t.sources.candidates.length) * 4;
-  const out = new Uint8Array(n);
+  const out = new Uint8Array(n); // at most: bf16 arrays take less
   const dv = new DataView(out.buffer);
   out.set(Buffer.from(MAGIC, 'latin1'), 0);
   let o = 8;
@@ -111,18 +114,45 @@ export function encodeTail(t: StoredTail): Uint8Array {
     dv.setInt32(o, v, true);
     o += 4;
   };
-  const arr = (a: Float32Array | Int32Array) => {
+  const ints = (a: Int32Array) => {
     out.set(new Uint8Array(a.buffer, a.byteOffset, a.byteLength), o);
     o += a.byteLength;
   };
+  const f32s = (a: Float32Array) => {
+    const bits = new Uint32Array(a.buffer, a.byteOffset, a.length);
+    let bf16 = true;
+    for (let i = 0; i < bits.length && bf16; i++) bf16 = ((bits[i] as number) & 0xffff) === 0;
+    u32(bf16 ? 1 : 0);
+    if (!bf16) {
+      out.set(new Uint8Array(a.buffer, a.byteOffset, a.byteLength), o);
+      o += a.byteLength;
+      return;
+    }
+    for (let i = 0; i < bits.length; i++) dv.setUint16(o + 2 * i, (bits[i] as number) >>> 16, true);
+    o += (2 * bits.length + 3) & ~3;
+  };
+  // every count the decoder derives from the shape must hold here: a bf16 array's padding would hide one short by a value
+  const check = (what: string, got: number, want: number) => {
+    if (got !== want) throw new RangeError(`tail ${what} has ${got} values, ${want} expected`);
+  };
+  check('stream X', t.X.length, t.streamRows * t.hcMult * t.dim);
+  check('stream pre', t.pre.length, t.streamRows * t.hcMult);
+  for (const p of t.pending) {
+    check(`open group kv of layer ${p.layer}`, p.kv.length, p.ratio * t.headDim);
+    check(`open group score of layer ${p.layer}`, p.score.length, p.ratio * t.headDim);
+  }
+  if (t.sources !== null) {
+    check('picks', t.sources.topk.length, t.sources.rows * t.sources.kk);
+    check('candidate blocks', t.sources.candidates.length, t.sources.rows * t.sources.kb);
+  }
   for (const v of [TAIL_FORMAT_VERSION, t.tokenCount, t.replayTokens, t.window, t.headDim, t.hcMult, t.dim]) u32(v);
   i32(t.indexKSlot ?? -1);
   u32(t.windows.length);
   for (const w of t.windows) {
     if (w.positions.length !== t.window || w.rows.length !== W) throw new RangeError(`tail window of layer ${w.layer} does not have ${t.window} rows of ${t.headDim}`);
     u32(w.layer);
-    arr(w.positions);
-    arr(w.rows);
+    ints(w.positions);
+    f32s(w.rows);
   }
   u32(t.pending.length);
   for (const p of t.pending) {
@@ -130,22 +160,22 @@ export function encodeTail(t: StoredTail): Uint8Array {
     u32(p.ratio);
     i32(p.group);
     u32(p.count);
-    arr(p.kv);
-    arr(p.score);
+    f32s(p.kv);
+    f32s(p.score);
   }
   u32(t.streamStart);
   u32(t.streamRows);
-  arr(t.X);
-  arr(t.pre);
+  f32s(t.X);
+  f32s(t.pre);
   u32(t.sources === null ? 0 : 1);
   if (t.sources !== null) {
     const s = t.sources;
     for (const v of [s.start, s.rows, s.kk, s.kb]) u32(v);
-    arr(s.topk);
-    arr(s.candidates);
+    ints(s.topk);
+    ints(s.candidates);
   }
-  if (o !== n) throw new RangeError(`tail encoding wrote ${o} of ${n} bytes`);
-  return out;
+  if (o > n) throw new RangeError(`tail encoding wrote ${o} bytes, ${n} allocated`);
+  return out.slice(0, o);
 }
 
 /** The content key of a stored tail's bytes (its SHA-256, 64 hex). */
@@ -185,10 +215,22 @@ export function decodeTail(key: string, bytesU8: Uint8Array, shape: TailShape, c
     return v;
   };
   const f32s = (count: number): Float32Array => {
-    need(count * 4);
-    const a = new Float32Array(buf.buffer, o, count);
+    const tag = u32();
+    if (tag > 1) fail(`float array tag ${tag} (0: float32, 1: bfloat16)`);
+    let a: Float32Array;
+    if (tag === 0) {
+      need(count * 4);
+      a = new Float32Array(buf.buffer, o, count);
+      o += count * 4;
+    } else {
+      const bytes = (2 * count + 3) & ~3;
+      need(bytes);
+      a = new Float32Array(count);
+      const bits = new Uint32Array(a.buffer);
+      for (let i = 0; i < count; i++) bits[i] = dv.getUint16(o + 2 * i, true) << 16;
+      o += bytes;
+    }
     for (let i = 0; i < count; i++) if (!Number.isFinite(a[i] as number)) fail(`value ${i} of a float array is not finite`);
-    o += count * 4;
     return a;
   };
   const i32s = (count: number): Int32Array => {
