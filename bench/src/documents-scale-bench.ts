@@ -331,7 +331,8 @@ function runDecoderProcess(args: DecoderRunArgs): Promise<DecoderRunReport> {
   return new Promise((resolve, reject) => {
     execFile(
       process.execPath,
-      [DECODER_SCRIPT, JSON.stringify(args)],
+      // CSA2_BENCH_DECODER_NODE_ARGS: node options for the decoder process (e.g. --cpu-prof, which NODE_OPTIONS refuses)
+      [...(process.env['CSA2_BENCH_DECODER_NODE_ARGS'] ?? '').split(' ').filter((a) => a !== ''), DECODER_SCRIPT, JSON.stringify(args)],
       { env: { ...process.env, MALLOC_MMAP_THRESHOLD_: '131072' }, maxBuffer: 64 * 1024 * 1024 },
       (err, stdout, stderr) => {
         if (err !== null) reject(new Error(`decoder run on ${args.documentId} failed: ${err.message}\n${stderr}`));

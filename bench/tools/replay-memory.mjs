@@ -2,7 +2,7 @@
 /**
  * What a question on a stored document costs in memory, layer by layer: a synthetic document of N
  * tokens (@csa2/core fillSyntheticCache) written through the real ArtifactWriter into a temporary
- * filesystem store, an engine opened on it with the warm-up, then one question (32 tokens, R = 128)
+ * filesystem store (and its encoder tail, as an ingest stores it), an engine opened on it with the warm-up, then one question (32 tokens, R = 128)
  * with the document fetched and one with it in the document cache; after every layer of the replay
  * (Csa2Model.timer) the process's RSS, its peak since the question began (VmHWM, reset through
  * /proc/self/clear_refs) and the JS ArrayBuffers alive (process.memoryUsage). A diagnostic, not a
@@ -42,6 +42,9 @@ async function makeDocument(storeUrl) {
   const writer = new ArtifactWriter({ store, layout: engine.layout, tenant: 't', documentId: 'd', chunkTokens: 4096 });
   await writer.writeAvailable(seq, N);
   await writer.finish(seq);
+  // the encoder tail an ingest stores (re-ingesting the same tokens re-uses every whole chunk and computes only the tail)
+  const ing = await engine.ingest({ tenant: 't', documentId: 'd', tokenIds: Array.from(seq.tokens.view()), chunkTokens: 4096 });
+  console.log(`document: ${N} tokens, ${ing.reusedTokens} re-used, encoder tail ${ing.tailBytes} bytes`);
   await store.close();
   await engine.close();
 }

@@ -64,6 +64,8 @@ export async function poolTopkSplit(ctx: IndexerContext, scorer: IndexScorer, e:
   const c = ctx.config;
   const { indexNumHeads: hI, indexHeadDim: dI } = c;
   const lists = jobs.map((j) => new Int32Array(j.rows * j.kk).fill(-1));
+  // one buffer for every part's gathered keys (a fresh 278 KB buffer a row cost page faults: mmap'd and zeroed each time)
+  let scratch = new Uint8Array(0);
   for (const p of poolParts(ctx, e, jobs)) {
     const job = jobs[p.job] as IndexerJob;
     const S = p.r1 - p.r0;
@@ -85,8 +87,15 @@ export async function poolTopkSplit(ctx: IndexerContext, scorer: IndexScorer, e:
       const r1 = Math.min(S, r0 + rowsPerBlock);
       const q0 = p.r0 + r0;
       const q = { iq: job.iq.subarray(q0 * hI * dI, (q0 + r1 - r0) * hI * dI), iw: job.iw.subarray(q0 * hI, (q0 + r1 - r0) * hI), rows: r1 - r0 };
-      for (const [t0, t1] of keyChunks(U, scorer.keysPerRun(r1 - r0, 1, ctx.indexerBudgetValues))) {
-        scorer.loadKeys(job.src.indexK.gather(positions.subarray(t0, t1)), t1 - t0);
+      const chunks = keyChunks(U, scorer.keysPerRun(r1 - r0, 1, ctx.indexerBudgetValues));
+      for (const [t0, t1] of chunks) {
+        // the whole pool in one run (a row's own pool): its blocks copied as blocks, not position by position
+        const whole = chunks.length === 1 && p.pool.size === U;
+        const bytes = (t1 - t0) * job.src.indexK.rowBytes;
+        if (scratch.length < bytes) scratch = new Uint8Array(bytes);
+        const into = scratch.subarray(0, bytes);
+        const keys = whole ? job.src.indexK.gatherBlocks(p.pool.blocks, p.pool.blockSize, p.pool.nVis, into) : job.src.indexK.gather(positions.subarray(t0, t1), into);
+        scorer.loadKeys(keys, t1 - t0);
         await scorer.run(q, 0, t1 - t0);
         for (let r = r0; r < r1; r++) {
           const s = scorer.scoreRow(r - r0, t1 - t0);
@@ -111,6 +120,12 @@ export async function poolTopkSplit(ctx: IndexerContext, scorer: IndexScorer, e:
   }
   return lists;
 }
+
+/**
+ * Rows whose union pool would be scored at more than this many times what their own blocks hold are
+ * scored one by one, each over its own blocks (poolParts).
+ */
+export const OWN_POOL_FACTOR = 2;
 
 /**
  * Per row, its allowed columns of the pool as ascending [start, end) pairs (adjacent ones joined): the
@@ -146,7 +161,15 @@ export function poolRanges(pool: PoolBlocks, clen: Int32Array): Int32Array[] {
   });
 }
 
-/** Per job, row blocks whose pools fit the budget (a decode row: one block); only the blocks: positions and masks are made when a part is scored. */
+/**
+ * Per job, row blocks whose pools fit the budget (a decode row: one block); only the blocks: positions
+ * and masks are made when a part is scored. A part scores rows × union columns, so rows that share few
+ * blocks are scored one by one over their own blocks instead (OWN_POOL_FACTOR): rows of a 1M document
+ * each pick 2,048 of 130K blocks, and 8 rows' union was 80–120K positions against 16K a row in the
+ * documents-scale suite. Either way every (row, position) score is the same (the scorer computes each
+ * alike whatever the run's rows and keys), ties go by position and completePicks reads only the row's
+ * own blocks: the same lists bit for bit.
+ */
 function poolParts(ctx: IndexerContext, e: LayerPlanEntry, jobs: readonly IndexerJob[]): Array<{ job: number; r0: number; r1: number; pool: PoolBlocks }> {
   const hI = ctx.config.indexNumHeads;
   const bs = ctx.config.candidateBlockSize;
@@ -154,9 +177,15 @@ function poolParts(ctx: IndexerContext, e: LayerPlanEntry, jobs: readonly Indexe
   jobs.forEach((job, ji) => {
     const cand = requireCandidates(job.st.shared.candidates, e);
     const kb = job.st.shared.kb;
-    // each row's blocks once (poolBlocks' per-row lists); a row block's union counted with stamps, not sorted, until it fits
-    const own = poolBlocks(cand, job.rows, kb, job.nVis, bs).rowBlocks;
-    const stamp = new Int32Array(Math.ceil(job.nVis / bs) + 1).fill(-1);
+    const nVis = job.nVis;
+    // each row's blocks once; a row block's union counted with stamps, not sorted, until it fits
+    const own = rowBlocksOf(cand, job.rows, kb, nVis, bs);
+    const ownSize = own.map((bl) => {
+      let size = 0;
+      for (const b of bl) size += blockWidth(b, bs, nVis);
+      return size;
+    });
+    const stamp = new Int32Array(Math.ceil(nVis / bs) + 1).fill(-1);
     let stampId = 0;
     const union = (r0: number, r1: number): { blocks: number[]; size: number } => {
       const id = stampId++;
@@ -167,22 +196,31 @@ function poolParts(ctx: IndexerContext, e: LayerPlanEntry, jobs: readonly Indexe
           if (stamp[b] === id) continue;
           stamp[b] = id;
           out.push(b);
-          size += blockWidth(b, bs, job.nVis);
+          size += blockWidth(b, bs, nVis);
         }
       }
       return { blocks: out, size };
     };
-    const blocks: Array<[number, number]> = [[0, job.rows]];
-    while (blocks.length > 0) {
-      const [r0, r1] = blocks.pop() as [number, number];
+    const ranges: Array<[number, number]> = [[0, job.rows]];
+    while (ranges.length > 0) {
+      const [r0, r1] = ranges.pop() as [number, number];
       const u = union(r0, r1);
       const columns = u.size === 1 ? 2 : u.size;
-      if (r1 - r0 > 1 && (r1 - r0) * columns * hI > ctx.indexerBudgetValues) {
-        const mid = (r0 + r1) >> 1;
-        blocks.push([mid, r1], [r0, mid]);
+      let ownSum = 0;
+      for (let r = r0; r < r1; r++) ownSum += ownSize[r] as number;
+      if (r1 - r0 > 1 && (r1 - r0) * columns > OWN_POOL_FACTOR * ownSum) {
+        for (let r = r0; r < r1; r++) {
+          const size = ownSize[r] as number;
+          parts.push({ job: ji, r0: r, r1: r + 1, pool: { blocks: own[r] as Int32Array, rowBlocks: [own[r] as Int32Array], size, columns: size === 1 ? 2 : size, nVis, blockSize: bs } });
+        }
         continue;
       }
-      const pool: PoolBlocks = { blocks: Int32Array.from(u.blocks).sort(), rowBlocks: own.slice(r0, r1), size: u.size, columns, nVis: job.nVis, blockSize: bs };
+      if (r1 - r0 > 1 && (r1 - r0) * columns * hI > ctx.indexerBudgetValues) {
+        const mid = (r0 + r1) >> 1;
+        ranges.push([mid, r1], [r0, mid]);
+        continue;
+      }
+      const pool: PoolBlocks = { blocks: Int32Array.from(u.blocks).sort(), rowBlocks: own.slice(r0, r1), size: u.size, columns, nVis, blockSize: bs };
       parts.push({ job: ji, r0, r1, pool });
     }
   });
@@ -291,23 +329,30 @@ export interface CandidatePool extends PoolBlocks {
   readonly allow: Uint8Array;
 }
 
-export function poolBlocks(cand: Int32Array, S: number, kb: number, nVis: number, blockSize: number): PoolBlocks {
+/** Per row, its candidate blocks that hold visible entries, ascending. */
+export function rowBlocksOf(cand: Int32Array, S: number, kb: number, nVis: number, blockSize: number): Int32Array[] {
   const rowBlocks: Int32Array[] = [];
-  const all = new Int32Array(S * kb);
-  let n = 0;
   for (let r = 0; r < S; r++) {
     const row = new Int32Array(kb);
     let m = 0;
     for (let j = 0; j < kb; j++) {
       const b = cand[r * kb + j] as number;
-      if (b >= 0 && b * blockSize < nVis) {
-        row[m++] = b;
-        all[n++] = b;
-      }
+      if (b >= 0 && b * blockSize < nVis) row[m++] = b;
     }
     rowBlocks.push(row.subarray(0, m).sort());
   }
-  const sorted = all.subarray(0, n).sort();
+  return rowBlocks;
+}
+
+export function poolBlocks(cand: Int32Array, S: number, kb: number, nVis: number, blockSize: number): PoolBlocks {
+  const rowBlocks = rowBlocksOf(cand, S, kb, nVis, blockSize);
+  const all = new Int32Array(rowBlocks.reduce((a, r) => a + r.length, 0));
+  let n = 0;
+  for (const row of rowBlocks) {
+    all.set(row, n);
+    n += row.length;
+  }
+  const sorted = all.sort();
   let u = 0;
   for (let i = 0; i < n; i++) if (u === 0 || sorted[i] !== sorted[u - 1]) sorted[u++] = sorted[i] as number;
   const blocks = sorted.slice(0, u);

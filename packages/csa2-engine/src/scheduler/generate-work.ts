@@ -48,6 +48,16 @@ import type { NextRows, Work } from './work.js';
 export const MAX_CHOICES = 16;
 /** Most alternatives a logprob may list. */
 export const MAX_TOP_LOGPROBS = 20;
+/**
+ * The decoder replay runs in chunks whose attention tables (each row's selected entries and window,
+ * unpacked to float32, twice: the selections and the key table) stay within this many bytes; a 1M*
+ * question at tiny width peaked 50 MB higher with its 160 replay rows in one chunk than in chunks of 40
+ * (bench/tools/replay-memory), at the same time to first token. Chunking never changes the result.
+ */
+export const REPLAY_CHUNK_BYTES = 16 * 2 ** 20;
+/** …but never fewer rows a chunk than this. */
+const MIN_REPLAY_CHUNK_ROWS = 16;
+
 /** The model's own distribution (prompt logprobs): temperature 1, nothing adjusted. */
 const MODEL_DISTRIBUTION: SamplingParams = { temperature: 1, topP: 1, seed: 0 };
 
@@ -127,6 +137,8 @@ export class GenerateWork implements Work {
   private loadedTail: PrimedTail | null = null;
   private promptTokens = 0;
   private cachedTokens = 0;
+  /** Rows a decoder-replay chunk takes at most (REPLAY_CHUNK_BYTES; set when the replay starts). */
+  private replayChunk = Infinity;
   private firstTokenAtMs = 0;
   private readonly unfollowFlow: (() => void) | null;
 
@@ -311,8 +323,9 @@ export class GenerateWork implements Work {
     switch (p.kind) {
       case 'exact':
       case 'encode':
-      case 'replay':
         return { kind: 'prefill', rows: p.run.remaining, layers: p.run.opts.l1 - p.run.opts.l0 };
+      case 'replay':
+        return { kind: 'prefill', rows: Math.min(p.run.remaining, this.replayChunk), layers: p.run.opts.l1 - p.run.opts.l0 };
       case 'decode': {
         // paused by its consumer (backpressure): no rows until it resumes
         if (this.hooks.flow?.paused === true) return null;
@@ -361,6 +374,7 @@ export class GenerateWork implements Work {
         const known = this.tail?.sources ?? null;
         const capture = this.ownTail !== null ? (sel: SourceSelections) => this.sourcePieces.push(copySelections(sel, this.prior)) : null;
         const run = new SegmentRun(this.requireSeq(), { start: kept.start, end: this.requireSeq().length, l0: model.decoderStart, l1: L, input: kept, logits: true, allLogits: wantPrompt, knownSources: known, captureSources: capture }, model.config);
+        this.replayChunk = replayChunkRows(model, run.remaining);
         this.phase = { kind: 'replay', run };
       }
       return;
@@ -544,6 +558,14 @@ export function encoderTailReusable(model: Pick<Csa2Model, 'config' | 'plan' | '
     if (Math.floor(P / e.compressRatio) < model.config.indexTopK) return false;
   }
   return true;
+}
+
+/** Rows a chunk of a decoder replay of `rows` rows takes: within REPLAY_CHUNK_BYTES, the chunks as even as they can be. */
+export function replayChunkRows(model: Pick<Csa2Model, 'config'>, rows: number): number {
+  const c = model.config;
+  const perRow = (c.indexTopK + c.windowSize) * c.headDim * 4 * 2;
+  const cap = Math.max(MIN_REPLAY_CHUNK_ROWS, Math.floor(REPLAY_CHUNK_BYTES / perRow));
+  return Math.ceil(rows / Math.ceil(rows / cap));
 }
 
 /** A copy of the rows of `s` before `end` (none when it starts there or after). */

@@ -1,0 +1,87 @@
+#!/usr/bin/env node
+/**
+ * Where a question's time to first token goes on a stored document: a synthetic document of N tokens
+ * (whole chunks; @csa2/core fillSyntheticCache written through the real ArtifactWriter, then ingested
+ * again so that the engine stores its encoder tail, as an ingest does) in a filesystem store kept
+ * between runs (STORE_DIR), an engine opened with the warm-up, then the same question (32 tokens,
+ * R = 128) with the document fetched and with it in the document cache, each timed by layer kind
+ * (Csa2Model.timer) and in total. A diagnostic, not a bench suite.
+ *
+ *   npm run build && node bench/tools/ttft-breakdown.mjs MODEL_DIR N STORE_DIR [--no-tail]
+ *
+ * MODEL_DIR: e.g. the documents-scale suite's .csa2/bench/v41-tiny-40l-seed1-*. --no-tail: the
+ * document without a stored tail (the question computes it).
+ */
+import { existsSync, mkdirSync } from 'node:fs';
+import { pathToFileURL } from 'node:url';
+import { fillSyntheticCache } from '@csa2/core';
+import { ArtifactWriter, openStore } from '@csa2/artifacts';
+import { Engine } from '@csa2/engine';
+import { createRequire } from 'node:module';
+
+// onnxruntime's runs timed by graph signature (inputs -> outputs) during the warm question
+const ort = await import(createRequire(import.meta.resolve('@csa2/core')).resolve('onnxruntime-node'));
+const proto = ort.InferenceSession.prototype;
+const ortRun = proto.run;
+let timing = false;
+const bySignature = new Map();
+proto.run = async function timedRun(feeds, ...rest) {
+  if (!timing) return ortRun.call(this, feeds, ...rest);
+  const t0 = performance.now();
+  const out = await ortRun.call(this, feeds, ...rest);
+  const key = `${this.inputNames.join(',')} -> ${this.outputNames.join(',')}`;
+  const a = bySignature.get(key) ?? { ms: 0, runs: 0 };
+  a.ms += performance.now() - t0;
+  a.runs++;
+  bySignature.set(key, a);
+  return out;
+};
+
+const [modelDir, nText, storeDir, flag] = process.argv.slice(2);
+if (modelDir === undefined || nText === undefined || storeDir === undefined) {
+  console.error('usage: node bench/tools/ttft-breakdown.mjs MODEL_DIR N STORE_DIR [--no-tail]');
+  process.exit(2);
+}
+const N = Math.floor(Number(nText) / 4096) * 4096;
+const tail = flag !== '--no-tail';
+const documentId = `d${N}${tail ? '' : '-notail'}`;
+const storeUrl = pathToFileURL(storeDir).href;
+if (!existsSync(`${storeDir}/tenants/t/documents/${documentId}/manifest.json`)) {
+  mkdirSync(storeDir, { recursive: true });
+  const engine = await Engine.open({ modelDir, store: storeUrl, warmUp: false });
+  const store = openStore(storeUrl);
+  const seq = engine.model.createSequence();
+  fillSyntheticCache(seq, N, engine.model.config.vocabSize, 7);
+  const writer = new ArtifactWriter({ store, layout: engine.layout, tenant: 't', documentId, chunkTokens: 4096 });
+  await writer.writeAvailable(seq, N);
+  await writer.finish(seq);
+  const t0 = performance.now();
+  const ing = await engine.ingest({ tenant: 't', documentId, tokenIds: Array.from(seq.tokens.view()), chunkTokens: 4096, tailReplayTokens: tail ? 128 : 0 });
+  console.log(`made ${documentId}: tail ${ing.tailBytes} bytes in ${(performance.now() - t0).toFixed(0)} ms (chunks re-read and verified)`);
+  await store.close();
+  await engine.close();
+}
+const engine = await Engine.open({ modelDir, store: storeUrl, warmUp: true });
+const sums = new Map();
+engine.model.timer = {
+  layer: (mode, ms) => sums.set(mode, (sums.get(mode) ?? 0) + ms),
+  other: (what, ms) => sums.set(what, (sums.get(what) ?? 0) + ms),
+};
+const question = Array.from({ length: 32 }, (_, i) => (5 + i * 3) % engine.info().vocabSize);
+const request = { promptIds: question, maxTokens: 1, sampling: { temperature: 0, topP: 1, seed: 0 }, ignoreEos: true, replayTokens: 128, document: { tenant: 't', documentId } };
+for (const label of ['document fetched', 'document cache warm']) {
+  sums.clear();
+  timing = label === 'document cache warm';
+  const t0 = performance.now();
+  const out = await engine.generate(request);
+  const total = performance.now() - t0;
+  const timed = [...sums.values()].reduce((a, b) => a + b, 0);
+  const parts = [...sums.entries()].map(([k, v]) => `${k} ${v.toFixed(0)}`).join(', ');
+  console.log(`${label}: TTFT ${total.toFixed(0)} ms = layers+head ${timed.toFixed(0)} (${parts}) + untimed ${(total - timed).toFixed(0)}; token ${out.tokens[0]}`);
+}
+timing = false;
+for (const [k, a] of [...bySignature.entries()].sort((x, y) => y[1].ms - x[1].ms).slice(0, 12)) console.log(`  onnxruntime ${a.ms.toFixed(0)} ms in ${a.runs} runs: ${k.slice(0, 150)}`);
+const s = engine.stats().documentCache;
+console.log(`tails: loaded ${s.tailsLoaded}, stored ${s.tailsStored}, used ${s.tailHits}, rejected ${s.tailsRejected}`);
+await engine.close();
+if (globalThis.__PT) console.log('pool timers', JSON.stringify(Object.fromEntries(Object.entries(globalThis.__PT).map(([k, v]) => [k, Math.round(v)]))));
