@@ -12,6 +12,7 @@ import { collectGarbage, openStore } from '@csa2/artifacts';
 import { fixturesRoot, klDivergence, knownSourceStats, SeededRandom } from '@csa2/core';
 import { existsSync, rmSync } from 'node:fs';
 import { Engine } from './engine.js';
+import { replayChunkRows } from './scheduler/generate-work.js';
 
 const TINY = join(fixturesRoot(), 'deepseek-v41-tiny-a');
 const root = mkdtempSync(join(tmpdir(), 'csa2-engine-docs-'));
@@ -204,6 +205,29 @@ test('the encoder tail stored at ingest: the first question of a fresh engine st
   } finally {
     await store.close();
   }
+});
+
+test('the decoder replay in chunks within the attention-table budget: the logits of one chunk, bit for bit', async () => {
+  // tiny-a: (top-k 4 + window 8) × head_dim 64 × 8 bytes = 6 KiB a row; a budget of 1 byte gives the minimum, 16 rows a
+  // chunk, as even as can be: 60 rows in 4 chunks of 15, 33 in 3 of 11; 1 GiB: one chunk
+  assert.deepEqual([replayChunkRows(engine.model, 60, 1), replayChunkRows(engine.model, 33, 1), replayChunkRows(engine.model, 60, 2 ** 30)], [15, 11, 60]);
+  const chunked = await Engine.open({ modelDir: TINY, store: STORE, chunkTokens: 32, documentCacheBytes: 0, scheduler: { replayChunkBytes: 1 } });
+  const whole = await Engine.open({ modelDir: TINY, store: STORE, chunkTokens: 32, documentCacheBytes: 0 });
+  try {
+    const ask = (e: Engine) => e.generate({ promptIds: PROMPT, document: { tenant: 'acme', documentId: 'doc1' }, maxTokens: 4, sampling: greedy, replayTokens: 60, keepLogits: true, ignoreEos: true });
+    const s0 = chunked.stats().steps;
+    const a = await ask(chunked);
+    const chunkedSteps = chunked.stats().steps - s0;
+    const w0 = whole.stats().steps;
+    const b = await ask(whole);
+    assert.ok(chunkedSteps > whole.stats().steps - w0, `the chunked replay took more steps (${chunkedSteps})`);
+    assert.deepEqual(a.tokens, b.tokens);
+    a.logits.forEach((row, i) => assert.deepEqual(row, b.logits[i], `logits row ${i}`));
+  } finally {
+    await chunked.close();
+    await whole.close();
+  }
+  await assert.rejects(Engine.open({ modelDir: TINY, scheduler: { replayChunkBytes: 0 } }), /replayChunkBytes must be a positive number/);
 });
 
 test('a document can be continued without a prompt, and with the default bounded replay', async () => {

@@ -56,7 +56,8 @@ export class Engine {
   ) {
     this.cache = new ChunkCache({ maxBytes: options.chunkCacheBytes ?? 256 * 1024 * 1024 });
     this.documents = new DocumentCache(options.documentCacheBytes ?? DEFAULT_DOCUMENT_CACHE_BYTES);
-    this.scheduler = new Scheduler(resolvePolicy(options.scheduler), () => this.loop.poke());
+    const policy = resolvePolicy(options.scheduler);
+    this.scheduler = new Scheduler(policy, () => this.loop.poke());
     this.loop = new EngineLoop(model, this.scheduler);
     this.ctx = {
       model,
@@ -66,6 +67,7 @@ export class Engine {
       documents: this.documents,
       requireStore: () => this.requireStore(),
       chunkTokens: options.chunkTokens ?? 4096,
+      replayChunkBytes: policy.replayChunkBytes,
       wake: () => this.loop.poke(),
     };
   }

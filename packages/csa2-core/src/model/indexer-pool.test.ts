@@ -12,7 +12,7 @@ import { loadCheckpoint, type Checkpoint } from '../weights/checkpoint.js';
 import { SeededRandom } from '../weights/init-model.js';
 import { Csa2Model } from './model.js';
 import { argmax } from './sampler.js';
-import { candidatePool, completePicks, poolRanges } from './indexer-pool.js';
+import { candidatePool, completePicks, poolPartStats, poolRanges } from './indexer-pool.js';
 
 interface Trace {
   readonly topk: Map<number, number[][]>;
@@ -54,8 +54,12 @@ test('pools smaller than top-k: rows pick outside their pool exactly as the scan
   await withSeededCheckpoint(config, 11, async (ckpt) => {
     const rng = new SeededRandom(5);
     const prompt = Array.from({ length: 70 }, () => rng.nextU32() % 256);
+    const before = { ...poolPartStats };
     const pool = await trace(ckpt, true, prompt, 6, 32);
     sameTrace(pool, await trace(ckpt, false, prompt, 6, 32));
+    // both kinds of part ran: prefill chunks' rows share few of their 2-block pools (scored row by row), decode rows are parts of one
+    assert.ok(poolPartStats.ownRowParts > before.ownRowParts, 'rows scored one by one over their own blocks');
+    assert.ok(poolPartStats.unionParts > before.unionParts, 'parts scored over their union');
     // the case is exercised: at a Reindex layer some pick lies outside its row's 4-position pool
     const lists = pool.topk.get(24) ?? [];
     assert.ok(lists.some((l) => l.filter((p) => p >= 0).length > 4), 'some row picks more entries than its pool holds');

@@ -121,6 +121,9 @@ export async function poolTopkSplit(ctx: IndexerContext, scorer: IndexScorer, e:
   return lists;
 }
 
+/** Pool parts made so far (tests assert which kind ran): union parts, and rows scored alone over their own blocks. */
+export const poolPartStats = { unionParts: 0, ownRowParts: 0 };
+
 /**
  * Rows whose union pool would be scored at more than this many times what their own blocks hold are
  * scored one by one, each over its own blocks (poolParts).
@@ -213,6 +216,7 @@ function poolParts(ctx: IndexerContext, e: LayerPlanEntry, jobs: readonly Indexe
           const size = ownSize[r] as number;
           parts.push({ job: ji, r0: r, r1: r + 1, pool: { blocks: own[r] as Int32Array, rowBlocks: [own[r] as Int32Array], size, columns: size === 1 ? 2 : size, nVis, blockSize: bs } });
         }
+        poolPartStats.ownRowParts += r1 - r0;
         continue;
       }
       if (r1 - r0 > 1 && (r1 - r0) * columns * hI > ctx.indexerBudgetValues) {
@@ -222,6 +226,7 @@ function poolParts(ctx: IndexerContext, e: LayerPlanEntry, jobs: readonly Indexe
       }
       const pool: PoolBlocks = { blocks: Int32Array.from(u.blocks).sort(), rowBlocks: own.slice(r0, r1), size: u.size, columns, nVis, blockSize: bs };
       parts.push({ job: ji, r0, r1, pool });
+      poolPartStats.unionParts++;
     }
   });
   return parts;

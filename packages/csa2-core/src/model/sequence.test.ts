@@ -54,6 +54,11 @@ test('PackedRowStore.freeze and shareFrom: forks read the prefix in place, keep 
   // consecutive rows move as one copy, split where the shared prefix ends
   assert.deepEqual(Array.from(b.gather([1, 2, 3, 4, 5, 0, 1])), [2, 2, 3, 3, 4, 4, 9, 9, 8, 8, 1, 1, 2, 2]);
   assert.throws(() => b.gather([4, 5, 6]), /row 6 of 6/);
+  // whole blocks of 2 rows (the last one cut at a limit of 5 rows): what gather of their positions copies, across the boundary too
+  const into = new Uint8Array(20).fill(0xee);
+  b.gatherBlocks([2, 0, 1], 2, 5, into, 1);
+  assert.deepEqual(Array.from(into), [0xee, 0xee, ...b.gather([4, 0, 1, 2, 3]), 0xee, 0xee, 0xee, 0xee, 0xee, 0xee, 0xee, 0xee]);
+  assert.throws(() => b.gatherBlocks([3], 2, 6, new Uint8Array(4)), /block 3 of 2 rows, 6 rows/);
   const out = new Uint8Array(8);
   b.copyRange(1, 4, out);
   assert.deepEqual(Array.from(out), [2, 2, 3, 3, 4, 4, 9, 9]);

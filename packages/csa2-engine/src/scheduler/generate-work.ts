@@ -48,14 +48,7 @@ import type { NextRows, Work } from './work.js';
 export const MAX_CHOICES = 16;
 /** Most alternatives a logprob may list. */
 export const MAX_TOP_LOGPROBS = 20;
-/**
- * The decoder replay runs in chunks whose attention tables (each row's selected entries and window,
- * unpacked to float32, twice: the selections and the key table) stay within this many bytes; a 1M*
- * question at tiny width peaked 50 MB higher with its 160 replay rows in one chunk than in chunks of 40
- * (bench/tools/replay-memory), at the same time to first token. Chunking never changes the result.
- */
-export const REPLAY_CHUNK_BYTES = 16 * 2 ** 20;
-/** …but never fewer rows a chunk than this. */
+/** A decoder-replay chunk takes at least this many rows (SchedulerPolicy.replayChunkBytes). */
 const MIN_REPLAY_CHUNK_ROWS = 16;
 
 /** The model's own distribution (prompt logprobs): temperature 1, nothing adjusted. */
@@ -137,7 +130,7 @@ export class GenerateWork implements Work {
   private loadedTail: PrimedTail | null = null;
   private promptTokens = 0;
   private cachedTokens = 0;
-  /** Rows a decoder-replay chunk takes at most (REPLAY_CHUNK_BYTES; set when the replay starts). */
+  /** Rows a decoder-replay chunk takes at most (SchedulerPolicy.replayChunkBytes; set when the replay starts). */
   private replayChunk = Infinity;
   private firstTokenAtMs = 0;
   private readonly unfollowFlow: (() => void) | null;
@@ -374,7 +367,7 @@ export class GenerateWork implements Work {
         const known = this.tail?.sources ?? null;
         const capture = this.ownTail !== null ? (sel: SourceSelections) => this.sourcePieces.push(copySelections(sel, this.prior)) : null;
         const run = new SegmentRun(this.requireSeq(), { start: kept.start, end: this.requireSeq().length, l0: model.decoderStart, l1: L, input: kept, logits: true, allLogits: wantPrompt, knownSources: known, captureSources: capture }, model.config);
-        this.replayChunk = replayChunkRows(model, run.remaining);
+        this.replayChunk = replayChunkRows(model, run.remaining, this.ctx.replayChunkBytes);
         this.phase = { kind: 'replay', run };
       }
       return;
@@ -560,11 +553,17 @@ export function encoderTailReusable(model: Pick<Csa2Model, 'config' | 'plan' | '
   return true;
 }
 
-/** Rows a chunk of a decoder replay of `rows` rows takes: within REPLAY_CHUNK_BYTES, the chunks as even as they can be. */
-export function replayChunkRows(model: Pick<Csa2Model, 'config'>, rows: number): number {
+/**
+ * Rows a chunk of a decoder replay of `rows` rows takes: its attention tables (each row's selected
+ * entries and window, unpacked to float32, twice: the selections and the key table) within `bytes`, at
+ * least MIN_REPLAY_CHUNK_ROWS, the chunks as even as they can be. A 1M* question at tiny width peaked
+ * 50 MB higher with its 160 replay rows in one chunk than in chunks of 40 (bench/tools/replay-memory),
+ * at the same time to first token; chunking never changes the result.
+ */
+export function replayChunkRows(model: Pick<Csa2Model, 'config'>, rows: number, bytes: number): number {
   const c = model.config;
   const perRow = (c.indexTopK + c.windowSize) * c.headDim * 4 * 2;
-  const cap = Math.max(MIN_REPLAY_CHUNK_ROWS, Math.floor(REPLAY_CHUNK_BYTES / perRow));
+  const cap = Math.max(MIN_REPLAY_CHUNK_ROWS, Math.floor(bytes / perRow));
   return Math.ceil(rows / Math.ceil(rows / cap));
 }
 

@@ -35,6 +35,12 @@ export interface SchedulerPolicy {
   readonly decodeLatencyFactor: number;
   /** Prefill rows each prefilling work may always run in a step while sequences decode, whatever the prediction (progress). @defaultValue 16 */
   readonly minPrefillTokens: number;
+  /**
+   * A CED decoder replay runs in chunks whose attention tables (every row's selected entries and
+   * window, unpacked) stay within this many bytes (at least 16 rows a chunk): a question's transient
+   * memory stays bounded, whatever its replay length. @defaultValue 16 MiB
+   */
+  readonly replayChunkBytes: number;
 }
 
 export const DEFAULT_SCHEDULER_POLICY: SchedulerPolicy = {
@@ -44,6 +50,7 @@ export const DEFAULT_SCHEDULER_POLICY: SchedulerPolicy = {
   kvBudgetBytes: 4 * 1024 ** 3,
   decodeLatencyFactor: 2.5,
   minPrefillTokens: 16,
+  replayChunkBytes: 16 * 1024 ** 2,
 };
 
 /** Checks a policy's fields (positive integers, the step budget at least the decode batch). */
@@ -53,6 +60,7 @@ export function resolvePolicy(overrides: Partial<SchedulerPolicy> = {}): Schedul
     if (!(Number.isInteger(p[k]) && p[k] >= 1)) throw new Csa2Error('config-invalid', `scheduler policy: ${k} must be a positive integer, got ${p[k]}`);
   }
   if (!(Number.isFinite(p.kvBudgetBytes) && p.kvBudgetBytes > 0)) throw new Csa2Error('config-invalid', `scheduler policy: kvBudgetBytes must be a positive number, got ${p.kvBudgetBytes}`);
+  if (!(Number.isFinite(p.replayChunkBytes) && p.replayChunkBytes > 0)) throw new Csa2Error('config-invalid', `scheduler policy: replayChunkBytes must be a positive number, got ${p.replayChunkBytes}`);
   if (!(p.decodeLatencyFactor >= 1)) throw new Csa2Error('config-invalid', `scheduler policy: decodeLatencyFactor must be at least 1, got ${p.decodeLatencyFactor}`);
   if (p.maxStepTokens < p.maxRunning) {
     throw new Csa2Error('config-invalid', `scheduler policy: maxStepTokens (${p.maxStepTokens}) must be at least maxRunning (${p.maxRunning}), or running sequences could not all step`);

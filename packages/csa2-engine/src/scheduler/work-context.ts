@@ -18,6 +18,8 @@ export interface WorkContext {
   requireStore(): ObjectStore;
   /** Tokens per artifact chunk for documents this engine writes. */
   readonly chunkTokens: number;
+  /** Bytes of attention tables a decoder-replay chunk may take (SchedulerPolicy.replayChunkBytes). */
+  readonly replayChunkBytes: number;
   /** A work finished or became runnable outside a step (its I/O completed): let the loop look again. */
   wake(): void;
 }
