@@ -27,7 +27,7 @@ import { BufferPool } from './buffer-pool.js';
 import { chunkKey, fullChunkKeys } from './format/chunk-key.js';
 import { chunkObjectKey, manifestObjectKey, validateDocumentId, validateTenant } from './format/keys.js';
 import { ManifestFieldError, parseManifest, type DocumentManifest } from './format/manifest.js';
-import { decodeTail, tailKey, type StoredTail, type TailShape } from './format/tail-codec.js';
+import { TAIL_CHECKSUM_BYTES, decodeTail, tailChecksumValid, tailKey, type StoredTail, type TailShape } from './format/tail-codec.js';
 import { SequenceStateError, appendChunk, checkSequenceLayout, isSequenceEmpty, sequenceLength } from './format/sequence-rows.js';
 
 /** Default number of chunk fetches in flight. */
@@ -148,7 +148,7 @@ export class ArtifactReader {
    * and the manifest's token count and replay length. ArtifactMissingError when the store lacks it,
    * ArtifactCorruptError when a check fails; the caller then computes the tail (it is optional).
    */
-  async readTail(manifest: DocumentManifest, shape: Omit<TailShape, 'tokenCount' | 'replayTokens'>, candidates: { readonly sourceRatio: number; readonly blockSize: number } | null): Promise<StoredTail> {
+  async readTail(manifest: DocumentManifest, shape: Omit<TailShape, 'tokenCount' | 'replayTokens' | 'modelId' | 'layoutId'>, candidates: { readonly sourceRatio: number; readonly blockSize: number } | null): Promise<StoredTail> {
     const t = manifest.tail;
     if (t === undefined) throw new ObjectNotFoundError(manifestObjectKey(manifest.tenant, manifest.documentId), `stored encoder tail of document ${manifest.documentId}`);
     const objectKey = chunkObjectKey(manifest.tenant, t.key);
@@ -160,8 +160,10 @@ export class ArtifactReader {
       throw error;
     }
     if (bytes.length !== t.sizeBytes) throw new ArtifactCorruptError(objectKey, Math.min(bytes.length, t.sizeBytes), `encoder tail has ${bytes.length} bytes, the manifest records ${t.sizeBytes}`);
-    if (tailKey(bytes) !== t.key) throw new ArtifactCorruptError(objectKey, 0, 'encoder tail: its SHA-256 is not its key');
-    return decodeTail(objectKey, bytes, { ...shape, tokenCount: manifest.tokenCount, replayTokens: t.replayTokens }, candidates);
+    if (!tailChecksumValid(bytes)) throw new ArtifactCorruptError(objectKey, bytes.length - TAIL_CHECKSUM_BYTES, 'encoder tail: its SHA-256 checksum does not match its bytes');
+    if (tailKey(bytes) !== t.key) throw new ArtifactCorruptError(objectKey, bytes.length - TAIL_CHECKSUM_BYTES, 'encoder tail: its checksum is not the key the manifest names');
+    const { modelId, layoutId } = this.layout;
+    return decodeTail(objectKey, bytes, { ...shape, modelId, layoutId, tokenCount: manifest.tokenCount, replayTokens: t.replayTokens }, candidates);
   }
 
   /**

@@ -6,13 +6,14 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ArtifactCorruptError } from '../errors.js';
-import { decodeTail, encodeTail, tailKey, type StoredTail, type TailShape } from './tail-codec.js';
+import { decodeTail, encodeTail, tailChecksumValid, tailKey, type StoredTail, type TailShape } from './tail-codec.js';
+import { createHash } from 'node:crypto';
 
 const P = 37;
 const R = 16;
 const WINDOW = 8;
 const HD = 4;
-const SHAPE: TailShape = { tokenCount: P, replayTokens: R, window: WINDOW, headDim: HD, hcMult: 2, dim: 3, numLayers: 6, ratios: new Map([[0, 1], [1, 2], [3, 4]]) };
+const SHAPE: TailShape = { modelId: 'model-a', layoutId: '0123456789abcdef', tokenCount: P, replayTokens: R, window: WINDOW, headDim: HD, hcMult: 2, dim: 3, numLayers: 6, ratios: new Map([[0, 1], [1, 2], [3, 4]]) };
 const CAND = { sourceRatio: 4, blockSize: 2 };
 
 function ring(): Int32Array {
@@ -36,6 +37,8 @@ function tail(): StoredTail {
     candidates.set([Math.ceil(visible / 2) - 1, 0], r * kb);
   }
   return {
+    modelId: 'model-a',
+    layoutId: '0123456789abcdef',
     tokenCount: P,
     replayTokens: R,
     window: WINDOW,
@@ -57,6 +60,8 @@ function tail(): StoredTail {
 }
 
 const KEY = 'tenants/acme/chunks/ab/ab';
+/** Where the fields after the ids start: magic 8, version 4, 'model-a' 4 + 8, the layout id 4 + 16. */
+const H = 44;
 
 /** Refused with ArtifactCorruptError whose message matches `reason`. */
 function refused(bytes: Uint8Array, reason: RegExp, shape: TailShape = SHAPE): void {
@@ -70,7 +75,7 @@ function patched(offset: number, v: number): Uint8Array {
   return b;
 }
 
-test('encode → decode round trip (every array bit for bit), at an unaligned offset too; the key is the SHA-256', () => {
+test('encode → decode round trip (every array bit for bit), at an unaligned offset too', () => {
   const t = tail();
   const bytes = encodeTail(t);
   assert.deepEqual(decodeTail(KEY, bytes, SHAPE, CAND), t);
@@ -78,7 +83,7 @@ test('encode → decode round trip (every array bit for bit), at an unaligned of
   shifted.set(bytes, 1);
   assert.deepEqual(decodeTail(KEY, shifted.subarray(1), SHAPE, CAND), t);
   assert.match(tailKey(bytes), /^[0-9a-f]{64}$/);
-  assert.notEqual(tailKey(bytes), tailKey(patched(40, -1)));
+  assert.equal(tailChecksumValid(patched(H + 28, 0)), false, 'a changed field fails the checksum');
   const bare: StoredTail = { ...t, sources: null, indexKSlot: null, pending: [] };
   assert.deepEqual(decodeTail(KEY, encodeTail(bare), SHAPE, CAND), bare);
   // arrays of bfloat16 values (the bf16 numerics' stream and windows) take half the bytes, losslessly
@@ -91,7 +96,21 @@ test('encode → decode round trip (every array bit for bit), at an unaligned of
   assert.throws(() => encodeTail(oddBf), /stream pre has 31 values, 32 expected/, 'an array of the wrong length is refused where padding could hide it');
 });
 
+test('the trailing checksum is the key; a flipped byte anywhere fails it', () => {
+  const bytes = encodeTail(tail());
+  assert.equal(tailKey(bytes), createHash('sha256').update(bytes.subarray(0, bytes.length - 32)).digest('hex'));
+  assert.ok(tailChecksumValid(bytes));
+  for (const at of [0, 9, H + 40, bytes.length - 40, bytes.length - 1]) {
+    const b = Uint8Array.from(bytes);
+    b[at] = (b[at] as number) ^ 1;
+    assert.equal(tailChecksumValid(b), false, `byte ${at}`);
+  }
+  assert.equal(tailChecksumValid(new Uint8Array(5)), false);
+});
+
 test('a tail for another document, replay or model shape is refused, naming the field', () => {
+  refused(encodeTail(tail()), /modelId is "model-a", expected "model-b"/, { ...SHAPE, modelId: 'model-b' });
+  refused(encodeTail(tail()), /layoutId is "0123456789abcdef", expected "fedcba9876543210"/, { ...SHAPE, layoutId: 'fedcba9876543210' });
   refused(encodeTail(tail()), /tokenCount is 37, expected 38/, { ...SHAPE, tokenCount: 38 });
   refused(encodeTail(tail()), /replayTokens is 16, expected 32/, { ...SHAPE, replayTokens: 32 });
   refused(encodeTail(tail()), /window is 8, expected 16/, { ...SHAPE, window: 16 });
@@ -104,22 +123,26 @@ test('a tail for another document, replay or model shape is refused, naming the 
 
 test('damaged bytes are refused with what is wrong', () => {
   const good = encodeTail(tail());
-  refused(good.subarray(0, good.length - 3), /ends after/);
-  refused(Uint8Array.from([...good, 0, 0, 0, 0]), /4 bytes after the end/);
+  refused(good.subarray(0, good.length - 3), /runs into the checksum/);
+  refused(good.subarray(0, 60), /ends after 60 bytes/);
+  // 4 bytes more before the checksum (a re-signed body): the body no longer ends where the checksum starts
+  const body = good.subarray(0, good.length - 32);
+  const longer = Uint8Array.from([...body, 0, 0, 0, 0]);
+  refused(Uint8Array.from([...longer, ...createHash('sha256').update(longer).digest()]), /4 bytes after the end/);
   const magic = Uint8Array.from(good);
   magic[0] = 0x41;
   refused(magic, /bad magic/);
   refused(patched(8, 2), /format version 2/);
-  refused(patched(36, 2), /index-K slot 2 is not a KV-source layer/);
-  refused(patched(40, 7), /7 windows for 6 layers/);
-  refused(patched(44, 9), /window 0: layer 9/);
-  refused(patched(44 + 4 + 4 * WINDOW + 4 + 4 * WINDOW * HD, 0), /layer 0 is out of range or repeated/);
-  refused(patched(48 + 4 * WINDOW, 2), /float array tag 2/);
+  refused(patched(H + 24, 2), /index-K slot 2 is not a KV-source layer/);
+  refused(patched(H + 28, 7), /7 windows for 6 layers/);
+  refused(patched(H + 32, 9), /window 0: layer 9/);
+  refused(patched(H + 32 + 4 + 4 * WINDOW + 4 + 4 * WINDOW * HD, 0), /layer 0 is out of range or repeated/);
+  refused(patched(H + 36 + 4 * WINDOW, 2), /float array tag 2/);
   // slot 0 holding a position of another slot, or one past the document's end
-  refused(patched(48, P - 3), /slot 0 holds position 34/);
-  refused(patched(48, P + WINDOW - (P % WINDOW)), /slot 0 holds position/);
+  refused(patched(H + 36, P - 3), /slot 0 holds position 34/);
+  refused(patched(H + 36, P + WINDOW - (P % WINDOW)), /slot 0 holds position/);
   const nan = encodeTail(tail());
-  new DataView(nan.buffer).setFloat32(48 + 4 * WINDOW + 4, Number.NaN, true);
+  new DataView(nan.buffer).setFloat32(H + 36 + 4 * WINDOW + 4, Number.NaN, true);
   refused(nan, /not finite/);
 });
 

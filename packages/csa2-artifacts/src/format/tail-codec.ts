@@ -11,12 +11,14 @@
  * the candidate source's picks of those rows:
  *
  * ```
- * "CSA2TAIL"  u32 version=1  u32 tokenCount P  u32 replayTokens R
+ * "CSA2TAIL"  u32 version=1  u32 n + modelId (n ASCII bytes, padded to 4)  u32 n + layoutId (likewise)
+ * u32 tokenCount P  u32 replayTokens R
  * u32 window  u32 headDim  u32 hcMult  u32 dim  i32 indexKSlot (-1: none)
  * u32 nWindows   × { u32 layer; i32 positions[window]; f32 rows[window·headDim] }
  * u32 nPending   × { u32 layer; u32 ratio; i32 group; u32 count; f32 kv[ratio·headDim]; f32 score[ratio·headDim] }
  * u32 streamStart  u32 streamRows  f32 X[rows·hcMult·dim]  f32 pre[rows·hcMult]
  * u32 hasSources  [ u32 start; u32 rows; u32 kk; u32 kb; i32 topk[rows·kk]; i32 candidates[rows·kb] ]
+ * SHA-256 of every byte before it (32 bytes)
  * ```
  *
  * Each f32 array is written as a u32 tag and its values: tag 1 when every value is a bfloat16 value
@@ -32,6 +34,8 @@ import { ArtifactCorruptError } from '../errors.js';
 
 export const TAIL_FORMAT_VERSION = 1;
 const MAGIC = 'CSA2TAIL';
+/** The trailing SHA-256. */
+export const TAIL_CHECKSUM_BYTES = 32;
 
 export interface TailWindow {
   readonly layer: number;
@@ -62,6 +66,8 @@ export interface TailSources {
 
 /** The decoded contents of a stored encoder tail. */
 export interface StoredTail {
+  readonly modelId: string;
+  readonly layoutId: string;
   readonly tokenCount: number;
   readonly replayTokens: number;
   readonly window: number;
@@ -79,8 +85,10 @@ export interface StoredTail {
   readonly sources: TailSources | null;
 }
 
-/** The shape a stored tail must have to be applied (from the model and the manifest). */
+/** The shape a stored tail must have to be applied (from the model, its layout and the manifest). */
 export interface TailShape {
+  readonly modelId: string;
+  readonly layoutId: string;
   readonly tokenCount: number;
   readonly replayTokens: number;
   readonly window: number;
@@ -96,7 +104,9 @@ export interface TailShape {
 export function encodeTail(t: StoredTail): Uint8Array {
   const W = t.window * t.headDim;
   const floats = (a: Float32Array) => 4 + a.length * 4;
-  let n = 8 + 4 * 8 + 4; // magic, 7 u32 + the slot, nWindows
+  const ascii = (id: string) => Buffer.from(id, 'latin1');
+  const ids = [ascii(t.modelId), ascii(t.layoutId)];
+  let n = 8 + 4 + ids.reduce((a, b) => a + 4 + ((b.length + 3) & ~3), 0) + 4 * 7 + 4 + TAIL_CHECKSUM_BYTES; // magic, version, ids, 6 u32 + the slot, nWindows, checksum
   for (const w of t.windows) n += 4 + w.positions.length * 4 + floats(w.rows);
   n += 4;
   for (const p of t.pending) n += 16 + floats(p.kv) + floats(p.score);
@@ -145,7 +155,13 @@ export function encodeTail(t: StoredTail): Uint8Array {
     check('picks', t.sources.topk.length, t.sources.rows * t.sources.kk);
     check('candidate blocks', t.sources.candidates.length, t.sources.rows * t.sources.kb);
   }
-  for (const v of [TAIL_FORMAT_VERSION, t.tokenCount, t.replayTokens, t.window, t.headDim, t.hcMult, t.dim]) u32(v);
+  u32(TAIL_FORMAT_VERSION);
+  for (const id of ids) {
+    u32(id.length);
+    out.set(id, o);
+    o += (id.length + 3) & ~3;
+  }
+  for (const v of [t.tokenCount, t.replayTokens, t.window, t.headDim, t.hcMult, t.dim]) u32(v);
   i32(t.indexKSlot ?? -1);
   u32(t.windows.length);
   for (const w of t.windows) {
@@ -174,13 +190,22 @@ export function encodeTail(t: StoredTail): Uint8Array {
     ints(s.topk);
     ints(s.candidates);
   }
+  out.set(createHash('sha256').update(out.subarray(0, o)).digest(), o);
+  o += TAIL_CHECKSUM_BYTES;
   if (o > n) throw new RangeError(`tail encoding wrote ${o} bytes, ${n} allocated`);
   return out.slice(0, o);
 }
 
-/** The content key of a stored tail's bytes (its SHA-256, 64 hex). */
+/** The content key of a stored tail: its trailing checksum (64 hex), the SHA-256 of the bytes before it. */
 export function tailKey(bytesU8: Uint8Array): string {
-  return createHash('sha256').update(bytesU8).digest('hex');
+  return Buffer.from(bytesU8.subarray(bytesU8.length - TAIL_CHECKSUM_BYTES)).toString('hex');
+}
+
+/** Whether a stored tail's trailing checksum is the SHA-256 of its other bytes. */
+export function tailChecksumValid(bytesU8: Uint8Array): boolean {
+  if (bytesU8.length < TAIL_CHECKSUM_BYTES) return false;
+  const body = bytesU8.subarray(0, bytesU8.length - TAIL_CHECKSUM_BYTES);
+  return createHash('sha256').update(body).digest().equals(bytesU8.subarray(body.length));
 }
 
 /**
@@ -247,6 +272,19 @@ export function decodeTail(key: string, bytesU8: Uint8Array, shape: TailShape, c
   o = 8;
   const version = u32();
   if (version !== TAIL_FORMAT_VERSION) fail(`format version ${version} is not supported (this reader knows ${TAIL_FORMAT_VERSION})`);
+  const id = (what: string, want: string): string => {
+    const len = u32();
+    if (len > 64) fail(`${what} of ${len} bytes`);
+    need(len);
+    const got = Buffer.from(buf.subarray(o, o + len)).toString('latin1');
+    if (got !== want) fail(`${what} is ${JSON.stringify(got)}, expected ${JSON.stringify(want)}`);
+    o += (len + 3) & ~3;
+    return got;
+  };
+  const modelId = id('modelId', shape.modelId);
+  const layoutId = id('layoutId', shape.layoutId);
+  // the body ends where the checksum starts (checked by the reader before decoding)
+  const bodyEnd = buf.length - TAIL_CHECKSUM_BYTES;
   const tokenCount = u32();
   expect('tokenCount', tokenCount, shape.tokenCount);
   const replayTokens = u32();
@@ -327,6 +365,6 @@ export function decodeTail(key: string, bytesU8: Uint8Array, shape: TailShape, c
     }
     sources = { start, rows, kk, kb, topk, candidates: cand };
   }
-  if (o !== buf.length) fail(`${buf.length - o} bytes after the end`);
-  return { tokenCount, replayTokens, window, headDim, hcMult, dim, indexKSlot: slot === -1 ? null : slot, windows, pending, streamStart, streamRows, X, pre, sources };
+  if (o !== bodyEnd) fail(o > bodyEnd ? `the body runs into the checksum (${o - bodyEnd} bytes)` : `${bodyEnd - o} bytes after the end`);
+  return { modelId, layoutId, tokenCount, replayTokens, window, headDim, hcMult, dim, indexKSlot: slot === -1 ? null : slot, windows, pending, streamStart, streamRows, X, pre, sources };
 }

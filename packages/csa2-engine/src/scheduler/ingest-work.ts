@@ -217,7 +217,7 @@ export class IngestWork implements Work {
       await this.pendingWrite.catch(() => undefined);
       const done = this.tailEncoded;
       this.tailEncoded = null;
-      const tailBytes = done === null ? null : encodeTail(storedTailOf(done.base, done.run.keptStream(), joinSelections(this.tailPicks), this.tailReplay, this.ctx.model));
+      const tailBytes = done === null ? null : encodeTail(storedTailOf(done.base, done.run.keptStream(), joinSelections(this.tailPicks), this.tailReplay, this.ctx.model, this.ctx.layout));
       const manifest = await writer.finish(seq, tailBytes === null ? {} : { tail: { bytes: tailBytes, replayTokens: this.tailReplay } });
       const stats = writer.stats;
       const artifactBytes = manifest.chunks.reduce((a, c) => a + c.sizeBytes, 0) + encodeManifest(manifest).length;

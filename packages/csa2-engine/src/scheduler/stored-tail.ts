@@ -15,7 +15,7 @@ import { Csa2Error, type Csa2Model, type Sequence, type SourceSelections, type S
 import type { PrimedTail } from './document-cache.js';
 
 /** The model's side of a stored tail's shape (the manifest gives the token count and the replay length). */
-export function tailShapeOf(model: Pick<Csa2Model, 'config' | 'plan'>): Omit<TailShape, 'tokenCount' | 'replayTokens'> {
+export function tailShapeOf(model: Pick<Csa2Model, 'config' | 'plan'>): Omit<TailShape, 'tokenCount' | 'replayTokens' | 'modelId' | 'layoutId'> {
   const c = model.config;
   const ratios = new Map<number, number>();
   for (const e of model.plan.entries) if (e.isKvSource) ratios.set(e.layer, e.compressRatio);
@@ -49,7 +49,7 @@ export function documentBase(seq: Sequence): Sequence {
 }
 
 /** The stored form of a tail: `seq` after the encoder over rows [P - R, P) of a documentBase, its output and picks. */
-export function storedTailOf(seq: Sequence, stream: StreamRows, sources: SourceSelections | null, replayTokens: number, model: Pick<Csa2Model, 'config'>): StoredTail {
+export function storedTailOf(seq: Sequence, stream: StreamRows, sources: SourceSelections | null, replayTokens: number, model: Pick<Csa2Model, 'config'>, layout: { readonly modelId: string; readonly layoutId: string }): StoredTail {
   const c = model.config;
   const P = seq.length;
   if (stream.start !== P - replayTokens || stream.rows !== replayTokens) throw new Csa2Error('runtime', `an encoder tail of ${replayTokens} rows needs the stream of rows [${P - replayTokens}, ${P}), got [${stream.start}, ${stream.start + stream.rows})`);
@@ -62,6 +62,8 @@ export function storedTailOf(seq: Sequence, stream: StreamRows, sources: SourceS
     if (k.pendingGroup >= 0) pending.push({ layer: k.layer, ratio: k.ratio, group: k.pendingGroup, count: k.pendingCount, kv: k.pendingKv, score: k.pendingScore });
   }
   return {
+    modelId: layout.modelId,
+    layoutId: layout.layoutId,
     tokenCount: P,
     replayTokens,
     window: c.windowSize,
