@@ -80,8 +80,18 @@ for (const label of ['document fetched', 'document cache warm']) {
   console.log(`${label}: TTFT ${total.toFixed(0)} ms = layers+head ${timed.toFixed(0)} (${parts}) + untimed ${(total - timed).toFixed(0)}; token ${out.tokens[0]}`);
 }
 timing = false;
+// decode steps after the same question (the document cache warm): ms a step, by layer kind
+{
+  const steps = 8;
+  let n = 0;
+  // the layer times of the decode steps only: reset at the first token
+  const out = await engine.generate({ ...request, maxTokens: steps + 1 }, { onToken: () => n++ === 0 && sums.clear() });
+  const perStep = [...sums.entries()].map(([k, v]) => `${k} ${(v / steps).toFixed(1)}`).join(', ');
+  console.log(`decode: ${(out.timings.decodeMs / steps).toFixed(1)} ms a step (by layer kind: ${perStep})`);
+}
 for (const [k, a] of [...bySignature.entries()].sort((x, y) => y[1].ms - x[1].ms).slice(0, 12)) console.log(`  onnxruntime ${a.ms.toFixed(0)} ms in ${a.runs} runs: ${k.slice(0, 150)}`);
 const s = engine.stats().documentCache;
-console.log(`tails: loaded ${s.tailsLoaded}, stored ${s.tailsStored}, used ${s.tailHits}, rejected ${s.tailsRejected}`);
+console.log(`tails: loaded ${s.tailsLoaded}, stored ${s.tailsStored}, used ${s.tailHits}, rejected ${s.tailsRejected}${s.lastTailRejection !== null ? ` (${s.lastTailRejection})` : ""}`);
 await engine.close();
 if (globalThis.__PT) console.log('pool timers', JSON.stringify(Object.fromEntries(Object.entries(globalThis.__PT).map(([k, v]) => [k, Math.round(v)]))));
+if (globalThis.__FT) console.log('fused', JSON.stringify(Object.fromEntries(Object.entries(globalThis.__FT).map(([k, v]) => [k, Math.round(v)]))));

@@ -20,7 +20,8 @@ import { SeededRandom } from '../weights/init-model.js';
 import { buildIndexScoresGraph } from './graphs/indexer-graphs.js';
 import type { NumericsMode } from './graph-ops.js';
 import { FusedIndexScorer } from './indexer-fused.js';
-import { IndexScorer, type ScoreRows } from './indexer-scores.js';
+import { IndexScorer, pushRow, type ScoreRows } from './indexer-scores.js';
+import { BoundedHeaps } from './indexer-ranking.js';
 
 const bf16 = (v: number): number => {
   const b = new Uint32Array(new Float32Array([v]).buffer)[0] as number;
@@ -165,4 +166,42 @@ test('queries that are not MXFP4 values are refused and the scorer falls back to
   }));
   both[0]?.forEach((row, r) => assert.equal(bitsEqual(row, both[1]?.[r] as Float32Array), 0, `row ${r}`));
   assert.throws(() => new FusedIndexScorer(5, 32, true), /1–4 heads/);
+});
+
+test('above: the keys of a row scoring at least a threshold, ascending, from any start; pushRow visiting only them keeps the same heaps', async () => {
+  const rng = new SeededRandom(77);
+  const [rows, heads, d, n] = [3, 2, 32, 4099];
+  const scorer = new FusedIndexScorer(heads, d, true);
+  const q = queries(rng, rows, heads, d, 2);
+  const packed = keys(rng, n, d, 2);
+  assert.ok(scorer.loadRows(q));
+  scorer.score(packed, n);
+  for (let r = 0; r < rows; r++) {
+    const s = Float32Array.from(scorer.scoreRow(r, n));
+    const sorted = Float32Array.from(s).sort();
+    // thresholds: below everything, exact score values (ties with a threshold are listed), above everything
+    for (const thr of [-Infinity, sorted[0] as number, sorted[n >> 1] as number, sorted[n - 7] as number, sorted[n - 1] as number, Infinity]) {
+      for (const from of [0, 1, 2, 3, 1234, n - 2]) {
+        const got = Array.from(scorer.above(r, from, n, thr)).filter((i) => i < n);
+        const want: number[] = [];
+        for (let i = from; i < n; i++) if ((s[i] as number) >= thr) want.push(i);
+        assert.deepEqual(got, want, `row ${r}, from ${from}, threshold ${thr}`);
+      }
+    }
+    // the scan's push with and without the filter: every heap entry the same (cap 16 and 200, with ties: bf16 scores repeat)
+    for (const cap of [16, 200]) {
+      const a = new BoundedHeaps(1, cap);
+      const b = new BoundedHeaps(1, cap);
+      const blocksA = { heaps: new BoundedHeaps(1, 8), blockSize: 8, pin: 3 };
+      const blocksB = { heaps: new BoundedHeaps(1, 8), blockSize: 8, pin: 3 };
+      let asked = 0;
+      pushRow(scorer.scoreRow(r, n), n, 64, 0, a, blocksA, (from, thr) => (asked++, scorer.above(r, from, n, thr)));
+      pushRow(s, n, 64, 0, b, blocksB, null);
+      assert.ok(asked === 1, 'the filter was asked');
+      assert.deepEqual([Array.from(a.values), Array.from(a.ids), Array.from(a.size)], [Array.from(b.values), Array.from(b.ids), Array.from(b.size)], `cap ${cap}: top-k heap`);
+      assert.deepEqual([Array.from(blocksA.heaps.values), Array.from(blocksA.heaps.ids)], [Array.from(blocksB.heaps.values), Array.from(blocksB.heaps.ids)], `cap ${cap}: block heap`);
+    }
+  }
+  const ties = new Set(Array.from(scorer.scoreRow(0, n))).size;
+  assert.ok(ties < n, `bf16 scores repeat (${ties} distinct of ${n}): ties are exercised`);
 });

@@ -30,7 +30,7 @@ import { Csa2Error } from '../errors.js';
 import { indexKRowBytes } from '../numerics/formats.js';
 import type { ScoreRows } from './indexer-scores.js';
 import {
-  I32, V128, add, align64, block, br, brIf, compileModule, end, ensureBytes, f32x4Add, f32x4ConvertI32x4S, f32x4Mul, f32x4ReplaceLane, f32x4Splat,
+  F32, I32, V128, add, align64, and, block, br, brIf, compileModule, ctz, end, ensureBytes, eqz, f32x4Add, f32x4Ge, i32x4Bitmask, store32, sub, f32x4ConvertI32x4S, f32x4Mul, f32x4ReplaceLane, f32x4Splat,
   geU, get, i16x8ExtendHighI8x16S, i16x8ExtendLowI8x16S, i32c, i32x4Add, i32x4DotI16x8S, i32x4ShrS, i32x4ShrU, i8x16Shuffle,
   i8x16ShrU, i8x16Swizzle, instantiateModule, load8, loadF32, loop, mul, name, section, set, shl, uleb, vAnd, vAndNot, vConst, vConstI32, vLoad,
   vLoad32Splat, vStore, vector, type WasmMemory,
@@ -157,21 +157,52 @@ function scoreBody(heads: number, blocks: number, round: boolean): number[] {
   return [...vector([[6, I32], [nV128, V128]]), ...body];
 }
 
+/**
+ * above(row, from, count, threshold, out) → n: the indices i in [from, count) of the float32 scores at
+ * `row` with score ≥ threshold, ascending, written as i32 at `out` (four scores a compare; it may read up
+ * to three scores past `count` and list indices up to count + 2, which the caller drops). NaN is never
+ * listed. The scans' top-k push (indexer-scores pushRow) visits only these once its heap is full.
+ */
+function aboveBody(): number[] {
+  // params 0 row, 1 from, 2 count, 3 threshold (f32), 4 out; locals 5 i, 6 n, 7 mask, 8 thr (v128)
+  const [i, n, m, vt] = [5, 6, 7, 8];
+  const body = [
+    ...get(3), ...f32x4Splat, ...set(vt),
+    ...get(1), ...set(i), ...i32c(0), ...set(n),
+    ...block, ...loop,
+    ...get(i), ...get(2), ...geU, ...brIf(1),
+    ...get(0), ...get(i), ...i32c(2), ...shl, ...add, ...vLoad(0), ...get(vt), ...f32x4Ge, ...i32x4Bitmask, ...set(m),
+    ...block, ...loop,
+    ...get(m), ...eqz, ...brIf(1),
+    ...get(4), ...get(n), ...i32c(2), ...shl, ...add, ...get(i), ...get(m), ...ctz, ...add, ...store32,
+    ...get(n), ...i32c(1), ...add, ...set(n),
+    ...get(m), ...get(m), ...i32c(1), ...sub, ...and, ...set(m),
+    ...br(0), ...end, ...end,
+    ...get(i), ...i32c(4), ...add, ...set(i),
+    ...br(0), ...end, ...end,
+    ...get(n),
+    ...end,
+  ];
+  return [...vector([[3, I32], [1, V128]]), ...body];
+}
+
 function moduleBytes(heads: number, blocks: number, round: boolean): Uint8Array {
   const f = scoreBody(heads, blocks, round);
+  const a = aboveBody();
   return Uint8Array.from([
     0x00, 0x61, 0x73, 0x6d, 1, 0, 0, 0,
-    ...section(1, vector([[0x60, ...vector([[I32], [I32], [I32], [I32], [I32], [I32], [I32]]), 0]])),
-    ...section(3, vector([[0]])),
+    ...section(1, vector([[0x60, ...vector([[I32], [I32], [I32], [I32], [I32], [I32], [I32]]), 0], [0x60, ...vector([[I32], [I32], [I32], [F32], [I32]]), ...vector([[I32]])]])),
+    ...section(3, vector([[0], [1]])),
     ...section(5, vector([[0, 1]])),
-    ...section(7, vector([[...name('score'), 0, 0], [...name('mem'), 2, 0]])),
-    ...section(10, vector([[...uleb(f.length), ...f]])),
+    ...section(7, vector([[...name('score'), 0, 0], [...name('above'), 0, 1], [...name('mem'), 2, 0]])),
+    ...section(10, vector([[...uleb(f.length), ...f], [...uleb(a.length), ...a]])),
   ]);
 }
 
 const compiledByShape = new Map<string, object>();
 
 type Score = (keys: number, groups: number, rowBytes: number, rows: number, q: number, out: number, outStride: number) => void;
+type Above = (row: number, from: number, count: number, threshold: number, out: number) => number;
 
 /**
  * The fused scorer for `heads` (≤ 4) index heads of width d (a multiple of 32), one instance per model
@@ -181,12 +212,15 @@ type Score = (keys: number, groups: number, rowBytes: number, rows: number, q: n
 export class FusedIndexScorer {
   private readonly memory: WasmMemory;
   private readonly scoreFn: Score;
+  private readonly aboveFn: Above;
   private readonly blocks: number;
   private readonly layout: ReturnType<typeof rowLayout>;
   private rows = 0;
   private rowsOf: ScoreRows | null = null;
   private out = 0;
   private stride = 0;
+  /** Where `above` writes its indices (after the scores, 16 bytes of slack between: it reads 4 scores a time). */
+  private idx = 0;
 
   constructor(readonly heads: number, readonly d: number, readonly round: boolean) {
     if (!(Number.isInteger(heads) && heads >= 1 && heads <= 4 && Number.isInteger(d) && d > 0 && d % 32 === 0)) {
@@ -203,6 +237,7 @@ export class FusedIndexScorer {
     const { memory, exports } = instantiateModule(compiled);
     this.memory = memory;
     this.scoreFn = exports['score'] as Score;
+    this.aboveFn = exports['above'] as Above;
     const table = new Float32Array(memory.buffer, 0, 256);
     for (let s = 0; s < 256; s++) table[s] = s === 0xff ? 0 : 2 ** (s - 128);
   }
@@ -273,13 +308,25 @@ export class FusedIndexScorer {
     const padded = groups * GROUP * rowBytes;
     const outAt = align64(keysAt + padded);
     const stride = groups * GROUP;
-    const buf = ensureBytes(this.memory, outAt + rows * stride * 4);
+    const idxAt = align64(outAt + rows * stride * 4 + 16);
+    const buf = ensureBytes(this.memory, idxAt + (stride + GROUP) * 4);
     const keys = new Uint8Array(buf, keysAt, padded);
     keys.set(packed.subarray(0, count * rowBytes));
     keys.fill(0, count * rowBytes);
     this.scoreFn(keysAt, groups, rowBytes, rows, SCALE_TABLE_BYTES, outAt, stride * 4);
     this.out = outAt;
     this.stride = stride;
+    this.idx = idxAt;
+  }
+
+  /**
+   * The indices i in [from, count) whose score in row r of the last `score` call is ≥ threshold,
+   * ascending (a view, valid until the next call); may end with indices ≥ count, which callers drop.
+   */
+  above(r: number, from: number, count: number, threshold: number): Int32Array {
+    if (!(r >= 0 && r < this.rows && from >= 0 && count <= this.stride)) throw new Csa2Error('runtime', `FusedIndexScorer.above: row ${r} of ${this.rows}, [${from}, ${count}) of ${this.stride}`);
+    const n = this.aboveFn(this.out + r * this.stride * 4, from, count, threshold, this.idx);
+    return new Int32Array(this.memory.buffer, this.idx, n);
   }
 
   /** Row r's scores over the first `count` keys of the last `score` call (a view, valid until the next call). */

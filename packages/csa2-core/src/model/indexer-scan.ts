@@ -275,7 +275,10 @@ async function scoreBlock(ctx: IndexerContext, scorer: IndexScorer, packed: Uint
     await scorer.run(q, 0, t1 - t0);
     rows.forEach((x, i) => {
       const visible = Math.min(t1, x.clen - k0) - t0;
-      if (visible > 0) pushRow(scorer.scoreRow(i, visible), visible, k0 + t0, x.r, x.st.topk, x.st.blocks === null ? null : { heaps: x.st.blocks, blockSize: bs, pin: pinOf(x.clen, bs) });
+      if (visible > 0) {
+        const blocks = x.st.blocks === null ? null : { heaps: x.st.blocks, blockSize: bs, pin: pinOf(x.clen, bs) };
+        pushRow(scorer.scoreRow(i, visible), visible, k0 + t0, x.r, x.st.topk, blocks, (from, threshold) => scorer.above(i, from, visible, threshold));
+      }
     });
   }
 }

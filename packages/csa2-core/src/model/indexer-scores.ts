@@ -190,7 +190,19 @@ export class IndexScorer {
     const hI = this.config.indexNumHeads;
     return this.kernels.finish(r, hI, this.iw.subarray(r * hI, (r + 1) * hI), count, this.mode === 'bf16');
   }
+
+  /**
+   * Row r's keys in [from, count) of the last run whose score is ≥ threshold, ascending (a view; it may
+   * end with indices ≥ count), found in WebAssembly four scores a compare; null when the last run was
+   * not the fused kernel's (the caller reads the scores).
+   */
+  above(r: number, from: number, count: number, threshold: number): Int32Array | null {
+    return this.lastFused ? (this.fused as FusedIndexScorer).above(r, from, count, threshold) : null;
+  }
 }
+
+/** Scores left after the heap fills from which pushRow asks for the keys above its worst (fewer: it reads them all). */
+export const ABOVE_MIN_KEYS = 256;
 
 
 /**
@@ -199,7 +211,15 @@ export class IndexScorer {
  * size; the row's pinned block at +inf; blocks with no finite score are left out: they rank last and
  * the published list has -1 there anyway).
  */
-export function pushRow(s: Float32Array, count: number, first: number, row: number, topk: BoundedHeaps, blocks: { heaps: BoundedHeaps; blockSize: number; pin: number } | null): void {
+export function pushRow(
+  s: Float32Array,
+  count: number,
+  first: number,
+  row: number,
+  topk: BoundedHeaps,
+  blocks: { heaps: BoundedHeaps; blockSize: number; pin: number } | null,
+  above: ((from: number, threshold: number) => Int32Array | null) | null = null,
+): void {
   // pushScores' loops, kept inline here: the scans' hot loop. Calling pushScores from here instead was
   // measured 1.4× slower on a 1M* question with the document cache warm (documents-scale, 2.48 s → 3.68 s)
   const cap = topk.capacity;
@@ -215,6 +235,22 @@ export function pushRow(s: Float32Array, count: number, first: number, row: numb
   if (cap > 0 && (topk.size[row] as number) === cap) {
     let wv = vs[base] as number;
     let wi = is[base] as number;
+    // the keys scoring at least the heap's worst now (a superset of those that can enter it: the worst only
+    // rises), visited in key order as the loop below would: the same pushes, the same heap
+    const keys = above !== null && count - n >= ABOVE_MIN_KEYS ? above(n, wv) : null;
+    if (keys !== null) {
+      for (let j = 0; j < keys.length; j++) {
+        const k = keys[j] as number;
+        if (k >= count) break;
+        const v = s[k] as number;
+        if (v > wv || (v === wv && first + k < wi)) {
+          topk.push(row, v, first + k);
+          wv = vs[base] as number;
+          wi = is[base] as number;
+        }
+      }
+      n = count;
+    }
     for (; n < count; n++) {
       const v = s[n] as number;
       if (v < wv) continue; // most keys (NaN fails every test below too)

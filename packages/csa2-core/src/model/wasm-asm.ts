@@ -39,6 +39,8 @@ export const [add, sub, mul, and, xor, shl, shrS, shrU, geU] = [[0x6a], [0x6b], 
 export const [fAdd, fMul, i32OfF32, f32OfI32] = [[0x92], [0x94], [0xbc], [0xbe]];
 export const load8 = (off: number) => [0x2d, 0, ...uleb(off)];
 export const load32 = [0x28, 2, 0];
+export const store32 = [0x36, 2, 0];
+export const [eqz, ctz] = [[0x45], [0x68]];
 export const loadF32 = (off = 0) => [0x2a, 2, ...uleb(off)];
 export const storeF32 = [0x38, 2, 0];
 export const load64 = (off: number) => [0x29, 3, ...uleb(off)];
@@ -79,6 +81,8 @@ export const i32x4DotI16x8S = simd(0xba);
 export const f32x4Add = simd(0xe4);
 export const f32x4Mul = simd(0xe6);
 export const f32x4ConvertI32x4S = simd(0xfa);
+export const f32x4Ge = simd(0x46);
+export const i32x4Bitmask = simd(0xa4);
 
 /** The part of the WebAssembly API used here (the workspace's type libraries do not declare it; Node has it). */
 export interface WasmMemory {
