@@ -12,8 +12,8 @@
  * Prints the step time, then per graph signature its ms per step, runs per step and the input shapes
  * that took the most time.
  */
-import { createRequire } from 'node:module';
 import { argmax, fillSyntheticCache, loadModel } from '@csa2/core';
+import { timeOrtRuns } from './ort-timing.mjs';
 
 const [dir, nText, stepsText] = process.argv.slice(2);
 if (dir === undefined || nText === undefined) {
@@ -22,25 +22,8 @@ if (dir === undefined || nText === undefined) {
 }
 const N = Number(nText);
 const steps = Number(stepsText ?? 4);
-const ort = await import(createRequire(import.meta.resolve('@csa2/core')).resolve('onnxruntime-node'));
-const proto = ort.InferenceSession.prototype;
-const run = proto.run;
-let timing = false;
-const bySignature = new Map();
-proto.run = async function timedRun(feeds, ...rest) {
-  if (!timing) return run.call(this, feeds, ...rest);
-  const t0 = performance.now();
-  const out = await run.call(this, feeds, ...rest);
-  const ms = performance.now() - t0;
-  const key = `${this.inputNames.join(',')} -> ${this.outputNames.join(',')}`;
-  const shapes = Object.values(feeds).map((t) => t.dims.join('x')).join(' ');
-  const a = bySignature.get(key) ?? { ms: 0, runs: 0, shapes: new Map() };
-  a.ms += ms;
-  a.runs++;
-  a.shapes.set(shapes, (a.shapes.get(shapes) ?? 0) + ms);
-  bySignature.set(key, a);
-  return out;
-};
+const ortTimes = await timeOrtRuns();
+const bySignature = ortTimes.bySignature;
 
 const model = await loadModel(dir);
 const seq = model.createSequence();
@@ -49,11 +32,11 @@ fillSyntheticCache(seq, N, model.config.vocabSize, 3);
 const question = Array.from({ length: 32 }, (_, i) => (i * 37) % model.config.vocabSize);
 let logits = await model.decoderReplay(seq, await model.encode(seq, question, { replayTokens: 128, keepRows: 128 }));
 logits = await model.step(seq, argmax(logits)); // one untimed step
-timing = true;
+ortTimes.on = true;
 const t0 = performance.now();
 for (let i = 0; i < steps; i++) logits = await model.step(seq, argmax(logits));
 const stepMs = (performance.now() - t0) / steps;
-timing = false;
+ortTimes.on = false;
 console.log(`N = ${N}: ${stepMs.toFixed(1)} ms per decode step; by graph signature (ms per step, runs per step, costliest input shapes):`);
 for (const [key, a] of [...bySignature].sort((x, y) => y[1].ms - x[1].ms)) {
   const top = [...a.shapes].sort((x, y) => y[1] - x[1]).slice(0, 2).map(([s, ms]) => `${s} (${(ms / steps).toFixed(1)} ms)`).join('; ');

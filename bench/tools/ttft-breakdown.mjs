@@ -5,7 +5,8 @@
  * again so that the engine stores its encoder tail, as an ingest does) in a filesystem store kept
  * between runs (STORE_DIR), an engine opened with the warm-up, then the same question (32 tokens,
  * R = 128) with the document fetched and with it in the document cache, each timed by layer kind
- * (Csa2Model.timer) and in total. A diagnostic, not a bench suite.
+ * (Csa2Model.timer) and in total, the warm one also by onnxruntime graph (ort-timing.mjs), then 8
+ * decode steps by layer kind. A diagnostic, not a bench suite.
  *
  *   npm run build && node bench/tools/ttft-breakdown.mjs MODEL_DIR N STORE_DIR [--no-tail]
  *
@@ -17,25 +18,11 @@ import { pathToFileURL } from 'node:url';
 import { fillSyntheticCache } from '@csa2/core';
 import { ArtifactWriter, openStore } from '@csa2/artifacts';
 import { Engine } from '@csa2/engine';
-import { createRequire } from 'node:module';
+import { timeOrtRuns } from './ort-timing.mjs';
 
-// onnxruntime's runs timed by graph signature (inputs -> outputs) during the warm question
-const ort = await import(createRequire(import.meta.resolve('@csa2/core')).resolve('onnxruntime-node'));
-const proto = ort.InferenceSession.prototype;
-const ortRun = proto.run;
-let timing = false;
-const bySignature = new Map();
-proto.run = async function timedRun(feeds, ...rest) {
-  if (!timing) return ortRun.call(this, feeds, ...rest);
-  const t0 = performance.now();
-  const out = await ortRun.call(this, feeds, ...rest);
-  const key = `${this.inputNames.join(',')} -> ${this.outputNames.join(',')}`;
-  const a = bySignature.get(key) ?? { ms: 0, runs: 0 };
-  a.ms += performance.now() - t0;
-  a.runs++;
-  bySignature.set(key, a);
-  return out;
-};
+// onnxruntime's runs timed by graph signature during the warm question
+const ortTimes = await timeOrtRuns();
+const bySignature = ortTimes.bySignature;
 
 const [modelDir, nText, storeDir, flag] = process.argv.slice(2);
 if (modelDir === undefined || nText === undefined || storeDir === undefined) {
@@ -71,7 +58,7 @@ const question = Array.from({ length: 32 }, (_, i) => (5 + i * 3) % engine.info(
 const request = { promptIds: question, maxTokens: 1, sampling: { temperature: 0, topP: 1, seed: 0 }, ignoreEos: true, replayTokens: 128, document: { tenant: 't', documentId } };
 for (const label of ['document fetched', 'document cache warm']) {
   sums.clear();
-  timing = label === 'document cache warm';
+  ortTimes.on = label === 'document cache warm';
   const t0 = performance.now();
   const out = await engine.generate(request);
   const total = performance.now() - t0;
@@ -79,7 +66,7 @@ for (const label of ['document fetched', 'document cache warm']) {
   const parts = [...sums.entries()].map(([k, v]) => `${k} ${v.toFixed(0)}`).join(', ');
   console.log(`${label}: TTFT ${total.toFixed(0)} ms = layers+head ${timed.toFixed(0)} (${parts}) + untimed ${(total - timed).toFixed(0)}; token ${out.tokens[0]}`);
 }
-timing = false;
+ortTimes.on = false;
 // decode steps after the same question (the document cache warm): ms a step, by layer kind
 {
   const steps = 8;
@@ -93,5 +80,3 @@ for (const [k, a] of [...bySignature.entries()].sort((x, y) => y[1].ms - x[1].ms
 const s = engine.stats().documentCache;
 console.log(`tails: loaded ${s.tailsLoaded}, stored ${s.tailsStored}, used ${s.tailHits}, rejected ${s.tailsRejected}${s.lastTailRejection !== null ? ` (${s.lastTailRejection})` : ""}`);
 await engine.close();
-if (globalThis.__PT) console.log('pool timers', JSON.stringify(Object.fromEntries(Object.entries(globalThis.__PT).map(([k, v]) => [k, Math.round(v)]))));
-if (globalThis.__FT) console.log('fused', JSON.stringify(Object.fromEntries(Object.entries(globalThis.__FT).map(([k, v]) => [k, Math.round(v)]))));

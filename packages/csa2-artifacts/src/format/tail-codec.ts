@@ -30,6 +30,7 @@
  * foreign object is refused with the field that is wrong, never half-applied.
  */
 import { createHash } from 'node:crypto';
+import type { SourceSelections } from '@csa2/core';
 import { ArtifactCorruptError } from '../errors.js';
 
 export const TAIL_FORMAT_VERSION = 1;
@@ -55,17 +56,11 @@ export interface TailPending {
   readonly score: Float32Array;
 }
 
-export interface TailSources {
-  readonly start: number;
-  readonly rows: number;
-  readonly kk: number;
-  readonly kb: number;
-  readonly topk: Int32Array;
-  readonly candidates: Int32Array;
-}
+/** The candidate source's picks of rows [start, start + rows): [rows, kk] entries and [rows, kb] blocks (-1 = none). */
+export type TailSources = SourceSelections;
 
-/** The decoded contents of a stored encoder tail. */
-export interface StoredTail {
+/** What a stored tail is for: the model and layout, the document's length, the replay, the shape of its arrays. */
+export interface TailHeader {
   readonly modelId: string;
   readonly layoutId: string;
   readonly tokenCount: number;
@@ -74,6 +69,10 @@ export interface StoredTail {
   readonly headDim: number;
   readonly hcMult: number;
   readonly dim: number;
+}
+
+/** The decoded contents of a stored encoder tail. */
+export interface StoredTail extends TailHeader {
   readonly indexKSlot: number | null;
   readonly windows: readonly TailWindow[];
   readonly pending: readonly TailPending[];
@@ -85,16 +84,8 @@ export interface StoredTail {
   readonly sources: TailSources | null;
 }
 
-/** The shape a stored tail must have to be applied (from the model, its layout and the manifest). */
-export interface TailShape {
-  readonly modelId: string;
-  readonly layoutId: string;
-  readonly tokenCount: number;
-  readonly replayTokens: number;
-  readonly window: number;
-  readonly headDim: number;
-  readonly hcMult: number;
-  readonly dim: number;
+/** The header a stored tail must have to be applied (from the model, its layout and the manifest), and the model's layers. */
+export interface TailShape extends TailHeader {
   readonly numLayers: number;
   /** Compress ratio of each KV-source layer. */
   readonly ratios: ReadonlyMap<number, number>;
@@ -285,18 +276,12 @@ export function decodeTail(key: string, bytesU8: Uint8Array, shape: TailShape, c
   const layoutId = id('layoutId', shape.layoutId);
   // the body ends where the checksum starts (checked by the reader before decoding)
   const bodyEnd = buf.length - TAIL_CHECKSUM_BYTES;
-  const tokenCount = u32();
-  expect('tokenCount', tokenCount, shape.tokenCount);
-  const replayTokens = u32();
-  expect('replayTokens', replayTokens, shape.replayTokens);
-  const window = u32();
-  expect('window', window, shape.window);
-  const headDim = u32();
-  expect('headDim', headDim, shape.headDim);
-  const hcMult = u32();
-  expect('hcMult', hcMult, shape.hcMult);
-  const dim = u32();
-  expect('dim', dim, shape.dim);
+  const header = (name: 'tokenCount' | 'replayTokens' | 'window' | 'headDim' | 'hcMult' | 'dim'): number => {
+    const v = u32();
+    expect(name, v, shape[name]);
+    return v;
+  };
+  const [tokenCount, replayTokens, window, headDim, hcMult, dim] = [header('tokenCount'), header('replayTokens'), header('window'), header('headDim'), header('hcMult'), header('dim')];
   const slot = i32();
   if (slot !== -1 && !shape.ratios.has(slot)) fail(`index-K slot ${slot} is not a KV-source layer`);
   const nWindows = u32();
