@@ -119,13 +119,57 @@ def replay_starts(am: torch.Tensor, R: int, frac: float, rng: random.Random) -> 
     return p
 
 
-def train_step(model, opt, ids, am, ctx_kw, answer_weight, lr, timing=False, replay_start=None):
+def needle_spans(ids: np.ndarray, am: np.ndarray):
+    """Per sequence (query row, needle lo, needle hi) for model.Ctx.kl_focus, as int64 arrays [3, B]: the
+    query row is the row that predicts the first answer token; the needle is the first occurrence of the
+    answer's tokens (without its leading token when the whole answer is not found) before that row: the
+    value the answer copies. Row -1 where there is no answer or no match (plain text; multi-value and
+    variable-tracking answers are not one span of the prompt, so they rarely match)."""
+    B = ids.shape[0]
+    out = np.full((3, B), -1, dtype=np.int64)
+    for b in range(B):
+        nz = np.nonzero(am[b])[0]
+        if nz.size < 2:
+            continue
+        q = int(nz[0])
+        ans = ids[b, nz[:-1] + 1]  # the answer tokens (the mask's last row predicts eos)
+        prompt = ids[b, : q + 1]
+        for a in (ans, ans[1:]):
+            if a.size == 0 or a.size > prompt.size:
+                continue
+            win = np.lib.stride_tricks.sliding_window_view(prompt, a.size)
+            hit = np.nonzero((win == a).all(axis=1))[0]
+            if hit.size:
+                out[:, b] = (q, int(hit[0]), int(hit[0]) + a.size)
+                break
+    return out
+
+
+def focus_tensors(spans: np.ndarray, device) -> tuple:
+    return tuple(torch.from_numpy(np.ascontiguousarray(spans[i])).to(device) for i in range(3))
+
+
+def needle_summary(stats: list) -> dict:
+    """ctx.needle_stats -> {layer: mean share of the needle's entries in the top-k} over the sequences with a needle."""
+    per = {}
+    for layer, v in stats:
+        per.setdefault(layer, []).append(v.float().cpu())
+    out = {}
+    for layer, vs in sorted(per.items()):
+        v = torch.cat([x.flatten() for x in vs])
+        v = v[~torch.isnan(v)]
+        if v.numel():
+            out[str(layer)] = round(float(v.mean()), 3)
+    return out
+
+
+def train_step(model, opt, ids, am, ctx_kw, answer_weight, lr, timing=False, replay_start=None, kl_focus=None):
     """One optimizer step: forward, loss (LM + answer_weight x answer tokens + indexer KL), backward,
     clip, AdamW. Returns the detached losses, the grad norm, the Ctx (indexer stats) and host times."""
     if lr is not None:
         set_lr(opt, lr)
     dev = ids.device
-    ctx = M.Ctx(**ctx_kw, replay_start=replay_start)
+    ctx = M.Ctx(**ctx_kw, replay_start=replay_start, kl_focus=kl_focus)
     h = model.hidden(ids, ctx)
     logits = model.logits(h[:, :-1])
     tgt = ids[:, 1:]
@@ -271,19 +315,81 @@ def evaluate(model, corpus, device, lengths, n_per, seed, lm_batches=4, replay=0
             rec = {"n": len(samples), "tokens": int(T)}
             # exact, and with csa2-serve's decoder replay over the last R prompt tokens (the answer is generated after it)
             starts = torch.tensor([max(0, int(np.nonzero(am[i])[0][0]) + 1 - replay) for i in range(len(samples))]) if replay > 0 else None
+            spans = needle_spans(ids, am)
             for tag, rs in (("", None), (f"_replay{replay}", starts)):
                 if tag and rs is None:
                     continue
                 preds = []
+                nstats = []
                 for i in range(0, len(samples), chunk):
-                    ctx = M.Ctx(replay_start=None if rs is None else rs[i : i + chunk].to(device))
+                    # the exact pass also records, per index layer, the share of the needle's entries in the top-k at the question's last row
+                    focus = None if tag else focus_tensors(spans[:, i : i + chunk], device)
+                    ctx = M.Ctx(replay_start=None if rs is None else rs[i : i + chunk].to(device), kl_focus=focus)
                     preds.append(model(ids_t[i : i + chunk], ctx).argmax(-1).cpu())
+                    nstats += ctx.needle_stats
+                if not tag:
+                    rec["needle_in_topk"] = needle_summary(nstats)
+                    rec["needle_found"] = int((spans[0] >= 0).sum())
                 pred = torch.cat(preds).numpy()
                 ok = (pred == tgt) | ~am
                 rec["exact" + tag] = float(ok.all(axis=1).mean())
                 rec["token_acc" + tag] = float(((pred == tgt) & am).sum() / am.sum())
             out["tasks"][f"{task}@{L}"] = rec
+    if replay > 0:
+        out["replay_kl"] = replay_kl(model, corpus, device, replay)
     model.train()
+    return out
+
+
+def kl_passages(corpus, doc_tokens=4096, question_tokens=32, steps=16):
+    """Held-out passages of the KL figure, each doc + question + forced tokens long (int64 arrays).
+
+    Passage 0 is the CPU bench's (bench/src/retrieval-bench.ts klOnRealText): the first held-out text
+    (Austen) from the first newline after a third of it, `<|bos|>` + the tokens of doc_tokens x 5
+    characters; the others start the same way at the first newline after 10% and 60% of Austen's and
+    Moby Dick's held-out text and after 10%, a third and 60% of Brown's: 8 passages in all."""
+    need = doc_tokens + question_tokens + steps
+    out = []
+    for src, frac in ((0, 1 / 3), (0, 0.1), (0, 0.6), (1, 0.1), (1, 0.6), (2, 0.1), (2, 1 / 3), (2, 0.6)):
+        text = corpus.text["heldout"][src]
+        start = text.find("\n", int(len(text) * frac)) + 1
+        ids = [corpus.bos] + corpus.tok.encode(text[start : start + doc_tokens * 5]).ids
+        if len(ids) >= need:
+            out.append(np.array(ids[:need], dtype=np.int64))
+    return out
+
+
+@torch.no_grad()
+def replay_kl(model, corpus, device, R, doc_tokens=4096, question_tokens=32, steps=16):
+    """KL(exact || decoder replay R) of next-token distributions on held-out text, as the CPU bench
+    measures it: a doc_tokens passage stored as a document, the next question_tokens tokens the question
+    (the prompt is P = doc + question tokens), steps teacher-forced decode steps; the KL at the rows that
+    predict the steps' tokens (P - 1 .. P + steps - 2), replay starting at P - R (model.Ctx.replay_start),
+    in the training numerics, float64 softmax. Returns the mean / max over the bench's passage (passage
+    0) and over all passages, for the decoder replay alone and (doc_*) with the stored-document path's
+    encoder replay from doc_tokens - R too. The figures of session 6's calls are the decoder-only ones
+    (the doc_* variant was added after them)."""
+    was = model.training
+    model.eval()
+    P = doc_tokens + question_tokens
+    seqs = kl_passages(corpus, doc_tokens, question_tokens, steps)
+    ids = torch.from_numpy(np.stack(seqs)[:, : P + steps - 1]).to(device)
+    rows = torch.arange(P - 1, P + steps - 1, device=device)
+    n = ids.size(0)
+    dec = torch.full((n,), P - R, dtype=torch.long, device=device)
+    enc = torch.full((n,), doc_tokens - R, dtype=torch.long, device=device)
+    logp = {}
+    # "replay": the decoder replay alone (a prompt sent whole: `generate --replay R`); "doc": the stored-document
+    # path the bench measures, where appending the question also re-runs the encoder from D - R (Ctx.encoder_replay_start)
+    for tag, ctx in (("exact", M.Ctx()), ("replay", M.Ctx(replay_start=dec)), ("doc", M.Ctx(replay_start=dec, encoder_replay_start=enc))):
+        h = model.hidden(ids, ctx)
+        logp[tag] = torch.log_softmax(model.logits(h[:, rows]).double(), dim=-1)
+    out = {"R": R, "passages": len(seqs), "rows_each": steps}
+    for tag, pre in (("replay", ""), ("doc", "doc_")):
+        kl = (logp["exact"].exp() * (logp["exact"] - logp[tag])).sum(-1).clamp_min(0)  # [n, steps]
+        out.update({f"{pre}bench_passage_mean": float(kl[0].mean()), f"{pre}bench_passage_max": float(kl[0].max()), f"{pre}mean": float(kl.mean()),
+                    f"{pre}max": float(kl.max()), f"{pre}median_row": float(kl.flatten().median()), f"{pre}per_passage_mean": [round(float(x), 6) for x in kl.mean(-1)]})
+    model.train(was)
     return out
 
 
@@ -310,6 +416,9 @@ def main() -> None:
     ap.add_argument("--replay-frac", type=float, default=0.5, help="share of the sequences trained with the replay simulation")
     ap.add_argument("--eval-replay", type=int, default=128, help="also score the held-out tasks with decoder replay over the last R tokens (0 = off)")
     ap.add_argument("--kl-rows", type=int, default=128)
+    ap.add_argument("--kl-extra", type=int, default=64, help="random visible entries added to the selected ones in the indexer KL's support")
+    ap.add_argument("--kl-focus-weight", type=float, default=0.0, help="needle focus (model.Ctx.kl_focus): > 0 makes the indexer KL's row 0 the answer's query row, with the needle's entries in its support, and adds that row's KL again with this weight (0 = off)")
+    ap.add_argument("--pre-eval", action="store_true", help="measure replay_kl before training too (the starting checkpoint's figure)")
     ap.add_argument("--bias-rate", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--compile", choices=["off", "on", "auto"], default="off")
@@ -380,6 +489,10 @@ def main() -> None:
     if a.compile == "on":
         M.set_compiled(True)
 
+    if a.pre_eval and a.eval_replay > 0:
+        log({"type": "pre_eval", "step": step, "replay_kl": replay_kl(model, corpus, device, a.eval_replay)})
+    if a.kl_focus_weight > 0 and a.graph == "on":
+        raise SystemExit("--kl-focus-weight needs --graph off (the focus rows change every step)")
     phases = parse_phases(a.phases)
     eval_tasks = tuple(x for x in a.eval_tasks.split(",") if x)
     if set(eval_tasks) - set(TASKS):
@@ -425,7 +538,7 @@ def main() -> None:
         if use_graph and len(set(cycle)) > 1:
             use_graph = False  # a graph is one shape; a mixed phase runs eagerly
             log({"type": "graph_off", "reason": "mixed-length phase", "phase": phase_name(cycle)})
-        ctx_kw = dict(train=True, kl_rows=a.kl_rows, ckpt_blocks=True, attn_chunk_tokens=16384)
+        ctx_kw = dict(train=True, kl_rows=a.kl_rows, kl_extra=a.kl_extra, kl_focus_weight=a.kl_focus_weight, ckpt_blocks=True, attn_chunk_tokens=16384)
         p_t0, p_step0, p_tok0 = time.time(), step, tokens
         losses = []
         by_len = {}  # mixed phase: steps and tokens per length
@@ -457,6 +570,12 @@ def main() -> None:
             ids, am, tasks = producer.get()
             t_data = time.time() - t0
             rs = replay_starts(am, a.replay_tokens, a.replay_frac, replay_rng)
+            focus = None
+            if a.kl_focus_weight > 0:  # the needle region of the focus support: 8 tokens before the value to 16 after it
+                sp = needle_spans(ids.numpy(), am.numpy())
+                sp[1] = np.where(sp[0] >= 0, np.maximum(0, sp[1] - 8), -1)
+                sp[2] = np.where(sp[0] >= 0, np.minimum(sp[0] + 1, sp[2] + 16), -1)
+                focus = focus_tensors(sp, device)
             ids, am = ids.to(device, non_blocking=True), am.to(device, non_blocking=True)
             rs = None if rs is None else rs.to(device)
             frac_time = (time.time() - t_train0) / max(1.0, train_budget)
@@ -480,7 +599,7 @@ def main() -> None:
                     set_lr(opt, lr)
                     out = graph(ids, am, rs)
                 else:
-                    out = train_step(model, opt, ids, am, ctx_kw, a.answer_weight, lr, timing=timing and device.type == "cuda", replay_start=rs)
+                    out = train_step(model, opt, ids, am, ctx_kw, a.answer_weight, lr, timing=timing and device.type == "cuda", replay_start=rs, kl_focus=focus)
                 lm_loss, ans_loss, kl, gn, ctx = out["lm_loss"], out["ans_loss"], out["kl"], out["grad_norm"], out["ctx"]
                 if timing:
                     if device.type == "cuda":
@@ -533,6 +652,8 @@ def main() -> None:
                     rec["by_length"] = {str(L): {"steps": v[2], "loss": round(float(v[0] / v[2]), 4), "answer_loss": round(float(v[1] / v[2]), 4)} for L, v in sorted(acc["by_len"].items())}
                 if ctx.indexer_stats:
                     rec["sel_mass"] = {str(l): round(float(v), 3) for l, v in ctx.indexer_stats[: len(ctx.indexer_stats)]}
+                if ctx.needle_stats:  # this step's needles (focus on): share of their entries in each index layer's top-k
+                    rec["needle_in_topk"] = needle_summary(ctx.needle_stats)
                 losses.append(rec["loss"])
                 log(rec)
                 acc = {"loss": 0.0, "ans": 0.0, "ans_n": 0, "kl": 0.0, "n": 0}

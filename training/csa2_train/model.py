@@ -266,6 +266,17 @@ class Ctx:
     # last R = P - p prompt tokens (the encoder layers and the global caches are exact there too).
     replay_start: torch.Tensor | None = None  # layer id -> the KL's random draws (reused by recomputation)
     indexer_stats: list = field(default_factory=list)
+    # needle focus (train.needle_spans): per sequence (query row, needle lo, needle hi) as three long
+    # tensors [B], row -1 where the sequence has no needle. In training, the indexer KL's row 0 is that
+    # query row (the row that predicts the first answer token), its support holds the needle's compressed
+    # entries (in place of the first random extras), and its KL is added again with kl_focus_weight;
+    # `needle_stats` gets per layer the share of the needle's entries the top-k held at that row.
+    # Outside training (probe), only `needle_stats` is filled.
+    kl_focus: tuple | None = None
+    # the stored-document path's encoder replay (see Attention.forward): per sequence D - R, or None
+    encoder_replay_start: torch.Tensor | None = None
+    kl_focus_weight: float = 0.0
+    needle_stats: list = field(default_factory=list)
 
 
 def decoder_start(args: ModelArgs) -> int | None:
@@ -574,6 +585,12 @@ class Attention(nn.Module):
             p = ctx.replay_start.view(B, 1, 1)
             rows = torch.arange(S, device=dev).view(1, S, 1)
             win_idx = torch.where((win_idx >= p) | (rows < p), win_idx, -1)
+        elif ctx.encoder_replay_start is not None and not self.is_decoder:
+            # a question appended to a stored document (csa2-core `encode` with a prior prefix of D tokens)
+            # re-runs the encoder over rows from D - R, its windows starting there: the same mask at p = D - R
+            p = ctx.encoder_replay_start.view(B, 1, 1)
+            rows = torch.arange(S, device=dev).view(1, S, 1)
+            win_idx = torch.where((win_idx >= p) | (rows < p), win_idx, -1)
         cap = ctx.capture
         st = None if ctx.state is None else ctx.state.setdefault(self.layer_id, {})
         if cap is not None or st is not None:
@@ -655,6 +672,9 @@ class Attention(nn.Module):
             raw = torch.where(raw < compress_lens, raw, -1)
         if ctx.capture is not None:
             ctx.capture[f"prefill.layer{self.layer_id}.topk"] = raw[0].int()
+        if ctx.kl_focus is not None:
+            with torch.no_grad():
+                ctx.needle_stats.append((self.layer_id, needle_selected(raw, ctx.kl_focus, r)))
         idxs = torch.where(raw >= 0, raw + offset, -1).int()
         kl_job = (qi, w, index_k, raw, compress_lens.squeeze(-1)) if (ctx.train and ctx.kl_rows > 0) else None
         return idxs, kl_job
@@ -674,9 +694,24 @@ class Attention(nn.Module):
         if self.layer_id not in ctx.kl_rand:  # drawn once; a recomputation in backward reuses them
             ctx.kl_rand[self.layer_id] = (torch.randint(r0, S, (R,), device=dev), torch.rand(B, R, ctx.kl_extra, device=dev))
         rows, u = ctx.kl_rand[self.layer_id]
-        cl = clen[rows]  # [R] >= 1
-        sel = raw[:, rows]  # [B, R, K]
-        rnd = (u * cl.view(1, R, 1)).long()
+        b1 = torch.arange(B, device=dev).view(B, 1)
+        rows_b = rows.view(1, R).expand(B, R)
+        foc = None
+        if ctx.kl_focus is not None:
+            frow, nlo, nhi = ctx.kl_focus
+            foc = frow >= r0  # [B]: sequences with a needle whose query row sees compressed entries
+            rows_b = rows_b.clone()
+            rows_b[:, 0] = torch.where(foc, frow, rows_b[:, 0])
+        cl = clen[rows_b]  # [B, R] >= 1
+        sel = raw[b1, rows_b]  # [B, R, K]
+        rnd = (u * cl.unsqueeze(-1)).long()
+        if foc is not None:
+            # the focus row's support: the needle's compressed entries (those it can see) in place of the first random extras
+            m = min(32, rnd.size(-1))
+            j = (nlo // self.ratio).view(B, 1) + torch.arange(m, device=dev).view(1, m)  # [B, m]
+            ok = foc.view(B, 1) & (j * self.ratio < nhi.view(B, 1)) & (j < cl[:, 0:1])
+            rnd = rnd.clone()
+            rnd[:, 0, :m] = torch.where(foc.view(B, 1), torch.where(ok, j, -1), rnd[:, 0, :m])
         J = torch.cat([sel, rnd], dim=-1)
         valid = J >= 0
         Jc = J.clamp_min(0)
@@ -684,20 +719,39 @@ class Attention(nn.Module):
         n_k = index_k.size(1)
         flat = (Jc + bidx * n_k).flatten()
         kg = torch.index_select(index_k.reshape(B * n_k, -1), 0, flat).view(B, R, -1, index_k.size(-1))  # grad to the key owner's wk / k_norm
-        qr_ = torch.index_select(qi, 1, rows)
-        wr_ = torch.index_select(w, 1, rows)
+        qr_ = qi[b1, rows_b]
+        wr_ = w[b1, rows_b]
         s = torch.einsum("brhd,brjd->brhj", qr_.float(), kg.float()).relu()
         logit_i = (s * wr_.float().unsqueeze(-1)).sum(2).masked_fill(~valid, -torch.inf)
         with torch.no_grad():
             cg = ckv.detach()[bidx, Jc].float()
-            a = torch.einsum("brhd,brjd->brhj", q.detach()[:, rows].float(), cg) * self.softmax_scale
+            a = torch.einsum("brhd,brjd->brhj", q.detach()[b1, rows_b].float(), cg) * self.softmax_scale
             a = a.masked_fill(~valid.unsqueeze(2), -torch.inf)
             p = torch.softmax(a, dim=-1).mean(dim=2)  # [B, R, J]
             # how much of the attention mass the selected entries already hold (a recall proxy)
             ctx.indexer_stats.append((self.layer_id, (p[..., : sel.size(-1)].sum(-1)).mean()))
         logq = torch.log_softmax(logit_i, dim=-1)
-        kl = (p * (torch.log(p.clamp_min(1e-30)) - logq)).masked_fill(~valid, 0).sum(-1).mean()
+        kl_rows = (p * (torch.log(p.clamp_min(1e-30)) - logq)).masked_fill(~valid, 0).sum(-1)  # [B, R]
+        kl = kl_rows.mean()
+        if foc is not None and ctx.kl_focus_weight > 0:
+            kl = kl + ctx.kl_focus_weight * (kl_rows[:, 0] * foc).sum() / foc.sum().clamp_min(1)
         ctx.kl_losses.append(kl)
+
+
+def needle_selected(raw: torch.Tensor, focus: tuple, ratio: int) -> torch.Tensor:
+    """[B] float: per sequence the share of the needle's compressed entries (those the query row can see)
+    in the top-k at the focus row; NaN where the sequence has no needle. raw: [B, S, K] entry indices."""
+    frow, nlo, nhi = focus
+    B, S, K = raw.shape
+    has = frow >= 0
+    sel = raw[torch.arange(B, device=raw.device), frow.clamp(0, S - 1)]  # [B, K]
+    first = nlo // ratio
+    last = (nhi - 1) // ratio  # entries covering needle tokens [nlo, nhi)
+    visible = (frow + 1) // ratio  # entries the row sees
+    last = torch.minimum(last, visible - 1)
+    n = (last - first + 1).clamp_min(0)
+    hit = ((sel >= first.view(B, 1)) & (sel <= last.view(B, 1))).sum(-1)
+    return torch.where(has & (n > 0), hit.float() / n.clamp_min(1).float(), torch.full_like(hit, float("nan"), dtype=torch.float32))
 
 
 _FREQS: dict = {}
