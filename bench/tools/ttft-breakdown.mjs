@@ -69,7 +69,7 @@ for (const label of ['document fetched', 'document cache warm']) {
 ortTimes.on = false;
 // decode steps after the same question (the document cache warm): ms a step, by layer kind
 {
-  const steps = 8;
+  const steps = Number(process.env.STEPS ?? 8);
   let n = 0;
   // the layer times of the decode steps only: reset at the first token
   const out = await engine.generate({ ...request, maxTokens: steps + 1 }, { onToken: () => n++ === 0 && sums.clear() });
