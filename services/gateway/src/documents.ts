@@ -123,8 +123,9 @@ export async function readManifest(deps: GatewayDeps, tenant: string, documentId
   return manifest;
 }
 
+/** What the document holds in the store: its chunks and its stored encoder tail. */
 function manifestBytes(manifest: DocumentManifest): number {
-  return manifest.chunks.reduce((sum, c) => sum + c.sizeBytes, 0);
+  return manifest.chunks.reduce((sum, c) => sum + c.sizeBytes, 0) + (manifest.tail?.sizeBytes ?? 0);
 }
 
 /** `ready` from the manifest, or `failed` when a reader found the artifact damaged. */

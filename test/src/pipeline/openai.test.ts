@@ -5,7 +5,8 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { Queue, PREFILL_QUEUE, connectRedis } from '@csa2/jobs';
@@ -142,6 +143,10 @@ e2e('a document is ingested once and queried twice; the second query runs no pre
   }
   assert.equal(doc.status, 'ready');
   assert.equal(doc.tokens, Buffer.byteLength(text));
+  // the encoder worker stored the document's encoder tail beside its chunks; `bytes` counts both
+  const manifest = JSON.parse(readFileSync(join(fileURLToPath(pipe.storeUrl), 'tenants/acme/documents/doc-e2e/manifest.json'), 'utf8')) as { chunks: { sizeBytes: number }[]; tail?: { sizeBytes: number; replayTokens: number } };
+  assert.equal(manifest.tail?.replayTokens, 128, 'a stored tail for the default replay');
+  assert.equal((doc as { bytes?: number }).bytes, manifest.chunks.reduce((a, c) => a + c.sizeBytes, 0) + (manifest.tail?.sizeBytes ?? 0));
 
   const prefillRedis = connectRedis(pipe.redis.url);
   const prefill = new Queue(PREFILL_QUEUE, { connection: prefillRedis });
