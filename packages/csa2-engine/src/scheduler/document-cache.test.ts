@@ -83,7 +83,7 @@ function ids(n: number, seed: number): number[] {
 
 test('DocumentCache encoder tails: kept within the bytes, at most a few replay lengths a document, none for long replays or after release; counted and dropped with their document', async () => {
   const cache = new DocumentCache(1000);
-  const tailOf = (bytes: number): PrimedTail => ({ seq: seqOf(0), stream: { start: 0, rows: 0, X: new Float32Array(0), pre: new Float32Array(0) }, sources: null, bytes });
+  const tailOf = (bytes: number): PrimedTail => ({ state: { tokenCount: 0, indexKSlot: null, windows: [], pending: [] }, stream: { start: 0, rows: 0, X: new Float32Array(0), pre: new Float32Array(0) }, sources: null, bytes });
   const a = await cache.acquire('a', 300, async () => seqOf(3));
   assert.ok(a !== null);
   assert.equal(a.tail(128), null);

@@ -17,6 +17,7 @@
 import { createHash } from 'node:crypto';
 import type { DocumentManifest } from '@csa2/artifacts';
 import { Csa2Error, type Sequence, type SourceSelections, type StreamRows } from '@csa2/core';
+import type { TailState } from './stored-tail.js';
 
 /**
  * Encoder tails are kept for replays of at most this many rows (their stream is R × hc × dim floats:
@@ -66,8 +67,12 @@ export interface DocumentCacheStats {
  * question forks `seq` and encodes only its own tokens.
  */
 export interface PrimedTail {
-  /** The document after the encoder over its last R tokens: its P token ids, windows, compressor groups. */
-  readonly seq: Sequence;
+  /**
+   * How the document's sequence differs after the encoder over its last R tokens (scheduler/stored-tail
+   * TailState: the encoder layers' windows, open groups, the index-K slot): a question forks the
+   * document and applies it, so a tail holds no copy of the document's token ids.
+   */
+  readonly state: TailState;
   /** The encoder's output for rows [P - R, P). */
   readonly stream: StreamRows;
   /**
@@ -84,7 +89,7 @@ export interface PrimedTail {
 export interface DocumentLease {
   /** The frozen loaded sequence: fork it, never modify it. */
   readonly seq: Sequence;
-  /** The document's encoder tail for replay R, if a question stored one (fork its seq, never modify it); `use` false: a look that is not counted as a use. */
+  /** The document's encoder tail for replay R, if a question stored one (never modify it); `use` false: a look that is not counted as a use. */
   tail(replay: number, use?: boolean): PrimedTail | null;
   /** Offers the encoder tail for replay R (computed by a question, or read from the artifact); kept (true) when the cache has room for its bytes beside the rest. */
   storeTail(replay: number, tail: PrimedTail, origin?: 'computed' | 'stored'): boolean;

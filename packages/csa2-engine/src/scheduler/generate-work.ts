@@ -18,7 +18,7 @@
  * run's rows, or (CED) a decoder replay widened to cover the whole prompt. They are computed chunk by
  * chunk as the rows come, so no prompt-length × vocabulary buffer is kept.
  */
-import { ArtifactReader, type DocumentManifest, type StoredTail } from '@csa2/artifacts';
+import { ArtifactReader, type DocumentManifest } from '@csa2/artifacts';
 import {
   Csa2Error,
   type Csa2Model,
@@ -40,7 +40,7 @@ import type { ChoiceOutcome, DocumentRef, FinishReason, GenerateHooks, GenerateO
 import { documentCacheKey, MAX_TAIL_REPLAY, type DocumentLease, type PrimedTail } from './document-cache.js';
 import { SegmentRun } from './segment-run.js';
 import { listedChunks } from './stored-chunks.js';
-import { applyStoredTail, joinSelections, primedTailOf, tailCandidatesOf, tailShapeOf } from './stored-tail.js';
+import { applyTailState, joinSelections, primedTailOf, tailCandidatesOf, tailShapeOf, tailStateBytes, tailStateOf } from './stored-tail.js';
 import { globalCacheBytes, sequenceBytes, type WorkContext } from './work-context.js';
 import type { NextRows, Work } from './work.js';
 
@@ -124,9 +124,7 @@ export class GenerateWork implements Work {
   private ownTail: PrimedTail | null = null;
   private readonly sourcePieces: SourceSelections[] = [];
   private tailReusable = false;
-  /** The document's stored encoder tail (the artifact's), read in prepare when this question can start from it. */
-  private storedTail: StoredTail | null = null;
-  /** Its PrimedTail when the document cache did not keep it (no room): this question's own. */
+  /** The document's stored encoder tail (the artifact's) when the document cache did not keep it (off, or no room): this question's own. */
   private loadedTail: PrimedTail | null = null;
   private promptTokens = 0;
   private cachedTokens = 0;
@@ -246,11 +244,11 @@ export class GenerateWork implements Work {
     try {
       const reader = new ArtifactReader({ store: this.ctx.requireStore(), layout: this.ctx.layout });
       const stored = await reader.readTail(manifest, tailShapeOf(model), tailCandidatesOf(model));
+      const primed = primedTailOf(stored);
       if (this.lease === null) {
-        this.storedTail = stored; // applied to the private copy in load
+        this.loadedTail = primed; // applied to the private copy in load
         return;
       }
-      const primed = primedTailOf(stored, this.lease.seq);
       if (!this.lease.storeTail(this.replayTokens, primed, 'stored')) this.loadedTail = primed;
     } catch (err) {
       this.ctx.documents.noteTailRejected(`document ${manifest.documentId}: ${err instanceof Error ? err.message : String(err)}`);
@@ -267,7 +265,8 @@ export class GenerateWork implements Work {
       this.tailReusable = this.canUseTail(this.manifest.tokenCount);
       this.tail = this.tailReusable && this.req.promptIds.length > 0 ? (this.lease.tail(R) ?? this.loadedTail) : null;
       this.storesTail = this.tailReusable && this.tail === null;
-      seq = (this.tail?.seq ?? this.lease.seq).fork(total);
+      seq = this.lease.seq.fork(total);
+      if (this.tail !== null) applyTailState(this.tail.state, seq);
       seq.reserveTokens(total);
       this.cachedTokens = Math.min(this.manifest.tokenCount, (this.req.document as DocumentRef).cachedTokens ?? this.manifest.tokenCount);
     } else {
@@ -281,12 +280,11 @@ export class GenerateWork implements Work {
       const doc = this.req.document as DocumentRef;
       await listedChunks(doc, () => reader.loadInto(seq, manifest));
       this.cachedTokens = Math.min(manifest.tokenCount, doc.cachedTokens ?? manifest.tokenCount);
-      if (this.storedTail !== null) {
+      if (this.loadedTail !== null) {
         // the stored tail goes straight into the private copy
         this.tailReusable = true;
-        const stored = this.storedTail;
-        this.tail = applyStoredTail(stored, seq);
-        this.storedTail = null;
+        this.tail = this.loadedTail;
+        applyTailState(this.tail.state, seq);
       }
     }
     const prior = seq.length;
@@ -398,12 +396,12 @@ export class GenerateWork implements Work {
     this.storesTail = false;
     const lease = this.lease;
     if (lease === null) return;
-    const seq = this.requireSeq().fork(this.prior);
-    seq.tokens.truncate(this.prior);
+    const state = tailStateOf(this.requireSeq());
+    // the sequence holds the document and the question's tokens already: the state is of its first P
     const stream = run.keptCopy(run.opts.start, this.prior);
     const c = this.ctx.model.config;
     const sourceBytes = this.replayTokens * (c.indexTopK + c.candidateTopKBlocks) * 4;
-    const tail: PrimedTail = { seq, stream, sources: null, bytes: seq.residentBytes() + stream.X.byteLength + stream.pre.byteLength + sourceBytes };
+    const tail: PrimedTail = { state: { ...state, tokenCount: this.prior }, stream, sources: null, bytes: tailStateBytes(state) + stream.X.byteLength + stream.pre.byteLength + sourceBytes };
     if (lease.storeTail(this.replayTokens, tail)) this.ownTail = tail;
   }
 

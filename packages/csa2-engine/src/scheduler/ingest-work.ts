@@ -18,7 +18,8 @@ import { ArtifactWriter, DEFAULT_CHUNK_TOKENS, bytesPerToken, encodeManifest, en
 import { Csa2Error, DEFAULT_REPLAY_TOKENS, InputError, type Sequence, type SourceSelections, type Span, type SpanOutput } from '@csa2/core';
 import { MAX_TAIL_REPLAY } from './document-cache.js';
 import { encoderTailReusable } from './generate-work.js';
-import { documentBase, joinSelections, storedTailOf } from './stored-tail.js';
+import { clearToArtifactState, joinSelections, storedTailOf } from './stored-tail.js';
+import type { StoredTail } from '@csa2/artifacts';
 import type { IngestHooks, IngestOutcome, IngestRequest } from '../types.js';
 import { SegmentRun } from './segment-run.js';
 import { documentTokens, loadStoredPrefix } from './stored-chunks.js';
@@ -45,9 +46,10 @@ export class IngestWork implements Work {
   private readonly replayTokens: number;
   private readonly tailReplay: number;
   /** The encoder tail's runs (after the encode): the encoder over the last R rows, then the candidate source. */
-  private tailPhase: { readonly kind: 'encode' | 'sources'; readonly base: Sequence; readonly run: SegmentRun } | null = null;
+  private tailPhase: { readonly kind: 'encode' | 'sources'; readonly run: SegmentRun } | null = null;
   private readonly tailPicks: SourceSelections[] = [];
-  private tailEncoded: { readonly base: Sequence; readonly run: SegmentRun } | null = null;
+  /** The tail's state, copied once its encoder run is done (the candidate source's run changes the sequence after it). */
+  private tailState: StoredTail | null = null;
 
   constructor(
     readonly id: number,
@@ -127,7 +129,7 @@ export class IngestWork implements Work {
     this.seq = seq;
     this.hooks.onProgress?.({ tokensDone: this.reusedTokens, tokensTotal: ids.length, reusedTokens: this.reusedTokens });
     if (this.reusedTokens >= ids.length) {
-      // every chunk is stored: only the encoder tail is computed (the loaded sequence is a documentBase already)
+      // every chunk is stored: only the encoder tail is computed (the loaded sequence is in its artifact's state already)
       if (!this.startTail(seq)) void this.finishIngest();
       return;
     }
@@ -172,35 +174,36 @@ export class IngestWork implements Work {
 
   /**
    * Starts the encoder tail's first run when the document has a reusable one (see encoderTailReusable):
-   * on a documentBase of the finished sequence (frozen: the fork reads its rows in place), the encoder
-   * over rows [P - R, P) as a question's encode segment begins. False: no tail for this document.
+   * the finished sequence is put back in its artifact's state (clearToArtifactState: the writer reads
+   * only its rows and ids, and no copy of a 1M-token document's ids is made), then the encoder runs over
+   * rows [P - R, P) as a question's encode segment begins. False: no tail for this document.
    */
   private startTail(seq: Sequence): boolean {
     const model = this.ctx.model;
     const R = this.tailReplay;
     const P = seq.length;
     if (R === 0 || !encoderTailReusable(model, P, R)) return false;
-    seq.freeze();
-    const base = documentBase(seq);
-    const run = new SegmentRun(base, { start: P - R, end: P, l0: 0, l1: model.decoderStart, input: null, compressAtEnd: true, keepRows: R }, model.config);
-    this.tailPhase = { kind: 'encode', base, run };
+    clearToArtifactState(seq);
+    const run = new SegmentRun(seq, { start: P - R, end: P, l0: 0, l1: model.decoderStart, input: null, compressAtEnd: true, keepRows: R }, model.config);
+    this.tailPhase = { kind: 'encode', run };
     return true;
   }
 
   private tookTail(span: Span, out: SpanOutput): void {
-    const t = this.tailPhase as { readonly kind: 'encode' | 'sources'; readonly base: Sequence; readonly run: SegmentRun };
+    const t = this.tailPhase as { readonly kind: 'encode' | 'sources'; readonly run: SegmentRun };
+    const seq = this.seq as Sequence;
     t.run.took(span, out);
     if (!t.run.done) return;
     const model = this.ctx.model;
     if (t.kind === 'encode') {
-      this.tailEncoded = { base: t.base, run: t.run };
+      const stream = t.run.keptStream();
+      this.tailState = storedTailOf(seq, stream, null, this.tailReplay, model, this.ctx.layout);
       const src = model.plan.entries.find((e) => e.isCandidateSource);
       if (src !== undefined && src.layer >= model.decoderStart) {
-        // the candidate source's picks of these rows (they depend on the rows' encoder output only), on
-        // a throwaway fork: what the decoder layers write is no part of the tail
-        const stream = t.run.keptStream();
-        const run = new SegmentRun(t.base.fork(), { start: stream.start, end: t.base.length, l0: model.decoderStart, l1: src.layer + 1, input: stream, captureSources: (sel) => this.tailPicks.push(copyPicks(sel)) }, model.config);
-        this.tailPhase = { kind: 'sources', base: t.base, run };
+        // the candidate source's picks of these rows (they depend on the rows' encoder output only); what
+        // the decoder layers write into the sequence is no part of the tail (its state is copied above)
+        const run = new SegmentRun(seq, { start: stream.start, end: seq.length, l0: model.decoderStart, l1: src.layer + 1, input: stream, captureSources: (sel) => this.tailPicks.push(copyPicks(sel)) }, model.config);
+        this.tailPhase = { kind: 'sources', run };
         return;
       }
     }
@@ -215,9 +218,9 @@ export class IngestWork implements Work {
     this.run = null;
     try {
       await this.pendingWrite.catch(() => undefined);
-      const done = this.tailEncoded;
-      this.tailEncoded = null;
-      const tailBytes = done === null ? null : encodeTail(storedTailOf(done.base, done.run.keptStream(), joinSelections(this.tailPicks), this.tailReplay, this.ctx.model, this.ctx.layout));
+      const state = this.tailState;
+      this.tailState = null;
+      const tailBytes = state === null ? null : encodeTail({ ...state, sources: joinSelections(this.tailPicks) });
       const manifest = await writer.finish(seq, tailBytes === null ? {} : { tail: { bytes: tailBytes, replayTokens: this.tailReplay } });
       const stats = writer.stats;
       const artifactBytes = manifest.chunks.reduce((a, c) => a + c.sizeBytes, 0) + encodeManifest(manifest).length;
@@ -245,7 +248,7 @@ export class IngestWork implements Work {
     this.finished = true;
     this.run = null;
     this.tailPhase = null;
-    this.tailEncoded = null;
+    this.tailState = null;
     this.seq = null;
     this.ctx.wake(); // release its KV bytes now, even if nothing else runs
   }

@@ -6,7 +6,7 @@
  * (GenerateWork). Either way the state is the same, bit for bit (engine-documents.test).
  *
  * What is stored is how the tail's sequence differs from the document as the artifact loads it
- * (`documentBase`: token ids and the global caches, no windows, no open groups, no index-K slot): the
+ * (`clearToArtifactState`: token ids and the global caches, no windows, no open groups, no index-K slot): the
  * windows the encoder filled, its open compressor groups and the index-K slot, plus the encoder's
  * output rows and the candidate source's picks of them.
  */
@@ -29,38 +29,32 @@ export function tailCandidatesOf(model: Pick<Csa2Model, 'config' | 'plan'>): { s
 }
 
 /**
- * A fork of `seq` holding what its artifact would load: its token ids and global caches (read in place
- * once `seq` is frozen), empty windows, no open groups, no index-K slot.
+ * Puts `seq` back in the state its artifact loads (in place): its token ids and global caches stay; its
+ * windows are emptied, its open groups dropped, its index-K slot unset.
  */
-export function documentBase(seq: Sequence): Sequence {
-  const base = seq.fork();
-  for (const w of base.windows) {
+export function clearToArtifactState(seq: Sequence): void {
+  for (const w of seq.windows) {
     w.rows.fill(0);
     w.positions.fill(-1);
   }
-  for (const c of base.caches.values()) {
+  for (const c of seq.caches.values()) {
     c.pendingGroup = -1;
     c.pendingCount = 0;
     c.pendingKv.fill(0);
     c.pendingScore.fill(0);
   }
-  base.indexKSlot = null;
-  return base;
+  seq.indexKSlot = null;
 }
 
-/** The stored form of a tail: `seq` after the encoder over rows [P - R, P) of a documentBase, its output and picks. */
+/**
+ * The stored form of a tail: `seq` after the encoder over rows [P - R, P) from its artifact's state
+ * (clearToArtifactState), its output and picks — copies: `seq` may change afterwards.
+ */
 export function storedTailOf(seq: Sequence, stream: StreamRows, sources: SourceSelections | null, replayTokens: number, model: Pick<Csa2Model, 'config'>, layout: { readonly modelId: string; readonly layoutId: string }): StoredTail {
   const c = model.config;
   const P = seq.length;
   if (stream.start !== P - replayTokens || stream.rows !== replayTokens) throw new Csa2Error('runtime', `an encoder tail of ${replayTokens} rows needs the stream of rows [${P - replayTokens}, ${P}), got [${stream.start}, ${stream.start + stream.rows})`);
-  const windows: TailWindow[] = [];
-  seq.windows.forEach((w, layer) => {
-    if (w.positions.some((p) => p !== -1)) windows.push({ layer, positions: w.positions, rows: w.rows });
-  });
-  const pending: TailPending[] = [];
-  for (const k of seq.caches.values()) {
-    if (k.pendingGroup >= 0) pending.push({ layer: k.layer, ratio: k.ratio, group: k.pendingGroup, count: k.pendingCount, kv: k.pendingKv, score: k.pendingScore });
-  }
+  const state = tailStateOf(seq);
   return {
     modelId: layout.modelId,
     layoutId: layout.layoutId,
@@ -70,58 +64,79 @@ export function storedTailOf(seq: Sequence, stream: StreamRows, sources: SourceS
     headDim: c.headDim,
     hcMult: c.hcMult,
     dim: c.dim,
-    indexKSlot: seq.indexKSlot,
-    windows,
-    pending,
+    indexKSlot: state.indexKSlot,
+    windows: state.windows,
+    pending: state.pending,
     streamStart: stream.start,
     streamRows: stream.rows,
-    X: stream.X,
-    pre: stream.pre,
+    X: stream.X.slice(),
+    pre: stream.pre.slice(),
     sources,
   };
 }
 
-/**
- * The PrimedTail of a stored tail on a loaded document (`doc`: as the artifact loads it, frozen): a
- * fork of it with the stored windows, open groups and index-K slot. The stored tail was checked by the
- * reader against the model's shape and the manifest.
- */
-export function primedTailOf(stored: StoredTail, doc: Sequence): PrimedTail {
-  checkLoaded(stored, doc);
-  return applyStoredTail(stored, doc.fork(doc.length));
+/** What a document's sequence gains from the encoder over its last R tokens: windows, open groups, the index-K slot. */
+export interface TailState {
+  readonly tokenCount: number;
+  readonly indexKSlot: number | null;
+  readonly windows: readonly TailWindow[];
+  readonly pending: readonly TailPending[];
+}
+
+/** `seq`'s windows that hold rows, its open groups and its index-K slot (copies). */
+export function tailStateOf(seq: Sequence): TailState {
+  const windows: TailWindow[] = [];
+  seq.windows.forEach((w, layer) => {
+    if (w.positions.some((p) => p !== -1)) windows.push({ layer, positions: w.positions.slice(), rows: w.rows.slice() });
+  });
+  const pending: TailPending[] = [];
+  for (const k of seq.caches.values()) {
+    if (k.pendingGroup >= 0) pending.push({ layer: k.layer, ratio: k.ratio, group: k.pendingGroup, count: k.pendingCount, kv: k.pendingKv.slice(), score: k.pendingScore.slice() });
+  }
+  return { tokenCount: seq.length, indexKSlot: seq.indexKSlot, windows, pending };
+}
+
+/** Bytes a tail state holds. */
+export function tailStateBytes(state: TailState): number {
+  let bytes = 0;
+  for (const w of state.windows) bytes += w.positions.byteLength + w.rows.byteLength;
+  for (const p of state.pending) bytes += p.kv.byteLength + p.score.byteLength;
+  return bytes;
 }
 
 /**
- * Applies a stored tail to `seq` in place (a document as its artifact loads it: a private copy, or a
- * fork of the shared one) and returns it as a PrimedTail whose `seq` is `seq` itself.
+ * Applies a tail's state to `seq` in place: a document as its artifact loads it (a fork of the cached
+ * one, or a private copy), before any other token. The stored tail was checked by the reader against the
+ * model's shape and the manifest.
  */
-export function applyStoredTail(stored: StoredTail, seq: Sequence): PrimedTail {
-  checkLoaded(stored, seq);
-  for (const w of stored.windows) {
+export function applyTailState(state: TailState, seq: Sequence): void {
+  if (seq.length !== state.tokenCount) throw new Csa2Error('runtime', `an encoder tail of ${state.tokenCount} tokens does not fit a document of ${seq.length}`);
+  if (seq.indexKSlot !== null || seq.windows.some((w) => w.positions.some((p) => p !== -1)) || [...seq.caches.values()].some((k) => k.pendingGroup !== -1)) {
+    throw new Csa2Error('runtime', 'an encoder tail applies to a document as its artifact loads it (no windows, no open groups)');
+  }
+  for (const w of state.windows) {
     const ring = seq.windows[w.layer];
-    if (ring === undefined) throw new Csa2Error('runtime', `a stored tail has a window for layer ${w.layer}`);
+    if (ring === undefined) throw new Csa2Error('runtime', `an encoder tail has a window for layer ${w.layer}`);
     ring.positions.set(w.positions);
     ring.rows.set(w.rows);
   }
-  for (const p of stored.pending) {
+  for (const p of state.pending) {
     const k = seq.cache(p.layer);
     k.pendingGroup = p.group;
     k.pendingCount = p.count;
     k.pendingKv.set(p.kv);
     k.pendingScore.set(p.score);
   }
-  seq.indexKSlot = stored.indexKSlot;
+  seq.indexKSlot = state.indexKSlot;
+}
+
+/** The PrimedTail of a stored tail (its state, stream and picks; no sequence). */
+export function primedTailOf(stored: StoredTail): PrimedTail {
+  const state: TailState = { tokenCount: stored.tokenCount, indexKSlot: stored.indexKSlot, windows: stored.windows, pending: stored.pending };
   const stream: StreamRows = { start: stored.streamStart, rows: stored.streamRows, X: stored.X, pre: stored.pre };
   const sources = stored.sources === null ? null : { ...stored.sources };
   const sourceBytes = sources === null ? 0 : sources.topk.byteLength + sources.candidates.byteLength;
-  return { seq, stream, sources, bytes: seq.residentBytes() + stored.X.byteLength + stored.pre.byteLength + sourceBytes };
-}
-
-function checkLoaded(stored: StoredTail, doc: Sequence): void {
-  if (doc.length !== stored.tokenCount) throw new Csa2Error('runtime', `a stored tail of ${stored.tokenCount} tokens does not fit a document of ${doc.length}`);
-  if (doc.indexKSlot !== null || doc.windows.some((w) => w.positions.some((p) => p !== -1)) || [...doc.caches.values()].some((k) => k.pendingGroup !== -1)) {
-    throw new Csa2Error('runtime', 'a stored tail applies to a document as its artifact loads it (no windows, no open groups)');
-  }
+  return { state, stream, sources, bytes: tailStateBytes(state) + stored.X.byteLength + stored.pre.byteLength + sourceBytes };
 }
 
 /** Consecutive pieces (in row order, one kk and kb) as one; null when there are none or they do not join. */
