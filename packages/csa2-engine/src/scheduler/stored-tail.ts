@@ -75,13 +75,8 @@ export function storedTailOf(seq: Sequence, stream: StreamRows, sources: SourceS
   };
 }
 
-/** What a document's sequence gains from the encoder over its last R tokens: windows, open groups, the index-K slot. */
-export interface TailState {
-  readonly tokenCount: number;
-  readonly indexKSlot: number | null;
-  readonly windows: readonly TailWindow[];
-  readonly pending: readonly TailPending[];
-}
+/** What a document's sequence gains from the encoder over its last R tokens: windows, open groups, the index-K slot (a stored tail's part of it). */
+export type TailState = Pick<StoredTail, 'tokenCount' | 'indexKSlot' | 'windows' | 'pending'>;
 
 /** `seq`'s windows that hold rows, its open groups and its index-K slot (copies). */
 export function tailStateOf(seq: Sequence): TailState {
