@@ -177,7 +177,9 @@ test('the encoder tail stored at ingest: the first question of a fresh engine st
     damage();
     const fresh = await Engine.open({ modelDir: TINY, store: STORE, chunkTokens: 32 });
     try {
-      same('damaged tail', await ask(fresh, 'tailed', questions[0] as number[]), 0);
+      const answer = await ask(fresh, 'tailed', questions[0] as number[]);
+      same('damaged tail', answer, 0);
+      assert.match(answer.storedTailRejected ?? '', reason, 'the outcome says why');
       const s = fresh.stats().documentCache;
       assert.deepEqual([s.tailsRejected, s.tailsLoaded, s.tailsStored], [1, 0, 1], 'rejected, then computed and kept in memory');
       assert.match(s.lastTailRejection ?? '', reason);

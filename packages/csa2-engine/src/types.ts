@@ -217,6 +217,11 @@ export interface GenerateOutcome {
   readonly promptTokens: number;
   /** Prompt tokens served from a stored artifact instead of being encoded. */
   readonly cachedTokens: number;
+  /**
+   * The document's stored encoder tail was not used for this generation, and why (missing, damaged, not
+   * this model's): it computed the tail instead, with the same result. Absent otherwise.
+   */
+  readonly storedTailRejected?: string;
   readonly timings: { readonly prefillMs: number; readonly decodeMs: number };
   /** Choice 0's row i: the logits token i was chosen from. Empty unless keepLogits. */
   readonly logits: Float32Array[];

@@ -47,6 +47,8 @@ interface Script {
   readonly lengths: readonly number[];
   /** Steps to run before waiting for the signal (cancel tests): the generation stops there until aborted. */
   readonly hangAfter?: number;
+  /** The outcome says the document's stored encoder tail was not used, and why. */
+  readonly tailRejected?: string;
 }
 
 /**
@@ -96,7 +98,8 @@ class ScriptedEngine implements DecodeEngine {
     for (let c = 0; c < n; c++) if (!cancelled) hooks.onToken?.({ choice: c, index: tokens[c]?.length ?? 0, id: -1, text: `.${c}` });
     const choices = tokens.map((t) => ({ tokens: t, text: '', finishReason: cancelled ? ('cancelled' as const) : ('length' as const), logits: [] }));
     const first = choices[0] as (typeof choices)[number];
-    return { tokens: first.tokens, text: '', finishReason: first.finishReason, choices, promptTokens: req.promptIds.length, cachedTokens: 0, timings: { prefillMs: 1, decodeMs: 1 }, logits: [] };
+    const tail = this.script.tailRejected !== undefined ? { storedTailRejected: this.script.tailRejected } : {};
+    return { tokens: first.tokens, text: '', finishReason: first.finishReason, choices, promptTokens: req.promptIds.length, cachedTokens: 0, ...tail, timings: { prefillMs: 1, decodeMs: 1 }, logits: [] };
   }
 
   async close(): Promise<void> {}
@@ -125,8 +128,8 @@ function fakeJob(data: DecodeJob, attemptsMade = 0): Job<unknown, DecodeResult> 
   return { id: `j-${data.requestId}`, data, opts: { attempts: 3, priority: 0 }, attemptsMade } as unknown as Job<unknown, DecodeResult>;
 }
 
-/** The processor on `engine`; `appendedTo` collects the stream keys of its appends, in order. */
-function processorFor(engine: ScriptedEngine, appendedTo?: string[]) {
+/** The processor on `engine`; `appendedTo` collects the stream keys of its appends, in order; `logs` its log lines. */
+function processorFor(engine: ScriptedEngine, appendedTo?: string[], logs?: Array<{ level: string; msg: string; fields?: Readonly<Record<string, unknown>> }>) {
   const spied =
     appendedTo === undefined
       ? redis
@@ -142,7 +145,7 @@ function processorFor(engine: ScriptedEngine, appendedTo?: string[]) {
             return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
           },
         });
-  return createDecodeProcessor({ redis: spied, engine: async () => engine, cancelPollMs: 5 });
+  return createDecodeProcessor({ redis: spied, engine: async () => engine, cancelPollMs: 5, ...(logs !== undefined ? { log: (level, msg, fields) => logs.push({ level, msg, ...(fields !== undefined ? { fields } : {}) }) } : {}) });
 }
 
 async function choiceEntries(requestId: string, choice: number): Promise<StreamEntry[]> {
@@ -263,4 +266,19 @@ test('n = 1 keeps the request\'s single stream and today\'s resume (resumeTokens
   assert.equal((await choiceEntries(job.requestId, 0)).filter((e) => e.kind === 'token').length, 4);
   assert.equal(await redis.exists(`csa2:stream:${job.requestId}:1`), 0);
   assert.equal(result.completionTokens, 4);
+});
+
+test('a document whose stored encoder tail was not used: the request completes as usual and a warning names the job and the reason', async () => {
+  const engine = new ScriptedEngine({ lengths: [3], tailRejected: 'document doc-1: encoder tail: its SHA-256 checksum does not match its bytes' });
+  const job = decodeJob({ documentId: 'doc-1' });
+  const logs: Array<{ level: string; msg: string; fields?: Readonly<Record<string, unknown>> }> = [];
+  const result = await processorFor(engine, undefined, logs)(fakeJob(job), undefined, undefined);
+  assert.equal(result.finishReason, 'length');
+  const warn = logs.find((l) => l.level === 'warn' && /stored encoder tail/.test(l.msg));
+  assert.ok(warn !== undefined, JSON.stringify(logs));
+  assert.equal(warn.fields?.['jobId'], `j-${job.requestId}`);
+  assert.match(String(warn.fields?.['reason']), /SHA-256 checksum/);
+  const quiet: typeof logs = [];
+  await processorFor(new ScriptedEngine({ lengths: [3] }), undefined, quiet)(fakeJob(decodeJob({ documentId: 'doc-1' })), undefined, undefined);
+  assert.equal(quiet.filter((l) => l.level === 'warn').length, 0, 'no warning when the tail was used or there was none');
 });

@@ -291,6 +291,8 @@ export function createDecodeProcessor(deps: DecodeDeps): DecodeProcessor {
       await appender.drain();
     }
 
+    // the answer is right either way (the tail was computed), but the stored one is missing or damaged: say so
+    if (outcome.storedTailRejected !== undefined) log('warn', "the document's stored encoder tail was not used; this question computed it", { requestId, jobId: job.id, reason: outcome.storedTailRejected });
     if (appender.failure !== null) throw appender.failure;
     if (appender.endedElsewhere) {
       const now = streamsOutcome(await readStates());

@@ -126,6 +126,8 @@ export class GenerateWork implements Work {
   private tailReusable = false;
   /** The document's stored encoder tail (the artifact's) when the document cache did not keep it (off, or no room): this question's own. */
   private loadedTail: PrimedTail | null = null;
+  /** Why the stored tail was not used (GenerateOutcome.storedTailRejected). */
+  private tailRejection: string | null = null;
   private promptTokens = 0;
   private cachedTokens = 0;
   /** Rows a decoder-replay chunk takes at most (SchedulerPolicy.replayChunkBytes; set when the replay starts). */
@@ -251,7 +253,8 @@ export class GenerateWork implements Work {
       }
       if (!this.lease.storeTail(this.replayTokens, primed, 'stored')) this.loadedTail = primed;
     } catch (err) {
-      this.ctx.documents.noteTailRejected(`document ${manifest.documentId}: ${err instanceof Error ? err.message : String(err)}`);
+      this.tailRejection = `document ${manifest.documentId}: ${err instanceof Error ? err.message : String(err)}`;
+      this.ctx.documents.noteTailRejected(this.tailRejection);
     }
   }
 
@@ -501,6 +504,7 @@ export class GenerateWork implements Work {
       ...(this.promptLogprobs !== null ? { promptLogprobs: this.promptLogprobs } : {}),
       promptTokens: this.promptTokens || (this.seq?.length ?? 0),
       cachedTokens: this.cachedTokens,
+      ...(this.tailRejection !== null ? { storedTailRejected: this.tailRejection } : {}),
       timings: { prefillMs: (this.firstTokenAtMs || end) - this.submittedAtMs, decodeMs: this.firstTokenAtMs > 0 ? end - this.firstTokenAtMs : 0 },
       logits: first.logits,
     });
