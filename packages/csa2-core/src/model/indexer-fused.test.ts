@@ -20,7 +20,7 @@ import { SeededRandom } from '../weights/init-model.js';
 import { buildIndexScoresGraph } from './graphs/indexer-graphs.js';
 import type { NumericsMode } from './graph-ops.js';
 import { FusedIndexScorer } from './indexer-fused.js';
-import { IndexScorer, pushRow, type ScoreRows } from './indexer-scores.js';
+import { IndexScorer, nextUpF32, pushRow, type ScoreRows } from './indexer-scores.js';
 import { BoundedHeaps } from './indexer-ranking.js';
 
 const bf16 = (v: number): number => {
@@ -202,6 +202,42 @@ test('above: the keys of a row scoring at least a threshold, ascending, from any
       assert.deepEqual([Array.from(blocksA.heaps.values), Array.from(blocksA.heaps.ids)], [Array.from(blocksB.heaps.values), Array.from(blocksB.heaps.ids)], `cap ${cap}: block heap`);
     }
   }
+  // keys pushed out of position order (the later half first): ties with the worst may then enter, and the
+  // filter must list them (≥, not >): the same heaps again
+  {
+    const s = Float32Array.from(scorer.scoreRow(0, n));
+    const half = 2048;
+    const a = new BoundedHeaps(1, 64);
+    const b = new BoundedHeaps(1, 64);
+    for (const [from, to] of [[half, n], [0, half]] as const) {
+      const view = s.subarray(from, to);
+      pushRow(view, to - from, from, 0, a, null, (f, thr) => {
+        const all: number[] = [];
+        for (let i = f; i < to - from; i++) if ((view[i] as number) >= thr) all.push(i);
+        return Int32Array.from(all);
+      });
+      pushRow(view, to - from, from, 0, b, null, null);
+    }
+    assert.deepEqual([Array.from(a.values), Array.from(a.ids)], [Array.from(b.values), Array.from(b.ids)], 'out of order: the same heap');
+  }
   const ties = new Set(Array.from(scorer.scoreRow(0, n))).size;
   assert.ok(ties < n, `bf16 scores repeat (${ties} distinct of ${n}): ties are exercised`);
+});
+
+test('nextUpF32: the least float32 above x, so that ≥ it is > x', () => {
+  const f = (v: number) => Math.fround(v);
+  for (const x of [1, -1, 0.3, -0.3, 1e-38, -1e-38, 3.4e38, -3.4e38, 2 ** -149, -(2 ** -149), 123456.789]) {
+    const fx = f(x);
+    const up = nextUpF32(fx);
+    assert.ok(up > fx && f(up) === up, `${fx}: ${up}`);
+    // nothing in between: the midpoint rounds to one of the two
+    const mid = f((fx + up) / 2);
+    assert.ok(mid === fx || mid === up, `${fx}: midpoint ${mid}`);
+  }
+  assert.equal(nextUpF32(0), 2 ** -149);
+  assert.equal(nextUpF32(-0), 2 ** -149);
+  assert.equal(nextUpF32(-(2 ** -149)), -0);
+  assert.equal(nextUpF32(-Infinity), -3.4028234663852886e38);
+  assert.equal(nextUpF32(Infinity), Infinity);
+  assert.ok(Number.isNaN(nextUpF32(Number.NaN)));
 });
