@@ -19,6 +19,7 @@ import type { Sequence } from '@csa2/core';
 import { collectGarbage, type GcOptions, type GcReport } from './gc.js';
 import { chunkObjectKey, chunksPrefix, ingestMarkersPrefix, manifestObjectKey } from './format/keys.js';
 import type { DocumentManifest } from './format/manifest.js';
+import { encodeTail, tailKey, type StoredTail } from './format/tail-codec.js';
 import type { ConditionalDeleteResult, ObjectStore, PutOptions } from './store/object-store.js';
 import { FsObjectStore } from './store/fs-store.js';
 import { S3ObjectStore } from './store/s3-store.js';
@@ -323,6 +324,39 @@ for (const backend of BACKENDS) {
         assert.equal(w.stats.chunksRestored, 1);
         assert.notEqual(await b.store.head(victim.key), null);
         await assertLoads(b.store, 'doc', doc);
+      });
+    });
+
+    it('a stored encoder tail: written before its manifest, read back and verified on this store, kept while a manifest names it, reclaimed after', async () => {
+      await withBackend(backend.open, async (b) => {
+        const doc = syntheticSequence(LAYOUT, 2 * C + 5, 51);
+        const P = 2 * C + 5;
+        const [W, HD, R] = [4, 8, 6];
+        const positions = new Int32Array(W);
+        for (let p = P - W; p < P; p++) positions[p % W] = p;
+        const tail: StoredTail = {
+          modelId: LAYOUT.modelId, layoutId: LAYOUT.layoutId, tokenCount: P, replayTokens: R, window: W, headDim: HD, hcMult: 2, dim: 4,
+          indexKSlot: null, windows: [{ layer: 0, positions, rows: Float32Array.from({ length: W * HD }, (_, i) => i / 8) }], pending: [],
+          streamStart: P - R, streamRows: R, X: Float32Array.from({ length: R * 8 }, (_, i) => i * 0.25), pre: new Float32Array(R * 2).fill(1.5), sources: null,
+        };
+        const bytes = encodeTail(tail);
+        const m = await writer(b, 'doc').finish(doc, { tail: { bytes, replayTokens: R } });
+        assert.deepEqual(m.tail, { key: tailKey(bytes), sizeBytes: bytes.length, replayTokens: R });
+        const reader = new ArtifactReader({ store: b.store, layout: LAYOUT });
+        const shape = { window: W, headDim: HD, hcMult: 2, dim: 4, numLayers: 2, ratios: new Map([[0, 1]]) };
+        assert.deepEqual(await reader.readTail(await reader.readManifest(TENANT, 'doc'), shape, null), tail);
+        const tailObject = chunkObjectKey(TENANT, tailKey(bytes));
+        await b.pass(b.ageMs);
+        await gc(b);
+        assert.notEqual(await b.store.head(tailObject), null, 'named by a manifest: kept past the grace period');
+        // the same document again without a tail: the old tail is named by nothing
+        await writer(b, 'doc').finish(doc);
+        await b.pass(b.ageMs);
+        const report = await gc(b);
+        assert.equal(await b.store.head(tailObject), null, 'named by no manifest: reclaimed');
+        assert.ok((report.tenants[0]?.chunksDeleted ?? 0) >= 1);
+        await assertLoads(b.store, 'doc', doc);
+        await assert.rejects(reader.readTail(await reader.readManifest(TENANT, 'doc'), shape, null), /stored encoder tail of document doc/);
       });
     });
   });
