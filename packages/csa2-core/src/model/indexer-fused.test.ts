@@ -241,3 +241,38 @@ test('nextUpF32: the least float32 above x, so that ≥ it is > x', () => {
   assert.equal(nextUpF32(Infinity), Infinity);
   assert.ok(Number.isNaN(nextUpF32(Number.NaN)));
 });
+
+test('blockMax: each block\'s largest score as the JS loop takes it (NaN left out, -inf for none); pushRow\'s block heap the same with it', () => {
+  const rng = new SeededRandom(91);
+  const [rows, heads, d, n] = [2, 2, 32, 1000];
+  const scorer = new FusedIndexScorer(heads, d, true);
+  assert.ok(scorer.loadRows(queries(rng, rows, heads, d, 2)));
+  scorer.score(keys(rng, n, d, 2), n);
+  // scores a real run cannot have, written into the scorer's own rows: NaN, -inf, a block of NaN only, ±0
+  const s0 = scorer.scoreRow(0, n);
+  s0[3] = Number.NaN;
+  s0[17] = -Infinity;
+  s0.fill(Number.NaN, 24, 32);
+  s0.fill(-Infinity, 32, 40);
+  s0.fill(0, 40, 48);
+  s0[41] = -0;
+  for (const bs of [4, 8, 16]) {
+    for (let r = 0; r < rows; r++) {
+      const s = Float32Array.from(scorer.scoreRow(r, n));
+      const whole = Math.floor(n / bs);
+      const got = Array.from(scorer.blockMax(r, whole, bs));
+      const want = Array.from({ length: whole }, (_, j) => {
+        let m = -Infinity;
+        for (let k = j * bs; k < (j + 1) * bs; k++) if ((s[k] as number) > m) m = s[k] as number;
+        return m;
+      });
+      assert.deepEqual(got.map((v) => (v === 0 ? 0 : v)), want.map((v) => (v === 0 ? 0 : v)), `bs ${bs}, row ${r}`);
+      const a = { heaps: new BoundedHeaps(1, 16), blockSize: bs, pin: 5 };
+      const b = { heaps: new BoundedHeaps(1, 16), blockSize: bs, pin: 5 };
+      pushRow(scorer.scoreRow(r, n), n, 0, 0, new BoundedHeaps(1, 8), a, null, (nb) => scorer.blockMax(r, nb, bs));
+      pushRow(s, n, 0, 0, new BoundedHeaps(1, 8), b, null, null);
+      assert.deepEqual([Array.from(a.heaps.ids), Array.from(a.heaps.size)], [Array.from(b.heaps.ids), Array.from(b.heaps.size)], `bs ${bs}, row ${r}: block heap`);
+    }
+  }
+  assert.throws(() => scorer.blockMax(0, 10, 6), /blocks of 6/);
+});

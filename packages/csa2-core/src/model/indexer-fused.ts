@@ -30,7 +30,7 @@ import { Csa2Error } from '../errors.js';
 import { indexKRowBytes } from '../numerics/formats.js';
 import type { ScoreRows } from './indexer-scores.js';
 import {
-  F32, I32, V128, add, align64, and, block, br, brIf, compileModule, ctz, end, ensureBytes, eqz, f32x4Add, f32x4Ge, i32x4Bitmask, store32, sub, f32x4ConvertI32x4S, f32x4Mul, f32x4ReplaceLane, f32x4Splat,
+  F32, I32, V128, add, align64, and, block, f32cNegInf, f32x4ExtractLane, f32x4Pmax, storeF32, br, brIf, compileModule, ctz, end, ensureBytes, eqz, f32x4Add, f32x4Ge, i32x4Bitmask, store32, sub, f32x4ConvertI32x4S, f32x4Mul, f32x4ReplaceLane, f32x4Splat,
   geU, get, i16x8ExtendHighI8x16S, i16x8ExtendLowI8x16S, i32c, i32x4Add, i32x4DotI16x8S, i32x4ShrS, i32x4ShrU, i8x16Shuffle,
   i8x16ShrU, i8x16Swizzle, instantiateModule, load8, loadF32, loop, mul, name, section, set, shl, uleb, vAnd, vAndNot, vConst, vConstI32, vLoad,
   vLoad32Splat, vStore, vector, type WasmMemory,
@@ -186,16 +186,52 @@ function aboveBody(): number[] {
   return [...vector([[3, I32], [1, V128]]), ...body];
 }
 
+/**
+ * blockMax(row, blocks, vectors, out): for each block of `vectors` × 4 float32 scores at `row`, the
+ * largest, NaN left out (-Infinity for a block of NaN), written as float32 at `out` — what pushRow's
+ * candidate-block maxima take (the candidate source scans every entry: 1M a decode row at 1M tokens).
+ */
+function blockMaxBody(): number[] {
+  // params 0 row, 1 blocks, 2 vectors a block, 3 out; locals 4 b, 5 k, 6 p; v128 7 acc, 8 t, 9 -inf
+  const [b, k, p, acc, t, ninf] = [4, 5, 6, 7, 8, 9];
+  const body = [
+    ...f32cNegInf, ...f32x4Splat, ...set(ninf),
+    ...get(0), ...set(p), ...i32c(0), ...set(b),
+    ...block, ...loop,
+    ...get(b), ...get(1), ...geU, ...brIf(1),
+    ...get(ninf), ...set(acc), ...i32c(0), ...set(k),
+    ...block, ...loop,
+    ...get(k), ...get(2), ...geU, ...brIf(1),
+    // acc = pmax(acc, v): a NaN score keeps acc
+    ...get(acc), ...get(p), ...vLoad(0), ...f32x4Pmax, ...set(acc),
+    ...get(p), ...i32c(16), ...add, ...set(p),
+    ...get(k), ...i32c(1), ...add, ...set(k),
+    ...br(0), ...end, ...end,
+    ...get(acc), ...get(acc), ...get(acc), ...i8x16Shuffle(lanes32([2, 3, 0, 1])), ...f32x4Pmax, ...set(t),
+    ...get(t), ...get(t), ...get(t), ...i8x16Shuffle(lanes32([1, 0, 3, 2])), ...f32x4Pmax, ...set(t),
+    ...get(3), ...get(b), ...i32c(2), ...shl, ...add, ...get(t), ...f32x4ExtractLane(0), ...storeF32,
+    ...get(b), ...i32c(1), ...add, ...set(b),
+    ...br(0), ...end, ...end,
+    ...end,
+  ];
+  return [...vector([[3, I32], [3, V128]]), ...body];
+}
+
 function moduleBytes(heads: number, blocks: number, round: boolean): Uint8Array {
   const f = scoreBody(heads, blocks, round);
   const a = aboveBody();
+  const m = blockMaxBody();
   return Uint8Array.from([
     0x00, 0x61, 0x73, 0x6d, 1, 0, 0, 0,
-    ...section(1, vector([[0x60, ...vector([[I32], [I32], [I32], [I32], [I32], [I32], [I32]]), 0], [0x60, ...vector([[I32], [I32], [I32], [F32], [I32]]), ...vector([[I32]])]])),
-    ...section(3, vector([[0], [1]])),
+    ...section(1, vector([
+      [0x60, ...vector([[I32], [I32], [I32], [I32], [I32], [I32], [I32]]), 0],
+      [0x60, ...vector([[I32], [I32], [I32], [F32], [I32]]), ...vector([[I32]])],
+      [0x60, ...vector([[I32], [I32], [I32], [I32]]), 0],
+    ])),
+    ...section(3, vector([[0], [1], [2]])),
     ...section(5, vector([[0, 1]])),
-    ...section(7, vector([[...name('score'), 0, 0], [...name('above'), 0, 1], [...name('mem'), 2, 0]])),
-    ...section(10, vector([[...uleb(f.length), ...f], [...uleb(a.length), ...a]])),
+    ...section(7, vector([[...name('score'), 0, 0], [...name('above'), 0, 1], [...name('blockMax'), 0, 2], [...name('mem'), 2, 0]])),
+    ...section(10, vector([[...uleb(f.length), ...f], [...uleb(a.length), ...a], [...uleb(m.length), ...m]])),
   ]);
 }
 
@@ -203,6 +239,7 @@ const compiledByShape = new Map<string, object>();
 
 type Score = (keys: number, groups: number, rowBytes: number, rows: number, q: number, out: number, outStride: number) => void;
 type Above = (row: number, from: number, count: number, threshold: number, out: number) => number;
+type BlockMax = (row: number, blocks: number, vectors: number, out: number) => void;
 
 /**
  * The fused scorer for `heads` (≤ 4) index heads of width d (a multiple of 32), one instance per model
@@ -213,6 +250,7 @@ export class FusedIndexScorer {
   private readonly memory: WasmMemory;
   private readonly scoreFn: Score;
   private readonly aboveFn: Above;
+  private readonly blockMaxFn: BlockMax;
   private readonly blocks: number;
   private readonly layout: ReturnType<typeof rowLayout>;
   private rows = 0;
@@ -238,6 +276,7 @@ export class FusedIndexScorer {
     this.memory = memory;
     this.scoreFn = exports['score'] as Score;
     this.aboveFn = exports['above'] as Above;
+    this.blockMaxFn = exports['blockMax'] as BlockMax;
     const table = new Float32Array(memory.buffer, 0, 256);
     for (let s = 0; s < 256; s++) table[s] = s === 0xff ? 0 : 2 ** (s - 128);
   }
@@ -327,6 +366,19 @@ export class FusedIndexScorer {
     if (!(r >= 0 && r < this.rows && from >= 0 && count <= this.stride)) throw new Csa2Error('runtime', `FusedIndexScorer.above: row ${r} of ${this.rows}, [${from}, ${count}) of ${this.stride}`);
     const n = this.aboveFn(this.out + r * this.stride * 4, from, count, threshold, this.idx);
     return new Int32Array(this.memory.buffer, this.idx, n);
+  }
+
+  /**
+   * The largest score of each of the first `blocks` blocks of `blockSize` keys (a multiple of 4) in row r
+   * of the last `score` call, NaN left out (-Infinity for a block with no other score): a view, valid
+   * until the next call.
+   */
+  blockMax(r: number, blocks: number, blockSize: number): Float32Array {
+    if (!(r >= 0 && r < this.rows && blockSize % 4 === 0 && blockSize > 0 && blocks * blockSize <= this.stride)) {
+      throw new Csa2Error('runtime', `FusedIndexScorer.blockMax: row ${r} of ${this.rows}, ${blocks} blocks of ${blockSize} in ${this.stride}`);
+    }
+    this.blockMaxFn(this.out + r * this.stride * 4, blocks, blockSize / 4, this.idx);
+    return new Float32Array(this.memory.buffer, this.idx, blocks);
   }
 
   /** Row r's scores over the first `count` keys of the last `score` call (a view, valid until the next call). */

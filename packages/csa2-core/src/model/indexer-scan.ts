@@ -277,7 +277,7 @@ async function scoreBlock(ctx: IndexerContext, scorer: IndexScorer, packed: Uint
       const visible = Math.min(t1, x.clen - k0) - t0;
       if (visible > 0) {
         const blocks = x.st.blocks === null ? null : { heaps: x.st.blocks, blockSize: bs, pin: pinOf(x.clen, bs) };
-        pushRow(scorer.scoreRow(i, visible), visible, k0 + t0, x.r, x.st.topk, blocks, (from, threshold) => scorer.above(i, from, visible, threshold));
+        pushRow(scorer.scoreRow(i, visible), visible, k0 + t0, x.r, x.st.topk, blocks, (from, threshold) => scorer.above(i, from, visible, threshold), (n) => scorer.blockMax(i, n, bs));
       }
     });
   }

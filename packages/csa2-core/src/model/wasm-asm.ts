@@ -35,6 +35,8 @@ export const set = (i: number) => [0x21, i];
 export const tee = (i: number) => [0x22, i];
 export const i32c = (v: number) => [0x41, ...sleb(v)];
 export const f32c0 = [0x43, 0, 0, 0, 0];
+/** f32.const -Infinity. */
+export const f32cNegInf = [0x43, 0x00, 0x00, 0x80, 0xff];
 export const [add, sub, mul, and, xor, shl, shrS, shrU, geU] = [[0x6a], [0x6b], [0x6c], [0x71], [0x73], [0x74], [0x75], [0x76], [0x4f]];
 export const [fAdd, fMul, i32OfF32, f32OfI32] = [[0x92], [0x94], [0xbc], [0xbe]];
 export const load8 = (off: number) => [0x2d, 0, ...uleb(off)];
@@ -82,6 +84,8 @@ export const f32x4Add = simd(0xe4);
 export const f32x4Mul = simd(0xe6);
 export const f32x4ConvertI32x4S = simd(0xfa);
 export const f32x4Ge = simd(0x46);
+/** f32x4.pmax: lane-wise `a < b ? b : a` (a NaN b leaves a). */
+export const f32x4Pmax = simd(0xeb);
 export const i32x4Bitmask = simd(0xa4);
 
 /** The part of the WebAssembly API used here (the workspace's type libraries do not declare it; Node has it). */
