@@ -17,7 +17,7 @@
 import { ArtifactWriter, DEFAULT_CHUNK_TOKENS, bytesPerToken, encodeManifest, encodeTail, existingChunkPrefix } from '@csa2/artifacts';
 import { Csa2Error, DEFAULT_REPLAY_TOKENS, InputError, type Sequence, type SourceSelections, type Span, type SpanOutput } from '@csa2/core';
 import { MAX_TAIL_REPLAY } from './document-cache.js';
-import { encoderTailReusable } from './generate-work.js';
+import { encoderTailReusable, replayChunkRows } from './generate-work.js';
 import { clearToArtifactState, joinSelections, storedTailOf } from './stored-tail.js';
 import type { StoredTail } from '@csa2/artifacts';
 import type { IngestHooks, IngestOutcome, IngestRequest } from '../types.js';
@@ -25,6 +25,9 @@ import { SegmentRun } from './segment-run.js';
 import { documentTokens, loadStoredPrefix } from './stored-chunks.js';
 import { sequenceBytes, type WorkContext } from './work-context.js';
 import type { NextRows, Work } from './work.js';
+
+/** Rows a run of the encoder tail's candidate-source pass takes (see next()). */
+const TAIL_SOURCE_CHUNK_ROWS = 16;
 
 export class IngestWork implements Work {
   readonly kind = 'ingest';
@@ -142,7 +145,14 @@ export class IngestWork implements Work {
     if (this.finished) return null;
     const run = this.tailPhase?.run ?? this.run;
     if (run === null || run.done) return null;
-    return { kind: 'prefill', rows: run.remaining, layers: run.opts.l1 - run.opts.l0 };
+    // the tail's runs in chunks within the replay budget, as a question's decoder replay; the candidate
+    // source's in the smallest ones (TAIL_SOURCE_CHUNK_ROWS): only its picks are kept, but its attention's
+    // tables come with them, and in the 1M-token test they raised the encoder's peak by 6–16 MB at 128 rows a run
+    const rows =
+      this.tailPhase === null
+        ? run.remaining
+        : Math.min(run.remaining, this.tailPhase.kind === 'sources' ? TAIL_SOURCE_CHUNK_ROWS : replayChunkRows(this.ctx.model, this.tailReplay, this.ctx.replayChunkBytes));
+    return { kind: 'prefill', rows, layers: run.opts.l1 - run.opts.l0 };
   }
 
   span(rows: number): Span {
