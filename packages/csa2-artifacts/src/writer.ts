@@ -230,7 +230,7 @@ export class ArtifactWriter {
         throw new RangeError(`a stored tail needs 1 ≤ replayTokens ≤ ${sequenceLength(seq)} and bytes, got ${t.replayTokens} and ${t.bytes.length} bytes`);
       }
       const tail = t === undefined ? undefined : { key: tailKey(t.bytes), sizeBytes: t.bytes.length, replayTokens: t.replayTokens };
-      if (tail !== undefined) await this.putTail(tail.key, (t as { bytes: Uint8Array }).bytes);
+      if (t !== undefined && tail !== undefined) await this.putTail(tail.key, t.bytes);
       const manifest: DocumentManifest = {
         formatVersion: MANIFEST_FORMAT_VERSION,
         modelId: this.layout.modelId,
@@ -244,8 +244,8 @@ export class ArtifactWriter {
         ...(tail !== undefined ? { tail } : {}),
       };
       const stored = await this.restoreMissingChunks(seq, await this.putManifest(manifest));
-      if (tail !== undefined && (await this.store.head(chunkObjectKey(this.tenant, tail.key))) === null) {
-        await this.putTail(tail.key, (t as { bytes: Uint8Array }).bytes); // removed by a racing gc (see restoreMissingChunks)
+      if (t !== undefined && tail !== undefined && (await this.store.head(chunkObjectKey(this.tenant, tail.key))) === null) {
+        await this.putTail(tail.key, t.bytes); // removed by a racing gc (see restoreMissingChunks)
       }
       this.finished = stored;
       await this.marker.end();

@@ -40,7 +40,7 @@ import type { ChoiceOutcome, DocumentRef, FinishReason, GenerateHooks, GenerateO
 import { documentCacheKey, MAX_TAIL_REPLAY, type DocumentLease, type PrimedTail } from './document-cache.js';
 import { SegmentRun } from './segment-run.js';
 import { listedChunks } from './stored-chunks.js';
-import { applyTailState, joinSelections, primedTailOf, tailCandidatesOf, tailShapeOf, tailStateBytes, tailStateOf } from './stored-tail.js';
+import { applyTailState, copySelections, joinSelections, primedTailOf, tailCandidatesOf, tailShapeOf, tailStateBytes, tailStateOf } from './stored-tail.js';
 import { globalCacheBytes, sequenceBytes, type WorkContext } from './work-context.js';
 import type { NextRows, Work } from './work.js';
 
@@ -399,12 +399,12 @@ export class GenerateWork implements Work {
     this.storesTail = false;
     const lease = this.lease;
     if (lease === null) return;
-    const state = tailStateOf(this.requireSeq());
-    // the sequence holds the document and the question's tokens already: the state is of its first P
+    // the sequence holds the question's tokens already: the state is of the document's P
+    const state = tailStateOf(this.requireSeq(), this.prior);
     const stream = run.keptCopy(run.opts.start, this.prior);
     const c = this.ctx.model.config;
     const sourceBytes = this.replayTokens * (c.indexTopK + c.candidateTopKBlocks) * 4;
-    const tail: PrimedTail = { state: { ...state, tokenCount: this.prior }, stream, sources: null, bytes: tailStateBytes(state) + stream.X.byteLength + stream.pre.byteLength + sourceBytes };
+    const tail: PrimedTail = { state, stream, sources: null, bytes: tailStateBytes(state) + stream.X.byteLength + stream.pre.byteLength + sourceBytes };
     if (lease.storeTail(this.replayTokens, tail)) this.ownTail = tail;
   }
 
@@ -567,10 +567,4 @@ export function replayChunkRows(model: Pick<Csa2Model, 'config'>, rows: number, 
   const perRow = (c.indexTopK + c.windowSize) * c.headDim * 4 * 2;
   const cap = Math.max(MIN_REPLAY_CHUNK_ROWS, Math.floor(bytes / perRow));
   return Math.ceil(rows / Math.ceil(rows / cap));
-}
-
-/** A copy of the rows of `s` before `end` (none when it starts there or after). */
-function copySelections(s: SourceSelections, end: number): SourceSelections {
-  const rows = Math.max(0, Math.min(s.rows, end - s.start));
-  return { start: s.start, rows, kk: s.kk, kb: s.kb, topk: s.topk.slice(0, rows * s.kk), candidates: s.candidates.slice(0, rows * s.kb) };
 }

@@ -18,7 +18,7 @@ import { ArtifactWriter, DEFAULT_CHUNK_TOKENS, bytesPerToken, encodeManifest, en
 import { Csa2Error, DEFAULT_REPLAY_TOKENS, InputError, type Sequence, type SourceSelections, type Span, type SpanOutput } from '@csa2/core';
 import { MAX_TAIL_REPLAY } from './document-cache.js';
 import { encoderTailReusable, replayChunkRows } from './generate-work.js';
-import { clearToArtifactState, joinSelections, storedTailOf } from './stored-tail.js';
+import { clearToArtifactState, copySelections, joinSelections, storedTailOf } from './stored-tail.js';
 import type { StoredTail } from '@csa2/artifacts';
 import type { IngestHooks, IngestOutcome, IngestRequest } from '../types.js';
 import { SegmentRun } from './segment-run.js';
@@ -212,7 +212,7 @@ export class IngestWork implements Work {
       if (src !== undefined && src.layer >= model.decoderStart) {
         // the candidate source's picks of these rows (they depend on the rows' encoder output only); what
         // the decoder layers write into the sequence is no part of the tail (its state is copied above)
-        const run = new SegmentRun(seq, { start: stream.start, end: seq.length, l0: model.decoderStart, l1: src.layer + 1, input: stream, captureSources: (sel) => this.tailPicks.push(copyPicks(sel)) }, model.config);
+        const run = new SegmentRun(seq, { start: stream.start, end: seq.length, l0: model.decoderStart, l1: src.layer + 1, input: stream, captureSources: (sel) => this.tailPicks.push(copySelections(sel, seq.length)) }, model.config);
         this.tailPhase = { kind: 'sources', run };
         return;
       }
@@ -272,9 +272,4 @@ export class IngestWork implements Work {
     this.done();
     this.settle.reject(err);
   }
-}
-
-/** A copy of picks handed to a capture (the indexer's arrays are its own). */
-function copyPicks(s: SourceSelections): SourceSelections {
-  return { ...s, topk: s.topk.slice(), candidates: s.candidates.slice() };
 }

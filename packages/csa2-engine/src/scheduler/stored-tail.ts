@@ -78,8 +78,8 @@ export function storedTailOf(seq: Sequence, stream: StreamRows, sources: SourceS
 /** What a document's sequence gains from the encoder over its last R tokens: windows, open groups, the index-K slot (a stored tail's part of it). */
 export type TailState = Pick<StoredTail, 'tokenCount' | 'indexKSlot' | 'windows' | 'pending'>;
 
-/** `seq`'s windows that hold rows, its open groups and its index-K slot (copies). */
-export function tailStateOf(seq: Sequence): TailState {
+/** `seq`'s windows that hold rows, its open groups and its index-K slot (copies), as the state of its first `tokenCount` tokens. */
+export function tailStateOf(seq: Sequence, tokenCount = seq.length): TailState {
   const windows: TailWindow[] = [];
   seq.windows.forEach((w, layer) => {
     if (w.positions.some((p) => p !== -1)) windows.push({ layer, positions: w.positions.slice(), rows: w.rows.slice() });
@@ -88,7 +88,7 @@ export function tailStateOf(seq: Sequence): TailState {
   for (const k of seq.caches.values()) {
     if (k.pendingGroup >= 0) pending.push({ layer: k.layer, ratio: k.ratio, group: k.pendingGroup, count: k.pendingCount, kv: k.pendingKv.slice(), score: k.pendingScore.slice() });
   }
-  return { tokenCount: seq.length, indexKSlot: seq.indexKSlot, windows, pending };
+  return { tokenCount, indexKSlot: seq.indexKSlot, windows, pending };
 }
 
 /** Bytes a tail state holds. */
@@ -132,6 +132,12 @@ export function primedTailOf(stored: StoredTail): PrimedTail {
   const sources = stored.sources === null ? null : { ...stored.sources };
   const sourceBytes = sources === null ? 0 : sources.topk.byteLength + sources.candidates.byteLength;
   return { state, stream, sources, bytes: tailStateBytes(state) + stored.X.byteLength + stored.pre.byteLength + sourceBytes };
+}
+
+/** A copy of the rows of `s` before `end` (none when it starts there or after). */
+export function copySelections(s: SourceSelections, end: number): SourceSelections {
+  const rows = Math.max(0, Math.min(s.rows, end - s.start));
+  return { start: s.start, rows, kk: s.kk, kb: s.kb, topk: s.topk.slice(0, rows * s.kk), candidates: s.candidates.slice(0, rows * s.kb) };
 }
 
 /** Consecutive pieces (in row order, one kk and kb) as one; null when there are none or they do not join. */
