@@ -131,6 +131,8 @@ export class AttentionScratch {
   private flags = new Uint8Array(0);
   /** The latest fresh selections' unpacked entries (read by the layers that reuse them, replaced by the next fresh ones). */
   private values = new Float32Array(0);
+  /** Where the latest selection values end (floats): the rest of `values` is free. */
+  private valuesEnd = 0;
   private unpacker: MainKvUnpacker | null = null;
   /** The most of each array that the forward calls since the last trim asked for (elements). */
   private used = { table: 0, idx: 0, slots: 0, flags: 0, values: 0 };
@@ -147,10 +149,22 @@ export class AttentionScratch {
    * at once (index sources) or all reused (the layers after one), so when new ones are unpacked the old
    * ones are read no more.
    */
-  selectionValues(n: number): Float32Array {
-    this.used.values = Math.max(this.used.values, n);
-    if (this.values.length < n) this.values = new Float32Array(n);
+  selectionValues(n: number, room = 0): Float32Array {
+    this.used.values = Math.max(this.used.values, n + room);
+    if (this.values.length < n + room) this.values = new Float32Array(n + room);
+    this.valuesEnd = n;
     return this.values.subarray(0, n);
+  }
+
+  /**
+   * A run's key table in place: when the run's selected entries are the scratch's latest selection values
+   * from float `start` to their end (the members' blocks, in order) and `windowValues` more fit after them,
+   * the table is that part of the buffer — its entries need no copy, only the windows are written after
+   * them. Null otherwise (the caller copies into `take`'s table).
+   */
+  tableAfterSelections(buffer: ArrayBufferLike, start: number, end: number, windowValues: number): Float32Array | null {
+    if (buffer !== this.values.buffer || end !== this.valuesEnd || end + windowValues > this.values.length) return null;
+    return this.values.subarray(start, end + windowValues);
   }
 
   /** The flags (all 0), covering every position in topk[from, to). */
@@ -233,7 +247,7 @@ function selectionFor(ctx: AttentionContext, e: LayerPlanEntry, st: SpanState, w
 }
 
 /** Unpacks the entries of every fresh selection block (all spans of the layer) in one graph run. */
-async function unpackSelections(ctx: AttentionContext, e: LayerPlanEntry, fresh: ReadonlyArray<{ st: SpanState; selection: Selection }>, othersReused: boolean): Promise<void> {
+async function unpackSelections(ctx: AttentionContext, e: LayerPlanEntry, fresh: ReadonlyArray<{ st: SpanState; selection: Selection }>, othersReused: boolean, windowValues: number): Promise<void> {
   const D = ctx.config.headDim;
   const R = D / 2 + D / 16;
   let U = 0;
@@ -249,8 +263,9 @@ async function unpackSelections(ctx: AttentionContext, e: LayerPlanEntry, fresh:
     }
   }
   // a copy out of the unpacker's memory: selections live on through the Reuse layers after this one (in
-  // the scratch's buffer, unless a span of this layer still reads an older selection: then a new array)
-  const kv = othersReused ? new Float32Array(U * D) : ctx.attentionScratch.selectionValues(U * D);
+  // the scratch's buffer, unless a span of this layer still reads an older selection: then a new array);
+  // the scratch's buffer keeps room for the spans' window rows after them (see tableAfterSelections)
+  const kv = othersReused ? new Float32Array(U * D) : ctx.attentionScratch.selectionValues(U * D, windowValues);
   kv.set(ctx.attentionScratch.mainKvUnpacker(D).unpack(packed, U));
   row = 0;
   for (const { selection } of fresh) {
@@ -260,6 +275,26 @@ async function unpackSelections(ctx: AttentionContext, e: LayerPlanEntry, fresh:
     }
   }
   if (row !== U) throw new Csa2Error('runtime', `layer ${e.layer}: unpacked ${row} of ${U} selected entries`);
+}
+
+/** The run's key table in place after its members' selected entries (AttentionScratch.tableAfterSelections), or null. */
+function tableInPlace(scratch: AttentionScratch, run: readonly RunMember[], Ut: number, windowValues: number): Float32Array | null {
+  if (Ut === 0) return null;
+  let buffer: ArrayBufferLike | null = null;
+  let start = 0;
+  let next = 0;
+  for (const m of run) {
+    const v = m.block?.values;
+    if (v === undefined) return null;
+    if (buffer === null) {
+      buffer = v.buffer;
+      start = v.byteOffset / 4;
+      next = start;
+    }
+    if (v.buffer !== buffer || v.byteOffset / 4 !== next) return null;
+    next += v.length;
+  }
+  return buffer === null ? null : scratch.tableAfterSelections(buffer, start, next, windowValues);
 }
 
 /**
@@ -296,7 +331,8 @@ export async function runAttention(
     }
     parts.push({ st, offset, window, selection });
   }
-  if (fresh.length > 0) await unpackSelections(ctx, e, fresh, reused > 0);
+  const windowValues = parts.reduce((a, p) => a + p.window.rows.length, 0);
+  if (fresh.length > 0) await unpackSelections(ctx, e, fresh, reused > 0, windowValues);
 
   // the runs: consecutive spans while they fit the budget; a span in several blocks, one run per block
   const runs: RunMember[][] = [];
@@ -329,8 +365,10 @@ export async function runAttention(
     const rows = run.reduce((s, mbr) => s + (mbr.r1 - mbr.r0), 0);
     const Ut = run.reduce((s, mbr) => s + (mbr.block?.entries.length ?? 0), 0);
     const Wt = run.reduce((s, mbr) => s + mbr.window.rows.length / D, 0);
-    // the table: every member's selected entries, then every member's window rows
-    const { table, idx } = ctx.attentionScratch.take((Ut + Wt) * D, rows * C);
+    // the table: every member's selected entries, then every member's window rows (in place after the
+    // entries when they lie in the scratch's selection values in member order: a decode batch's one run)
+    const inPlace = tableInPlace(ctx.attentionScratch, run, Ut, Wt * D);
+    const { table, idx } = inPlace !== null ? { table: inPlace, idx: ctx.attentionScratch.take(0, rows * C).idx } : ctx.attentionScratch.take((Ut + Wt) * D, rows * C);
     let row = 0;
     let uOff = 0;
     let wOff = Ut;
@@ -338,7 +376,7 @@ export async function runAttention(
       const w = mbr.window;
       table.set(w.rows, wOff * D);
       const block = mbr.block;
-      if (block !== null) table.set(block.values, uOff * D);
+      if (block !== null && inPlace === null) table.set(block.values, uOff * D);
       const slots = block !== null && block.r1 - block.r0 > 1 ? ctx.attentionScratch.slotsOf(block.entries) : null;
       const topk = mbr.st.shared.topk;
       const kk = mbr.st.shared.kk;
