@@ -3,6 +3,8 @@
 entries in each index layer's top-k on held-out passkey / NIAH-single samples (train.evaluate's probe).
 
     python3 training/replay_kl.py models/v41-mini-128k training/state/s3-step537 [--R 128] [--probe-lengths 32768 --probe-n 8]
+        [--eval-lengths 4096,32768 --eval-n 16 --eval-passes doc]   (train.evaluate's passkey / NIAH-single figures
+        under the given passes, with replay R: e.g. the stored-document path's, as a baseline; no LM loss)
 """
 
 import argparse
@@ -28,6 +30,9 @@ def main() -> None:
     ap.add_argument("--doc-tokens", type=int, default=4096)
     ap.add_argument("--probe-lengths", default="")
     ap.add_argument("--probe-n", type=int, default=8)
+    ap.add_argument("--eval-lengths", default="")
+    ap.add_argument("--eval-n", type=int, default=16)
+    ap.add_argument("--eval-passes", default="exact,replay,doc")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -43,6 +48,10 @@ def main() -> None:
         if a.probe_lengths:
             ev = T.evaluate(model, corpus, device, [int(x) for x in a.probe_lengths.split(",")], a.probe_n, seed=12345, lm_batches=0, replay=0, tasks=("passkey", "niah_single"))
             rec["probe"] = {k: {x: v[x] for x in ("exact", "token_acc", "needle_found", "needle_in_topk")} for k, v in ev["tasks"].items()}
+        if a.eval_lengths:
+            ev = T.evaluate(model, corpus, device, [int(x) for x in a.eval_lengths.split(",")], a.eval_n, seed=12345, lm_batches=0, replay=a.R,
+                            tasks=("passkey", "niah_single"), passes=tuple(a.eval_passes.split(",")), kl=False)
+            rec["eval"] = ev["tasks"]
         print(json.dumps(rec), flush=True)
         res.append(rec)
         del model

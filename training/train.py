@@ -104,19 +104,32 @@ def save_sharded(sd: dict, out: Path, n_shards: int = 2) -> None:
     (out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": wm}, indent=1))
 
 
-def replay_starts(am: torch.Tensor, R: int, frac: float, rng: random.Random) -> torch.Tensor | None:
+def replay_starts(am: torch.Tensor, R: int, frac: float, rng: random.Random, doc_end=None, doc_frac: float = 0.0):
     """Per sequence the decoder-replay start p for model.Ctx.replay_start (None when R = 0): with
     probability frac, a task sequence gets p = (its prompt length) - R, the replay csa2-serve runs before
-    generating the answer; a plain text sequence a random p; the others 0 (exact)."""
+    generating the answer; a plain text sequence a random p; the others 0 (exact).
+
+    With doc_frac > 0 (and doc_end, data.Sample.doc_end per sequence), a replayed sequence is with
+    probability doc_frac also given the stored-document path's encoder replay (model.Ctx.encoder_replay_start):
+    the question appended to a stored document of D tokens re-runs the encoder from D - R. D is the
+    question's first token in a task sequence; in a plain text sequence the prompt ends at p + R and its
+    last 16..64 tokens are the question (D = p + R - q, the encoder start p - q). Returns (decoder starts,
+    encoder starts or None when doc_frac = 0)."""
     if R <= 0 or frac <= 0:
-        return None
+        return None, None
     B, S = am.shape
     p = torch.zeros(B, dtype=torch.long)
+    e = torch.zeros(B, dtype=torch.long) if doc_frac > 0 else None
     for b in range(B):
         if rng.random() < frac:
             nz = torch.nonzero(am[b]).flatten()
             p[b] = max(0, int(nz[0]) + 1 - R) if nz.numel() else rng.randrange(0, S)
-    return p
+            if e is not None and rng.random() < doc_frac:
+                if nz.numel() and doc_end is not None and int(doc_end[b]) >= 0:
+                    e[b] = max(0, int(doc_end[b]) - R)
+                else:
+                    e[b] = max(0, int(p[b]) - rng.randint(16, 64))
+    return p, e
 
 
 def needle_spans(ids: np.ndarray, am: np.ndarray):
@@ -163,13 +176,13 @@ def needle_summary(stats: list) -> dict:
     return out
 
 
-def train_step(model, opt, ids, am, ctx_kw, answer_weight, lr, timing=False, replay_start=None, kl_focus=None):
+def train_step(model, opt, ids, am, ctx_kw, answer_weight, lr, timing=False, replay_start=None, kl_focus=None, encoder_replay_start=None):
     """One optimizer step: forward, loss (LM + answer_weight x answer tokens + indexer KL), backward,
     clip, AdamW. Returns the detached losses, the grad norm, the Ctx (indexer stats) and host times."""
     if lr is not None:
         set_lr(opt, lr)
     dev = ids.device
-    ctx = M.Ctx(**ctx_kw, replay_start=replay_start, kl_focus=kl_focus)
+    ctx = M.Ctx(**ctx_kw, replay_start=replay_start, kl_focus=kl_focus, encoder_replay_start=encoder_replay_start)
     h = model.hidden(ids, ctx)
     logits = model.logits(h[:, :-1])
     tgt = ids[:, 1:]
@@ -264,8 +277,8 @@ class Producer:
     def get(self):
         for _ in range(100):
             try:
-                ids, am, tasks = make_batch(self.corpus, self.rng, self.shape[0], self.shape[1], self.task_fraction, task_weights=self.task_weights)
-                return torch.from_numpy(ids), torch.from_numpy(am), tasks
+                ids, am, tasks, doc_end = make_batch(self.corpus, self.rng, self.shape[0], self.shape[1], self.task_fraction, task_weights=self.task_weights, with_doc_end=True)
+                return torch.from_numpy(ids), torch.from_numpy(am), tasks, doc_end
             except Exception as e:  # noqa: BLE001 - a bad draw must not stop training
                 print(json.dumps({"type": "producer_error", "error": repr(e)[:300]}), flush=True)
         raise RuntimeError("data producer failed 100 times in a row")
@@ -285,10 +298,14 @@ def eval_sample(corpus, seed, task, L, i, depth):
 
 
 @torch.no_grad()
-def evaluate(model, corpus, device, lengths, n_per, seed, lm_batches=4, replay=0, tasks=TASKS):
+def evaluate(model, corpus, device, lengths, n_per, seed, lm_batches=4, replay=0, tasks=TASKS, passes=("exact", "replay", "doc"), kl=True):
     """Held-out figures: LM loss on held-out text, and per task and length the answer accuracy
     (exact = every answer token is the argmax given the right prefix, i.e. greedy decoding would
-    produce the answer) at depths spread over 5..95%."""
+    produce the answer) at depths spread over 5..95%. With replay = R > 0 also under csa2-serve's
+    decoder replay over the last R prompt tokens (`_replayR`: a prompt sent whole) and under the
+    stored-document path (`_docR`: the haystack stored as a document, the question appended; the
+    encoder replayed from D - R as well, D the question's first token; session 7), and replay_kl (kl).
+    passes: which of "exact", "replay", "doc" to run."""
     model.eval()
     rng = random.Random(seed)
     out = {"lm_loss": None, "tasks": {}}
@@ -315,16 +332,19 @@ def evaluate(model, corpus, device, lengths, n_per, seed, lm_batches=4, replay=0
             rec = {"n": len(samples), "tokens": int(T)}
             # exact, and with csa2-serve's decoder replay over the last R prompt tokens (the answer is generated after it)
             starts = torch.tensor([max(0, int(np.nonzero(am[i])[0][0]) + 1 - replay) for i in range(len(samples))]) if replay > 0 else None
+            enc = torch.tensor([max(0, s.doc_end - replay) for s in samples]) if replay > 0 else None
             spans = needle_spans(ids, am)
-            for tag, rs in (("", None), (f"_replay{replay}", starts)):
-                if tag and rs is None:
+            runs = [("", None, None, "exact"), (f"_replay{replay}", starts, None, "replay"), (f"_doc{replay}", starts, enc, "doc")]
+            for tag, rs, es, name in runs:
+                if name not in passes or (tag and rs is None):
                     continue
                 preds = []
                 nstats = []
                 for i in range(0, len(samples), chunk):
                     # the exact pass also records, per index layer, the share of the needle's entries in the top-k at the question's last row
                     focus = None if tag else focus_tensors(spans[:, i : i + chunk], device)
-                    ctx = M.Ctx(replay_start=None if rs is None else rs[i : i + chunk].to(device), kl_focus=focus)
+                    ctx = M.Ctx(replay_start=None if rs is None else rs[i : i + chunk].to(device), kl_focus=focus,
+                                encoder_replay_start=None if es is None else es[i : i + chunk].to(device))
                     preds.append(model(ids_t[i : i + chunk], ctx).argmax(-1).cpu())
                     nstats += ctx.needle_stats
                 if not tag:
@@ -335,7 +355,7 @@ def evaluate(model, corpus, device, lengths, n_per, seed, lm_batches=4, replay=0
                 rec["exact" + tag] = float(ok.all(axis=1).mean())
                 rec["token_acc" + tag] = float(((pred == tgt) & am).sum() / am.sum())
             out["tasks"][f"{task}@{L}"] = rec
-    if replay > 0:
+    if replay > 0 and kl:
         out["replay_kl"] = replay_kl(model, corpus, device, replay)
     model.train()
     return out
@@ -414,6 +434,7 @@ def main() -> None:
     ap.add_argument("--answer-weight", type=float, default=1.0)
     ap.add_argument("--replay-tokens", type=int, default=0, help="decoder-replay simulation: R (0 = off; csa2-serve's default is 128)")
     ap.add_argument("--replay-frac", type=float, default=0.5, help="share of the sequences trained with the replay simulation")
+    ap.add_argument("--doc-replay-frac", type=float, default=0.0, help="share of the replayed sequences also given the stored-document path's encoder replay from D - R (replay_starts; 0 = decoder replay only, as sessions 3-6)")
     ap.add_argument("--eval-replay", type=int, default=128, help="also score the held-out tasks with decoder replay over the last R tokens (0 = off)")
     ap.add_argument("--kl-rows", type=int, default=128)
     ap.add_argument("--kl-extra", type=int, default=64, help="random visible entries added to the selected ones in the indexer KL's support")
@@ -427,6 +448,7 @@ def main() -> None:
     ap.add_argument("--eval-lengths", default="512,1024,2048,4096")
     ap.add_argument("--eval-n", type=int, default=6)
     ap.add_argument("--eval-tasks", default=",".join(TASKS), help="the held-out tasks evaluated (default: all)")
+    ap.add_argument("--eval-passes", default="exact,replay,doc", help="the evaluation's task passes (evaluate: exact, replay = decoder replay R, doc = the stored-document path)")
     ap.add_argument("--eval-lm-batches", type=int, default=4)
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--save-every-s", type=float, default=150)
@@ -491,6 +513,8 @@ def main() -> None:
 
     if a.pre_eval and a.eval_replay > 0:
         log({"type": "pre_eval", "step": step, "replay_kl": replay_kl(model, corpus, device, a.eval_replay)})
+    if a.doc_replay_frac > 0 and a.graph == "on":
+        raise SystemExit("--doc-replay-frac needs --graph off (GraphStep has no encoder replay start)")
     if a.kl_focus_weight > 0 and a.graph == "on":
         raise SystemExit("--kl-focus-weight needs --graph off (the focus rows change every step)")
     phases = parse_phases(a.phases)
@@ -567,9 +591,9 @@ def main() -> None:
             if timing and device.type == "cuda":
                 torch.cuda.synchronize()
             t0 = time.time()
-            ids, am, tasks = producer.get()
+            ids, am, tasks, doc_end = producer.get()
             t_data = time.time() - t0
-            rs = replay_starts(am, a.replay_tokens, a.replay_frac, replay_rng)
+            rs, es = replay_starts(am, a.replay_tokens, a.replay_frac, replay_rng, doc_end, a.doc_replay_frac)
             focus = None
             if a.kl_focus_weight > 0:  # the needle region of the focus support: 8 tokens before the value to 16 after it
                 sp = needle_spans(ids.numpy(), am.numpy())
@@ -578,6 +602,7 @@ def main() -> None:
                 focus = focus_tensors(sp, device)
             ids, am = ids.to(device, non_blocking=True), am.to(device, non_blocking=True)
             rs = None if rs is None else rs.to(device)
+            es = None if es is None else es.to(device)
             frac_time = (time.time() - t_train0) / max(1.0, train_budget)
             lr = lr_at(frac_time, step)
             try:
@@ -599,7 +624,7 @@ def main() -> None:
                     set_lr(opt, lr)
                     out = graph(ids, am, rs)
                 else:
-                    out = train_step(model, opt, ids, am, ctx_kw, a.answer_weight, lr, timing=timing and device.type == "cuda", replay_start=rs, kl_focus=focus)
+                    out = train_step(model, opt, ids, am, ctx_kw, a.answer_weight, lr, timing=timing and device.type == "cuda", replay_start=rs, kl_focus=focus, encoder_replay_start=es)
                 lm_loss, ans_loss, kl, gn, ctx = out["lm_loss"], out["ans_loss"], out["kl"], out["grad_norm"], out["ctx"]
                 if timing:
                     if device.type == "cuda":
@@ -670,7 +695,7 @@ def main() -> None:
         phase_stats.append(ps)
     producer.close()
     save("end-of-training")
-    ev = evaluate(model, corpus, device, [int(x) for x in a.eval_lengths.split(",")], a.eval_n, seed=12345, lm_batches=a.eval_lm_batches, replay=a.eval_replay, tasks=eval_tasks)
+    ev = evaluate(model, corpus, device, [int(x) for x in a.eval_lengths.split(",")], a.eval_n, seed=12345, lm_batches=a.eval_lm_batches, replay=a.eval_replay, tasks=eval_tasks, passes=tuple(a.eval_passes.split(",")))
     log({"type": "eval", "step": step, "tokens": tokens, **ev})
     meta = json.loads((a.out / "train_meta.json").read_text())
     meta["eval"] = ev

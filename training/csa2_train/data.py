@@ -37,6 +37,10 @@ class Sample:
     answer_mask: np.ndarray  # bool [S]: targets (positions whose next token is an answer token)
     task: str
     length: int  # tokens of the task part (prompt + answer) before the filler
+    # the question's first token (the prompt's last line, from its last newline): the end of the document
+    # when the haystack is stored as a document and the question appended (the bench's split; tokenizing
+    # the two apart gives the same ids, checked on 400 prompts); -1 for plain text
+    doc_end: int = -1
 
 
 class Corpus:
@@ -176,6 +180,7 @@ class Corpus:
             state = rng.getstate()
             prompt, answer = self.task_text(rng, task, chars, split, depth)
             p_ids = self.tok.encode(prompt).ids
+            n_q = len(self.tok.encode(prompt[prompt.rfind("\n") :]).ids)
             a_ids = self.tok.encode(answer).ids
             total = 1 + len(p_ids) + len(a_ids) + 1
             if total <= min(seq_len, target + 16) or chars <= 200:
@@ -193,24 +198,27 @@ class Corpus:
         if length < seq_len:
             fill = self.lm_window(rng, seq_len - length, split)
             ids = np.concatenate([ids, fill])
-        return Sample(ids=ids[:seq_len], answer_mask=mask, task=task, length=length)
+        return Sample(ids=ids[:seq_len], answer_mask=mask, task=task, length=length, doc_end=max(0, a0 - n_q))
 
 
-def make_batch(corpus: Corpus, rng: random.Random, batch: int, seq_len: int, task_fraction: float, split: str = "train", task_weights: dict | None = None):
+def make_batch(corpus: Corpus, rng: random.Random, batch: int, seq_len: int, task_fraction: float, split: str = "train", task_weights: dict | None = None, with_doc_end: bool = False):
     """(ids [B, S] int64, answer_mask [B, S] bool, tasks list) with about task_fraction task samples,
-    the tasks drawn uniformly or by task_weights (task -> relative weight)."""
+    the tasks drawn uniformly or by task_weights (task -> relative weight); with_doc_end: and the
+    samples' doc_end (int64 [B], -1 for plain text) as a fourth value."""
     names = list(task_weights) if task_weights else list(TASKS)
     weights = [task_weights[t] for t in names] if task_weights else None
     ids = np.zeros((batch, seq_len), dtype=np.int64)
     am = np.zeros((batch, seq_len), dtype=bool)
     tasks = []
+    doc_end = np.full(batch, -1, dtype=np.int64)
     for b in range(batch):
         if rng.random() < task_fraction:
             task = rng.choices(names, weights)[0] if weights else rng.choice(names)
             s = corpus.task_sample(rng, task, seq_len, split)
             ids[b], am[b] = s.ids, s.answer_mask
+            doc_end[b] = s.doc_end
             tasks.append(s.task)
         else:
             ids[b] = corpus.lm_window(rng, seq_len, split)
             tasks.append("lm")
-    return ids, am, tasks
+    return (ids, am, tasks, doc_end) if with_doc_end else (ids, am, tasks)
