@@ -277,6 +277,9 @@ async function unpackSelections(ctx: AttentionContext, e: LayerPlanEntry, fresh:
   if (row !== U) throw new Csa2Error('runtime', `layer ${e.layer}: unpacked ${row} of ${U} selected entries`);
 }
 
+/** How many attention runs with selected entries read their key table in place (tableInPlace) and how many had it copied (for tests: that both ran). */
+export const attentionTableStats = { inPlace: 0, copied: 0 };
+
 /** The run's key table in place after its members' selected entries (AttentionScratch.tableAfterSelections), or null. */
 function tableInPlace(scratch: AttentionScratch, run: readonly RunMember[], Ut: number, windowValues: number): Float32Array | null {
   if (Ut === 0) return null;
@@ -368,6 +371,8 @@ export async function runAttention(
     // the table: every member's selected entries, then every member's window rows (in place after the
     // entries when they lie in the scratch's selection values in member order: a decode batch's one run)
     const inPlace = tableInPlace(ctx.attentionScratch, run, Ut, Wt * D);
+    if (inPlace !== null) attentionTableStats.inPlace++;
+    else if (Ut > 0) attentionTableStats.copied++;
     const { table, idx } = inPlace !== null ? { table: inPlace, idx: ctx.attentionScratch.take(0, rows * C).idx } : ctx.attentionScratch.take((Ut + Wt) * D, rows * C);
     let row = 0;
     let uOff = 0;

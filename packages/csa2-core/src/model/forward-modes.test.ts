@@ -10,6 +10,7 @@ import { loadCheckpoint } from '../weights/checkpoint.js';
 import { openSafetensors } from '../weights/safetensors.js';
 import { Csa2Model, type ModelOptions } from './model.js';
 import { runGreedy } from '../testing/greedy.js';
+import { attentionTableStats } from './attention.js';
 
 const dir = goldenFixtures().find((d) => d.endsWith('deepseek-v41-tiny-a')) ?? (goldenFixtures()[0] as string);
 const ckpt = await loadCheckpoint(dir);
@@ -105,6 +106,32 @@ test('windows wider than one attention block: short prompts run, and are exact (
     assert.equal(r.length, 5);
     r.forEach((row, i) => assert.ok(row.every(Number.isFinite), `window ${[64, 128][w]} row ${i}: finite logits`));
   }
+});
+
+test('a decode batch\'s attention key tables, read in place after the selected entries or copied (a budget of 3 rows a run): the same logits, bit for bit', async () => {
+  const whole = await open();
+  const c = ckpt.config;
+  const blocked = await open({ attentionBudgetValues: 3 * (64 + 3 * c.numHeads) * c.headDim });
+  const base = whole.createSequence();
+  await whole.prefillExact(base, prompt);
+  const batch = (model: Csa2Model) => {
+    const seqs = Array.from({ length: 7 }, (_, b) => {
+      const s = base.fork(base.length + 1);
+      s.tokens.push((b * 37 + 5) % c.vocabSize);
+      return s;
+    });
+    return model.forward(seqs.map((seq) => ({ seq, layout: { kind: 'step' as const }, p0: seq.length - 1, p1: seq.length, l0: 0, l1: c.numLayers, input: null, logits: true })));
+  };
+  const before = { ...attentionTableStats };
+  const one = await batch(whole);
+  const afterWhole = { ...attentionTableStats };
+  const runs = await batch(blocked);
+  assert.equal(afterWhole.copied, before.copied, 'one run a layer: every key table in place');
+  assert.ok(afterWhole.inPlace > before.inPlace);
+  assert.ok(attentionTableStats.copied > afterWhole.copied && attentionTableStats.inPlace > afterWhole.inPlace, 'three runs a layer: the first copied, the last in place');
+  one.forEach((o, b) => same(runs[b]!.logits as Float32Array, o.logits as Float32Array, `sequence ${b} logits`));
+  await whole.dispose();
+  await blocked.dispose();
 });
 
 test('attention run in row blocks (a small attention budget) gives the same prefill and decode logits as one run per chunk', async () => {
