@@ -22,6 +22,8 @@ import { fmtDuration, markdownTable } from './table.js';
 
 export interface PipelineBenchOptions {
   readonly samples: number;
+  /** Timed rounds of each concurrency level, after a first (reported apart). */
+  readonly rounds: number;
   /** Concurrency levels of the streamed-completions comparison. */
   readonly concurrencyLevels: readonly number[];
   /** Tokens each streamed completion generates. */
@@ -117,20 +119,32 @@ export async function runPipelineBench(opts: PipelineBenchOptions, io: BenchIo):
     const rows: string[][] = [];
     const cpuRows: string[][] = [];
     for (const n of opts.concurrencyLevels) {
-      io.log(`pipeline: ${n} concurrent streamed ${streamTokens}-token completions, then the same one at a time`);
+      io.log(`pipeline: ${n} concurrent streamed ${streamTokens}-token completions (a first round, then ${opts.rounds} timed), then the same one at a time`);
+      const round = () => Promise.all(Array.from({ length: n }, (_, i) => completion(pipe.url, request(i))));
+      // the first round at this concurrency meets the batch shapes for the first time (onnxruntime's, the JIT's):
+      // reported apart; the timed rounds after it are the steady state
       let t0 = performance.now();
+      await round();
+      const firstMs = performance.now() - t0;
       const cpu0 = cpuByRole(pipe);
-      const together = await Promise.all(Array.from({ length: n }, (_, i) => completion(pipe.url, request(i))));
-      const togetherMs = performance.now() - t0;
+      const roundMs: number[] = [];
+      const ttft: number[] = [];
+      for (let k = 0; k < opts.rounds; k++) {
+        t0 = performance.now();
+        const together = await round();
+        roundMs.push(performance.now() - t0);
+        ttft.push(...together.map((r) => r.ttftMs));
+      }
+      const togetherMs = percentile(roundMs, 50);
+      const timedMs = roundMs.reduce((a, b) => a + b, 0);
       const cpu1 = cpuByRole(pipe);
-      const used = [...cpu1].map(([role, v]) => [role, v === null || cpu0.get(role) == null ? null : v - (cpu0.get(role) as number)] as const);
+      const used = [...cpu1].map(([role, v]) => [role, v === null || cpu0.get(role) == null ? null : (v - (cpu0.get(role) as number)) / opts.rounds] as const);
       const total = used.reduce((a, [, v]) => a + (v ?? 0), 0);
-      cpuRows.push([String(n), fmtDuration(togetherMs), ...used.map(([role, v]) => (v === null ? `${role}: –` : `${role} ${v.toFixed(2)} s`)), `${total.toFixed(2)} s = ${((total * 1000) / togetherMs).toFixed(2)} cores`]);
+      cpuRows.push([String(n), fmtDuration(timedMs / opts.rounds), ...used.map(([role, v]) => (v === null ? `${role}: –` : `${role} ${v.toFixed(2)} s`)), `${total.toFixed(2)} s = ${((total * 1000 * opts.rounds) / timedMs).toFixed(2)} cores`]);
       t0 = performance.now();
       const serial: Array<{ ms: number; ttftMs: number }> = [];
       for (let i = 0; i < n; i++) serial.push(await completion(pipe.url, request(i)));
       const serialMs = performance.now() - t0;
-      const ttft = together.map((r) => r.ttftMs);
       const oneMs = percentile(serial.map((r) => r.ms), 50);
       rows.push([
         String(n),
@@ -138,12 +152,13 @@ export async function runPipelineBench(opts: PipelineBenchOptions, io: BenchIo):
         fmtDuration(percentile(ttft, 99)),
         ((n * streamTokens * 1000) / togetherMs).toFixed(0),
         ((n * streamTokens * 1000) / serialMs).toFixed(0),
-        fmtDuration(togetherMs),
+        `${fmtDuration(togetherMs)} (${roundMs.map((ms) => fmtDuration(ms)).join(', ')})`,
         `${(togetherMs / oneMs).toFixed(2)}×`,
+        `${fmtDuration(firstMs)} (${(firstMs / oneMs).toFixed(2)}×)`,
       ]);
     }
     out.push(
-      `### Concurrent streamed ${streamTokens}-token completions through gateway → queue → one decoder worker (batching), against the same requests one at a time`,
+      `### Concurrent streamed ${streamTokens}-token completions through gateway → queue → one decoder worker (batching), against the same requests one at a time (${opts.rounds} timed rounds after a first one; TTFT over the timed rounds)`,
       '',
       markdownTable(
         [
@@ -152,13 +167,14 @@ export async function runPipelineBench(opts: PipelineBenchOptions, io: BenchIo):
           { header: 'TTFT p99' },
           { header: 'aggregate tok/s' },
           { header: 'one at a time tok/s' },
-          { header: 'all done in' },
+          { header: 'all done in: median (each timed round)' },
           { header: '÷ one request (p50)' },
+          { header: 'first round (÷ one request)' },
         ],
         rows,
       ),
       '',
-      `CPU time of each process while the concurrent completions ran (user + system, /proc), against the machine's ${availableParallelism()} cores:`,
+      `CPU time of each process while the concurrent completions ran (user + system, /proc; a timed round's mean), against the machine's ${availableParallelism()} cores:`,
       '',
       markdownTable([{ header: 'concurrent' }, { header: 'wall' }, ...(cpuRows[0] ?? []).slice(2, -1).map(() => ({ header: 'process', align: 'left' as const })), { header: 'all', align: 'left' }], cpuRows),
       '',
@@ -214,7 +230,7 @@ export function parsePipelineBenchOptions(values: OptionValues): PipelineBenchOp
   const quick = values['quick'] === true;
   const levels = values['concurrency'] === undefined ? [1, 8, 32] : String(values['concurrency']).split(',').map((v) => Number(v));
   if (levels.some((n) => !Number.isSafeInteger(n) || n < 1)) throw new UsageError(`--concurrency must be a list of positive integers, got ${String(values['concurrency'])}`);
-  return { samples: int('samples', quick ? 10 : 50), concurrencyLevels: levels, streamTokens: int('stream-tokens', quick ? 16 : 64), docTokens: int('pipeline-doc-tokens', quick ? 2048 : 32768) };
+  return { samples: int('samples', quick ? 10 : 50), rounds: int('pipeline-rounds', quick ? 1 : 3), concurrencyLevels: levels, streamTokens: int('stream-tokens', quick ? 16 : 64), docTokens: int('pipeline-doc-tokens', quick ? 2048 : 32768) };
 }
 
 export const pipelineSuite: BenchSuite = {
@@ -222,6 +238,7 @@ export const pipelineSuite: BenchSuite = {
   summary: 'gateway + queue + worker overhead against one process, concurrent throughput, TTFT on an ingested document',
   options: {
     samples: { type: 'string', description: 'one-token completions per path', defaultText: '50 (10 with --quick)', valueName: 'N' },
+    'pipeline-rounds': { type: 'string', description: 'timed rounds of each concurrency level, after a first one reported apart', defaultText: '3 (1 with --quick)', valueName: 'N' },
     concurrency: { type: 'string', description: 'concurrency levels of the streamed-completions comparison', defaultText: '1,8,32', valueName: 'N,N' },
     'stream-tokens': { type: 'string', description: 'tokens per streamed completion', defaultText: '64 (16 with --quick)', valueName: 'N' },
     'pipeline-doc-tokens': { type: 'string', description: 'document length (byte tokens)', defaultText: '32768 (2048 with --quick)', valueName: 'N' },
