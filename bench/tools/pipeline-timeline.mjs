@@ -4,7 +4,9 @@
  * worker; the tiny test model), after 3 warm-up rounds: per request the client's send, the decode job's
  * enqueue and start (BullMQ job timestamps), its stream's first, second and last token entries (Redis Stream
  * ids are millisecond timestamps), and when the client saw its first token and its end, all in ms from the
- * round's start. A diagnostic, not a bench suite.
+ * round's start; then the decoder worker's own account from its 'decode done' log (queueMs, toEngineMs,
+ * firstTokenMs, enginePrefillMs). PIPE_ENV: a JSON object of extra environment for the services (e.g.
+ * '{"CSA2_DECODE_LATENCY_FACTOR":"1000"}'). A diagnostic, not a bench suite.
  *
  *   npm run build && node bench/tools/pipeline-timeline.mjs [N]
  */
@@ -14,7 +16,7 @@ const req = createRequire(import.meta.resolve('@csa2/jobs'));
 const { Redis } = await import(req.resolve('ioredis'));
 const { Queue } = await import(req.resolve('bullmq'));
 const N = Number(process.argv[2] ?? 8);
-const pipe = await Pipeline.start();
+const pipe = await Pipeline.start({ env: process.env.PIPE_ENV ? JSON.parse(process.env.PIPE_ENV) : {} });
 const redis = new Redis(pipe.redis.url);
 const body = (i) => ({ model: 'tiny', prompt: `Stream ${i} of the concurrency probe: `, max_tokens: 64, temperature: 0.8, seed: i, stream: true, ignore_eos: true });
 async function one(i, T0) {
@@ -35,6 +37,7 @@ for (const r of res) {
   const ts = entries.map(([eid]) => Number(eid.split('-')[0]) - T0);
   console.log(`req ${r.i} ${r.id}: sent ${r.sent} enq ${j ? j.timestamp - T0 : '?'} start ${j ? j.processedOn - T0 : '?'} | stream entries first ${ts[0]} second ${ts[1]} last ${ts[ts.length - 1]} (${ts.length}) | client first ${r.first} end ${r.end}`);
 }
+for (const line of pipe.logLines()) if (line.includes('decode done') && res.some((r) => line.includes(r.id))) { const j = JSON.parse(line.slice(line.indexOf('{'))); console.log(`  ${j.requestId}: queue ${j.queueMs} to engine ${j.toEngineMs} first token ${j.firstTokenMs} engine prefill ${j.enginePrefillMs}`); }
 await q.close(); redis.disconnect();
 await pipe.stop();
 process.exit(0);

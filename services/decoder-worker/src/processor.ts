@@ -283,6 +283,7 @@ export function createDecodeProcessor(deps: DecodeDeps): DecodeProcessor {
         : {}),
     };
     let outcome: GenerateOutcome;
+    const engineAtMs = Date.now();
     try {
       outcome = await engine.generate(req, { onToken, ...(data.promptLogprobs !== undefined ? { onPromptLogprobs } : {}), signal: abort.signal, flow });
     } finally {
@@ -333,7 +334,9 @@ export function createDecodeProcessor(deps: DecodeDeps): DecodeProcessor {
       reasons.push(finishReason);
     }
     const finishReason = reasons[0] ?? 'length';
-    log('info', 'decode done', { requestId, jobId: job.id, finishReason, choices: n, completionTokens, cachedTokens: outcome.cachedTokens, skipped: streamed.reduce((a, ids) => a + ids.length, 0), attempt: job.attemptsMade + 1 });
+    // where the time to the first token went: before the engine got the request, and in it (its prefill)
+    const timings = { queueMs: timing.queueMs, toEngineMs: engineAtMs - startedAtMs, firstTokenMs: timing.prefillMs, enginePrefillMs: Math.round(outcome.timings.prefillMs) };
+    log('info', 'decode done', { requestId, jobId: job.id, finishReason, choices: n, completionTokens, cachedTokens: outcome.cachedTokens, skipped: streamed.reduce((a, ids) => a + ids.length, 0), attempt: job.attemptsMade + 1, ...timings });
     return { finishReason, promptTokens: outcome.promptTokens, cachedTokens: outcome.cachedTokens, completionTokens };
   }
 
