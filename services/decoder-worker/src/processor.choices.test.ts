@@ -281,4 +281,9 @@ test('a document whose stored encoder tail was not used: the request completes a
   const quiet: typeof logs = [];
   await processorFor(new ScriptedEngine({ lengths: [3] }), undefined, quiet)(fakeJob(decodeJob({ documentId: 'doc-1' })), undefined, undefined);
   assert.equal(quiet.filter((l) => l.level === 'warn').length, 0, 'no warning when the tail was used or there was none');
+  // the job's log says where the time to its first token went: before the engine, and in it
+  const done = quiet.find((l) => l.msg === 'decode done');
+  assert.ok(done !== undefined, JSON.stringify(quiet));
+  for (const k of ['queueMs', 'toEngineMs', 'firstTokenMs']) assert.ok(Number.isFinite(done.fields?.[k]) && (done.fields?.[k] as number) >= 0, `${k}: ${String(done.fields?.[k])}`);
+  assert.equal(done.fields?.['enginePrefillMs'], 1, "the engine's own prefill time, as it reported it");
 });
