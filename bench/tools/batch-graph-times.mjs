@@ -8,7 +8,7 @@
  *   npm run build && node bench/tools/batch-graph-times.mjs MODEL_DIR N B [STEPS]
  */
 import { argmax, fillSyntheticCache, loadModel } from '@csa2/core';
-import { timeOrtRuns } from './ort-timing.mjs';
+import { bySignatureLines, timeOrtRuns } from './ort-timing.mjs';
 
 const [dir, nText, bText, stepsText] = process.argv.slice(2);
 if (dir === undefined || nText === undefined || bText === undefined) {
@@ -46,8 +46,4 @@ ortTimes.on = false;
 let ortMs = 0;
 for (const a of ortTimes.bySignature.values()) ortMs += a.ms;
 console.log(`N = ${N}, B = ${B}: ${stepMs.toFixed(1)} ms per step (${(stepMs / B).toFixed(2)} ms a row), onnxruntime ${(ortMs / steps).toFixed(1)} ms of it; by graph signature (ms per step, runs per step, costliest shapes):`);
-const rows = [...ortTimes.bySignature.entries()].sort((a, b) => b[1].ms - a[1].ms);
-for (const [key, a] of rows) {
-  const shapes = [...a.shapes.entries()].sort((x, y) => y[1] - x[1]).slice(0, 2).map(([s, ms]) => `${s} (${(ms / steps).toFixed(1)} ms)`);
-  console.log(`${(a.ms / steps).toFixed(1).padStart(8)} ms ${String(a.runs / steps).padStart(5)} runs  ${key.slice(0, 110)}\n${' '.repeat(20)}${shapes.join('; ')}`);
-}
+for (const line of bySignatureLines(ortTimes, steps)) console.log(line);

@@ -13,7 +13,7 @@
  * that took the most time.
  */
 import { argmax, fillSyntheticCache, loadModel } from '@csa2/core';
-import { timeOrtRuns } from './ort-timing.mjs';
+import { bySignatureLines, timeOrtRuns } from './ort-timing.mjs';
 
 const [dir, nText, stepsText] = process.argv.slice(2);
 if (dir === undefined || nText === undefined) {
@@ -23,7 +23,6 @@ if (dir === undefined || nText === undefined) {
 const N = Number(nText);
 const steps = Number(stepsText ?? 4);
 const ortTimes = await timeOrtRuns();
-const bySignature = ortTimes.bySignature;
 
 const model = await loadModel(dir);
 const seq = model.createSequence();
@@ -38,8 +37,5 @@ for (let i = 0; i < steps; i++) logits = await model.step(seq, argmax(logits));
 const stepMs = (performance.now() - t0) / steps;
 ortTimes.on = false;
 console.log(`N = ${N}: ${stepMs.toFixed(1)} ms per decode step; by graph signature (ms per step, runs per step, costliest input shapes):`);
-for (const [key, a] of [...bySignature].sort((x, y) => y[1].ms - x[1].ms)) {
-  const top = [...a.shapes].sort((x, y) => y[1] - x[1]).slice(0, 2).map(([s, ms]) => `${s} (${(ms / steps).toFixed(1)} ms)`).join('; ');
-  console.log(`${(a.ms / steps).toFixed(1).padStart(8)} ms ${(a.runs / steps).toFixed(0).padStart(4)} runs  ${key}  [${top}]`);
-}
+for (const line of bySignatureLines(ortTimes, steps)) console.log(line);
 await model.dispose();

@@ -26,3 +26,13 @@ export async function timeOrtRuns() {
   };
   return state;
 }
+
+/** The timed runs by signature, costliest first: per signature its ms and runs per `steps`, and its two costliest input shapes. */
+export function bySignatureLines(state, steps) {
+  return [...state.bySignature.entries()]
+    .sort((x, y) => y[1].ms - x[1].ms)
+    .map(([key, a]) => {
+      const top = [...a.shapes.entries()].sort((x, y) => y[1] - x[1]).slice(0, 2).map(([sh, ms]) => `${sh} (${(ms / steps).toFixed(1)} ms)`).join('; ');
+      return `${(a.ms / steps).toFixed(1).padStart(8)} ms ${String(+(a.runs / steps).toFixed(1)).padStart(5)} runs  ${key}  [${top}]`;
+    });
+}

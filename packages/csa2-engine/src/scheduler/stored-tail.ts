@@ -54,19 +54,15 @@ export function storedTailOf(seq: Sequence, stream: StreamRows, sources: SourceS
   const c = model.config;
   const P = seq.length;
   if (stream.start !== P - replayTokens || stream.rows !== replayTokens) throw new Csa2Error('runtime', `an encoder tail of ${replayTokens} rows needs the stream of rows [${P - replayTokens}, ${P}), got [${stream.start}, ${stream.start + stream.rows})`);
-  const state = tailStateOf(seq);
   return {
     modelId: layout.modelId,
     layoutId: layout.layoutId,
-    tokenCount: P,
     replayTokens,
     window: c.windowSize,
     headDim: c.headDim,
     hcMult: c.hcMult,
     dim: c.dim,
-    indexKSlot: state.indexKSlot,
-    windows: state.windows,
-    pending: state.pending,
+    ...tailStateOf(seq), // tokenCount P, the index-K slot, windows, open groups
     streamStart: stream.start,
     streamRows: stream.rows,
     X: stream.X.slice(),
