@@ -14,6 +14,10 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { initModel } from '@csa2/core';
 import { freePort, startLocalRedis, type LocalRedis } from '@csa2/jobs';
 
+
+/** CSA2_PIPELINE_NODE_ARGS: node options for every service process (e.g. --cpu-prof, which NODE_OPTIONS refuses). */
+const SERVICE_NODE_ARGS = (process.env['CSA2_PIPELINE_NODE_ARGS'] ?? '').split(' ').filter((a) => a !== '');
+
 export const REPO_ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 
 export type ServiceName = 'gateway' | 'encoder' | 'decoder';
@@ -109,9 +113,7 @@ export class Pipeline {
     const id = `${name}#${++this.instance}`;
     // each worker process serves its probes and metrics on a port of its own (several run on one host here)
     const env = name === 'gateway' ? this.env : { ...this.env, CSA2_WORKER_HTTP_PORT: String(await freePort()) };
-    // CSA2_PIPELINE_NODE_ARGS: node options for every service process (e.g. --cpu-prof, which NODE_OPTIONS refuses)
-    const nodeArgs = (process.env['CSA2_PIPELINE_NODE_ARGS'] ?? '').split(' ').filter((a) => a !== '');
-    const child = spawn(process.execPath, [...nodeArgs, join(REPO_ROOT, ENTRY[name])], { cwd: REPO_ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [...SERVICE_NODE_ARGS, join(REPO_ROOT, ENTRY[name])], { cwd: REPO_ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
     this.procs.set(id, child);
     if (name !== 'gateway') this.httpPorts.set(id, Number(env['CSA2_WORKER_HTTP_PORT']));
     // the gateway is ready when /readyz answers 200 (polled below), a worker when it logged READY_TEXT
@@ -181,7 +183,7 @@ export class Pipeline {
 
   async stop(): Promise<void> {
     // a clean stop when node options were given (a --cpu-prof profile is written at exit), else at once
-    const signal = (process.env['CSA2_PIPELINE_NODE_ARGS'] ?? '').trim() !== '' ? 'SIGTERM' : 'SIGKILL';
+    const signal = SERVICE_NODE_ARGS.length > 0 ? 'SIGTERM' : 'SIGKILL';
     for (const name of ['gateway', 'encoder', 'decoder'] as const) await this.kill(name, signal);
     await this.redis.stop();
     rmSync(this.dir, { recursive: true, force: true });
