@@ -14,7 +14,6 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { initModel } from '@csa2/core';
 import { freePort, startLocalRedis, type LocalRedis } from '@csa2/jobs';
 
-
 /** CSA2_PIPELINE_NODE_ARGS: node options for every service process (e.g. --cpu-prof, which NODE_OPTIONS refuses). */
 const SERVICE_NODE_ARGS = (process.env['CSA2_PIPELINE_NODE_ARGS'] ?? '').split(' ').filter((a) => a !== '');
 
