@@ -298,14 +298,17 @@ def eval_sample(corpus, seed, task, L, i, depth):
 
 
 @torch.no_grad()
-def evaluate(model, corpus, device, lengths, n_per, seed, lm_batches=4, replay=0, tasks=TASKS, passes=("exact", "replay", "doc"), kl=True):
+def evaluate(model, corpus, device, lengths, n_per, seed, lm_batches=4, replay=0, tasks=TASKS, passes=("exact", "replay", "doc"), kl=True, kl_n=8):
     """Held-out figures: LM loss on held-out text, and per task and length the answer accuracy
     (exact = every answer token is the argmax given the right prefix, i.e. greedy decoding would
     produce the answer) at depths spread over 5..95%. With replay = R > 0 also under csa2-serve's
     decoder replay over the last R prompt tokens (`_replayR`: a prompt sent whole) and under the
     stored-document path (`_docR`: the haystack stored as a document, the question appended; the
     encoder replayed from D - R as well, D the question's first token; session 7), and replay_kl (kl).
-    passes: which of "exact", "replay", "doc" to run."""
+    passes: which of "exact", "replay", "doc" to run. n_per: samples per cell, an int or {length: n}
+    (session 8: 32 at 4K-8K, 16 beyond; the samples of a cell depend on its n through the depths).
+    Each cell also records every sample's answer and each pass's predicted answer tokens (`want`, `pred`,
+    `pred_replayR`, `pred_docR`: the argmax at each answer position given the right prefix, decoded; session 8)."""
     model.eval()
     rng = random.Random(seed)
     out = {"lm_loss": None, "tasks": {}}
@@ -317,7 +320,8 @@ def evaluate(model, corpus, device, lengths, n_per, seed, lm_batches=4, replay=0
     out["lm_loss"] = float(np.mean(losses)) if losses else None
     for L in lengths:
         for task in tasks:
-            samples = [eval_sample(corpus, seed, task, L, i, d) for i, d in enumerate(eval_depths(n_per))]
+            n_L = n_per.get(L, n_per.get(0)) if isinstance(n_per, dict) else n_per
+            samples = [eval_sample(corpus, seed, task, L, i, d) for i, d in enumerate(eval_depths(n_L))]
             T = max(s.length for s in samples)
             ids = np.full((len(samples), T), corpus.eos, dtype=np.int64)
             am = np.zeros((len(samples), T), dtype=bool)
@@ -329,7 +333,7 @@ def evaluate(model, corpus, device, lengths, n_per, seed, lm_batches=4, replay=0
             ids_t = torch.from_numpy(ids).to(device)
             chunk = max(1, 65536 // T)
             tgt = np.concatenate([ids[:, 1:], np.full((len(samples), 1), corpus.eos)], axis=1)
-            rec = {"n": len(samples), "tokens": int(T)}
+            rec = {"n": len(samples), "tokens": int(T), "want": [corpus.tok.decode(tgt[i][am[i]].tolist()) for i in range(len(samples))]}
             # exact, and with csa2-serve's decoder replay over the last R prompt tokens (the answer is generated after it)
             starts = torch.tensor([max(0, int(np.nonzero(am[i])[0][0]) + 1 - replay) for i in range(len(samples))]) if replay > 0 else None
             enc = torch.tensor([max(0, s.doc_end - replay) for s in samples]) if replay > 0 else None
@@ -354,23 +358,29 @@ def evaluate(model, corpus, device, lengths, n_per, seed, lm_batches=4, replay=0
                 ok = (pred == tgt) | ~am
                 rec["exact" + tag] = float(ok.all(axis=1).mean())
                 rec["token_acc" + tag] = float(((pred == tgt) & am).sum() / am.sum())
+                rec["pred" + tag] = [corpus.tok.decode(pred[i][am[i]].tolist()) for i in range(len(samples))]
             out["tasks"][f"{task}@{L}"] = rec
     if replay > 0 and kl:
-        out["replay_kl"] = replay_kl(model, corpus, device, replay)
+        out["replay_kl"] = replay_kl(model, corpus, device, replay, n_passages=kl_n)
     model.train()
     return out
 
 
-def kl_passages(corpus, doc_tokens=4096, question_tokens=32, steps=16):
+def kl_passages(corpus, doc_tokens=4096, question_tokens=32, steps=16, n_passages=8):
     """Held-out passages of the KL figure, each doc + question + forced tokens long (int64 arrays).
 
     Passage 0 is the CPU bench's (bench/src/retrieval-bench.ts klOnRealText): the first held-out text
     (Austen) from the first newline after a third of it, `<|bos|>` + the tokens of doc_tokens x 5
     characters; the others start the same way at the first newline after 10% and 60% of Austen's and
-    Moby Dick's held-out text and after 10%, a third and 60% of Brown's: 8 passages in all."""
+    Moby Dick's held-out text and after 10%, a third and 60% of Brown's: 8 passages in all. n_passages = 16
+    (session 8) adds 8 more after 20%, 45%, 71% and 80% of Austen's and 20%, 45%, 70% and 90% of Brown's
+    held-out text (none overlaps another; Moby Dick's held-out text, 61.5K characters, has room for no more
+    20K-character passages that do not overlap; the first 8 unchanged)."""
     need = doc_tokens + question_tokens + steps
     out = []
-    for src, frac in ((0, 1 / 3), (0, 0.1), (0, 0.6), (1, 0.1), (1, 0.6), (2, 0.1), (2, 1 / 3), (2, 0.6)):
+    fracs = ((0, 1 / 3), (0, 0.1), (0, 0.6), (1, 0.1), (1, 0.6), (2, 0.1), (2, 1 / 3), (2, 0.6),
+             (0, 0.2), (0, 0.45), (0, 0.71), (0, 0.8), (2, 0.2), (2, 0.45), (2, 0.7), (2, 0.9))
+    for src, frac in fracs[:n_passages]:
         text = corpus.text["heldout"][src]
         start = text.find("\n", int(len(text) * frac)) + 1
         ids = [corpus.bos] + corpus.tok.encode(text[start : start + doc_tokens * 5]).ids
@@ -380,7 +390,7 @@ def kl_passages(corpus, doc_tokens=4096, question_tokens=32, steps=16):
 
 
 @torch.no_grad()
-def replay_kl(model, corpus, device, R, doc_tokens=4096, question_tokens=32, steps=16):
+def replay_kl(model, corpus, device, R, doc_tokens=4096, question_tokens=32, steps=16, n_passages=8):
     """KL(exact || decoder replay R) of next-token distributions on held-out text, as the CPU bench
     measures it: a doc_tokens passage stored as a document, the next question_tokens tokens the question
     (the prompt is P = doc + question tokens), steps teacher-forced decode steps; the KL at the rows that
@@ -392,7 +402,7 @@ def replay_kl(model, corpus, device, R, doc_tokens=4096, question_tokens=32, ste
     was = model.training
     model.eval()
     P = doc_tokens + question_tokens
-    seqs = kl_passages(corpus, doc_tokens, question_tokens, steps)
+    seqs = kl_passages(corpus, doc_tokens, question_tokens, steps, n_passages)
     ids = torch.from_numpy(np.stack(seqs)[:, : P + steps - 1]).to(device)
     rows = torch.arange(P - 1, P + steps - 1, device=device)
     n = ids.size(0)
@@ -408,7 +418,8 @@ def replay_kl(model, corpus, device, R, doc_tokens=4096, question_tokens=32, ste
     for tag, pre in (("replay", ""), ("doc", "doc_")):
         kl = (logp["exact"].exp() * (logp["exact"] - logp[tag])).sum(-1).clamp_min(0)  # [n, steps]
         out.update({f"{pre}bench_passage_mean": float(kl[0].mean()), f"{pre}bench_passage_max": float(kl[0].max()), f"{pre}mean": float(kl.mean()),
-                    f"{pre}max": float(kl.max()), f"{pre}median_row": float(kl.flatten().median()), f"{pre}per_passage_mean": [round(float(x), 6) for x in kl.mean(-1)]})
+                    f"{pre}max": float(kl.max()), f"{pre}median_row": float(kl.flatten().median()), f"{pre}per_passage_mean": [round(float(x), 6) for x in kl.mean(-1)],
+                    f"{pre}mean_first8": float(kl[:8].mean())})
     model.train(was)
     return out
 
@@ -447,6 +458,9 @@ def main() -> None:
     ap.add_argument("--fast", type=int, default=1, help="model.set_fast: the fast paths (same values)")
     ap.add_argument("--eval-lengths", default="512,1024,2048,4096")
     ap.add_argument("--eval-n", type=int, default=6)
+    ap.add_argument("--eval-n-by-length", default="", help="length:n,... overriding --eval-n at those lengths (session 8: 4096:32,8192:32)")
+    ap.add_argument("--kl-passages", type=int, default=8, help="held-out passages of replay_kl (8, or 16: kl_passages)")
+    ap.add_argument("--pre-eval-lengths", default="", help="with --pre-eval: also evaluate the starting checkpoint's tasks (exact pass, --eval-n per cell) at these lengths before training")
     ap.add_argument("--eval-tasks", default=",".join(TASKS), help="the held-out tasks evaluated (default: all)")
     ap.add_argument("--eval-passes", default="exact,replay,doc", help="the evaluation's task passes (evaluate: exact, replay = decoder replay R, doc = the stored-document path)")
     ap.add_argument("--eval-lm-batches", type=int, default=4)
@@ -511,14 +525,18 @@ def main() -> None:
     if a.compile == "on":
         M.set_compiled(True)
 
+    eval_tasks = tuple(x for x in a.eval_tasks.split(",") if x)
+    eval_n = {0: a.eval_n, **{int(k): int(v) for k, v in (x.split(":") for x in a.eval_n_by_length.split(",") if x)}}
     if a.pre_eval and a.eval_replay > 0:
-        log({"type": "pre_eval", "step": step, "replay_kl": replay_kl(model, corpus, device, a.eval_replay)})
+        log({"type": "pre_eval", "step": step, "replay_kl": replay_kl(model, corpus, device, a.eval_replay, n_passages=a.kl_passages)})
+    if a.pre_eval and a.pre_eval_lengths:
+        ev0 = evaluate(model, corpus, device, [int(x) for x in a.pre_eval_lengths.split(",")], eval_n, seed=12345, lm_batches=a.eval_lm_batches, replay=a.eval_replay, tasks=eval_tasks, passes=("exact",), kl=False)
+        log({"type": "pre_eval_tasks", "step": step, **ev0})
     if a.doc_replay_frac > 0 and a.graph == "on":
         raise SystemExit("--doc-replay-frac needs --graph off (GraphStep has no encoder replay start)")
     if a.kl_focus_weight > 0 and a.graph == "on":
         raise SystemExit("--kl-focus-weight needs --graph off (the focus rows change every step)")
     phases = parse_phases(a.phases)
-    eval_tasks = tuple(x for x in a.eval_tasks.split(",") if x)
     if set(eval_tasks) - set(TASKS):
         raise SystemExit(f"--eval-tasks: unknown tasks {sorted(set(eval_tasks) - set(TASKS))} (known: {', '.join(TASKS)})")
     train_budget = a.time_budget_s - a.eval_reserve_s - (time.time() - t_start)
@@ -695,7 +713,7 @@ def main() -> None:
         phase_stats.append(ps)
     producer.close()
     save("end-of-training")
-    ev = evaluate(model, corpus, device, [int(x) for x in a.eval_lengths.split(",")], a.eval_n, seed=12345, lm_batches=a.eval_lm_batches, replay=a.eval_replay, tasks=eval_tasks, passes=tuple(a.eval_passes.split(",")))
+    ev = evaluate(model, corpus, device, [int(x) for x in a.eval_lengths.split(",")], eval_n, seed=12345, lm_batches=a.eval_lm_batches, replay=a.eval_replay, tasks=eval_tasks, passes=tuple(a.eval_passes.split(",")), kl_n=a.kl_passages)
     log({"type": "eval", "step": step, "tokens": tokens, **ev})
     meta = json.loads((a.out / "train_meta.json").read_text())
     meta["eval"] = ev
