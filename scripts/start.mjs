@@ -76,7 +76,7 @@ const port = process.env.PORT !== undefined && process.env.PORT !== '' ? process
 
 // --- services ---
 // the workers' glibc allocator settings (packages/csa2-jobs/src/malloc-env.ts, infra/README.md)
-const env = { MALLOC_MMAP_THRESHOLD_: '1048576', MALLOC_TRIM_THRESHOLD_: '8388608', ...process.env, REDIS_URL: redisUrl, CSA2_STORE_URL: storeUrl, CSA2_MODEL_DIR: modelDir, CSA2_API_KEYS: apiKeys, CSA2_OPERATOR_KEYS: operatorKeys, PORT: port };
+const env = { MALLOC_MMAP_THRESHOLD_: '1048576', ...process.env, REDIS_URL: redisUrl, CSA2_STORE_URL: storeUrl, CSA2_MODEL_DIR: modelDir, CSA2_API_KEYS: apiKeys, CSA2_OPERATOR_KEYS: operatorKeys, PORT: port };
 const children = new Map(); // name -> ChildProcess
 let stopping = false;
 let exitCode = 0;
