@@ -75,8 +75,8 @@ const operatorKey = (operatorKeys.split(',')[0] ?? '').trim();
 const port = process.env.PORT !== undefined && process.env.PORT !== '' ? process.env.PORT : '8080';
 
 // --- services ---
-// MALLOC_MMAP_THRESHOLD_: see infra/README.md (glibc keeps freed multi-MB buffers otherwise)
-const env = { MALLOC_MMAP_THRESHOLD_: '131072', ...process.env, REDIS_URL: redisUrl, CSA2_STORE_URL: storeUrl, CSA2_MODEL_DIR: modelDir, CSA2_API_KEYS: apiKeys, CSA2_OPERATOR_KEYS: operatorKeys, PORT: port };
+// the workers' glibc allocator settings (packages/csa2-jobs/src/malloc-env.ts, infra/README.md)
+const env = { MALLOC_MMAP_THRESHOLD_: '1048576', ...process.env, REDIS_URL: redisUrl, CSA2_STORE_URL: storeUrl, CSA2_MODEL_DIR: modelDir, CSA2_API_KEYS: apiKeys, CSA2_OPERATOR_KEYS: operatorKeys, PORT: port };
 const children = new Map(); // name -> ChildProcess
 let stopping = false;
 let exitCode = 0;

@@ -17,8 +17,8 @@
  * cost of the decoder depends on them). The largest real size also gets a synthetic twin, to show
  * that both cost the same on the decoder side.
  *
- * Each decoder run is a child process (documents-scale-decoder) with MALLOC_MMAP_THRESHOLD_ set as
- * the worker images set it, so its peak RSS is that of one decoder with one document. Runs are
+ * Each decoder run is a child process (documents-scale-decoder) with the glibc allocator settings
+ * the worker images set (WORKER_MALLOC_ENV), so its peak RSS is that of one decoder with one document. Runs are
  * repeated `--scale-repeats` times, every size once per round (sizes side by side in time, on a
  * machine shared with other work); tables give the median and the range over the rounds.
  */
@@ -30,6 +30,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { ArtifactWriter, encodeManifest, openStore, type ObjectStore } from '@csa2/artifacts';
 import { fillSyntheticCache, type LayerMode } from '@csa2/core';
 import { Engine } from '@csa2/engine';
+import { WORKER_MALLOC_ENV } from '@csa2/test';
 import { ensureSeededCheckpoint } from './checkpoint-cache.js';
 import type { DecoderRunArgs, DecoderRunReport } from './documents-scale-decoder.js';
 import { machineFacts, type MachineFacts } from './machine.js';
@@ -333,7 +334,7 @@ function runDecoderProcess(args: DecoderRunArgs): Promise<DecoderRunReport> {
       process.execPath,
       // CSA2_BENCH_DECODER_NODE_ARGS: node options for the decoder process (e.g. --cpu-prof, which NODE_OPTIONS refuses)
       [...(process.env['CSA2_BENCH_DECODER_NODE_ARGS'] ?? '').split(' ').filter((a) => a !== ''), DECODER_SCRIPT, JSON.stringify(args)],
-      { env: { ...process.env, MALLOC_MMAP_THRESHOLD_: '131072' }, maxBuffer: 64 * 1024 * 1024 },
+      { env: { ...process.env, ...WORKER_MALLOC_ENV }, maxBuffer: 64 * 1024 * 1024 },
       (err, stdout, stderr) => {
         if (err !== null) reject(new Error(`decoder run on ${args.documentId} failed: ${err.message}\n${stderr}`));
         else {

@@ -14,7 +14,7 @@
  * 4. peak RSS (VmHWM, machine.peakRssBytes) after all of it;
  * 5. then, apart, the fetch + verify + load alone: the document read by an ArtifactReader into a new
  *    Sequence, as the document cache loads it.
- * The caller sets MALLOC_MMAP_THRESHOLD_ as the worker images do.
+ * The caller sets the glibc allocator settings the worker images set (WORKER_MALLOC_ENV).
  */
 import { pathToFileURL } from 'node:url';
 import type { LayerMode } from '@csa2/core';

@@ -6,7 +6,7 @@
  * (one signature per graph kind: scan, candidate-source scan, pool, attention, ...). A diagnostic, not a
  * bench suite (it patches onnxruntime's prototype; the suites use only @csa2/core's public API).
  *
- *   npm run build && MALLOC_MMAP_THRESHOLD_=131072 node bench/tools/decode-graph-times.mjs MODEL_DIR N [STEPS]
+ *   npm run build && MALLOC_MMAP_THRESHOLD_=1048576 node bench/tools/decode-graph-times.mjs MODEL_DIR N [STEPS]
  *
  * MODEL_DIR: a checkpoint, e.g. the one the documents-scale suite makes under .csa2/bench/v41-tiny-40l-seed1-*.
  * Prints the step time, then per graph signature its ms per step, runs per step and the input shapes

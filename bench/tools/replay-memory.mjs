@@ -8,7 +8,7 @@
  * /proc/self/clear_refs) and the JS ArrayBuffers alive (process.memoryUsage). A diagnostic, not a
  * bench suite.
  *
- *   npm run build && MALLOC_MMAP_THRESHOLD_=131072 node bench/tools/replay-memory.mjs MODEL_DIR N
+ *   npm run build && MALLOC_MMAP_THRESHOLD_=1048576 node bench/tools/replay-memory.mjs MODEL_DIR N
  *
  * MODEL_DIR: e.g. the documents-scale suite's .csa2/bench/v41-tiny-40l-seed1-*.
  */

@@ -25,3 +25,4 @@ export * from './worker-http.js';
 export * from './worker-metrics.js';
 export * from './cancel-watch.js';
 export * from './fair-priority.js';
+export * from './malloc-env.js';

@@ -14,8 +14,8 @@
  *
  * The argument is one JSON object (MillionRoleArgs). The process prints one JSON line (MillionRoleReport)
  * and exits; after every step it records the peak resident set so far (VmHWM, every thread of the
- * process), so the test can bound what each step added. The parent sets
- * MALLOC_MMAP_THRESHOLD_ as the worker images do.
+ * process), so the test can bound what each step added. The parent sets the glibc allocator
+ * settings the worker images set (WORKER_MALLOC_ENV).
  */
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';

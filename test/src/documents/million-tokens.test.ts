@@ -2,8 +2,8 @@
  * @module documents/million-tokens.test
  * The 1M test (issue 14, Measure): a 1,048,576-token document (the released config's context) is
  * ingested and answered at tiny width as the pipeline runs it, the encoder role and the decoder role
- * in separate processes (children of this test, documents/million-role) with MALLOC_MMAP_THRESHOLD_
- * set as the worker images set it, the document's token list travelling through the object store as
+ * in separate processes (children of this test, documents/million-role) with the glibc allocator
+ * settings the worker images set (WORKER_MALLOC_ENV), the document's token list travelling through the object store as
  * a TokenListRef (as the gateway hands it to the encoder). Not timed: figures are diagnostics.
  *
  * Model: tiny-a's width (dim 64, head_dim 64, index_head_dim 32, window 8) with compress_ratios
@@ -37,6 +37,7 @@ import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { chunkObjectKey, manifestObjectKey, openStore, parseManifest, putTokenList, type DocumentManifest, type ObjectStore } from '@csa2/artifacts';
 import { SeededRandom, fixturesRoot, initModel } from '@csa2/core';
+import { WORKER_MALLOC_ENV } from '@csa2/jobs';
 import type { MillionAnswer, MillionQuestion, MillionRoleArgs, MillionRoleReport, MillionStep } from './million-role.js';
 
 const TOKENS = 1_048_576;
@@ -102,13 +103,13 @@ function seededIds(seed: number, count: number, vocab: number): number[] {
   return Array.from({ length: count }, () => rng.nextU32() % vocab);
 }
 
-/** Runs one role in a child process (as a worker process runs: its own heap, MALLOC_MMAP_THRESHOLD_ set) and returns its report. */
+/** Runs one role in a child process (as a worker process runs: its own heap, the workers' allocator settings, WORKER_MALLOC_ENV) and returns its report. */
 function runRole(args: MillionRoleArgs): Promise<MillionRoleReport> {
   return new Promise((resolve, reject) => {
     execFile(
       process.execPath,
       [ROLE_SCRIPT, args.role, JSON.stringify(args)],
-      { env: { ...process.env, MALLOC_MMAP_THRESHOLD_: '131072' }, maxBuffer: 16 * MIB, timeout: TEST_TIMEOUT_MS },
+      { env: { ...process.env, ...WORKER_MALLOC_ENV }, maxBuffer: 16 * MIB, timeout: TEST_TIMEOUT_MS },
       (err, stdout, stderr) => {
         if (err !== null) {
           reject(new Error(`${args.role} role failed: ${err.message}\n${stderr}`));

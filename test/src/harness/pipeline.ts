@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { initModel } from '@csa2/core';
-import { freePort, startLocalRedis, type LocalRedis } from '@csa2/jobs';
+import { WORKER_MALLOC_ENV, freePort, startLocalRedis, type LocalRedis } from '@csa2/jobs';
 
 /** CSA2_PIPELINE_NODE_ARGS: node options for every service process (e.g. --cpu-prof, which NODE_OPTIONS refuses). */
 const SERVICE_NODE_ARGS = (process.env['CSA2_PIPELINE_NODE_ARGS'] ?? '').split(' ').filter((a) => a !== '');
@@ -91,7 +91,7 @@ export class Pipeline {
       CSA2_SHUTDOWN_GRACE_MS: '5000',
       CSA2_JOB_POLL_MS: '500',
       CSA2_THREADS: '1',
-      MALLOC_MMAP_THRESHOLD_: '131072',
+      ...WORKER_MALLOC_ENV, // as the worker images run
       AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true',
       ...opts.env,
     };

@@ -44,8 +44,8 @@ export class TypedGraph<S extends GraphSignature<Io, Io, Io, Io>> {
   }
 
   /** Opens a session over the graph bytes and checks its inputs and outputs against the signature. */
-  static async open<S extends GraphSignature<Io, Io, Io, Io>>(name: string, bytes: Uint8Array, signature: S, runtime: RuntimeOptions, threads: number): Promise<TypedGraph<S>> {
-    const session = await openGraphSession(name, bytes, runtime, threads);
+  static async open<S extends GraphSignature<Io, Io, Io, Io>>(name: string, bytes: Uint8Array, signature: S, runtime: RuntimeOptions, threads: number, memoryArena: boolean = runtime.memoryArena): Promise<TypedGraph<S>> {
+    const session = await openGraphSession(name, bytes, runtime, threads, memoryArena);
     const check = (what: string, actual: readonly string[], required: Io, optional: Io | undefined) => {
       const known = new Set([...Object.keys(required), ...Object.keys(optional ?? {})]);
       const missing = Object.keys(required).filter((k) => !actual.includes(k));

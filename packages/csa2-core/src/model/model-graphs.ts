@@ -100,8 +100,8 @@ export async function openModelGraphs(config: ModelConfig, plan: LayerPlan, weig
   const threads = resolveIntraOpThreads(options.runtime, config.dim);
   const opened: TypedGraph<GraphSignature<Io, Io, Io, Io>>[] = [];
   let scorerSession: GraphSession | null = null;
-  const open = async <S extends GraphSignature<Io, Io, Io, Io>>(name: string, bytes: Uint8Array, signature: S): Promise<TypedGraph<S>> => {
-    const g = await TypedGraph.open(name, bytes, signature, options.runtime, threads);
+  const open = async <S extends GraphSignature<Io, Io, Io, Io>>(name: string, bytes: Uint8Array, signature: S, memoryArena = options.runtime.memoryArena): Promise<TypedGraph<S>> => {
+    const g = await TypedGraph.open(name, bytes, signature, options.runtime, threads, memoryArena);
     opened.push(g as unknown as TypedGraph<GraphSignature<Io, Io, Io, Io>>);
     return g;
   };
@@ -150,8 +150,9 @@ export async function openModelGraphs(config: ModelConfig, plan: LayerPlan, weig
       layers,
       head: await open('head', buildHeadGraph(ctx), HEAD),
       compressOnly: dec === null ? null : await open(`attn_in_${dec}_compress`, buildAttnInGraph(ctx, plan.entries[dec] as LayerPlanEntry, { compressOnly: true }), ATTN_IN_COMPRESS),
-      attentionWindow: await open('attention_window', buildAttentionGraph(ctx, false), ATTENTION),
-      attentionCompressed: await open('attention_compressed', buildAttentionGraph(ctx, true), ATTENTION),
+      // shared by every layer of their kind: one arena each (RuntimeOptions.attentionArena)
+      attentionWindow: await open('attention_window', buildAttentionGraph(ctx, false), ATTENTION, options.runtime.memoryArena || options.runtime.attentionArena),
+      attentionCompressed: await open('attention_compressed', buildAttentionGraph(ctx, true), ATTENTION, options.runtime.memoryArena || options.runtime.attentionArena),
       indexScorer,
     };
   } catch (err) {

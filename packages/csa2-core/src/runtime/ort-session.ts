@@ -40,6 +40,19 @@ export interface RuntimeOptions {
    * 5.4 / 18-21 ms CPU a step either way). @defaultValue false
    */
   readonly memoryArena: boolean;
+  /**
+   * onnxruntime's CPU memory arena for the two attention sessions only (window-only and compressed),
+   * which every layer of their kind shares, so each holds one arena: its graph's intermediates (a
+   * gathered [rows, 64, D] key block per 64 columns, the scores, the accumulators) come from memory
+   * it keeps instead of a fresh allocation per run. Without it each of those is malloc'd and freed per
+   * run; above glibc's mmap threshold (128 KiB under MALLOC_MMAP_THRESHOLD_=131072, as the worker
+   * images run) that is a new mapping whose every page faults on first touch — 4 MiB per block at the
+   * served model's 256-row prefill chunks and at a dim-1024 decode batch of 32. Measured here (2-core
+   * VM, where a page fault costs ~10 µs): ingest of a 1K-token text on the served model 29.2 s → 13.1 s,
+   * peak RSS +19 MB (bench/README.md, "Allocation"). `memoryArena` turns it on for every session.
+   * @defaultValue true
+   */
+  readonly attentionArena: boolean;
 }
 
 export const DEFAULT_RUNTIME_OPTIONS: RuntimeOptions = {
@@ -48,6 +61,7 @@ export const DEFAULT_RUNTIME_OPTIONS: RuntimeOptions = {
   allowSpinning: false,
   graphOptimization: 'basic',
   memoryArena: false,
+  attentionArena: true,
 };
 
 /**
@@ -148,6 +162,7 @@ export async function openGraphSession(
   model: Uint8Array,
   options: RuntimeOptions = DEFAULT_RUNTIME_OPTIONS,
   intraOpThreads: number = resolveIntraOpThreads(options, Number.POSITIVE_INFINITY),
+  memoryArena: boolean = options.memoryArena,
 ): Promise<GraphSession> {
   let session: ort.InferenceSession;
   try {
@@ -158,7 +173,7 @@ export async function openGraphSession(
       graphOptimizationLevel: options.graphOptimization,
       executionMode: 'sequential',
       enableMemPattern: false,
-      enableCpuMemArena: options.memoryArena,
+      enableCpuMemArena: memoryArena,
       extra: { session: { intra_op: { allow_spinning: options.allowSpinning ? '1' : '0' } } },
     });
   } catch (cause) {
