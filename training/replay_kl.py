@@ -3,6 +3,7 @@
 entries in each index layer's top-k on held-out passkey / NIAH-single samples (train.evaluate's probe).
 
     python3 training/replay_kl.py models/v41-mini-128k training/state/s3-step537 [--R 128] [--probe-lengths 32768 --probe-n 8]
+        [--kl-passages 48 --kl-batches 16,8,4]   (session 10: the figure on 48 passages, once per batch composition)
         [--eval-lengths 4096,32768 --eval-n 16 --eval-passes doc]   (train.evaluate's passkey / NIAH-single figures
         under the given passes, with replay R: e.g. the stored-document path's, as a baseline; no LM loss)
 """
@@ -10,6 +11,7 @@ entries in each index layer's top-k on held-out passkey / NIAH-single samples (t
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -33,6 +35,8 @@ def main() -> None:
     ap.add_argument("--eval-lengths", default="")
     ap.add_argument("--eval-n", type=int, default=16)
     ap.add_argument("--eval-passes", default="exact,replay,doc")
+    ap.add_argument("--kl-passages", type=int, default=8, help="held-out passages (train.kl_passages: 8, 16 or 48)")
+    ap.add_argument("--kl-batches", default="0", help="batch compositions: the figure once per batch size (0 = all passages in one batch)")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -44,7 +48,15 @@ def main() -> None:
         model.load_official({k: v.to(device) for k, v in T.load_weights(d).items()})
         model.eval()
         meta = json.loads((d / "train_meta.json").read_text()) if (d / "train_meta.json").exists() else {}
-        rec = {"model": str(d), "step": meta.get("step"), "replay_kl": T.replay_kl(model, corpus, device, a.R, doc_tokens=a.doc_tokens)}
+        rec = {"model": str(d), "step": meta.get("step")}
+        for i, b in enumerate(int(x) for x in a.kl_batches.split(",")):
+            t0 = time.time()
+            r = T.replay_kl(model, corpus, device, a.R, doc_tokens=a.doc_tokens, n_passages=a.kl_passages, batch=b)
+            r["seconds"] = round(time.time() - t0, 1)
+            if i == 0:
+                rec["replay_kl"] = r
+            rec.setdefault("replay_kl_by_batch", []).append(r)
+            print(json.dumps({"model": str(d), "batch": b, "doc_mean": r["doc_mean"], "mean": r["mean"], "seconds": r["seconds"]}), flush=True)
         if a.probe_lengths:
             ev = T.evaluate(model, corpus, device, [int(x) for x in a.probe_lengths.split(",")], a.probe_n, seed=12345, lm_batches=0, replay=0, tasks=("passkey", "niah_single"))
             rec["probe"] = {k: {x: v[x] for x in ("exact", "token_acc", "needle_found", "needle_in_topk")} for k, v in ev["tasks"].items()}
@@ -52,8 +64,9 @@ def main() -> None:
             ev = T.evaluate(model, corpus, device, [int(x) for x in a.eval_lengths.split(",")], a.eval_n, seed=12345, lm_batches=0, replay=a.R,
                             tasks=("passkey", "niah_single"), passes=tuple(a.eval_passes.split(",")), kl=False)
             rec["eval"] = ev["tasks"]
-        print(json.dumps(rec), flush=True)
         res.append(rec)
+        if a.out:
+            a.out.write_text("\n".join(json.dumps(r) for r in res) + "\n")
         del model
     if a.out:
         a.out.write_text("\n".join(json.dumps(r) for r in res) + "\n")

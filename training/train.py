@@ -380,9 +380,13 @@ def kl_passages(corpus, doc_tokens=4096, question_tokens=32, steps=16, n_passage
     out = []
     fracs = ((0, 1 / 3), (0, 0.1), (0, 0.6), (1, 0.1), (1, 0.6), (2, 0.1), (2, 1 / 3), (2, 0.6),
              (0, 0.2), (0, 0.45), (0, 0.71), (0, 0.8), (2, 0.2), (2, 0.45), (2, 0.7), (2, 0.9))
-    for src, frac in fracs[:n_passages]:
+    # n_passages = 48 (session 10): 32 more, from the first newline after each of the 16 positions above moved back
+    # by 5,000 and by 10,000 characters (at least 0): their documents overlap the first 16 passages' (the held-out
+    # text has room for ~22 disjoint 20K-character passages), their KL rows (the last ~200 characters) do not
+    plan = [(src, frac, 0) for src, frac in fracs] + [(src, frac, back) for back in (5000, 10000) for src, frac in fracs]
+    for src, frac, back in plan[:n_passages]:
         text = corpus.text["heldout"][src]
-        start = text.find("\n", int(len(text) * frac)) + 1
+        start = text.find("\n", max(0, int(len(text) * frac) - back)) + 1
         ids = [corpus.bos] + corpus.tok.encode(text[start : start + doc_tokens * 5]).ids
         if len(ids) >= need:
             out.append(np.array(ids[:need], dtype=np.int64))
@@ -390,7 +394,7 @@ def kl_passages(corpus, doc_tokens=4096, question_tokens=32, steps=16, n_passage
 
 
 @torch.no_grad()
-def replay_kl(model, corpus, device, R, doc_tokens=4096, question_tokens=32, steps=16, n_passages=8):
+def replay_kl(model, corpus, device, R, doc_tokens=4096, question_tokens=32, steps=16, n_passages=8, batch=0):
     """KL(exact || decoder replay R) of next-token distributions on held-out text, as the CPU bench
     measures it: a doc_tokens passage stored as a document, the next question_tokens tokens the question
     (the prompt is P = doc + question tokens), steps teacher-forced decode steps; the KL at the rows that
@@ -410,16 +414,24 @@ def replay_kl(model, corpus, device, R, doc_tokens=4096, question_tokens=32, ste
     enc = torch.full((n,), doc_tokens - R, dtype=torch.long, device=device)
     logp = {}
     # "replay": the decoder replay alone (a prompt sent whole: `generate --replay R`); "doc": the stored-document
-    # path the bench measures, where appending the question also re-runs the encoder from D - R (Ctx.encoder_replay_start)
-    for tag, ctx in (("exact", M.Ctx()), ("replay", M.Ctx(replay_start=dec)), ("doc", M.Ctx(replay_start=dec, encoder_replay_start=enc))):
-        h = model.hidden(ids, ctx)
-        logp[tag] = torch.log_softmax(model.logits(h[:, rows]).double(), dim=-1)
-    out = {"R": R, "passages": len(seqs), "rows_each": steps}
+    # path the bench measures, where appending the question also re-runs the encoder from D - R (Ctx.encoder_replay_start).
+    # batch > 0 (session 10): the passages run in consecutive batches of that many (the batch composition; 0 = all at once)
+    b = batch if batch > 0 else n
+    for tag in ("exact", "replay", "doc"):
+        parts = []
+        for i in range(0, n, b):
+            j = min(n, i + b)
+            ctx = {"exact": M.Ctx(), "replay": M.Ctx(replay_start=dec[i:j]), "doc": M.Ctx(replay_start=dec[i:j], encoder_replay_start=enc[i:j])}[tag]
+            h = model.hidden(ids[i:j], ctx)
+            parts.append(torch.log_softmax(model.logits(h[:, rows]).double(), dim=-1))
+            del h
+        logp[tag] = torch.cat(parts)
+    out = {"R": R, "passages": len(seqs), "rows_each": steps, "batch": b}
     for tag, pre in (("replay", ""), ("doc", "doc_")):
         kl = (logp["exact"].exp() * (logp["exact"] - logp[tag])).sum(-1).clamp_min(0)  # [n, steps]
         out.update({f"{pre}bench_passage_mean": float(kl[0].mean()), f"{pre}bench_passage_max": float(kl[0].max()), f"{pre}mean": float(kl.mean()),
                     f"{pre}max": float(kl.max()), f"{pre}median_row": float(kl.flatten().median()), f"{pre}per_passage_mean": [round(float(x), 6) for x in kl.mean(-1)],
-                    f"{pre}mean_first8": float(kl[:8].mean())})
+                    f"{pre}mean_first8": float(kl[:8].mean()), f"{pre}mean_first16": float(kl[:16].mean())})
     model.train(was)
     return out
 
@@ -459,7 +471,7 @@ def main() -> None:
     ap.add_argument("--eval-lengths", default="512,1024,2048,4096")
     ap.add_argument("--eval-n", type=int, default=6)
     ap.add_argument("--eval-n-by-length", default="", help="length:n,... overriding --eval-n at those lengths (session 8: 4096:32,8192:32)")
-    ap.add_argument("--kl-passages", type=int, default=8, help="held-out passages of replay_kl (8, or 16: kl_passages)")
+    ap.add_argument("--kl-passages", type=int, default=8, help="held-out passages of replay_kl (8, 16 or 48: kl_passages)")
     ap.add_argument("--pre-eval-lengths", default="", help="with --pre-eval: also evaluate the starting checkpoint's tasks (exact pass, --eval-n per cell) at these lengths before training")
     ap.add_argument("--eval-tasks", default=",".join(TASKS), help="the held-out tasks evaluated (default: all)")
     ap.add_argument("--eval-passes", default="exact,replay,doc", help="the evaluation's task passes (evaluate: exact, replay = decoder replay R, doc = the stored-document path)")
