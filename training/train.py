@@ -384,9 +384,13 @@ def kl_passages(corpus, doc_tokens=4096, question_tokens=32, steps=16, n_passage
     # by 5,000 and by 10,000 characters (at least 0): their documents overlap the first 16 passages' (the held-out
     # text has room for ~22 disjoint 20K-character passages), their KL rows (the last ~200 characters) do not
     plan = [(src, frac, 0) for src, frac in fracs] + [(src, frac, back) for back in (5000, 10000) for src, frac in fracs]
+    used = set()
     for src, frac, back in plan[:n_passages]:
         text = corpus.text["heldout"][src]
         start = text.find("\n", max(0, int(len(text) * frac) - back)) + 1
+        while (src, start) in used:  # Moby Dick's 10% moved back 5,000 and 10,000 characters: the same newline
+            start = text.find("\n", start + 2500) + 1
+        used.add((src, start))
         ids = [corpus.bos] + corpus.tok.encode(text[start : start + doc_tokens * 5]).ids
         if len(ids) >= need:
             out.append(np.array(ids[:need], dtype=np.int64))
