@@ -37,8 +37,12 @@ def main() -> None:
     ap.add_argument("--eval-passes", default="exact,replay,doc")
     ap.add_argument("--kl-passages", type=int, default=8, help="held-out passages (train.kl_passages: 8, 16 or 48)")
     ap.add_argument("--kl-batches", default="0", help="batch compositions: the figure once per batch size (0 = all passages in one batch)")
+    ap.add_argument("--tf32", action="store_true", help="allow TF32 matmuls (train.py does, so its evaluations' replay_kl figures are with TF32; this script's default is without)")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
+    if a.tf32:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     corpus = Corpus(HERE / "data" / "corpus", HERE.parent / "models" / "v41-mini-128k" / "tokenizer.json")
     M.set_fast(True)
@@ -48,7 +52,7 @@ def main() -> None:
         model.load_official({k: v.to(device) for k, v in T.load_weights(d).items()})
         model.eval()
         meta = json.loads((d / "train_meta.json").read_text()) if (d / "train_meta.json").exists() else {}
-        rec = {"model": str(d), "step": meta.get("step")}
+        rec = {"model": str(d), "step": meta.get("step"), "tf32": a.tf32}
         for i, b in enumerate(int(x) for x in a.kl_batches.split(",")):
             t0 = time.time()
             r = T.replay_kl(model, corpus, device, a.R, doc_tokens=a.doc_tokens, n_passages=a.kl_passages, batch=b)
