@@ -17,7 +17,7 @@
  * The caller sets the glibc allocator settings the worker images set (WORKER_MALLOC_ENV).
  */
 import { pathToFileURL } from 'node:url';
-import type { LayerMode } from '@csa2/core';
+import { DECODE_ATTENTION_ARENA_ROWS, type LayerMode } from '@csa2/core';
 import { ArtifactReader, openStore } from '@csa2/artifacts';
 import { Engine } from '@csa2/engine';
 import { GREEDY } from './documents-bench.js';
@@ -66,7 +66,8 @@ export interface DecoderRunReport {
 const zero = (): Record<LayerMode, number> => ({ full: 0, reindex: 0, reuse: 0, swa: 0 });
 
 export async function runDecoder(args: DecoderRunArgs): Promise<DecoderRunReport> {
-  const engine = await Engine.open({ modelDir: args.modelDir, store: args.storeUrl, warmUp: true });
+  // as a decoder worker opens it (decoderEngineOptions): decode batches keep the attention arena, the replay runs without
+  const engine = await Engine.open({ modelDir: args.modelDir, store: args.storeUrl, warmUp: true, runtime: { attentionArenaMaxRows: DECODE_ATTENTION_ARENA_ROWS } });
   try {
     const warmRssBytes = peakRssBytes();
     const document = { tenant: args.tenant, documentId: args.documentId };

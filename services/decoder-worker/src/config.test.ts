@@ -2,7 +2,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { EnvConfigError, stalledRecoveryBoundMs } from '@csa2/jobs';
+import { DECODE_ATTENTION_ARENA_ROWS } from '@csa2/core';
 import { loadDecoderConfig } from './config.js';
+import { decoderEngineOptions } from './worker.js';
 
 const BASE = { REDIS_URL: 'redis://127.0.0.1:6379', CSA2_MODEL_DIR: '/models/tiny' };
 
@@ -23,6 +25,13 @@ test('defaults: jobs at once sized by the engine (unset), 30 s locks checked eve
     httpPort: 9302,
     readyTimeoutMs: 1000,
   });
+});
+
+test('engine options: threads and provider from the config, the warm-up, and attention runs above a decode batch (a question\'s replay) without the arena', () => {
+  const o = decoderEngineOptions(loadDecoderConfig({ ...BASE, CSA2_THREADS: '2' }));
+  assert.deepEqual(o.runtime, { intraOpThreads: 2, executionProvider: 'cpu', attentionArenaMaxRows: DECODE_ATTENTION_ARENA_ROWS });
+  assert.equal(o.warmUp, true);
+  assert.equal(DECODE_ATTENTION_ARENA_ROWS, 64);
 });
 
 test('every variable is read', () => {

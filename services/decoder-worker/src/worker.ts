@@ -8,6 +8,7 @@
  *   const w = await startDecoderWorker(loadDecoderConfig());
  *   process.once('SIGTERM', () => void w.close());
  */
+import { DECODE_ATTENTION_ARENA_ROWS } from '@csa2/core';
 import { EngineHost, type EngineOptions } from '@csa2/engine';
 import { DECODE_QUEUE, jsonLogger, startEngineWorker, type DecodeResult, type EngineWorker, type Logger } from '@csa2/jobs';
 import type { DecoderConfig } from './config.js';
@@ -24,7 +25,8 @@ export interface DecoderWorkerOptions {
 export function decoderEngineOptions(config: DecoderConfig): EngineOptions {
   return {
     modelDir: config.modelDir,
-    runtime: { intraOpThreads: config.threads, executionProvider: config.provider },
+    // decode batches keep the attention arena; a document question's replay runs without (its peak stays no longer than the question)
+    runtime: { intraOpThreads: config.threads, executionProvider: config.provider, attentionArenaMaxRows: DECODE_ATTENTION_ARENA_ROWS },
     // one chunk through the model before taking jobs, so the first job does not pay for arena growth
     warmUp: true,
     ...(config.storeUrl !== undefined ? { store: config.storeUrl } : {}),

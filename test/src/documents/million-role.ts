@@ -20,7 +20,7 @@
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { ArtifactReader, artifactLayout, getTokenList, openStore, type TokenListRef } from '@csa2/artifacts';
-import { argmax, loadModel, modelFingerprint, type ModelOptions } from '@csa2/core';
+import { argmax, DECODE_ATTENTION_ARENA_ROWS, loadModel, modelFingerprint, type ModelOptions } from '@csa2/core';
 import { EngineHost, type GenerateOutcome, type IngestOutcome } from '@csa2/engine';
 
 export interface MillionDocument {
@@ -132,10 +132,12 @@ async function runEncode(args: Extract<MillionRoleArgs, { role: 'encode' }>): Pr
 }
 
 async function runDecode(args: Extract<MillionRoleArgs, { role: 'decode' }>): Promise<MillionRoleReport> {
+  // as a decoder worker opens it (decoderEngineOptions): the replay's attention runs without the arena
   const host = await EngineHost.start({
     modelDir: args.modelDir,
     store: args.storeUrl,
     warmUp: true,
+    runtime: { attentionArenaMaxRows: DECODE_ATTENTION_ARENA_ROWS },
     ...(args.documentCacheBytes !== undefined ? { documentCacheBytes: args.documentCacheBytes } : {}),
   });
   try {

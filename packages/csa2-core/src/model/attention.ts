@@ -277,8 +277,8 @@ async function unpackSelections(ctx: AttentionContext, e: LayerPlanEntry, fresh:
   if (row !== U) throw new Csa2Error('runtime', `layer ${e.layer}: unpacked ${row} of ${U} selected entries`);
 }
 
-/** How many attention runs with selected entries read their key table in place (tableInPlace) and how many had it copied (for tests: that both ran). */
-export const attentionTableStats = { inPlace: 0, copied: 0 };
+/** How many attention runs with selected entries read their key table in place (tableInPlace) and how many had it copied; how many runs went to the sessions without an arena (ModelGraphs.attentionNoArena). For tests: that each path ran. */
+export const attentionTableStats = { inPlace: 0, copied: 0, noArena: 0 };
 
 /** The run's key table in place after its members' selected entries (AttentionScratch.tableAfterSelections), or null. */
 function tableInPlace(scratch: AttentionScratch, run: readonly RunMember[], Ut: number, windowValues: number): Float32Array | null {
@@ -405,7 +405,10 @@ export async function runAttention(
       wOff += w.rows.length / D;
     }
     const qRows = q.subarray(first.batchRow * H * D, (first.batchRow + rows) * H * D);
-    const graph = m > 0 ? ctx.graphs.attentionCompressed : ctx.graphs.attentionWindow;
+    const noArena = ctx.graphs.attentionNoArena;
+    const big = noArena !== null && rows > noArena.aboveRows;
+    if (big) attentionTableStats.noArena++;
+    const graph = big ? (m > 0 ? noArena.compressed : noArena.window) : m > 0 ? ctx.graphs.attentionCompressed : ctx.graphs.attentionWindow;
     const out = await graph.run({ q: f32(qRows, [rows, H, D]), kv: f32(table, [Ut + Wt, D]), idx: i32(idx, [rows, C]), sink: f32(sink, [H]) });
     att.set(out.att.data, first.batchRow * H * D);
   }

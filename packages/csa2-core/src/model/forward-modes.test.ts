@@ -11,6 +11,7 @@ import { openSafetensors } from '../weights/safetensors.js';
 import { Csa2Model, type ModelOptions } from './model.js';
 import { runGreedy } from '../testing/greedy.js';
 import { attentionTableStats } from './attention.js';
+import { DEFAULT_RUNTIME_OPTIONS } from '../runtime/ort-session.js';
 
 const dir = goldenFixtures().find((d) => d.endsWith('deepseek-v41-tiny-a')) ?? (goldenFixtures()[0] as string);
 const ckpt = await loadCheckpoint(dir);
@@ -132,6 +133,43 @@ test('a decode batch\'s attention key tables, read in place after the selected e
   one.forEach((o, b) => same(runs[b]!.logits as Float32Array, o.logits as Float32Array, `sequence ${b} logits`));
   await whole.dispose();
   await blocked.dispose();
+});
+
+test('attention runs above attentionArenaMaxRows go to the sessions without an arena: the same prefill and decode-batch logits, bit for bit', async () => {
+  const c = ckpt.config;
+  const arena = await open();
+  const split = await open({ runtime: { ...DEFAULT_RUNTIME_OPTIONS, attentionArenaMaxRows: 2 } });
+  const a = arena.createSequence();
+  const b = split.createSequence();
+  const n0 = attentionTableStats.noArena;
+  const prefillArena = await arena.prefillExact(a, prompt);
+  assert.equal(attentionTableStats.noArena, n0, 'no row limit: every run in the arena');
+  same(await split.prefillExact(b, prompt), prefillArena, 'prefill logits');
+  const n1 = attentionTableStats.noArena;
+  assert.ok(n1 >= n0 + c.numLayers, `a ${prompt.length}-row prefill: every layer's runs without the arena (${n1 - n0} runs)`);
+  a.freeze();
+  b.freeze();
+  const batch = async (model: Csa2Model, base: typeof a, size: number) => {
+    const seqs = Array.from({ length: size }, (_, i) => {
+      const s = base.fork(base.length + 1);
+      s.tokens.push((i * 37 + 5) % c.vocabSize);
+      return s;
+    });
+    const outs = await model.forward(seqs.map((seq) => ({ seq, layout: { kind: 'step' as const }, p0: seq.length - 1, p1: seq.length, l0: 0, l1: c.numLayers, input: null, logits: true })));
+    return outs.map((o) => o.logits as Float32Array);
+  };
+  for (const size of [2, 5]) {
+    const want = await batch(arena, a, size);
+    const n2 = attentionTableStats.noArena;
+    const got = await batch(split, b, size);
+    const noArenaRuns = attentionTableStats.noArena - n2;
+    if (size <= 2) assert.equal(noArenaRuns, 0, `a batch of ${size} rows: in the arena`);
+    else assert.equal(noArenaRuns, c.numLayers, `a batch of ${size} rows: one run a layer without the arena`);
+    got.forEach((g, i) => same(g, want[i] as Float32Array, `batch of ${size}, sequence ${i} logits`));
+  }
+  await assert.rejects(open({ runtime: { ...DEFAULT_RUNTIME_OPTIONS, attentionArenaMaxRows: 0 } }), /attentionArenaMaxRows must be a positive integer or Infinity, got 0/);
+  await arena.dispose();
+  await split.dispose();
 });
 
 test('attention run in row blocks (a small attention budget) gives the same prefill and decode logits as one run per chunk', async () => {

@@ -12,6 +12,7 @@
  * pool graph (unpack, scores, masks and TopK in the graph), as does the masked reference path always.
  * Shared by all layers: the two sparse-attention graphs (one per layer kind) and the head.
  */
+import { Csa2Error } from '../errors.js';
 import type { ModelConfig } from '../config/model-config.js';
 import type { LayerPlan, LayerPlanEntry } from '../config/layer-plan.js';
 import { openGraphSession, resolveIntraOpThreads, type GraphSession, type RuntimeOptions } from '../runtime/ort-session.js';
@@ -69,6 +70,8 @@ export interface ModelGraphs {
   readonly compressOnly: TypedGraph<typeof ATTN_IN_COMPRESS> | null;
   readonly attentionWindow: TypedGraph<typeof ATTENTION>;
   readonly attentionCompressed: TypedGraph<typeof ATTENTION>;
+  /** The same two graphs without an arena, for runs of more rows than RuntimeOptions.attentionArenaMaxRows; null when every run uses the sessions above. */
+  readonly attentionNoArena: { readonly window: TypedGraph<typeof ATTENTION>; readonly compressed: TypedGraph<typeof ATTENTION>; readonly aboveRows: number } | null;
   /** The split indexer's scorer (its Gemm session and buffers); null with indexerScores 'graph'. */
   readonly indexScorer: IndexScorer | null;
 }
@@ -98,6 +101,10 @@ function hcSplitParams(c: ModelConfig, w: WeightSource, layer: number, which: 'a
 export async function openModelGraphs(config: ModelConfig, plan: LayerPlan, weights: WeightSource, options: GraphBuildOptions): Promise<ModelGraphs> {
   const ctx: GraphContext = { config, weights, mode: options.numerics };
   const threads = resolveIntraOpThreads(options.runtime, config.dim);
+  const arenaRows = options.runtime.attentionArenaMaxRows;
+  if (!(arenaRows === Infinity || (Number.isInteger(arenaRows) && arenaRows >= 1))) {
+    throw new Csa2Error('config-invalid', `runtime: attentionArenaMaxRows must be a positive integer or Infinity, got ${String(arenaRows)}`);
+  }
   const opened: TypedGraph<GraphSignature<Io, Io, Io, Io>>[] = [];
   let scorerSession: GraphSession | null = null;
   const open = async <S extends GraphSignature<Io, Io, Io, Io>>(name: string, bytes: Uint8Array, signature: S, memoryArena = options.runtime.memoryArena): Promise<TypedGraph<S>> => {
@@ -141,6 +148,10 @@ export async function openModelGraphs(config: ModelConfig, plan: LayerPlan, weig
       });
     }
     const dec = plan.decoderStart;
+    const attentionArena = options.runtime.memoryArena || options.runtime.attentionArena;
+    const split = attentionArena && !options.runtime.memoryArena && arenaRows !== Infinity;
+    const windowGraph = buildAttentionGraph(ctx, false);
+    const compressedGraph = buildAttentionGraph(ctx, true);
     let indexScorer: IndexScorer | null = null;
     if (options.indexerScores === 'split' && plan.entries.some((e) => e.isIndexSource)) {
       scorerSession = await openGraphSession('index_scores', buildIndexScoresGraph(ctx, config.indexNumHeads > MAX_HEADS_SUMMED_IN_TS), options.runtime, threads);
@@ -151,8 +162,15 @@ export async function openModelGraphs(config: ModelConfig, plan: LayerPlan, weig
       head: await open('head', buildHeadGraph(ctx), HEAD),
       compressOnly: dec === null ? null : await open(`attn_in_${dec}_compress`, buildAttnInGraph(ctx, plan.entries[dec] as LayerPlanEntry, { compressOnly: true }), ATTN_IN_COMPRESS),
       // shared by every layer of their kind: one arena each (RuntimeOptions.attentionArena)
-      attentionWindow: await open('attention_window', buildAttentionGraph(ctx, false), ATTENTION, options.runtime.memoryArena || options.runtime.attentionArena),
-      attentionCompressed: await open('attention_compressed', buildAttentionGraph(ctx, true), ATTENTION, options.runtime.memoryArena || options.runtime.attentionArena),
+      attentionWindow: await open('attention_window', windowGraph, ATTENTION, attentionArena),
+      attentionCompressed: await open('attention_compressed', compressedGraph, ATTENTION, attentionArena),
+      attentionNoArena: split
+        ? {
+            window: await open('attention_window_no_arena', windowGraph, ATTENTION, false),
+            compressed: await open('attention_compressed_no_arena', compressedGraph, ATTENTION, false),
+            aboveRows: arenaRows,
+          }
+        : null,
       indexScorer,
     };
   } catch (err) {
@@ -168,6 +186,6 @@ export async function disposeModelGraphs(graphs: ModelGraphs): Promise<void> {
     const indexer = l.indexer !== null && 'graph' in l.indexer ? l.indexer.graph : null;
     for (const g of [l.attnIn, l.attnOut, l.moe, l.compress, indexer]) if (g !== null) await g.dispose();
   }
-  for (const g of [graphs.head, graphs.compressOnly, graphs.attentionWindow, graphs.attentionCompressed]) if (g !== null) await g.dispose();
+  for (const g of [graphs.head, graphs.compressOnly, graphs.attentionWindow, graphs.attentionCompressed, graphs.attentionNoArena?.window ?? null, graphs.attentionNoArena?.compressed ?? null]) if (g !== null) await g.dispose();
   await graphs.indexScorer?.dispose();
 }
