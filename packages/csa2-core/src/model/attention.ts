@@ -408,7 +408,8 @@ export async function runAttention(
     const noArena = ctx.graphs.attentionNoArena;
     const big = noArena !== null && rows > noArena.aboveRows;
     if (big) attentionTableStats.noArena++;
-    const graph = big ? (m > 0 ? noArena.compressed : noArena.window) : m > 0 ? ctx.graphs.attentionCompressed : ctx.graphs.attentionWindow;
+    const sessions = big ? noArena : { window: ctx.graphs.attentionWindow, compressed: ctx.graphs.attentionCompressed };
+    const graph = m > 0 ? sessions.compressed : sessions.window;
     const out = await graph.run({ q: f32(qRows, [rows, H, D]), kv: f32(table, [Ut + Wt, D]), idx: i32(idx, [rows, C]), sink: f32(sink, [H]) });
     att.set(out.att.data, first.batchRow * H * D);
   }
