@@ -12,7 +12,8 @@ import { loadCheckpoint, type Checkpoint } from '../weights/checkpoint.js';
 import { SeededRandom } from '../weights/init-model.js';
 import { Csa2Model } from './model.js';
 import { argmax } from './sampler.js';
-import { candidatePool, completePicks, poolPartStats, poolRanges } from './indexer-pool.js';
+import { candidatePool, completePicks, poolBlocks, PoolKeyCache, poolKeyCacheStats, poolPartStats, poolPushStats, poolRanges } from './indexer-pool.js';
+import { PackedRowStore } from './packed-rows.js';
 
 interface Trace {
   readonly topk: Map<number, number[][]>;
@@ -144,4 +145,52 @@ test('decode on a fork that reads a frozen prefix in place gives the unshared li
     const prompt = Array.from({ length: 77 }, () => rng.nextU32() % 256);
     sameTrace(await trace(seeded, false, prompt, 6, 32, 6, true), await trace(seeded, false, prompt, 6, 32, 6));
   });
+});
+
+test('pools of 64 blocks of 8 over 1,100 entries: the filtered pushes and the Reindex layers\' reused pool keys give the scan\'s lists and logits, bit for bit', async () => {
+  // decode rows' pools are 512 of layer 20's ~1,100 entries: pushAboveFloor applies (512 keys, top-k 16:
+  // 16 groups of 32), and layers 28/32/36 take layer 24's gathered keys from the cache
+  const config = { ...bundledConfig('v41-tiny-40l'), window_size: 8, index_topk: 16, candidate_topk_blocks: 64, candidate_block_size: 8, max_seq_len: 1280 };
+  await withSeededCheckpoint(config, 13, async (ckpt) => {
+    const rng = new SeededRandom(9);
+    const prompt = Array.from({ length: 1100 }, () => rng.nextU32() % 256);
+    const before = { ...poolPushStats, ...poolKeyCacheStats };
+    const pool = await trace(ckpt, true, prompt, 5, 256);
+    const filtered = poolPushStats.filtered - before.filtered;
+    const hits = poolKeyCacheStats.hits - before.hits;
+    sameTrace(pool, await trace(ckpt, false, prompt, 5, 256));
+    assert.ok(filtered > 0, 'rows pushed through the floor filter');
+    // 5 decode steps (the first 4 after the prefill's logits row) × 3 later Reindex layers at least
+    assert.ok(hits >= 12, `pool keys reused across the Reindex layers (${hits} hits)`);
+  });
+});
+
+test('PoolKeyCache: a hit only for the same store, generation, visible entries and blocks; oldest dropped beyond its bytes', () => {
+  const rowBytes = 17;
+  const store = new PackedRowStore(rowBytes);
+  const rows = new Uint8Array(64 * rowBytes).map((_, i) => (i * 7) & 255);
+  store.append(rows);
+  const poolOf = (blocks: number[], nVis = 64) => poolBlocks(Int32Array.from(blocks), 1, blocks.length, nVis, 8);
+  const gathered = (blocks: number[], nVis = 64) => store.gatherBlocks(Int32Array.from(blocks), 8, nVis, new Uint8Array(blocks.length * 8 * rowBytes));
+  const cache = new PoolKeyCache(3 * 8 * rowBytes * 2);
+  const a = poolOf([1, 3]);
+  cache.keep(store, a, gathered([1, 3]));
+  assert.deepEqual(cache.find(store, poolOf([1, 3])), gathered([1, 3]));
+  assert.equal(cache.find(store, poolOf([1, 4])), null, 'other blocks');
+  assert.equal(cache.find(store, poolOf([1, 3], 60)), null, 'other visible entries');
+  assert.equal(cache.find(new PackedRowStore(rowBytes), a), null, 'another store');
+  // rows rewritten after a truncate: the old copy is not reused
+  store.truncate(32);
+  store.append(new Uint8Array(32 * rowBytes).fill(9));
+  assert.equal(cache.find(store, a), null, 'a truncated store');
+  cache.keep(store, a, gathered([1, 3]));
+  assert.deepEqual(cache.find(store, a), gathered([1, 3]));
+  // the bytes bound: three 2-block entries fit, a fourth drops the oldest
+  cache.keep(store, poolOf([0, 2]), gathered([0, 2]));
+  cache.keep(store, poolOf([5, 6]), gathered([5, 6]));
+  assert.equal(cache.heldBytes, 3 * 2 * 8 * rowBytes);
+  cache.keep(store, poolOf([4, 7]), gathered([4, 7]));
+  assert.equal(cache.find(store, a), null, 'the oldest entry was dropped');
+  assert.deepEqual(cache.find(store, poolOf([4, 7])), gathered([4, 7]));
+  assert.equal(cache.heldBytes, 3 * 2 * 8 * rowBytes);
 });

@@ -18,8 +18,9 @@ import type { TypedGraph } from './graph-io.js';
 import type { INDEXER_POOL } from './graphs/signatures.js';
 import { queryRows, requireCandidates, type IndexerContext, type IndexerJob } from './indexer.js';
 import { BoundedHeaps } from './indexer-ranking.js';
-import { pushScores, type IndexScorer } from './indexer-scores.js';
+import { ABOVE_MIN_KEYS, pushScores, type IndexScorer } from './indexer-scores.js';
 import { keyChunks } from './indexer-scan.js';
+import type { PackedRowStore } from './packed-rows.js';
 
 /**
  * Each job's top-k lists, the pools of several jobs scored in one run while their rows × pool keys ×
@@ -66,6 +67,11 @@ export async function poolTopkSplit(ctx: IndexerContext, scorer: IndexScorer, e:
   const lists = jobs.map((j) => new Int32Array(j.rows * j.kk).fill(-1));
   // one buffer for every part's gathered keys (a fresh 278 KB buffer a row cost page faults: mmap'd and zeroed each time)
   let scratch = new Uint8Array(0);
+  // jobs whose every row's pool fits the key cache keep their rows' gathered keys for the next Reindex layers
+  // (a decode batch); a replay's rows would only push each other out
+  const cache = poolKeyCacheOf(scorer);
+  const cacheFor = (job: IndexerJob): PoolKeyCache | null =>
+    job.rows * (job.st.shared.kb * c.candidateBlockSize) * job.src.indexK.rowBytes <= cache.maxBytes ? cache : null;
   for (const p of poolParts(ctx, e, jobs)) {
     const job = jobs[p.job] as IndexerJob;
     const S = p.r1 - p.r0;
@@ -94,12 +100,23 @@ export async function poolTopkSplit(ctx: IndexerContext, scorer: IndexScorer, e:
         const bytes = (t1 - t0) * job.src.indexK.rowBytes;
         if (scratch.length < bytes) scratch = new Uint8Array(bytes);
         const into = scratch.subarray(0, bytes);
-        const keys = whole ? job.src.indexK.gatherBlocks(p.pool.blocks, p.pool.blockSize, p.pool.nVis, into) : job.src.indexK.gather(positions.subarray(t0, t1), into);
+        let keys: Uint8Array;
+        const cache = whole ? cacheFor(job) : null;
+        const hit = cache === null ? null : cache.find(job.src.indexK, p.pool);
+        if (hit !== null) keys = hit;
+        else if (cache !== null) {
+          keys = job.src.indexK.gatherBlocks(p.pool.blocks, p.pool.blockSize, p.pool.nVis, new Uint8Array(bytes));
+          cache.keep(job.src.indexK, p.pool, keys);
+        } else keys = whole ? job.src.indexK.gatherBlocks(p.pool.blocks, p.pool.blockSize, p.pool.nVis, into) : job.src.indexK.gather(positions.subarray(t0, t1), into);
         scorer.loadKeys(keys, t1 - t0);
         await scorer.run(q, 0, t1 - t0);
         for (let r = r0; r < r1; r++) {
           const s = scorer.scoreRow(r - r0, t1 - t0);
           const rg = ranges[r] as Int32Array;
+          if (whole && rg.length === 2 && rg[0] === 0 && rg[1] === U && pushAboveFloor(scorer, r - r0, s, U, r, heaps)) {
+            cursor[r] = 2;
+            continue;
+          }
           let j = cursor[r] as number;
           while (j < rg.length && (rg[j] as number) < t1) {
             const end = rg[j + 1] as number;
@@ -119,6 +136,147 @@ export async function poolTopkSplit(ctx: IndexerContext, scorer: IndexScorer, e:
     (lists[p.job] as Int32Array).set(completePicks(picks, S, job.kk, kEff, clen, p.pool), p.r0 * job.kk);
   }
   return lists;
+}
+
+/**
+ * Bytes of gathered pool keys kept for reuse (per scorer, i.e. per model): the Reindex layers of a
+ * step read the same index-K source through the same candidate blocks (the candidate source's picks),
+ * so a row's pool keys gathered by the first Reindex layer serve the next ones. The gather is a copy of
+ * 2,048 blocks from random places of the document (~0.2 µs a block here: memory latency, whatever the
+ * copy routine), ~0.45 ms a 1M-token row, the larger part of a Reindex layer's pool cost in a decode
+ * step. 8 MiB holds a decode batch's rows at 1M tokens (278 KB a row at the bench's tiny width, 1.1 MB
+ * at the released index width); a replay's rows beyond it are gathered again.
+ */
+export const POOL_KEY_CACHE_BYTES = 8 * 1024 * 1024;
+
+/** Pool key cache hits and misses so far (tests check that reuse happens, and only where it is the same pool). */
+export const poolKeyCacheStats = { hits: 0, misses: 0 };
+
+interface CachedPoolKeys {
+  readonly store: PackedRowStore;
+  readonly generation: number;
+  readonly nVis: number;
+  readonly blockSize: number;
+  readonly blocks: Int32Array;
+  readonly hash: number;
+  readonly keys: Uint8Array;
+}
+
+/**
+ * Copies of whole-pool key gathers, looked up by what determines their bytes: the store, its generation,
+ * the visible entries and the blocks (compared whole). Oldest dropped first beyond POOL_KEY_CACHE_BYTES.
+ */
+export class PoolKeyCache {
+  private entries: CachedPoolKeys[] = [];
+  private bytes = 0;
+
+  constructor(readonly maxBytes = POOL_KEY_CACHE_BYTES) {}
+
+  find(store: PackedRowStore, pool: PoolBlocks): Uint8Array | null {
+    const hash = blocksHash(pool.blocks);
+    for (const e of this.entries) {
+      if (e.store === store && e.generation === store.generation && e.nVis === pool.nVis && e.blockSize === pool.blockSize && e.hash === hash && sameBlocks(e.blocks, pool.blocks)) {
+        poolKeyCacheStats.hits++;
+        return e.keys;
+      }
+    }
+    poolKeyCacheStats.misses++;
+    return null;
+  }
+
+  keep(store: PackedRowStore, pool: PoolBlocks, keys: Uint8Array): void {
+    if (keys.length > this.maxBytes) return;
+    // the caller hands over `keys` (a buffer of its own that it no longer writes)
+    while (this.entries.length > 0 && this.bytes + keys.length > this.maxBytes) this.bytes -= (this.entries.shift() as CachedPoolKeys).keys.length;
+    this.entries.push({ store, generation: store.generation, nVis: pool.nVis, blockSize: pool.blockSize, blocks: pool.blocks.slice(), hash: blocksHash(pool.blocks), keys });
+    this.bytes += keys.length;
+  }
+
+  /** Drops every entry (a model's dispose; tests). */
+  clear(): void {
+    this.entries = [];
+    this.bytes = 0;
+  }
+
+  get heldBytes(): number {
+    return this.bytes;
+  }
+}
+
+const poolKeyCaches = new WeakMap<IndexScorer, PoolKeyCache>();
+
+/** The pool key cache of a scorer (one per model: every layer shares the model's scorer). */
+export function poolKeyCacheOf(scorer: IndexScorer): PoolKeyCache {
+  let c = poolKeyCaches.get(scorer);
+  if (c === undefined) {
+    c = new PoolKeyCache();
+    poolKeyCaches.set(scorer, c);
+  }
+  return c;
+}
+
+function blocksHash(blocks: Int32Array): number {
+  let h = blocks.length | 0;
+  for (let i = 0; i < blocks.length; i++) h = Math.imul(h ^ (blocks[i] as number), 0x9e3779b1) | 0;
+  return h;
+}
+
+function sameBlocks(a: Int32Array, b: Int32Array): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
+/** Rows whose pool scores went through pushAboveFloor's filter (tests check that it ran). */
+export const poolPushStats = { filtered: 0 };
+
+/**
+ * Pushes row `row`'s scores s[0, count) (every key allowed; its heap empty) into its heap, but only the
+ * keys scoring at least a floor that cap keys are known to reach: the least of the maxima of cap
+ * disjoint groups of keys (each group holds a key ≥ it, so the cap-th best is too, and no key below
+ * it can be among the cap best). The heap keeps the cap best by (score desc, position asc) whatever
+ * the order of pushes, so pushing only the keys ≥ the floor, in key order, gives the same heap as
+ * pushScores over all of them. The group maxima and the keys ≥ the floor come from the scorer's
+ * WebAssembly (a 1M-token pool: 16,384 scores, ~2–3K above the floor of 512 groups of 32 on the
+ * bench's random documents). False, nothing pushed, where it does not apply (no fused scores, too few
+ * keys, or a group with no finite score).
+ */
+function pushAboveFloor(scorer: IndexScorer, runRow: number, s: Float32Array, count: number, row: number, heaps: BoundedHeaps): boolean {
+  const cap = heaps.capacity;
+  if (cap === 0 || count < ABOVE_MIN_KEYS || (heaps.size[row] as number) !== 0) return false;
+  const g = Math.floor(count / cap / 4) * 4;
+  if (g < 4) return false;
+  const maxima = scorer.blockMax(runRow, cap, g);
+  if (maxima === null) return false;
+  let floor = Infinity;
+  for (let i = 0; i < cap; i++) {
+    const m = maxima[i] as number;
+    if (m < floor) floor = m;
+  }
+  if (!(floor > -Infinity)) return false;
+  const keys = scorer.above(runRow, 0, count, floor);
+  if (keys === null) return false;
+  const base = row * cap;
+  let n = 0;
+  for (; n < keys.length && (heaps.size[row] as number) < cap; n++) {
+    const k = keys[n] as number;
+    if (k >= count) break;
+    heaps.push(row, s[k] as number, k);
+  }
+  let wv = heaps.values[base] as number;
+  let wi = heaps.ids[base] as number;
+  for (; n < keys.length; n++) {
+    const k = keys[n] as number;
+    if (k >= count) break;
+    const v = s[k] as number;
+    if (v > wv || (v === wv && k < wi)) {
+      heaps.push(row, v, k);
+      wv = heaps.values[base] as number;
+      wi = heaps.ids[base] as number;
+    }
+  }
+  poolPushStats.filtered++;
+  return true;
 }
 
 /** Pool parts made so far (tests assert which kind ran): union parts, and rows scored alone over their own blocks. */
@@ -188,9 +346,12 @@ function poolParts(ctx: IndexerContext, e: LayerPlanEntry, jobs: readonly Indexe
       for (const b of bl) size += blockWidth(b, bs, nVis);
       return size;
     });
-    const stamp = new Int32Array(Math.ceil(nVis / bs) + 1).fill(-1);
+    // made on the first union of several rows (a decode row's pool is its own blocks: no 0.5 MB array a layer at 1M)
+    let stamp: Int32Array | null = null;
     let stampId = 0;
-    const union = (r0: number, r1: number): { blocks: number[]; size: number } => {
+    const union = (r0: number, r1: number): { blocks: ArrayLike<number>; size: number } => {
+      if (r1 - r0 === 1) return { blocks: own[r0] as Int32Array, size: ownSize[r0] as number };
+      stamp ??= new Int32Array(Math.ceil(nVis / bs) + 1).fill(-1);
       const id = stampId++;
       const out: number[] = [];
       let size = 0;
@@ -224,7 +385,8 @@ function poolParts(ctx: IndexerContext, e: LayerPlanEntry, jobs: readonly Indexe
         ranges.push([mid, r1], [r0, mid]);
         continue;
       }
-      const pool: PoolBlocks = { blocks: Int32Array.from(u.blocks).sort(), rowBlocks: own.slice(r0, r1), size: u.size, columns, nVis, blockSize: bs };
+      // a single row's blocks are sorted already (rowBlocksOf)
+      const pool: PoolBlocks = { blocks: r1 - r0 === 1 ? (own[r0] as Int32Array) : Int32Array.from(u.blocks).sort(), rowBlocks: own.slice(r0, r1), size: u.size, columns, nVis, blockSize: bs };
       parts.push({ job: ji, r0, r1, pool });
       poolPartStats.unionParts++;
     }

@@ -23,6 +23,7 @@ export class PackedRowStore {
   /** Private rows [sharedRows, n), owned by this store. */
   private buf: Uint8Array;
   private n = 0;
+  private gen = 0;
 
   constructor(readonly rowBytes: number, initialRows = MIN_ROWS) {
     if (!Number.isInteger(rowBytes) || rowBytes < 1) throw new Csa2Error('runtime', `PackedRowStore: row size ${rowBytes} is not a positive integer`);
@@ -31,6 +32,15 @@ export class PackedRowStore {
 
   get rows(): number {
     return this.n;
+  }
+
+  /**
+   * Changes whenever a stored row may have changed (truncate, shareFrom): rows below `rows` read at the
+   * same generation hold the same bytes (appends and freeze keep every stored row), so a copy of
+   * them can be reused (model/indexer-pool's gathered pool keys).
+   */
+  get generation(): number {
+    return this.gen;
   }
 
   /** Bytes this store owns (its private rows' capacity); the shared prefix is counted by `sharedBytes`. */
@@ -166,6 +176,7 @@ export class PackedRowStore {
 
   truncate(count: number): void {
     const keep = Math.max(0, Math.min(this.n, count));
+    if (keep < this.n) this.gen++;
     if (keep < this.sharedRows) {
       // the shared prefix is immutable: keep a private copy of what remains
       const own = (this.shared as Uint8Array).slice(0, keep * this.rowBytes);
@@ -193,6 +204,7 @@ export class PackedRowStore {
   shareFrom(other: PackedRowStore): void {
     if (other.rowBytes !== this.rowBytes) throw new Csa2Error('runtime', `PackedRowStore.shareFrom: ${other.rowBytes}-byte rows into a ${this.rowBytes}-byte store`);
     if (this.n !== 0) throw new Csa2Error('runtime', 'PackedRowStore.shareFrom: the store is not empty');
+    this.gen++;
     this.shared = other.shared;
     this.sharedRows = other.sharedRows;
     const own = other.n - other.sharedRows;
