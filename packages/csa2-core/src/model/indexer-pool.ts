@@ -113,7 +113,8 @@ export async function poolTopkSplit(ctx: IndexerContext, scorer: IndexScorer, e:
         for (let r = r0; r < r1; r++) {
           const s = scorer.scoreRow(r - r0, t1 - t0);
           const rg = ranges[r] as Int32Array;
-          if (whole && rg.length === 2 && rg[0] === 0 && rg[1] === U && pushAboveFloor(scorer, r - r0, s, U, r, heaps)) {
+          // a row allowed one run of columns from the first (its own blocks, the last one cut at its visible length)
+          if (whole && rg.length === 2 && rg[0] === 0 && pushAboveFloor(scorer, r - r0, s, rg[1] as number, r, heaps)) {
             cursor[r] = 2;
             continue;
           }
@@ -231,7 +232,7 @@ function sameBlocks(a: Int32Array, b: Int32Array): boolean {
 export const poolPushStats = { filtered: 0 };
 
 /**
- * Pushes row `row`'s scores s[0, count) (every key allowed; its heap empty) into its heap, but only the
+ * Pushes row `row`'s scores s[0, count) (every key allowed, none after them; its heap empty) into its heap, but only the
  * keys scoring at least a floor that cap keys are known to reach: the least of the maxima of cap
  * disjoint groups of keys (each group holds a key ≥ it, so the cap-th best is too, and no key below
  * it can be among the cap best). The heap keeps the cap best by (score desc, position asc) whatever
@@ -241,6 +242,10 @@ export const poolPushStats = { filtered: 0 };
  * bench's random documents). False, nothing pushed, where it does not apply (no fused scores, too few
  * keys, or a group with no finite score).
  */
+let floorIds = new Int32Array(0);
+let floorValues = new Float32Array(0);
+let floorScratch = new Float32Array(0);
+
 function pushAboveFloor(scorer: IndexScorer, runRow: number, s: Float32Array, count: number, row: number, heaps: BoundedHeaps): boolean {
   const cap = heaps.capacity;
   if (cap === 0 || count < ABOVE_MIN_KEYS || (heaps.size[row] as number) !== 0) return false;
@@ -256,25 +261,20 @@ function pushAboveFloor(scorer: IndexScorer, runRow: number, s: Float32Array, co
   if (!(floor > -Infinity)) return false;
   const keys = scorer.above(runRow, 0, count, floor);
   if (keys === null) return false;
-  const base = row * cap;
-  let n = 0;
-  for (; n < keys.length && (heaps.size[row] as number) < cap; n++) {
+  // the keys at or above the floor (ascending) with their scores, then the heap by selection
+  if (floorIds.length < keys.length) {
+    floorIds = new Int32Array(keys.length);
+    floorValues = new Float32Array(keys.length);
+    floorScratch = new Float32Array(keys.length);
+  }
+  let m = 0;
+  for (let n = 0; n < keys.length; n++) {
     const k = keys[n] as number;
     if (k >= count) break;
-    heaps.push(row, s[k] as number, k);
+    floorIds[m] = k;
+    floorValues[m++] = s[k] as number;
   }
-  let wv = heaps.values[base] as number;
-  let wi = heaps.ids[base] as number;
-  for (; n < keys.length; n++) {
-    const k = keys[n] as number;
-    if (k >= count) break;
-    const v = s[k] as number;
-    if (v > wv || (v === wv && k < wi)) {
-      heaps.push(row, v, k);
-      wv = heaps.values[base] as number;
-      wi = heaps.ids[base] as number;
-    }
-  }
+  heaps.assign(row, floorValues, floorIds, m, floorScratch);
   poolPushStats.filtered++;
   return true;
 }

@@ -177,6 +177,68 @@ export class BoundedHeaps {
     is[base + i] = id;
   }
 
+  /**
+   * Makes row's heap (empty) the best `capacity` of the n pairs (values[j], ids[j]), ids ascending and
+   * distinct, values not NaN: the same set as pushing them one by one, found by selection instead of
+   * n pushes. The capacity-th best value is selected (`scratch`, ≥ n floats, is overwritten); the pairs
+   * above it and, of those equal to it, the lowest ids (the first in order) are kept and heapified.
+   */
+  assign(row: number, values: Float32Array, ids: Int32Array, n: number, scratch: Float32Array): void {
+    const cap = this.capacity;
+    if ((this.size[row] as number) !== 0) throw new Csa2Error('runtime', `BoundedHeaps.assign: row ${row} is not empty`);
+    if (!(n >= 0 && n <= values.length && n <= ids.length && n <= scratch.length)) throw new Csa2Error('runtime', `BoundedHeaps.assign: ${n} pairs of ${values.length}`);
+    if (cap === 0) return;
+    const base = row * cap;
+    const vs = this.values;
+    const is = this.ids;
+    let m = 0;
+    if (n <= cap) {
+      for (let j = 0; j < n; j++) {
+        vs[base + m] = values[j] as number;
+        is[base + m++] = ids[j] as number;
+      }
+    } else {
+      scratch.set(values.subarray(0, n));
+      const kth = selectDescending(scratch, n, cap - 1);
+      let above = 0;
+      for (let j = 0; j < n; j++) if ((values[j] as number) > kth) above++;
+      let ties = cap - above;
+      for (let j = 0; j < n && m < cap; j++) {
+        const v = values[j] as number;
+        if (v > kth || (v === kth && ties-- > 0)) {
+          vs[base + m] = v;
+          is[base + m++] = ids[j] as number;
+        }
+      }
+    }
+    this.size[row] = m;
+    // heapify: the worst pair at the root (as push keeps it)
+    for (let i = (m >> 1) - 1; i >= 0; i--) {
+      const v = vs[base + i] as number;
+      const id = is[base + i] as number;
+      let at = i;
+      for (;;) {
+        const l = 2 * at + 1;
+        if (l >= m) break;
+        let c = l;
+        const r = l + 1;
+        if (r < m) {
+          const lv = vs[base + l] as number;
+          const rv = vs[base + r] as number;
+          if (rv < lv || (rv === lv && (is[base + r] as number) > (is[base + l] as number))) c = r;
+        }
+        const cv = vs[base + c] as number;
+        const ci = is[base + c] as number;
+        if (!(cv < v || (cv === v && ci > id))) break;
+        vs[base + at] = cv;
+        is[base + at] = ci;
+        at = c;
+      }
+      vs[base + at] = v;
+      is[base + at] = id;
+    }
+  }
+
   /** Row's pairs ranked (by score, ties to the lower position): their ids into `out`; returns how many. */
   rankedIds(row: number, out: Int32Array): number {
     const cap = this.capacity;
@@ -188,4 +250,36 @@ export class BoundedHeaps {
     for (let j = 0; j < n; j++) out[j] = is[order[j] as number] as number;
     return n;
   }
+}
+
+/**
+ * The value of rank k (0 = the largest) among a[0, n) (no NaN), by quickselect in place (a is reordered).
+ */
+export function selectDescending(a: Float32Array, n: number, k: number): number {
+  if (!(k >= 0 && k < n)) throw new Csa2Error('runtime', `selectDescending: rank ${k} of ${n}`);
+  let lo = 0;
+  let hi = n - 1;
+  while (hi > lo) {
+    // median of three as the pivot
+    const mid = (lo + hi) >> 1;
+    const x = a[lo] as number;
+    const y = a[mid] as number;
+    const z = a[hi] as number;
+    const pivot = x > y ? (y > z ? y : x > z ? z : x) : x > z ? x : y > z ? z : y;
+    let i = lo;
+    let j = hi;
+    while (i <= j) {
+      while ((a[i] as number) > pivot) i++;
+      while ((a[j] as number) < pivot) j--;
+      if (i <= j) {
+        const t = a[i] as number;
+        a[i++] = a[j] as number;
+        a[j--] = t;
+      }
+    }
+    if (k <= j) hi = j;
+    else if (k >= i) lo = i;
+    else return a[k] as number;
+  }
+  return a[k] as number;
 }
