@@ -349,7 +349,10 @@ function poolParts(ctx: IndexerContext, e: LayerPlanEntry, jobs: readonly Indexe
     // made on the first union of several rows (a decode row's pool is its own blocks: no 0.5 MB array a layer at 1M)
     let stamp: Int32Array | null = null;
     let stampId = 0;
-    const union = (r0: number, r1: number): { blocks: ArrayLike<number>; size: number } => {
+    // the union of rows [r0, r1)'s blocks, or null as soon as its size times the rows passes `over` (the
+    // rows are then scored one by one whatever the rest adds: a replay's 160 rows of a 1M document share
+    // few blocks, and their whole union was 327K pushes a layer to find that out)
+    const union = (r0: number, r1: number, over: number): { blocks: ArrayLike<number>; size: number } | null => {
       if (r1 - r0 === 1) return { blocks: own[r0] as Int32Array, size: ownSize[r0] as number };
       stamp ??= new Int32Array(Math.ceil(nVis / bs) + 1).fill(-1);
       const id = stampId++;
@@ -362,16 +365,18 @@ function poolParts(ctx: IndexerContext, e: LayerPlanEntry, jobs: readonly Indexe
           out.push(b);
           size += blockWidth(b, bs, nVis);
         }
+        if ((r1 - r0) * size > over) return null;
       }
       return { blocks: out, size };
     };
     const ranges: Array<[number, number]> = [[0, job.rows]];
     while (ranges.length > 0) {
       const [r0, r1] = ranges.pop() as [number, number];
-      const u = union(r0, r1);
-      const columns = u.size === 1 ? 2 : u.size;
       let ownSum = 0;
       for (let r = r0; r < r1; r++) ownSum += ownSize[r] as number;
+      // rows × columns > OWN_POOL_FACTOR × ownSum decides; columns ≥ size, so a size past it decides early
+      const u = union(r0, r1, OWN_POOL_FACTOR * ownSum);
+      const columns = u === null ? Infinity : u.size === 1 ? 2 : u.size;
       if (r1 - r0 > 1 && (r1 - r0) * columns > OWN_POOL_FACTOR * ownSum) {
         for (let r = r0; r < r1; r++) {
           const size = ownSize[r] as number;
@@ -386,7 +391,8 @@ function poolParts(ctx: IndexerContext, e: LayerPlanEntry, jobs: readonly Indexe
         continue;
       }
       // a single row's blocks are sorted already (rowBlocksOf)
-      const pool: PoolBlocks = { blocks: r1 - r0 === 1 ? (own[r0] as Int32Array) : Int32Array.from(u.blocks).sort(), rowBlocks: own.slice(r0, r1), size: u.size, columns, nVis, blockSize: bs };
+      const un = u as { blocks: ArrayLike<number>; size: number };
+      const pool: PoolBlocks = { blocks: r1 - r0 === 1 ? (own[r0] as Int32Array) : Int32Array.from(un.blocks).sort(), rowBlocks: own.slice(r0, r1), size: un.size, columns, nVis, blockSize: bs };
       parts.push({ job: ji, r0, r1, pool });
       poolPartStats.unionParts++;
     }
