@@ -3,9 +3,10 @@
  * What gathering a candidate pool's index keys costs: 2,048 random blocks of 8 rows of 17 bytes (the bench's
  * tiny width; ROW_BYTES to change it) from a store of 1,048,576 rows, copied block by block (Buffer.copy, as
  * PackedRowStore.gatherBlocks did before its touch pass), and by PackedRowStore.gatherBlocks; 64 different
- * block lists in turn, so that the blocks come from memory, not cache. A diagnostic.
+ * block lists in turn, so that the blocks come from memory, not cache; then an attention's 512 selected rows of a 1M-row
+ * main-KV store (36 bytes; MAIN_BYTES), by Buffer.copy and by PackedRowStore.gather. A diagnostic.
  *
- *   npm run build && node bench/tools/gather-probe.mjs [ROW_BYTES]
+ *   npm run build && node bench/tools/gather-probe.mjs [ROW_BYTES] [MAIN_BYTES]
  */
 import { PackedRowStore } from '@csa2/core';
 
@@ -44,5 +45,29 @@ for (let round = 0; round < 2; round++) {
     for (let w = 0; w < 640; w++) f(sets[w % 64]);
     const ms = performance.now() - t0;
     console.log(`${name}: ${((ms / 640) * 1000).toFixed(0)} µs per pool of 2,048 blocks of ${W} bytes (${((ms * 1e6) / 640 / 2048).toFixed(0)} ns a block)`);
+  }
+}
+
+// an attention's selected entries: 512 random rows of a 1M-row main-KV store (36 bytes at the tiny width; MAIN_BYTES to change it)
+{
+  const MR = Number(process.argv[3] ?? 36);
+  const main = new PackedRowStore(MR, rows);
+  const c2 = new Uint8Array(4096 * MR).map((_, i) => (i * 13) & 255);
+  for (let r = 0; r < rows; r += 4096) main.append(c2);
+  const picks = Array.from({ length: 64 }, () => Int32Array.from({ length: 512 }, () => next() % rows).sort());
+  const o2 = new Uint8Array(512 * MR);
+  const s2 = Buffer.from(main.view().buffer, main.view().byteOffset, main.view().byteLength);
+  const d2 = Buffer.from(o2.buffer);
+  const plainRows = (ix) => {
+    for (let i = 0; i < ix.length; i++) s2.copy(d2, i * MR, ix[i] * MR, ix[i] * MR + MR);
+  };
+  for (let round = 0; round < 2; round++) {
+    for (const [name, f] of [['Buffer.copy a row at a time', plainRows], ['PackedRowStore.gather (touch pass, then copies)', (ix) => main.gather(ix, o2)]]) {
+      for (let w = 0; w < 64; w++) f(picks[w]);
+      const t0 = performance.now();
+      for (let w = 0; w < 640; w++) f(picks[w % 64]);
+      const ms = performance.now() - t0;
+      console.log(`${name}: ${((ms / 640) * 1000).toFixed(0)} µs per 512 selected rows of ${MR} bytes (${((ms * 1e6) / 640 / 512).toFixed(0)} ns a row)`);
+    }
   }
 }
