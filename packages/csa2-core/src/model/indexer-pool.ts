@@ -340,12 +340,7 @@ function poolParts(ctx: IndexerContext, e: LayerPlanEntry, jobs: readonly Indexe
     const kb = job.st.shared.kb;
     const nVis = job.nVis;
     // each row's blocks once; a row block's union counted with stamps, not sorted, until it fits
-    const own = rowBlocksOf(cand, job.rows, kb, nVis, bs);
-    const ownSize = own.map((bl) => {
-      let size = 0;
-      for (const b of bl) size += blockWidth(b, bs, nVis);
-      return size;
-    });
+    const { own, ownSize } = rowBlocksCached(cand, job.rows, kb, nVis, bs);
     // made on the first union of several rows (a decode row's pool is its own blocks: no 0.5 MB array a layer at 1M)
     let stamp: Int32Array | null = null;
     let stampId = 0;
@@ -492,6 +487,27 @@ export interface PoolBlocks {
   readonly columns: number;
   readonly nVis: number;
   readonly blockSize: number;
+}
+
+/**
+ * Each row's sorted blocks and their sizes, kept per published candidate array: the Reindex layers of a
+ * step read the same one (a 1M-token row sorts 2,048 blocks; once a step, not four times). Candidate
+ * arrays are new for every candidate-source run and never written after they are published.
+ */
+const rowBlocksByCandidates = new WeakMap<Int32Array, { rows: number; kb: number; nVis: number; bs: number; own: Int32Array[]; ownSize: number[] }>();
+
+function rowBlocksCached(cand: Int32Array, rows: number, kb: number, nVis: number, bs: number): { own: Int32Array[]; ownSize: number[] } {
+  const hit = rowBlocksByCandidates.get(cand);
+  if (hit !== undefined && hit.rows === rows && hit.kb === kb && hit.nVis === nVis && hit.bs === bs) return hit;
+  const own = rowBlocksOf(cand, rows, kb, nVis, bs);
+  const ownSize = own.map((bl) => {
+    let size = 0;
+    for (const b of bl) size += blockWidth(b, bs, nVis);
+    return size;
+  });
+  const entry = { rows, kb, nVis, bs, own, ownSize };
+  rowBlocksByCandidates.set(cand, entry);
+  return entry;
 }
 
 /** The union of a span's candidate pools and what each row may pick from it. */
