@@ -155,7 +155,13 @@ export class BoundedHeaps {
       return;
     }
     // replace the root and sift down
-    let i = 0;
+    this.siftDown(base, n, 0, v, id);
+  }
+
+  /** Places (v, id) at slot i of the heap [base, base + n) or below it, moving better children up. */
+  private siftDown(base: number, n: number, i: number, v: number, id: number): void {
+    const vs = this.values;
+    const is = this.ids;
     for (;;) {
       const l = 2 * i + 1;
       if (l >= n) break;
@@ -213,30 +219,7 @@ export class BoundedHeaps {
     }
     this.size[row] = m;
     // heapify: the worst pair at the root (as push keeps it)
-    for (let i = (m >> 1) - 1; i >= 0; i--) {
-      const v = vs[base + i] as number;
-      const id = is[base + i] as number;
-      let at = i;
-      for (;;) {
-        const l = 2 * at + 1;
-        if (l >= m) break;
-        let c = l;
-        const r = l + 1;
-        if (r < m) {
-          const lv = vs[base + l] as number;
-          const rv = vs[base + r] as number;
-          if (rv < lv || (rv === lv && (is[base + r] as number) > (is[base + l] as number))) c = r;
-        }
-        const cv = vs[base + c] as number;
-        const ci = is[base + c] as number;
-        if (!(cv < v || (cv === v && ci > id))) break;
-        vs[base + at] = cv;
-        is[base + at] = ci;
-        at = c;
-      }
-      vs[base + at] = v;
-      is[base + at] = id;
-    }
+    for (let i = (m >> 1) - 1; i >= 0; i--) this.siftDown(base, m, i, vs[base + i] as number, is[base + i] as number);
   }
 
   /** Row's pairs ranked (by score, ties to the lower position): their ids into `out`; returns how many. */

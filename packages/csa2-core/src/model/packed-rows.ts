@@ -16,34 +16,23 @@ import { Csa2Error } from '../errors.js';
 
 const MIN_ROWS = 64;
 
-/** Kept so that the loads of touchBlocks are not optimized away. */
+/** Kept so that the loads of touchSpans are not optimized away. */
 let touchSink = 0;
 
 /**
- * Reads a byte of every cache line of the blocks (block b is bytes [b·blockBytes, (b + 1)·blockBytes)
- * of the rows, the first sharedBytes in `shared`, the rest in `own`; none at or past endBytes) before
- * they are copied: independent loads that the CPU overlaps, so the copy that follows finds them in
- * cache. 2,048 blocks from random places of a 1M-row store (bench/tools/gather-probe.mjs, this 2-core
- * VM): 136-byte blocks (the bench's tiny width) ~235 → ~128 ns a block, each copy no longer waiting
- * for its own misses; 544-byte blocks (the released index width) ~300 → ~255 ns.
+ * Reads a byte of every cache line of the spans (span i is bytes [starts[i]·spanBytes, (starts[i] + 1)·
+ * spanBytes) of the rows, the first sharedBytes in `shared`, the rest in `own`; none at or past
+ * endBytes) before they are copied: independent loads that the CPU overlaps, so the copy that follows
+ * finds them in cache instead of waiting for its own misses. On this 2-core VM
+ * (bench/tools/gather-probe.mjs, random places of a 1M-row store): a pool's 2,048 blocks (gatherBlocks)
+ * of 136 bytes (the bench's tiny width) ~235 → ~128 ns a block, of 544 bytes (the released index width)
+ * ~300 → ~255 ns; an attention's 512 selected rows (gather) of 36 bytes 146–271 → 69–106 ns a row.
  */
-/** touchBlocks for rows at `indices` (an attention's selected entries: 512 rows from anywhere in the document). */
-function touchRows(indices: ArrayLike<number>, rowBytes: number, sharedBytes: number, shared: Uint8Array | null, own: Uint8Array, endBytes: number): void {
+function touchSpans(starts: ArrayLike<number>, spanBytes: number, sharedBytes: number, shared: Uint8Array | null, own: Uint8Array, endBytes: number): void {
   let acc = 0;
-  for (let i = 0; i < indices.length; i++) {
-    const a = (indices[i] as number) * rowBytes;
-    const b = Math.min(endBytes, a + rowBytes);
-    for (let t = a; t < b; t += 64) acc += t < sharedBytes ? ((shared as Uint8Array)[t] as number) : ((own[t - sharedBytes] as number) | 0);
-    if (b > a) acc += b - 1 < sharedBytes ? ((shared as Uint8Array)[b - 1] as number) : ((own[b - 1 - sharedBytes] as number) | 0);
-  }
-  touchSink = (touchSink + acc) | 0;
-}
-
-function touchBlocks(blocks: ArrayLike<number>, blockBytes: number, sharedBytes: number, shared: Uint8Array | null, own: Uint8Array, endBytes: number): void {
-  let acc = 0;
-  for (let i = 0; i < blocks.length; i++) {
-    const a = (blocks[i] as number) * blockBytes;
-    const b = Math.min(endBytes, a + blockBytes);
+  for (let i = 0; i < starts.length; i++) {
+    const a = (starts[i] as number) * spanBytes;
+    const b = Math.min(endBytes, a + spanBytes);
     for (let t = a; t < b; t += 64) acc += t < sharedBytes ? ((shared as Uint8Array)[t] as number) : ((own[t - sharedBytes] as number) | 0);
     if (b > a) acc += b - 1 < sharedBytes ? ((shared as Uint8Array)[b - 1] as number) : ((own[b - 1 - sharedBytes] as number) | 0);
   }
@@ -165,7 +154,7 @@ export class PackedRowStore {
     const own = Buffer.from(this.buf.buffer, this.buf.byteOffset, this.buf.byteLength);
     const shared = this.shared === null ? own : Buffer.from(this.shared.buffer, this.shared.byteOffset, this.shared.byteLength);
     const dst = Buffer.from(out.buffer, out.byteOffset, out.byteLength);
-    touchRows(indices, R, S * R, this.shared, this.buf, this.n * R);
+    touchSpans(indices, R, S * R, this.shared, this.buf, this.n * R);
     // runs of consecutive rows (a candidate block's positions) move as one copy
     for (let i = 0; i < indices.length; ) {
       const j = indices[i] as number;
@@ -193,7 +182,7 @@ export class PackedRowStore {
     const shared = this.shared === null ? own : Buffer.from(this.shared.buffer, this.shared.byteOffset, this.shared.byteLength);
     const dst = Buffer.from(out.buffer, out.byteOffset, out.byteLength);
     const end = Math.min(limit, this.n);
-    touchBlocks(blocks, blockRows * R, S * R, this.shared, this.buf, end * R);
+    touchSpans(blocks, blockRows * R, S * R, this.shared, this.buf, end * R);
     let o = outRow * R;
     for (let i = 0; i < blocks.length; i++) {
       const a = (blocks[i] as number) * blockRows;
