@@ -5,6 +5,8 @@
  * top-k, where rows must pick outside their pool (the scan's -inf picks), in prefill and decode.
  */
 import { test } from 'node:test';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import assert from 'node:assert/strict';
 import { goldenFixtures } from '../testing/fixtures.js';
 import { bundledConfig, withSeededCheckpoint } from '../testing/seeded-model.js';
@@ -193,4 +195,23 @@ test('PoolKeyCache: a hit only for the same store, generation, visible entries a
   assert.equal(cache.find(store, a), null, 'the oldest entry was dropped');
   assert.deepEqual(cache.find(store, poolOf([4, 7])), gathered([4, 7]));
   assert.equal(cache.heldBytes, 3 * 2 * 8 * rowBytes);
+});
+
+test('PoolKeyCache holds no store: a finished question\'s rows (and the document it reads) can be collected', async () => {
+  setFlagsFromString('--expose-gc');
+  const gc = runInNewContext('gc') as () => void;
+  const cache = new PoolKeyCache();
+  const kept = (() => {
+    const store = new PackedRowStore(17);
+    store.append(new Uint8Array(64 * 17).fill(3));
+    const pool = poolBlocks(Int32Array.of(0, 5), 1, 2, 64, 8);
+    cache.keep(store, pool, store.gatherBlocks(pool.blocks, 8, 64, new Uint8Array(2 * 8 * 17)));
+    return new WeakRef(store);
+  })();
+  assert.equal(cache.heldBytes, 2 * 8 * 17);
+  for (let i = 0; i < 10 && kept.deref() !== undefined; i++) {
+    await new Promise((resolve) => setImmediate(resolve));
+    gc();
+  }
+  assert.equal(kept.deref(), undefined, 'the store was collected while its gathered keys stay cached');
 });

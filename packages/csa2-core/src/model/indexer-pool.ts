@@ -101,12 +101,12 @@ export async function poolTopkSplit(ctx: IndexerContext, scorer: IndexScorer, e:
         if (scratch.length < bytes) scratch = new Uint8Array(bytes);
         const into = scratch.subarray(0, bytes);
         let keys: Uint8Array;
-        const cache = whole ? cacheFor(job) : null;
-        const hit = cache === null ? null : cache.find(job.src.indexK, p.pool);
+        const keyCache = whole ? cacheFor(job) : null;
+        const hit = keyCache === null ? null : keyCache.find(job.src.indexK, p.pool);
         if (hit !== null) keys = hit;
-        else if (cache !== null) {
+        else if (keyCache !== null) {
           keys = job.src.indexK.gatherBlocks(p.pool.blocks, p.pool.blockSize, p.pool.nVis, new Uint8Array(bytes));
-          cache.keep(job.src.indexK, p.pool, keys);
+          keyCache.keep(job.src.indexK, p.pool, keys);
         } else keys = whole ? job.src.indexK.gatherBlocks(p.pool.blocks, p.pool.blockSize, p.pool.nVis, into) : job.src.indexK.gather(positions.subarray(t0, t1), into);
         scorer.loadKeys(keys, t1 - t0);
         await scorer.run(q, 0, t1 - t0);
@@ -154,7 +154,8 @@ export const POOL_KEY_CACHE_BYTES = 8 * 1024 * 1024;
 export const poolKeyCacheStats = { hits: 0, misses: 0 };
 
 interface CachedPoolKeys {
-  readonly store: PackedRowStore;
+  /** The store's serial (storeSerial), not the store: an entry must not keep a finished question's document alive. */
+  readonly store: number;
   readonly generation: number;
   readonly nVis: number;
   readonly blockSize: number;
@@ -176,7 +177,7 @@ export class PoolKeyCache {
   find(store: PackedRowStore, pool: PoolBlocks): Uint8Array | null {
     const hash = blocksHash(pool.blocks);
     for (const e of this.entries) {
-      if (e.store === store && e.generation === store.generation && e.nVis === pool.nVis && e.blockSize === pool.blockSize && e.hash === hash && sameBlocks(e.blocks, pool.blocks)) {
+      if (e.store === storeSerial(store) && e.generation === store.generation && e.nVis === pool.nVis && e.blockSize === pool.blockSize && e.hash === hash && sameBlocks(e.blocks, pool.blocks)) {
         poolKeyCacheStats.hits++;
         return e.keys;
       }
@@ -189,14 +190,8 @@ export class PoolKeyCache {
     if (keys.length > this.maxBytes) return;
     // the caller hands over `keys` (a buffer of its own that it no longer writes)
     while (this.entries.length > 0 && this.bytes + keys.length > this.maxBytes) this.bytes -= (this.entries.shift() as CachedPoolKeys).keys.length;
-    this.entries.push({ store, generation: store.generation, nVis: pool.nVis, blockSize: pool.blockSize, blocks: pool.blocks.slice(), hash: blocksHash(pool.blocks), keys });
+    this.entries.push({ store: storeSerial(store), generation: store.generation, nVis: pool.nVis, blockSize: pool.blockSize, blocks: pool.blocks.slice(), hash: blocksHash(pool.blocks), keys });
     this.bytes += keys.length;
-  }
-
-  /** Drops every entry (a model's dispose; tests). */
-  clear(): void {
-    this.entries = [];
-    this.bytes = 0;
   }
 
   get heldBytes(): number {
@@ -205,6 +200,19 @@ export class PoolKeyCache {
 }
 
 const poolKeyCaches = new WeakMap<IndexScorer, PoolKeyCache>();
+
+const storeSerials = new WeakMap<PackedRowStore, number>();
+let nextStoreSerial = 1;
+
+/** A number for each store, never reused (held weakly: the cache holds numbers, not stores). */
+function storeSerial(store: PackedRowStore): number {
+  let n = storeSerials.get(store);
+  if (n === undefined) {
+    n = nextStoreSerial++;
+    storeSerials.set(store, n);
+  }
+  return n;
+}
 
 /** The pool key cache of a scorer (one per model: every layer shares the model's scorer). */
 export function poolKeyCacheOf(scorer: IndexScorer): PoolKeyCache {
