@@ -36,14 +36,14 @@ case $call in
   run_train "${BUDGET2:-400}" --eval-n 16 --eval-lengths 4096,16384 --eval-passes exact --eval-reserve-s 60
   ;;
 3)
-  test -f /root/csa2_state/train_state.pt || { echo "NO DEVICE STATE (machine not warm): stop"; exit 3; }
+  [ "${COLD_OK:-0}" = 1 ] || test -f /root/csa2_state/train_state.pt || { echo "NO DEVICE STATE (machine not warm): stop"; exit 3; }
   run_train "${BUDGET3:-400}" --decay-frac 1.0 --min-lr-frac 0.3 --eval-n 16 --eval-n-by-length 4096:32,8192:32 \
     --eval-lengths 4096,8192,16384,32768 --eval-passes exact,doc --eval-reserve-s 180
   echo "training + evaluation: $(( $(date +%s) - t0 )) s"
   kl=(--kl-passages 48 --kl-batches 16)
-  python3 training/replay_kl.py "$OUT" models/v41-mini-128k training/state/h12/init "${kl[@]}" --out "$OUT/s12call3.kl_fp32.jsonl" 2>&1 | grep -v Warning
+  python3 training/replay_kl.py "$OUT" models/v41-mini-128k ${KL_EXTRA:-} "${kl[@]}" --out "$OUT/s12call3.kl_fp32.jsonl" 2>&1 | grep -v Warning
   echo "fp32 KL done at $(( $(date +%s) - t0 )) s"
-  python3 training/replay_kl.py "$OUT" models/v41-mini-128k training/state/h12/init "${kl[@]}" --tf32 --out "$OUT/s12call3.kl_tf32.jsonl" 2>&1 | grep -v Warning
+  python3 training/replay_kl.py "$OUT" models/v41-mini-128k ${KL_EXTRA:-} "${kl[@]}" --tf32 --out "$OUT/s12call3.kl_tf32.jsonl" 2>&1 | grep -v Warning
   echo "TF32 KL done at $(( $(date +%s) - t0 )) s"
   ;;
 esac
