@@ -104,7 +104,7 @@ def save_sharded(sd: dict, out: Path, n_shards: int = 2) -> None:
     (out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": wm}, indent=1))
 
 
-def replay_starts(am: torch.Tensor, R: int, frac: float, rng: random.Random, doc_end=None, doc_frac: float = 0.0):
+def replay_starts(am: torch.Tensor, R: int, frac: float, rng: random.Random, doc_end=None, doc_frac: float = 0.0, info: dict | None = None):
     """Per sequence the decoder-replay start p for model.Ctx.replay_start (None when R = 0): with
     probability frac, a task sequence gets p = (its prompt length) - R, the replay csa2-serve runs before
     generating the answer; a plain text sequence a random p; the others 0 (exact).
@@ -114,12 +114,15 @@ def replay_starts(am: torch.Tensor, R: int, frac: float, rng: random.Random, doc
     the question appended to a stored document of D tokens re-runs the encoder from D - R. D is the
     question's first token in a task sequence; in a plain text sequence the prompt ends at p + R and its
     last 16..64 tokens are the question (D = p + R - q, the encoder start p - q). Returns (decoder starts,
-    encoder starts or None when doc_frac = 0)."""
+    encoder starts or None when doc_frac = 0). With `info` (a dict), info["doc_text"] lists the plain text
+    sequences given the stored-document path (session 12's distillation rows); the draws are the same with
+    or without it."""
     if R <= 0 or frac <= 0:
         return None, None
     B, S = am.shape
     p = torch.zeros(B, dtype=torch.long)
     e = torch.zeros(B, dtype=torch.long) if doc_frac > 0 else None
+    doc_text = []
     for b in range(B):
         if rng.random() < frac:
             nz = torch.nonzero(am[b]).flatten()
@@ -129,7 +132,33 @@ def replay_starts(am: torch.Tensor, R: int, frac: float, rng: random.Random, doc
                     e[b] = max(0, int(doc_end[b]) - R)
                 else:
                     e[b] = max(0, int(p[b]) - rng.randint(16, 64))
+                    if not nz.numel():
+                        doc_text.append(b)
+    if info is not None:
+        info["doc_text"] = doc_text
     return p, e
+
+
+def distill_plan(doc_text: list, rs: torch.Tensor, S: int, n_rows: int):
+    """Session 12: the rows of the distillation term. For each text sequence b of `doc_text` (given the
+    stored-document path, decoder replay from p = rs[b] >= 1): its rows p .. p + n_rows - 1, clipped to the
+    S - 1 logit rows. Returns None when there is none, else (the sequences [k] as a list, the teacher's
+    length, the flat (sequence position in the list, row) pairs as two long tensors on the CPU)."""
+    seqs, jj, rr = [], [], []
+    for b in doc_text:
+        p = int(rs[b])
+        hi = min(S - 1, p + n_rows)
+        if p < 1 or hi <= p:
+            continue
+        jj.append(torch.full((hi - p,), len(seqs), dtype=torch.long))
+        rr.append(torch.arange(p, hi, dtype=torch.long))
+        seqs.append(b)
+    if not seqs:
+        return None
+    rows = torch.cat(rr)
+    # the teacher's forward is causal: it needs the tokens up to the last row only (rounded up to 256, at most S)
+    t_len = min(S, -(-(int(rows.max()) + 1) // 256) * 256)
+    return seqs, t_len, torch.cat(jj), rows
 
 
 def needle_spans(ids: np.ndarray, am: np.ndarray):
@@ -176,12 +205,26 @@ def needle_summary(stats: list) -> dict:
     return out
 
 
-def train_step(model, opt, ids, am, ctx_kw, answer_weight, lr, timing=False, replay_start=None, kl_focus=None, encoder_replay_start=None):
-    """One optimizer step: forward, loss (LM + answer_weight x answer tokens + indexer KL), backward,
-    clip, AdamW. Returns the detached losses, the grad norm, the Ctx (indexer stats) and host times."""
+def train_step(model, opt, ids, am, ctx_kw, answer_weight, lr, timing=False, replay_start=None, kl_focus=None, encoder_replay_start=None, distill=None):
+    """One optimizer step: forward, loss (LM + answer_weight x answer tokens + indexer KL [+ distillation]),
+    backward, clip, AdamW. Returns the detached losses, the grad norm, the Ctx (indexer stats) and host times.
+
+    distill (session 12): (weight, distill_plan(...)) or None. The plan's sequences run first through an exact
+    forward without gradient (the teacher; before the student so that the MoE's last_counts, which the bias
+    rule reads, are the student's), and weight x the mean over the plan's rows of KL(exact || the student's
+    replayed row) is added to the loss."""
     if lr is not None:
         set_lr(opt, lr)
     dev = ids.device
+    t_lp = None
+    if distill is not None:
+        dw, (d_seqs, t_len, d_j, d_rows) = distill
+        d_b = torch.tensor(d_seqs, dtype=torch.long, device=dev)
+        d_j, d_rows = d_j.to(dev), d_rows.to(dev)
+        with torch.no_grad():
+            th = model.hidden(ids[d_b, :t_len], M.Ctx(attn_chunk_tokens=ctx_kw.get("attn_chunk_tokens", 8192)))
+            t_lp = torch.log_softmax(model.logits(th[d_j, d_rows]), dim=-1)
+            del th
     ctx = M.Ctx(**ctx_kw, replay_start=replay_start, kl_focus=kl_focus, encoder_replay_start=encoder_replay_start)
     h = model.hidden(ids, ctx)
     logits = model.logits(h[:, :-1])
@@ -193,6 +236,11 @@ def train_step(model, opt, ids, am, ctx_kw, answer_weight, lr, timing=False, rep
     ans_loss = (ce * amf).sum() / n_ans
     kl = torch.stack(ctx.kl_losses).mean() if ctx.kl_losses else torch.zeros((), device=dev)
     loss = lm_loss + answer_weight * ans_loss + kl
+    dkl = None
+    if t_lp is not None:
+        s_lp = torch.log_softmax(logits[d_b[d_j], d_rows], dim=-1)
+        dkl = (t_lp.exp() * (t_lp - s_lp)).sum(-1).mean()
+        loss = loss + dw * dkl
     if timing:
         torch.cuda.synchronize()
     t_fwd = time.time()
@@ -203,7 +251,8 @@ def train_step(model, opt, ids, am, ctx_kw, answer_weight, lr, timing=False, rep
     t_bwd = time.time()
     gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
-    return {"lm_loss": lm_loss.detach(), "ans_loss": ans_loss.detach(), "kl": kl.detach(), "grad_norm": gn, "ctx": ctx, "t_fwd": t_fwd, "t_bwd": t_bwd}
+    return {"lm_loss": lm_loss.detach(), "ans_loss": ans_loss.detach(), "kl": kl.detach(), "grad_norm": gn, "ctx": ctx, "t_fwd": t_fwd, "t_bwd": t_bwd,
+            "distill_kl": None if dkl is None else dkl.detach(), "distill_rows": 0 if t_lp is None else int(t_lp.size(0))}
 
 
 def set_lr(opt, lr: float) -> None:
@@ -462,6 +511,8 @@ def main() -> None:
     ap.add_argument("--replay-tokens", type=int, default=0, help="decoder-replay simulation: R (0 = off; csa2-serve's default is 128)")
     ap.add_argument("--replay-frac", type=float, default=0.5, help="share of the sequences trained with the replay simulation")
     ap.add_argument("--doc-replay-frac", type=float, default=0.0, help="share of the replayed sequences also given the stored-document path's encoder replay from D - R (replay_starts; 0 = decoder replay only, as sessions 3-6)")
+    ap.add_argument("--distill-weight", type=float, default=0.0, help="session 12: weight of the mean KL(exact || stored-document replay) over the distilled rows of the text sequences given the stored-document path (train_step's distill; 0 = off)")
+    ap.add_argument("--distill-rows", type=int, default=192, help="session 12: rows p .. p + N - 1 of each distilled text sequence (p: its decoder-replay start)")
     ap.add_argument("--eval-replay", type=int, default=128, help="also score the held-out tasks with decoder replay over the last R tokens (0 = off)")
     ap.add_argument("--kl-rows", type=int, default=128)
     ap.add_argument("--kl-extra", type=int, default=64, help="random visible entries added to the selected ones in the indexer KL's support")
@@ -550,6 +601,8 @@ def main() -> None:
         log({"type": "pre_eval_tasks", "step": step, **ev0})
     if a.doc_replay_frac > 0 and a.graph == "on":
         raise SystemExit("--doc-replay-frac needs --graph off (GraphStep has no encoder replay start)")
+    if a.distill_weight > 0 and (a.graph == "on" or a.doc_replay_frac <= 0):
+        raise SystemExit("--distill-weight needs --graph off and --doc-replay-frac > 0 (it distils the stored-document rows)")
     if a.kl_focus_weight > 0 and a.graph == "on":
         raise SystemExit("--kl-focus-weight needs --graph off (the focus rows change every step)")
     phases = parse_phases(a.phases)
@@ -627,7 +680,12 @@ def main() -> None:
             t0 = time.time()
             ids, am, tasks, doc_end = producer.get()
             t_data = time.time() - t0
-            rs, es = replay_starts(am, a.replay_tokens, a.replay_frac, replay_rng, doc_end, a.doc_replay_frac)
+            rinfo = {}
+            rs, es = replay_starts(am, a.replay_tokens, a.replay_frac, replay_rng, doc_end, a.doc_replay_frac, info=rinfo)
+            distill = None
+            if a.distill_weight > 0 and rs is not None and rinfo.get("doc_text"):
+                plan = distill_plan(rinfo["doc_text"], rs, ids.size(1), a.distill_rows)
+                distill = None if plan is None else (a.distill_weight, plan)
             focus = None
             if a.kl_focus_weight > 0:  # the needle region of the focus support: 8 tokens before the value to 16 after it
                 sp = needle_spans(ids.numpy(), am.numpy())
@@ -658,7 +716,7 @@ def main() -> None:
                     set_lr(opt, lr)
                     out = graph(ids, am, rs)
                 else:
-                    out = train_step(model, opt, ids, am, ctx_kw, a.answer_weight, lr, timing=timing and device.type == "cuda", replay_start=rs, kl_focus=focus, encoder_replay_start=es)
+                    out = train_step(model, opt, ids, am, ctx_kw, a.answer_weight, lr, timing=timing and device.type == "cuda", replay_start=rs, kl_focus=focus, encoder_replay_start=es, distill=distill)
                 lm_loss, ans_loss, kl, gn, ctx = out["lm_loss"], out["ans_loss"], out["kl"], out["grad_norm"], out["ctx"]
                 if timing:
                     if device.type == "cuda":
@@ -694,6 +752,10 @@ def main() -> None:
             acc["ans"] += ans_loss.detach()
             acc["kl"] += kl.detach()
             acc["n"] += 1
+            if out.get("distill_kl") is not None:
+                acc["dkl"] = acc.get("dkl", 0.0) + out["distill_kl"]
+                acc["dkl_n"] = acc.get("dkl_n", 0) + 1
+                acc["dkl_rows"] = acc.get("dkl_rows", 0) + out["distill_rows"]
             al = acc.setdefault("by_len", {}).setdefault(seq_len, [0.0, 0.0, 0])
             al[0] += lm_loss.detach()
             al[1] += ans_loss.detach()
@@ -711,6 +773,9 @@ def main() -> None:
                     rec["by_length"] = {str(L): {"steps": v[2], "loss": round(float(v[0] / v[2]), 4), "answer_loss": round(float(v[1] / v[2]), 4)} for L, v in sorted(acc["by_len"].items())}
                 if ctx.indexer_stats:
                     rec["sel_mass"] = {str(l): round(float(v), 3) for l, v in ctx.indexer_stats[: len(ctx.indexer_stats)]}
+                if a.distill_weight > 0:  # the distillation term: mean over the record's steps that had distilled rows
+                    rec["distill_kl"] = round(float(acc["dkl"] / acc["dkl_n"]), 5) if acc.get("dkl_n") else None
+                    rec["distill_steps"], rec["distill_rows"] = acc.get("dkl_n", 0), acc.get("dkl_rows", 0)
                 if ctx.needle_stats:  # this step's needles (focus on): share of their entries in each index layer's top-k
                     rec["needle_in_topk"] = needle_summary(ctx.needle_stats)
                 losses.append(rec["loss"])
