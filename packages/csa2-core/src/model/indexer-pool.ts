@@ -100,14 +100,13 @@ export async function poolTopkSplit(ctx: IndexerContext, scorer: IndexScorer, e:
         const bytes = (t1 - t0) * job.src.indexK.rowBytes;
         if (scratch.length < bytes) scratch = new Uint8Array(bytes);
         const into = scratch.subarray(0, bytes);
-        let keys: Uint8Array;
+        // a cached pool's keys go to a buffer of their own (the cache keeps it), the others to the scratch
         const keyCache = whole ? cacheFor(job) : null;
-        const hit = keyCache === null ? null : keyCache.find(job.src.indexK, p.pool);
-        if (hit !== null) keys = hit;
-        else if (keyCache !== null) {
-          keys = job.src.indexK.gatherBlocks(p.pool.blocks, p.pool.blockSize, p.pool.nVis, new Uint8Array(bytes));
-          keyCache.keep(job.src.indexK, p.pool, keys);
-        } else keys = whole ? job.src.indexK.gatherBlocks(p.pool.blocks, p.pool.blockSize, p.pool.nVis, into) : job.src.indexK.gather(positions.subarray(t0, t1), into);
+        let keys = keyCache?.find(job.src.indexK, p.pool) ?? null;
+        if (keys === null) {
+          keys = whole ? job.src.indexK.gatherBlocks(p.pool.blocks, p.pool.blockSize, p.pool.nVis, keyCache === null ? into : new Uint8Array(bytes)) : job.src.indexK.gather(positions.subarray(t0, t1), into);
+          keyCache?.keep(job.src.indexK, p.pool, keys);
+        }
         scorer.loadKeys(keys, t1 - t0);
         await scorer.run(q, 0, t1 - t0);
         for (let r = r0; r < r1; r++) {
@@ -176,8 +175,9 @@ export class PoolKeyCache {
 
   find(store: PackedRowStore, pool: PoolBlocks): Uint8Array | null {
     const hash = blocksHash(pool.blocks);
+    const serial = storeSerial(store);
     for (const e of this.entries) {
-      if (e.store === storeSerial(store) && e.generation === store.generation && e.nVis === pool.nVis && e.blockSize === pool.blockSize && e.hash === hash && sameBlocks(e.blocks, pool.blocks)) {
+      if (e.store === serial && e.generation === store.generation && e.nVis === pool.nVis && e.blockSize === pool.blockSize && e.hash === hash && sameBlocks(e.blocks, pool.blocks)) {
         poolKeyCacheStats.hits++;
         return e.keys;
       }
@@ -239,20 +239,22 @@ function sameBlocks(a: Int32Array, b: Int32Array): boolean {
 /** Rows whose pool scores went through pushAboveFloor's filter (tests check that it ran). */
 export const poolPushStats = { filtered: 0 };
 
-/**
- * Pushes row `row`'s scores s[0, count) (every key allowed, none after them; its heap empty) into its heap, but only the
- * keys scoring at least a floor that cap keys are known to reach: the least of the maxima of cap
- * disjoint groups of keys (each group holds a key ≥ it, so the cap-th best is too, and no key below
- * it can be among the cap best). The heap keeps the cap best by (score desc, position asc) whatever
- * the order of pushes, so pushing only the keys ≥ the floor, in key order, gives the same heap as
- * pushScores over all of them. The group maxima and the keys ≥ the floor come from the scorer's
- * WebAssembly (a 1M-token pool: 16,384 scores, ~2–3K above the floor of 512 groups of 32 on the
- * bench's random documents). False, nothing pushed, where it does not apply (no fused scores, too few
- * keys, or a group with no finite score).
- */
+/** pushAboveFloor's keys, scores and selection scratch, grown as needed. */
 let floorIds = new Int32Array(0);
 let floorValues = new Float32Array(0);
 let floorScratch = new Float32Array(0);
+
+/**
+ * Fills row `row`'s (empty) heap from its scores s[0, count) (every key allowed, none after them) as
+ * pushScores over all of them would, from the keys scoring at least a floor that cap keys are known to
+ * reach: the least of the maxima of cap disjoint groups of keys (each group holds a key ≥ it, so the
+ * cap-th best is too, and no key below it can be among the cap best). The heap's set, the cap best by
+ * (score desc, position asc), does not depend on the order of pushes, so ranking only those keys
+ * (BoundedHeaps.assign: one selection) gives the same set. The group maxima and the keys ≥ the floor
+ * come from the scorer's WebAssembly (a 1M-token pool: 16,384 scores, ~3.6K at or above the floor of
+ * 512 groups of 32 on the bench's random documents). False, nothing pushed, where it does not apply
+ * (no fused scores, too few keys, or a group with no finite score).
+ */
 
 function pushAboveFloor(scorer: IndexScorer, runRow: number, s: Float32Array, count: number, row: number, heaps: BoundedHeaps): boolean {
   const cap = heaps.capacity;
@@ -377,10 +379,10 @@ function poolParts(ctx: IndexerContext, e: LayerPlanEntry, jobs: readonly Indexe
       const [r0, r1] = ranges.pop() as [number, number];
       let ownSum = 0;
       for (let r = r0; r < r1; r++) ownSum += ownSize[r] as number;
-      // rows × columns > OWN_POOL_FACTOR × ownSum decides; columns ≥ size, so a size past it decides early
+      // rows × columns > OWN_POOL_FACTOR × ownSum decides; columns ≥ size, so a size past it decides early (null)
       const u = union(r0, r1, OWN_POOL_FACTOR * ownSum);
-      const columns = u === null ? Infinity : u.size === 1 ? 2 : u.size;
-      if (r1 - r0 > 1 && (r1 - r0) * columns > OWN_POOL_FACTOR * ownSum) {
+      const columns = u === null ? 0 : u.size === 1 ? 2 : u.size;
+      if (u === null || (r1 - r0 > 1 && (r1 - r0) * columns > OWN_POOL_FACTOR * ownSum)) {
         for (let r = r0; r < r1; r++) {
           const size = ownSize[r] as number;
           parts.push({ job: ji, r0: r, r1: r + 1, pool: { blocks: own[r] as Int32Array, rowBlocks: [own[r] as Int32Array], size, columns: size === 1 ? 2 : size, nVis, blockSize: bs } });
@@ -394,8 +396,7 @@ function poolParts(ctx: IndexerContext, e: LayerPlanEntry, jobs: readonly Indexe
         continue;
       }
       // a single row's blocks are sorted already (rowBlocksOf)
-      const un = u as { blocks: ArrayLike<number>; size: number };
-      const pool: PoolBlocks = { blocks: r1 - r0 === 1 ? (own[r0] as Int32Array) : Int32Array.from(un.blocks).sort(), rowBlocks: own.slice(r0, r1), size: un.size, columns, nVis, blockSize: bs };
+      const pool: PoolBlocks = { blocks: r1 - r0 === 1 ? (own[r0] as Int32Array) : Int32Array.from(u.blocks).sort(), rowBlocks: own.slice(r0, r1), size: u.size, columns, nVis, blockSize: bs };
       parts.push({ job: ji, r0, r1, pool });
       poolPartStats.unionParts++;
     }
