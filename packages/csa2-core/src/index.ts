@@ -36,6 +36,8 @@ export type { ModelOptions } from './model/model.js';
 export { Csa2Model, DEFAULT_MODEL_OPTIONS, DEFAULT_REPLAY_TOKENS } from './model/model.js';
 export type { Span, SpanLayout, SpanOutput, SourceSelections, StreamRows, ForwardObserver, LayerTimer, ProgressCallback } from './model/span.js';
 export { knownSourceStats } from './model/indexer.js';
+export { threadScanStats } from './model/indexer-scan.js';
+export { MAX_AUTO_SCAN_THREADS, MAX_SCAN_THREADS, THREAD_MIN_SCORES, resolveScanThreads } from './model/scan-threads.js';
 export { Sequence, KvSourceCache, WindowRing } from './model/sequence.js';
 export type { SequenceShape } from './model/sequence.js';
 export { PackedRowStore } from './model/packed-rows.js';

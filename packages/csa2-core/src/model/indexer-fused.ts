@@ -28,7 +28,7 @@
  */
 import { Csa2Error } from '../errors.js';
 import { indexKRowBytes } from '../numerics/formats.js';
-import type { ScoreRows } from './indexer-scores.js';
+import type { ScoreRows } from './indexer-scan-run.js';
 import {
   F32, I32, V128, add, align64, and, block, f32cNegInf, f32x4ExtractLane, f32x4Pmax, storeF32, br, brIf, compileModule, ctz, end, ensureBytes, eqz, f32x4Add, f32x4Ge, i32x4Bitmask, store32, sub, f32x4ConvertI32x4S, f32x4Mul, f32x4ReplaceLane, f32x4Splat,
   geU, get, i16x8ExtendHighI8x16S, i16x8ExtendLowI8x16S, i32c, i32x4Add, i32x4DotI16x8S, i32x4ShrS, i32x4ShrU, i8x16Shuffle,

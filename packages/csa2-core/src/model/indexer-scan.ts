@@ -29,7 +29,12 @@ import type { INDEXER_SCAN } from './graphs/signatures.js';
 import { queryRows, type IndexerContext, type IndexerJob } from './indexer.js';
 import { candidateMask } from './indexer-pool.js';
 import { BoundedHeaps, RunningRanking } from './indexer-ranking.js';
-import { pushRow, type IndexScorer, type ScoreRows } from './indexer-scores.js';
+import type { IndexScorer } from './indexer-scores.js';
+import { keyChunks, pinOf, scoreBlock, type BlockRow, type ScoreRows } from './indexer-scan-run.js';
+import type { PackedRowStore } from './packed-rows.js';
+import { THREAD_MIN_SCORES, type ScanPiece, type ScanReply, type ScanTask } from './scan-threads.js';
+
+export { keyChunks } from './indexer-scan-run.js';
 
 export interface ScanResult {
   readonly topk: Int32Array;
@@ -41,25 +46,6 @@ export interface ScanResult {
 /** Candidate blocks a candidate-source row keeps: topBlocks, or every block of the nVis visible entries when fewer. */
 export function candidateBlocksFor(c: ModelConfig, nVis: number): number {
   return Math.min(c.candidateTopKBlocks, Math.ceil(nVis / c.candidateBlockSize));
-}
-
-/**
- * Chunks [k0, k1) of `n` keys, `chunk` keys each (a multiple of the candidate block size), with a
- * chunk boundary at `split` too (a multiple of the block size); a single leftover key joins the
- * chunk before it.
- */
-export function keyChunks(n: number, chunk: number, split = n): Array<[number, number]> {
-  const out: Array<[number, number]> = [];
-  for (const [a, b] of split > 0 && split < n ? [[0, split], [split, n]] : [[0, n]]) {
-    const first = out.length;
-    for (let k0 = a as number; k0 < (b as number); k0 += chunk) out.push([k0, Math.min(b as number, k0 + chunk)]);
-    const last = out[out.length - 1];
-    if (out.length - first > 1 && last !== undefined && last[1] - last[0] === 1) {
-      out.pop();
-      (out[out.length - 1] as [number, number])[1] = b as number;
-    }
-  }
-  return out;
 }
 
 /** Merges rows [rowsFrom, rowsTo) of a run's [rows, k] output into rows r0… of `ranking` (positions shifted by -shift). */
@@ -100,11 +86,6 @@ const int64Tensor = (values: ArrayLike<number>, dims: readonly number[]) => i64(
 /** A [G, S, k] output as [G·S, k] rows. */
 function rows2d<T extends 'float32' | 'int32'>(t: TensorOf<T>): TensorOf<T> {
   return { ...t, dims: [(t.dims[0] as number) * (t.dims[1] as number), t.dims[2] as number] };
-}
-
-/** The newest visible candidate block of each row (-1: none). */
-function pinOf(n: number, bs: number): number {
-  return n > 0 ? Math.floor((n - 1) / bs) : -1;
 }
 
 /** A span's candidate blocks [rows, kb] (-1 = none): the reference path scans every key masked to them. */
@@ -249,64 +230,163 @@ interface SplitState {
 }
 
 function splitState(ctx: IndexerContext, e: LayerPlanEntry, job: IndexerJob): SplitState {
-  const bs = ctx.config.candidateBlockSize;
   const kb = candidateBlocksFor(ctx.config, job.nVis);
   return { job, topk: new BoundedHeaps(job.rows, Math.min(job.kk, job.nVis)), blocks: e.isCandidateSource ? new BoundedHeaps(job.rows, kb) : null, kb };
 }
 
-/** A row of a scoring block: its span's state, its row there and its causal length. */
-interface BlockRow {
-  readonly st: SplitState;
-  readonly r: number;
-  readonly clen: number;
+/** Scans spread over the scan threads (model/scan-threads), for tests and benchmarks: scans, parts run by threads, parts the main thread took back (declined or failed). */
+export const threadScanStats = { scans: 0, threadParts: 0, takenBack: 0 };
+
+/** The scan chunks of a span's `n` keys (split where its shared prefix ends, see scanChunked) that lie in [from, to), cut to it. */
+function chunksIn(n: number, chunk: number, split: number, from: number, to: number): Array<[number, number]> {
+  const out: Array<[number, number]> = [];
+  for (const [a, b] of keyChunks(n, chunk, split)) if (b > from && a < to) out.push([Math.max(a, from), Math.min(b, to)]);
+  return out;
+}
+
+/** Scores (row × visible key pairs) of keys [a, b) for the rows. */
+function workIn(rows: readonly BlockRow[], a: number, b: number): number {
+  let w = 0;
+  for (const x of rows) w += Math.max(0, Math.min(b, x.clen) - a);
+  return w;
+}
+
+/** Pieces of `chunks` within [a, b), each read in place (`src.range` of one chunk is a view of one segment). */
+function piecesOf(src: PackedRowStore, chunks: ReadonlyArray<readonly [number, number]>, a: number, b: number): ScanPiece[] {
+  const out: ScanPiece[] = [];
+  for (const [c0, c1] of chunks) {
+    const p0 = Math.max(a, c0);
+    const p1 = Math.min(b, c1);
+    if (p1 > p0) out.push({ k0: p0, keys: src.range(p0, p1 - p0) });
+  }
+  return out;
+}
+
+/** Scores the rows against the pieces on this thread. */
+async function scorePieces(ctx: IndexerContext, scorer: IndexScorer, R: number, pieces: readonly ScanPiece[], q: ScoreRows, rows: readonly BlockRow[]): Promise<void> {
+  for (const p of pieces) await scoreBlock(scorer, ctx.config.candidateBlockSize, ctx.indexerBudgetValues, p.keys, R, p.k0, p.keys.length / R, q, rows);
+}
+
+/** Merges a thread's heaps (row i = rows[i]) into the rows' heaps: the best of the best of each part are the best of all. */
+function mergeHeaps(rows: readonly BlockRow[], reply: Extract<ScanReply, { kind: 'done' }>): void {
+  rows.forEach((x, i) => {
+    for (const [from, into] of [[reply.topk, x.topk], [reply.blocks, x.blocks]] as const) {
+      if (from === null || into === null) continue;
+      const n = from.size[i] as number;
+      const base = i * from.capacity;
+      for (let j = 0; j < n; j++) {
+        const v = from.values[base + j] as number;
+        const id = from.ids[base + j] as number;
+        if (into.accepts(x.r, v, id)) into.push(x.r, v, id);
+      }
+    }
+  });
 }
 
 /**
- * Scores a block of rows (their queries stacked in `q`, in `rows` order) against the packed keys
- * [k0, k0 + count): the keys in runs of whole blocks within the budget (a single leftover key joins the
- * run before it), each unpacked once for its run; each row's visible scores go into its own span's heaps.
+ * Scores a block of rows (queries in `q`, in `rows` order) against the keys of `chunks` (block-aligned
+ * starts; each within one segment of `src`). With scan threads, a scan of at least THREAD_MIN_SCORES
+ * scores that the fused kernel runs is cut on block boundaries into the main thread's part and one
+ * part per thread by work (rows × visible keys; the main thread's share from measured speeds); each
+ * thread scores its part into heaps of its own, merged here. The keys travel as views of
+ * SharedArrayBuffers; a part whose keys are not in one (a store that is not shareable), that a thread
+ * declines or loses to a failure is scored here. The same heaps as one thread, bit for bit.
  */
-async function scoreBlock(ctx: IndexerContext, scorer: IndexScorer, packed: Uint8Array, rowBytes: number, k0: number, count: number, q: ScoreRows, rows: readonly BlockRow[]): Promise<void> {
+async function scoreKeys(ctx: IndexerContext, scorer: IndexScorer, src: PackedRowStore, chunks: ReadonlyArray<readonly [number, number]>, q: ScoreRows, rows: readonly BlockRow[]): Promise<void> {
+  if (chunks.length === 0 || rows.length === 0) return;
+  const threads = scorer.threads;
   const bs = ctx.config.candidateBlockSize;
-  const most = Math.max(...rows.map((x) => x.clen)) - k0;
-  for (const [t0, t1] of keyChunks(count, scorer.keysPerRun(rows.length, bs, ctx.indexerBudgetValues))) {
-    if (t0 >= most) break; // no row sees these keys
-    scorer.loadKeys(packed.subarray(t0 * rowBytes, t1 * rowBytes), t1 - t0);
-    await scorer.run(q, 0, t1 - t0);
-    rows.forEach((x, i) => {
-      const visible = Math.min(t1, x.clen - k0) - t0;
-      if (visible > 0) {
-        const blocks = x.st.blocks === null ? null : { heaps: x.st.blocks, blockSize: bs, pin: pinOf(x.clen, bs) };
-        pushRow(scorer.scoreRow(i, visible), visible, k0 + t0, x.r, x.st.topk, blocks, (from, threshold) => scorer.above(i, from, visible, threshold), (n) => scorer.blockMax(i, n, bs));
-      }
-    });
+  const lo = (chunks[0] as readonly [number, number])[0];
+  let most = 0;
+  for (const x of rows) most = Math.max(most, x.clen);
+  const hi = Math.min((chunks[chunks.length - 1] as readonly [number, number])[1], most);
+  const total = hi > lo ? workIn(rows, lo, hi) : 0;
+  if (threads === null || !threads.usable || total < THREAD_MIN_SCORES || !scorer.fusedFor(q.rows)) {
+    await scorePieces(ctx, scorer, src.rowBytes, piecesOf(src, chunks, lo, hi), q, rows);
+    return;
   }
+  // cuts on block boundaries where the work so far reaches each part's cumulative share
+  const shares = [threads.ownShare, ...new Array<number>(threads.count).fill(1)];
+  const sum = shares.reduce((a, b) => a + b, 0);
+  const blocks = Math.ceil((hi - lo) / bs);
+  const cuts = [lo];
+  let acc = 0;
+  for (let p = 0; p < shares.length - 1; p++) {
+    acc += shares[p] as number;
+    const target = (total * acc) / sum;
+    let a = Math.ceil(((cuts[cuts.length - 1] as number) - lo) / bs);
+    let b = blocks;
+    while (a < b) {
+      const m = (a + b) >> 1;
+      if (workIn(rows, lo, Math.min(hi, lo + m * bs)) >= target) b = m;
+      else a = m + 1;
+    }
+    cuts.push(Math.min(hi, lo + a * bs));
+  }
+  cuts.push(hi);
+  const { indexNumHeads: hI, indexHeadDim: dI } = ctx.config;
+  const clen = Int32Array.from(rows, (x) => x.clen);
+  let topkCap = 0;
+  let blocksCap = 0;
+  for (const x of rows) {
+    topkCap = Math.max(topkCap, x.topk.capacity);
+    blocksCap = Math.max(blocksCap, x.blocks?.capacity ?? 0);
+  }
+  const parts: Array<{ pieces: ScanPiece[]; work: number; reply: Promise<ScanReply | null> | null }> = [];
+  for (let p = 0; p < shares.length; p++) {
+    const a = cuts[p] as number;
+    const b = cuts[p + 1] as number;
+    const pieces = piecesOf(src, chunks, a, b);
+    const work = b > a ? workIn(rows, a, b) : 0;
+    let reply: Promise<ScanReply | null> | null = null;
+    if (p > 0 && work > 0 && pieces.every((x) => x.keys.buffer instanceof SharedArrayBuffer)) {
+      const task: ScanTask = {
+        heads: hI, dim: dI, round: scorer.mode === 'bf16', rowBytes: src.rowBytes, blockSize: bs, budgetValues: ctx.indexerBudgetValues,
+        iq: q.iq.slice(0, q.rows * hI * dI), iw: q.iw.slice(0, q.rows * hI), rows: q.rows, clen, pieces, topkCap, blocksCap,
+      };
+      reply = threads.run(p - 1, task).catch(() => null);
+    }
+    parts.push({ pieces, work, reply });
+  }
+  threadScanStats.scans++;
+  const t0 = performance.now();
+  await scorePieces(ctx, scorer, src.rowBytes, (parts[0] as (typeof parts)[number]).pieces, q, rows);
+  const ownMs = performance.now() - t0;
+  let threadWork = 0;
+  let threadMs = 0;
+  for (const part of parts.slice(1)) {
+    const reply = part.reply === null ? null : await part.reply;
+    if (reply !== null && reply.kind === 'done') {
+      mergeHeaps(rows, reply);
+      threadScanStats.threadParts++;
+      threadWork += part.work;
+      threadMs += reply.ms;
+    } else if (part.work > 0) {
+      threadScanStats.takenBack++;
+      await scorePieces(ctx, scorer, src.rowBytes, part.pieces, q, rows);
+    }
+  }
+  const ownWork = (parts[0] as (typeof parts)[number]).work;
+  if (ownWork >= THREAD_MIN_SCORES / 4 && threadWork > 0 && ownMs > 0 && threadMs > 0) threads.noteSpeeds(ownWork / ownMs, threadWork / threadMs);
 }
 
-/** Scores one span's keys [from, nVis) into its heaps (chunked, in runs within the budget). */
+/** Scores one span's keys [from, nVis) into its heaps: its rows in blocks, each against the span's scan chunks. */
 async function scanSplitKeys(ctx: IndexerContext, scorer: IndexScorer, st: SplitState, from: number): Promise<void> {
-  const c = ctx.config;
-  const { indexNumHeads: hI, indexHeadDim: dI } = c;
-  const bs = c.candidateBlockSize;
+  const { indexNumHeads: hI, indexHeadDim: dI } = ctx.config;
+  const bs = ctx.config.candidateBlockSize;
   const { job } = st;
   const { rows: S, nVis, clen } = job;
   const split = Math.floor(job.src.indexK.sharedRowCount / bs) * bs;
-  const R = job.src.indexK.rowBytes;
+  const chunks = chunksIn(nVis, ctx.indexerKeyChunk, split, from, nVis);
   const rowsPerBlock = scorer.rowsPerRun();
-  for (const [k0, k1] of keyChunks(nVis, ctx.indexerKeyChunk, split)) {
-    if (k1 <= from) continue;
-    if (k0 < from) throw new Csa2Error('runtime', `scanSplitKeys: key chunk [${k0}, ${k1}) straddles the start ${from}`);
-    const count = k1 - k0;
-    const packed = job.src.indexK.range(k0, count);
-    // rows see keys below their causal length, which grows with the row: skip those that see none of the chunk
-    let first = 0;
-    while (first < S && (clen[first] as number) <= k0) first++;
-    for (let r0 = first; r0 < S; r0 += rowsPerBlock) {
-      const r1 = Math.min(S, r0 + rowsPerBlock);
-      const q = { iq: job.iq.subarray(r0 * hI * dI, r1 * hI * dI), iw: job.iw.subarray(r0 * hI, r1 * hI), rows: r1 - r0 };
-      const rows = Array.from({ length: r1 - r0 }, (_, i) => ({ st, r: r0 + i, clen: clen[r0 + i] as number }));
-      await scoreBlock(ctx, scorer, packed, R, k0, count, q, rows);
-    }
+  // rows see keys below their causal length: those that see none of the keys are left out
+  let first = 0;
+  while (first < S && (clen[first] as number) <= from) first++;
+  for (let r0 = first; r0 < S; r0 += rowsPerBlock) {
+    const r1 = Math.min(S, r0 + rowsPerBlock);
+    const q = { iq: job.iq.subarray(r0 * hI * dI, r1 * hI * dI), iw: job.iw.subarray(r0 * hI, r1 * hI), rows: r1 - r0 };
+    const rows = Array.from({ length: r1 - r0 }, (_, i) => ({ topk: st.topk, blocks: st.blocks, r: r0 + i, clen: clen[r0 + i] as number }));
+    await scoreKeys(ctx, scorer, job.src.indexK, chunks, q, rows);
   }
 }
 
@@ -361,23 +441,20 @@ export async function scanSplitShared(ctx: IndexerContext, scorer: IndexScorer, 
   }
   // every (span, row) that sees at least one prefix key, stacked
   const rows: BlockRow[] = [];
-  for (const st of states) for (let r = 0; r < st.job.rows; r++) if ((st.job.clen[r] as number) > 0) rows.push({ st, r, clen: st.job.clen[r] as number });
-  const R = src.rowBytes;
+  for (const st of states) for (let r = 0; r < st.job.rows; r++) if ((st.job.clen[r] as number) > 0) rows.push({ topk: st.topk, blocks: st.blocks, r, clen: st.job.clen[r] as number });
   const rowsPerBlock = scorer.rowsPerRun();
-  const iq = new Float32Array(Math.min(rows.length, rowsPerBlock) * hI * dI);
-  const iw = new Float32Array(Math.min(rows.length, rowsPerBlock) * hI);
-  for (const [k0, k1] of keyChunks(split, ctx.indexerKeyChunk)) {
-    const count = k1 - k0;
-    const packed = src.range(k0, count);
-    const seeing = rows.filter((x) => x.clen > k0);
-    for (let b0 = 0; b0 < seeing.length; b0 += rowsPerBlock) {
-      const block = seeing.slice(b0, b0 + rowsPerBlock);
-      block.forEach((x, i) => {
-        iq.set(x.st.job.iq.subarray(x.r * hI * dI, (x.r + 1) * hI * dI), i * hI * dI);
-        iw.set(x.st.job.iw.subarray(x.r * hI, (x.r + 1) * hI), i * hI);
-      });
-      await scoreBlock(ctx, scorer, packed, R, k0, count, { iq, iw, rows: block.length }, block);
-    }
+  const chunks = chunksIn(split, ctx.indexerKeyChunk, split, 0, split);
+  const jobOf = new Map(states.map((st) => [st.topk, st.job]));
+  for (let b0 = 0; b0 < rows.length; b0 += rowsPerBlock) {
+    const block = rows.slice(b0, b0 + rowsPerBlock);
+    const iq = new Float32Array(block.length * hI * dI);
+    const iw = new Float32Array(block.length * hI);
+    block.forEach((x, i) => {
+      const j = jobOf.get(x.topk) as IndexerJob;
+      iq.set(j.iq.subarray(x.r * hI * dI, (x.r + 1) * hI * dI), i * hI * dI);
+      iw.set(j.iw.subarray(x.r * hI, (x.r + 1) * hI), i * hI);
+    });
+    await scoreKeys(ctx, scorer, src, chunks, { iq, iw, rows: block.length }, block);
   }
   for (const st of states) await scanSplitKeys(ctx, scorer, st, split);
   sharedScanStats.groups++;

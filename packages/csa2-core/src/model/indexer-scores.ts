@@ -38,7 +38,10 @@ import { indexKRowBytes } from '../numerics/formats.js';
 import type { NumericsMode } from './graph-ops.js';
 import { FusedIndexScorer } from './indexer-fused.js';
 import { IndexerKernels } from './indexer-kernels.js';
-import type { BoundedHeaps } from './indexer-ranking.js';
+import { keysPerRunFor, rowsPerRunFor, type RunScorer, type ScoreRows } from './indexer-scan-run.js';
+import type { ScanThreads } from './scan-threads.js';
+
+export { ABOVE_MIN_KEYS, KEYS_PER_RUN, PRODUCTS_PER_RUN, ROWS_TIMES_HEADS_PER_RUN, nextUpF32, pushRow, pushScores, type ScoreRows } from './indexer-scan-run.js';
 
 /** Index heads up to which TypeScript sums the heads (onnxruntime's ReduceSum adds them in order there). */
 export const MAX_HEADS_SUMMED_IN_TS = 4;
@@ -53,28 +56,7 @@ export const MAX_HEADS_SUMMED_IN_TS = 4;
  */
 export const FUSED_MAX_ROWS_MULTI_BLOCK = 2;
 
-/**
- * One run of the Gemm: at most this many products (rows × heads × keys: 2 MB of float32), keys (their
- * values, 2 MB at index_head_dim 32, are unpacked for the run) and rows × heads (so that a run takes
- * at least 512 keys). What a run allocates stays small and is read back while in cache; a decode row
- * scores a 65,536-key chunk in 4 runs, a replay's 160 rows 1,638 keys a run.
- */
-export const PRODUCTS_PER_RUN = 1 << 19;
-export const KEYS_PER_RUN = 16384;
-export const ROWS_TIMES_HEADS_PER_RUN = 1024;
-
-/** What one scoring run needs: the rows' index queries [rows, hI, dI] and head weights [rows, hI]. */
-export interface ScoreRows {
-  readonly iq: Float32Array;
-  readonly iw: Float32Array;
-  readonly rows: number;
-}
-
-/**
- * Scores rows against key values, in reused buffers (one instance per model; runs are sequential).
- * `scoreRow` gives row r's scores of the last run.
- */
-export class IndexScorer {
+export class IndexScorer implements RunScorer {
   private readonly kernels: IndexerKernels;
   /** The fused kernel (model/indexer-fused) where it applies (≤ 4 heads, unless `useFused` is false). */
   private readonly fused: FusedIndexScorer | null;
@@ -99,14 +81,27 @@ export class IndexScorer {
     readonly mode: NumericsMode,
     private readonly session: GraphSession,
     useFused = true,
+    /** Threads that take part of the long scans (model/scan-threads); null: the main thread alone. */
+    readonly threads: ScanThreads | null = null,
   ) {
     this.headSumInGraph = config.indexNumHeads > MAX_HEADS_SUMMED_IN_TS;
     this.kernels = new IndexerKernels(config.indexHeadDim);
     this.fused = useFused && !this.headSumInGraph ? new FusedIndexScorer(config.indexNumHeads, config.indexHeadDim, mode === 'bf16') : null;
   }
 
-  dispose(): Promise<void> {
-    return this.session.dispose();
+  async dispose(): Promise<void> {
+    await this.threads?.terminate();
+    await this.session.dispose();
+  }
+
+  /** Starts the scan threads now (a serving process's warm-up), so that their memory counts from the start. */
+  warmThreads(): void {
+    this.threads?.start();
+  }
+
+  /** Whether a run of `rows` rows is the fused kernel's (when the queries are MXFP4 values): the scan threads run only that. */
+  fusedFor(rows: number): boolean {
+    return this.fused !== null && (this.config.indexHeadDim === 32 || rows <= FUSED_MAX_ROWS_MULTI_BLOCK);
   }
 
   /**
@@ -128,8 +123,7 @@ export class IndexScorer {
     const { indexNumHeads: hI, indexHeadDim: dI } = this.config;
     const N = Math.max(2, count);
     if (!(from >= 0 && from + N <= this.keyRows)) throw new Csa2Error('runtime', `IndexScorer.run: keys [${from}, ${from + N}) of ${this.keyRows}`);
-    const fusedRows = this.config.indexHeadDim === 32 || q.rows <= FUSED_MAX_ROWS_MULTI_BLOCK;
-    if (this.fused !== null && fusedRows && count >= 1 && from + count <= this.packedCount && this.fused.loadRows(q)) {
+    if (this.fused !== null && this.fusedFor(q.rows) && count >= 1 && from + count <= this.packedCount && this.fused.loadRows(q)) {
       this.fused.score(this.packedKeys.subarray(from * indexKRowBytes(this.config.indexHeadDim)), count);
       this.n = count;
       this.rows = q.rows;
@@ -171,14 +165,12 @@ export class IndexScorer {
    * straddle runs), at least one block.
    */
   keysPerRun(rows: number, blockSize: number, budgetValues: number): number {
-    const perRow = Math.max(2, rows * this.config.indexNumHeads);
-    const keys = Math.min(KEYS_PER_RUN, Math.floor(Math.min(PRODUCTS_PER_RUN, budgetValues) / perRow));
-    return Math.max(1, Math.floor(keys / blockSize)) * blockSize;
+    return keysPerRunFor(rows, this.config.indexNumHeads, blockSize, budgetValues);
   }
 
   /** Rows per run: rows × heads ≤ ROWS_TIMES_HEADS_PER_RUN (a run then still takes ≥ 512 keys). */
   rowsPerRun(): number {
-    return Math.max(1, Math.floor(ROWS_TIMES_HEADS_PER_RUN / this.config.indexNumHeads));
+    return rowsPerRunFor(this.config.indexNumHeads);
   }
 
   /** Row r's scores over the first `count` keys of the last run (a view, valid until the next call). */
@@ -206,126 +198,3 @@ export class IndexScorer {
   }
 }
 
-/** Scores left after the heap fills from which pushRow asks for the keys above its worst (fewer: it reads them all). */
-export const ABOVE_MIN_KEYS = 256;
-
-const f32Box = new Float32Array(1);
-const u32Box = new Uint32Array(f32Box.buffer);
-
-/** The least float32 above x (x itself for +Infinity and NaN): `≥ nextUpF32(x)` is `> x` for float32 values. */
-export function nextUpF32(x: number): number {
-  if (x !== x || x === Infinity) return x;
-  if (x === 0) return 2 ** -149;
-  f32Box[0] = x;
-  u32Box[0] = (u32Box[0] as number) + (x > 0 ? 1 : -1);
-  return f32Box[0] as number;
-}
-
-
-/**
- * Pushes a row's scores s[0..count) of keys at positions `first` + n into its top-k heap (finite
- * scores only) and, with `blocks`, the maxima of its candidate blocks (`first` a multiple of the block
- * size; the row's pinned block at +inf; blocks with no finite score are left out: they rank last and
- * the published list has -1 there anyway).
- */
-export function pushRow(
-  s: Float32Array,
-  count: number,
-  first: number,
-  row: number,
-  topk: BoundedHeaps,
-  blocks: { heaps: BoundedHeaps; blockSize: number; pin: number } | null,
-  above: ((from: number, threshold: number) => Int32Array | null) | null = null,
-  blockMax: ((blocks: number) => Float32Array | null) | null = null,
-): void {
-  // pushScores' loops, kept inline here: the scans' hot loop. Calling pushScores from here instead was
-  // measured 1.4× slower on a 1M* question with the document cache warm (documents-scale, 2.48 s → 3.68 s)
-  const cap = topk.capacity;
-  const base = row * cap;
-  const vs = topk.values;
-  const is = topk.ids;
-  let n = 0;
-  // until the heap is full every finite score goes in; then only those ranking before its worst
-  for (; n < count && (topk.size[row] as number) < cap; n++) {
-    const v = s[n] as number;
-    if (v !== -Infinity && v === v) topk.push(row, v, first + n);
-  }
-  if (cap > 0 && (topk.size[row] as number) === cap) {
-    let wv = vs[base] as number;
-    let wi = is[base] as number;
-    // the keys scoring at least the heap's worst now (a superset of those that can enter it: the worst only
-    // rises), visited in key order as the loop below would: the same pushes, the same heap. When every key
-    // left lies after the worst's position (a scan's keys come in position order), a tie with the worst can
-    // never enter (ties go to the lower position, and every later worst lies before them too): only scores
-    // above it are asked for (bf16 scores tie often; ≥ listed ~7% of a 1M* scan's keys, > ~0.5%)
-    const strict = wi < first + n;
-    const keys = above !== null && count - n >= ABOVE_MIN_KEYS ? above(n, strict ? nextUpF32(wv) : wv) : null;
-    if (keys !== null) {
-      for (let j = 0; j < keys.length; j++) {
-        const k = keys[j] as number;
-        if (k >= count) break;
-        const v = s[k] as number;
-        if (v > wv || (v === wv && first + k < wi)) {
-          topk.push(row, v, first + k);
-          wv = vs[base] as number;
-          wi = is[base] as number;
-        }
-      }
-      n = count;
-    }
-    for (; n < count; n++) {
-      const v = s[n] as number;
-      if (v < wv) continue; // most keys (NaN fails every test below too)
-      if (v > wv || (v === wv && first + n < wi)) {
-        topk.push(row, v, first + n);
-        wv = vs[base] as number;
-        wi = is[base] as number;
-      }
-    }
-  }
-  if (blocks === null) return;
-  const { heaps, blockSize: bs, pin } = blocks;
-  const b0 = first / bs;
-  // the whole blocks' maxima in WebAssembly where the scorer has them (the same values: NaN left out, -inf
-  // for none; a ±0 tie may keep the other zero, which ranks the same)
-  const whole = Math.floor(count / bs);
-  const maxima = blockMax !== null && whole > 0 ? blockMax(whole) : null;
-  for (let j = 0; j * bs < count; j++) {
-    const end = Math.min(count, (j + 1) * bs);
-    let m = -Infinity;
-    if (maxima !== null && j < whole) m = maxima[j] as number;
-    else for (let k = j * bs; k < end; k++) if ((s[k] as number) > m) m = s[k] as number;
-    const id = b0 + j;
-    if (id === pin) m = Infinity;
-    if (m === -Infinity) continue;
-    if (heaps.accepts(row, m, id)) heaps.push(row, m, id);
-  }
-}
-
-/**
- * Pushes scores s[from, to) of a row (key ids = index + `shift`) into its heap, in order: every finite
- * score until the heap is full, then those ranking before its worst (the pools' column ranges; pushRow
- * has the same loops inline).
- */
-export function pushScores(s: Float32Array, from: number, to: number, shift: number, row: number, heaps: BoundedHeaps): void {
-  const cap = heaps.capacity;
-  if (cap === 0) return;
-  let u = from;
-  for (; u < to && (heaps.size[row] as number) < cap; u++) {
-    const v = s[u] as number;
-    if (v !== -Infinity && v === v) heaps.push(row, v, u + shift);
-  }
-  if (u >= to) return;
-  const base = row * cap;
-  let wv = heaps.values[base] as number;
-  let wi = heaps.ids[base] as number;
-  for (; u < to; u++) {
-    const v = s[u] as number;
-    if (v < wv) continue; // most keys (NaN fails every test below too)
-    if (v > wv || (v === wv && u + shift < wi)) {
-      heaps.push(row, v, u + shift);
-      wv = heaps.values[base] as number;
-      wi = heaps.ids[base] as number;
-    }
-  }
-}

@@ -25,6 +25,7 @@ import { buildCompressGraph } from './graphs/compress-graph.js';
 import { buildHeadGraph, buildMoeGraph } from './graphs/ffn-graphs.js';
 import { buildIndexScoresGraph, buildIndexerPoolGraph, buildIndexerScanGraph } from './graphs/indexer-graphs.js';
 import { IndexScorer, MAX_HEADS_SUMMED_IN_TS } from './indexer-scores.js';
+import { ScanThreads } from './scan-threads.js';
 import {
   ATTENTION,
   ATTN_IN,
@@ -83,6 +84,8 @@ export interface GraphBuildOptions {
   readonly indexerPool: boolean;
   /** Where the indexer unpacks, finishes its scores and picks: TypeScript around one Gemm ('split') or the ONNX graphs ('graph'). */
   readonly indexerScores: IndexerScores;
+  /** Scan threads for the split scorer (model/scan-threads), a resolved count (0: none). @defaultValue 0 */
+  readonly scanThreads?: number;
 }
 
 export type IndexerScores = 'split' | 'graph';
@@ -155,7 +158,7 @@ export async function openModelGraphs(config: ModelConfig, plan: LayerPlan, weig
     let indexScorer: IndexScorer | null = null;
     if (options.indexerScores === 'split' && plan.entries.some((e) => e.isIndexSource)) {
       scorerSession = await openGraphSession('index_scores', buildIndexScoresGraph(ctx, config.indexNumHeads > MAX_HEADS_SUMMED_IN_TS), options.runtime, threads);
-      indexScorer = new IndexScorer(config, options.numerics, scorerSession);
+      indexScorer = new IndexScorer(config, options.numerics, scorerSession, true, (options.scanThreads ?? 0) > 0 ? new ScanThreads(options.scanThreads as number) : null);
     }
     return {
       layers,

@@ -23,6 +23,7 @@ import { AttentionScratch } from './attention.js';
 import { forward, ropeTensors, type ForwardContext } from './forward.js';
 import { disposeModelGraphs, openModelGraphs, type IndexerScores, type ModelGraphs } from './model-graphs.js';
 import { ropeFrequencies } from './rope.js';
+import { resolveScanThreads } from './scan-threads.js';
 import { Sequence } from './sequence.js';
 import type { ForwardObserver, LayerTimer, ProgressCallback, Span, SpanOutput, StreamRows } from './span.js';
 
@@ -61,6 +62,12 @@ export interface ModelOptions {
    * for bit). @defaultValue 'split'
    */
   readonly indexerScores: IndexerScores;
+  /**
+   * Worker threads that take part of the long index scans (model/scan-threads; the split scorer's fused
+   * kernel only): a count, or 'auto' = min(3, cores − 1). Each holds ~12 MB. The same lists, bit for
+   * bit, with any count. @defaultValue 'auto'
+   */
+  readonly scanThreads: number | 'auto';
 }
 
 export const DEFAULT_MODEL_OPTIONS: ModelOptions = {
@@ -72,6 +79,7 @@ export const DEFAULT_MODEL_OPTIONS: ModelOptions = {
   indexerKeyChunk: 65536,
   indexerPool: true,
   indexerScores: 'split',
+  scanThreads: 'auto',
 };
 
 export class Csa2Model {
@@ -101,7 +109,7 @@ export class Csa2Model {
     if (opts.indexerKeyChunk % bs !== 0 || opts.indexerKeyChunk < 2) {
       throw new Csa2Error('config-invalid', `model option indexerKeyChunk (${opts.indexerKeyChunk}) must be a multiple of candidate_block_size (${bs}) and at least 2`);
     }
-    const graphs = await openModelGraphs(config, plan, weights, { numerics: opts.numerics, runtime: opts.runtime, indexerPool: opts.indexerPool, indexerScores: opts.indexerScores });
+    const graphs = await openModelGraphs(config, plan, weights, { numerics: opts.numerics, runtime: opts.runtime, indexerPool: opts.indexerPool, indexerScores: opts.indexerScores, scanThreads: resolveScanThreads(opts.scanThreads) });
     const ropeDim = config.ropeHeadDim;
     const freqsPlain = ropeFrequencies({ ropeDim, base: config.ropeTheta, yarn: null });
     const freqsCompress = ropeFrequencies({
@@ -194,6 +202,8 @@ export class Csa2Model {
    */
   async warmUp(): Promise<number> {
     const t0 = performance.now();
+    // the scan threads first: their memory counts in a warm process's size, and their start is paid here
+    this.graphs.indexScorer?.warmThreads();
     const n = Math.max(1, Math.min(this.options.chunkTokens, this.config.maxSeqLen - 1));
     const ids = Int32Array.from({ length: n }, (_, i) => i % this.config.vocabSize);
     const seq = this.createSequence();

@@ -11,6 +11,9 @@
  * rows). A document loaded once is read by every question on it this way; each question's own rows
  * (prompt, output) go to its private tail. Reads that span the prefix and the tail copy
  * (`view`, `range`); `segmentEnd` tells callers where they can split to read in place.
+ *
+ * A `shareable` store keeps its rows in SharedArrayBuffers, so that the scan threads
+ * (model/scan-threads) read views of them without a copy (sequences' index keys are stored so).
  */
 import { Csa2Error } from '../errors.js';
 
@@ -48,9 +51,18 @@ export class PackedRowStore {
   private n = 0;
   private gen = 0;
 
-  constructor(readonly rowBytes: number, initialRows = MIN_ROWS) {
+  /** Rows in SharedArrayBuffers (see the module comment). */
+  readonly shareable: boolean;
+
+  constructor(readonly rowBytes: number, initialRows = MIN_ROWS, options: { readonly shareable?: boolean } = {}) {
     if (!Number.isInteger(rowBytes) || rowBytes < 1) throw new Csa2Error('runtime', `PackedRowStore: row size ${rowBytes} is not a positive integer`);
-    this.buf = new Uint8Array(rowBytes * Math.max(1, initialRows));
+    this.shareable = options.shareable === true;
+    this.buf = this.alloc(rowBytes * Math.max(1, initialRows));
+  }
+
+  /** Zeroed bytes for rows: in a SharedArrayBuffer when the store is shareable. */
+  private alloc(bytes: number): Uint8Array {
+    return this.shareable ? new Uint8Array(new SharedArrayBuffer(bytes)) : new Uint8Array(bytes);
   }
 
   get rows(): number {
@@ -90,7 +102,7 @@ export class PackedRowStore {
   reserve(rows: number): void {
     const need = (rows - this.sharedRows) * this.rowBytes;
     if (need <= this.buf.length) return;
-    const next = new Uint8Array(need);
+    const next = this.alloc(need);
     next.set(this.buf.subarray(0, (this.n - this.sharedRows) * this.rowBytes));
     this.buf = next;
   }
@@ -204,10 +216,11 @@ export class PackedRowStore {
     if (keep < this.n) this.gen++;
     if (keep < this.sharedRows) {
       // the shared prefix is immutable: keep a private copy of what remains
-      const own = (this.shared as Uint8Array).slice(0, keep * this.rowBytes);
+      const own = this.alloc((keep > 0 ? keep : MIN_ROWS) * this.rowBytes);
+      own.set((this.shared as Uint8Array).subarray(0, keep * this.rowBytes));
       this.shared = null;
       this.sharedRows = 0;
-      this.buf = own.length > 0 ? own : new Uint8Array(this.rowBytes * MIN_ROWS);
+      this.buf = own;
     }
     this.n = keep;
   }
@@ -220,9 +233,9 @@ export class PackedRowStore {
     if (this.n === this.sharedRows) return;
     const R = this.rowBytes;
     const exact = this.sharedRows === 0 && this.buf.length === this.n * R;
-    this.shared = exact ? this.buf : this.copyRange(0, this.n, new Uint8Array(this.n * R));
+    this.shared = exact ? this.buf : this.copyRange(0, this.n, this.alloc(this.n * R));
     this.sharedRows = this.n;
-    this.buf = new Uint8Array(R * MIN_ROWS);
+    this.buf = this.alloc(R * MIN_ROWS);
   }
 
   /** Makes this (empty) store read `other`'s shared prefix in place and hold a copy of its private rows. */
@@ -233,7 +246,7 @@ export class PackedRowStore {
     this.shared = other.shared;
     this.sharedRows = other.sharedRows;
     const own = other.n - other.sharedRows;
-    this.buf = new Uint8Array(this.rowBytes * Math.max(MIN_ROWS, own));
+    this.buf = this.alloc(this.rowBytes * Math.max(MIN_ROWS, own));
     this.buf.set(other.buf.subarray(0, own * this.rowBytes));
     this.n = other.n;
   }

@@ -57,7 +57,7 @@ export class KvSourceCache {
 
   constructor(readonly layer: number, readonly ratio: number, readonly headDim: number, readonly indexHeadDim: number) {
     this.mainKv = new PackedRowStore(mainKvRowBytes(headDim));
-    this.indexK = new PackedRowStore(indexKRowBytes(indexHeadDim));
+    this.indexK = new PackedRowStore(indexKRowBytes(indexHeadDim), undefined, { shareable: true }); // the scan threads read it in place
     this.pendingKv = new Float32Array(ratio * headDim);
     this.pendingScore = new Float32Array(ratio * headDim);
   }

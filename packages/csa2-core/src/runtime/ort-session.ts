@@ -146,7 +146,8 @@ function toOrt(t: HostTensor): ort.Tensor {
     case 'bool':
       return new ort.Tensor('bool', t.data, t.dims);
     case 'uint8':
-      return new ort.Tensor('uint8', t.data, t.dims);
+      // onnxruntime refuses views of a SharedArrayBuffer (sequences' index keys live in one): a copy
+      return new ort.Tensor('uint8', t.data.buffer instanceof SharedArrayBuffer ? t.data.slice() : t.data, t.dims);
   }
 }
 
