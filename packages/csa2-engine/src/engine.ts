@@ -75,7 +75,7 @@ export class Engine {
   static async open(options: EngineOptions): Promise<Engine> {
     resolvePolicy(options.scheduler); // a bad policy fails before the model loads
     const numerics = options.numerics ?? 'bf16';
-    const model = await loadModel(options.modelDir, { numerics, runtime: { ...DEFAULT_RUNTIME_OPTIONS, ...options.runtime } });
+    const model = await loadModel(options.modelDir, { numerics, runtime: { ...DEFAULT_RUNTIME_OPTIONS, ...options.runtime }, ...(options.scanThreads !== undefined ? { scanThreads: options.scanThreads } : {}) });
     let store: ObjectStore | null = null;
     try {
       const tokenizer = await loadTokenizer({ modelDir: options.modelDir, vocabSize: model.config.vocabSize });

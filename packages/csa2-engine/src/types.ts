@@ -15,6 +15,8 @@ export interface EngineOptions {
   /** @defaultValue 'bf16' */
   readonly numerics?: NumericsMode;
   readonly runtime?: Partial<RuntimeOptions>;
+  /** Worker threads that take part of the long index scans (@csa2/core ModelOptions.scanThreads): a count or 'auto'. @defaultValue 'auto' */
+  readonly scanThreads?: number | 'auto';
   /** Object store of the artifacts (file:///… or s3://bucket/prefix?…); documents need one. */
   readonly store?: string;
   /**

@@ -48,6 +48,11 @@ export interface WorkerConfig {
   readonly documentCacheBytes?: number;
   /** CSA2_THREADS: onnxruntime intra-op threads, a number or 'auto'. @defaultValue 'auto' */
   readonly threads: number | 'auto';
+  /**
+   * CSA2_SCAN_THREADS: worker threads that take part of the long index scans (@csa2/core scan threads;
+   * ~12 MB each), 0–64 or 'auto' (min(3, cores − 1), the node's cores). @defaultValue 'auto'
+   */
+  readonly scanThreads: number | 'auto';
   /** CSA2_PROVIDER: onnxruntime execution provider. @defaultValue 'cpu' */
   readonly provider: ExecutionProvider;
   /** CSA2_SHUTDOWN_GRACE_MS: on SIGTERM, how long the running jobs may take to finish before they are handed back. @defaultValue 20000 */
@@ -127,6 +132,12 @@ export function envStalledIntervalMs(env: Env, name: string, lockDurationMs: num
 }
 
 /** A thread count: unset, blank or 'auto' → 'auto'; otherwise an integer in [1, 1024]. */
+/** A scan-thread count: 0–64 or 'auto' (unset → 'auto'). */
+export function envScanThreads(env: Env, name: string): number | 'auto' {
+  const v = envOptionalString(env, name);
+  return v === undefined || v === 'auto' ? 'auto' : envInt(env, name, 0, { min: 0, max: 64 });
+}
+
 export function envThreads(env: Env, name: string): number | 'auto' {
   const v = envOptionalString(env, name);
   return v === undefined || v === 'auto' ? 'auto' : envInt(env, name, 1, { min: 1, max: 1024 });

@@ -17,6 +17,7 @@ test('defaults: jobs at once sized by the engine (unset), 30 s locks checked eve
     lockDurationMs: 30_000,
     stalledIntervalMs: 5000,
     threads: 'auto',
+    scanThreads: 'auto',
     provider: 'cpu',
     shutdownGraceMs: 20_000,
     cancelPollMs: 50,
@@ -31,6 +32,8 @@ test('engine options: threads and provider from the config, the warm-up, and att
   const o = decoderEngineOptions(loadDecoderConfig({ ...BASE, CSA2_THREADS: '2' }));
   assert.deepEqual(o.runtime, { intraOpThreads: 2, executionProvider: 'cpu', attentionArenaMaxRows: DECODE_ATTENTION_ARENA_ROWS });
   assert.equal(o.warmUp, true);
+  assert.equal(o.scanThreads, 'auto');
+  assert.equal(decoderEngineOptions(loadDecoderConfig({ ...BASE, CSA2_SCAN_THREADS: '3' })).scanThreads, 3);
   assert.equal(DECODE_ATTENTION_ARENA_ROWS, 64);
 });
 
@@ -44,6 +47,7 @@ test('every variable is read', () => {
     CSA2_CHUNK_CACHE_BYTES: '1048576',
     CSA2_DOCUMENT_CACHE_BYTES: '0',
     CSA2_THREADS: '2',
+    CSA2_SCAN_THREADS: '0',
     CSA2_SHUTDOWN_GRACE_MS: '5000',
     CSA2_HOST: '0.0.0.0',
     CSA2_WORKER_HTTP_PORT: '0',
@@ -57,6 +61,7 @@ test('every variable is read', () => {
   assert.equal(c.chunkCacheBytes, 1_048_576);
   assert.equal(c.documentCacheBytes, 0);
   assert.equal(c.threads, 2);
+  assert.equal(c.scanThreads, 0);
   assert.equal(c.shutdownGraceMs, 5000);
 });
 
@@ -80,6 +85,7 @@ test('a missing or bad value fails with an error naming the variable', () => {
   assert.throws(() => loadDecoderConfig({ ...BASE, CSA2_DECODE_CONCURRENCY: '0' }), named('CSA2_DECODE_CONCURRENCY'));
   assert.throws(() => loadDecoderConfig({ ...BASE, CSA2_LOCK_DURATION_MS: '1.5' }), named('CSA2_LOCK_DURATION_MS'));
   assert.throws(() => loadDecoderConfig({ ...BASE, CSA2_THREADS: 'many' }), named('CSA2_THREADS'));
+  for (const bad of ['-1', '65', 'two']) assert.throws(() => loadDecoderConfig({ ...BASE, CSA2_SCAN_THREADS: bad }), named('CSA2_SCAN_THREADS'));
   assert.throws(() => loadDecoderConfig({ ...BASE, CSA2_PROVIDER: 'tpu' }), named('CSA2_PROVIDER'));
   assert.throws(() => loadDecoderConfig({ ...BASE, CSA2_WORKER_HTTP_PORT: '70000' }), named('CSA2_WORKER_HTTP_PORT'));
 });

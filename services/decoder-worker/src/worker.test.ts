@@ -60,6 +60,7 @@ before(async () => {
     lockDurationMs: 30_000,
     stalledIntervalMs: 30_000,
     threads: 'auto',
+    scanThreads: 'auto',
     provider: 'cpu',
     shutdownGraceMs: 10_000,
     cancelPollMs: 20,

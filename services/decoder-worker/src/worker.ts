@@ -27,6 +27,7 @@ export function decoderEngineOptions(config: DecoderConfig): EngineOptions {
     modelDir: config.modelDir,
     // decode batches keep the attention arena; a document question's replay runs without (its peak stays no longer than the question)
     runtime: { intraOpThreads: config.threads, executionProvider: config.provider, attentionArenaMaxRows: DECODE_ATTENTION_ARENA_ROWS },
+    scanThreads: config.scanThreads,
     // one chunk through the model before taking jobs, so the first job does not pay for arena growth
     warmUp: true,
     ...(config.storeUrl !== undefined ? { store: config.storeUrl } : {}),

@@ -17,8 +17,10 @@ test('defaults, and every variable read', () => {
   assert.equal(c.progressIntervalMs, 200);
   assert.deepEqual([c.httpHost, c.httpPort, c.readyTimeoutMs], ['127.0.0.1', 9301, 1000], 'its own default port, not the decoder\'s 9302');
   assert.equal(c.cancelPollMs, 50);
-  const d = loadEncoderConfig({ ...BASE, CSA2_PREFILL_CONCURRENCY: '2', CSA2_CHUNK_TOKENS: '1024', CSA2_CHUNK_CACHE_BYTES: '0', CSA2_LOCK_DURATION_MS: '120000' });
-  assert.deepEqual([d.concurrency, d.chunkTokens, d.chunkCacheBytes, d.lockDurationMs], [2, 1024, 0, 120_000]);
+  assert.equal(c.scanThreads, 'auto');
+  const d = loadEncoderConfig({ ...BASE, CSA2_PREFILL_CONCURRENCY: '2', CSA2_CHUNK_TOKENS: '1024', CSA2_CHUNK_CACHE_BYTES: '0', CSA2_LOCK_DURATION_MS: '120000', CSA2_SCAN_THREADS: '3' });
+  assert.deepEqual([d.concurrency, d.chunkTokens, d.chunkCacheBytes, d.lockDurationMs, d.scanThreads], [2, 1024, 0, 120_000, 3]);
+  assert.equal(loadEncoderConfig({ ...BASE, CSA2_SCAN_THREADS: 'auto' }).scanThreads, 'auto');
 });
 
 test('the store is required; bad numbers name their variable', () => {
@@ -29,4 +31,5 @@ test('the store is required; bad numbers name their variable', () => {
   assert.throws(() => loadEncoderConfig({ ...BASE, CSA2_WORKER_HTTP_PORT: 'http' }), named('CSA2_WORKER_HTTP_PORT'));
   assert.throws(() => loadEncoderConfig({ ...BASE, CSA2_STALLED_INTERVAL_MS: '20000' }), named('CSA2_STALLED_INTERVAL_MS'));
   assert.throws(() => loadEncoderConfig({ ...BASE, CSA2_CANCEL_POLL_MS: '1' }), named('CSA2_CANCEL_POLL_MS'));
+  for (const bad of ['-1', '65', 'two', '1.5']) assert.throws(() => loadEncoderConfig({ ...BASE, CSA2_SCAN_THREADS: bad }), named('CSA2_SCAN_THREADS'));
 });

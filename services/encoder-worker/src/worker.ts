@@ -27,6 +27,7 @@ export function encoderEngineOptions(config: EncoderConfig): EngineOptions {
   return {
     modelDir: config.modelDir,
     runtime: { intraOpThreads: config.threads, executionProvider: config.provider },
+    scanThreads: config.scanThreads,
     // one chunk through the model before taking jobs, so the first job does not pay for arena growth
     warmUp: true,
     store: config.storeUrl,
