@@ -129,6 +129,10 @@ describe('documents-scale options', () => {
     assert.throws(() => parseScaleBenchOptions({ 'scale-tokens': '8K,x' }), /--scale-tokens/);
     assert.throws(() => parseScaleBenchOptions({ 'scale-real-max': '1K,2K' }), /one token count/);
     assert.throws(() => parseScaleBenchOptions({ 'scale-repeats': '0' }), /positive integer/);
+    assert.equal(parseScaleBenchOptions({}).scanThreads, 'auto');
+    assert.equal(parseScaleBenchOptions({ 'scale-scan-threads': '0' }).scanThreads, 0);
+    assert.equal(parseScaleBenchOptions({ 'scale-scan-threads': '3' }).scanThreads, 3);
+    for (const bad of ['-1', '65', 'x', '1.5']) assert.throws(() => parseScaleBenchOptions({ 'scale-scan-threads': bad }), /--scale-scan-threads takes 'auto' or an integer from 0 to 64/);
   });
 });
 

@@ -28,7 +28,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { ArtifactWriter, encodeManifest, openStore, type ObjectStore } from '@csa2/artifacts';
-import { fillSyntheticCache, type LayerMode } from '@csa2/core';
+import { fillSyntheticCache, resolveScanThreads, type LayerMode } from '@csa2/core';
 import { Engine } from '@csa2/engine';
 import { WORKER_MALLOC_ENV } from '@csa2/test';
 import { ensureSeededCheckpoint } from './checkpoint-cache.js';
@@ -61,6 +61,8 @@ export interface ScaleBenchOptions {
   readonly replayTokens: number;
   readonly chunkTokens: number;
   readonly cacheRoot: string;
+  /** The engines' scan threads (EngineOptions.scanThreads): a count or 'auto'. */
+  readonly scanThreads: number | 'auto';
   /** Write the raw results here (JSON), when set. */
   readonly jsonPath: string | null;
 }
@@ -76,6 +78,7 @@ export const DEFAULT_SCALE_OPTIONS: ScaleBenchOptions = {
   replayTokens: 128,
   chunkTokens: 4096,
   cacheRoot: join(BENCH_DIR, '..', '.csa2', 'bench'),
+  scanThreads: 'auto',
   jsonPath: null,
 };
 
@@ -273,7 +276,7 @@ export function renderScaleBench(result: ScaleResult): string {
     '',
     `Machine: ${m.cpuModel}, ${m.cores} cores, ${(m.totalMemoryBytes / 2 ** 30).toFixed(1)} GiB, node ${m.nodeVersion}, onnxruntime-node ${m.onnxruntimeVersion}; load average ${m.loadAverage1m.toFixed(2)} at the start. ` +
       `Filesystem store in ${tmpdir()} (chunks of ${o.chunkTokens} tokens; reads come from the page cache: the chunks were just written). ` +
-      `Question ${o.questionTokens} tokens, replay R = ${o.replayTokens}, ${o.decodeSteps} decode steps, greedy. ${o.repeats} round(s): each cell is the median over the rounds (range in brackets); each round ran every size once, in a fresh decoder process.`,
+      `Question ${o.questionTokens} tokens, replay R = ${o.replayTokens}, ${o.decodeSteps} decode steps, greedy, scan threads ${o.scanThreads === 'auto' ? `auto (${resolveScanThreads('auto')})` : o.scanThreads}. ${o.repeats} round(s): each cell is the median over the rounds (range in brackets); each round ran every size once, in a fresh decoder process.`,
     '',
     ...(docs.some((d) => d.tokens !== d.requestedTokens)
       ? [`\\* ${docs.filter((d) => d.tokens !== d.requestedTokens).map((d) => `${fmtSize(d.requestedTokens)}: ${d.tokens.toLocaleString('en-US')} tokens`).join(', ')}: the document, the question and the answer fill the model's context (max_seq_len).`, '']
@@ -417,7 +420,7 @@ export async function runScaleBench(opts: ScaleBenchOptions, io: BenchIo): Promi
   const storeDir = mkdtempSync(join(tmpdir(), 'csa2-bench-scale-'));
   const storeUrl = pathToFileURL(storeDir).href;
   try {
-    const engine = await Engine.open({ modelDir: ckpt.dir, store: storeUrl, warmUp: true });
+    const engine = await Engine.open({ modelDir: ckpt.dir, store: storeUrl, warmUp: true, scanThreads: opts.scanThreads });
     const store = openStore(storeUrl);
     let documents: ScaleDocument[];
     let V: number;
@@ -443,6 +446,7 @@ export async function runScaleBench(opts: ScaleBenchOptions, io: BenchIo): Promi
           promptIds: question,
           replayTokens: opts.replayTokens,
           decodeSteps: opts.decodeSteps,
+          scanThreads: opts.scanThreads,
         });
         (runs[d.documentId] ??= []).push(report);
       }
@@ -456,6 +460,13 @@ export async function runScaleBench(opts: ScaleBenchOptions, io: BenchIo): Promi
 }
 
 // ---------------------------------------------------------------- options
+
+function scanThreadsOption(v: OptionValues[string]): number | 'auto' {
+  if (v === undefined || v === 'auto') return 'auto';
+  const n = typeof v === 'string' && /^\d+$/.test(v) ? Number(v) : Number.NaN;
+  if (!(n <= 64)) throw new UsageError(`--scale-scan-threads takes 'auto' or an integer from 0 to 64, got ${String(v)}`);
+  return n;
+}
 
 export function parseScaleBenchOptions(values: OptionValues): ScaleBenchOptions {
   const d = DEFAULT_SCALE_OPTIONS;
@@ -473,6 +484,7 @@ export function parseScaleBenchOptions(values: OptionValues): ScaleBenchOptions 
     questionTokens: positiveIntOption(values, 'question-tokens', d.questionTokens),
     replayTokens: positiveIntOption(values, 'replay', d.replayTokens),
     ...(typeof values['cache-dir'] === 'string' ? { cacheRoot: values['cache-dir'] } : {}),
+    scanThreads: scanThreadsOption(values['scale-scan-threads']),
     jsonPath: typeof json === 'string' ? json : null,
   };
 }
@@ -489,6 +501,7 @@ export const documentsScaleSuite: BenchSuite = {
     'question-tokens': { type: 'string', description: 'question length in tokens', defaultText: '32', valueName: 'N' },
     replay: { type: 'string', description: 'bounded replay R', defaultText: '128', valueName: 'R' },
     'cache-dir': { type: 'string', description: 'seeded checkpoints', defaultText: '.csa2/bench', valueName: 'DIR' },
+    'scale-scan-threads': { type: 'string', description: 'scan threads of the ingesting engine and the decoders (CSA2_SCAN_THREADS)', defaultText: 'auto', valueName: 'N|auto' },
     quick: { type: 'boolean', description: 'small sizes for a smoke run' },
   },
   async run(values, io) {

@@ -31,6 +31,8 @@ export interface DecoderRunArgs {
   readonly promptIds: readonly number[];
   readonly replayTokens: number;
   readonly decodeSteps: number;
+  /** EngineOptions.scanThreads. @defaultValue 'auto' */
+  readonly scanThreads?: number | 'auto';
 }
 
 /** Time of one decode step: wall (token to token) and by layer kind, ms. */
@@ -67,7 +69,7 @@ const zero = (): Record<LayerMode, number> => ({ full: 0, reindex: 0, reuse: 0, 
 
 export async function runDecoder(args: DecoderRunArgs): Promise<DecoderRunReport> {
   // as a decoder worker opens it (decoderEngineOptions): decode batches keep the attention arena, the replay runs without
-  const engine = await Engine.open({ modelDir: args.modelDir, store: args.storeUrl, warmUp: true, runtime: { attentionArenaMaxRows: DECODE_ATTENTION_ARENA_ROWS } });
+  const engine = await Engine.open({ modelDir: args.modelDir, store: args.storeUrl, warmUp: true, runtime: { attentionArenaMaxRows: DECODE_ATTENTION_ARENA_ROWS }, scanThreads: args.scanThreads ?? 'auto' });
   try {
     const warmRssBytes = peakRssBytes();
     const document = { tenant: args.tenant, documentId: args.documentId };
