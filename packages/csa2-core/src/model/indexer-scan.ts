@@ -32,7 +32,7 @@ import { BoundedHeaps, RunningRanking } from './indexer-ranking.js';
 import type { IndexScorer } from './indexer-scores.js';
 import { keyChunks, pinOf, scoreBlock, type BlockRow, type ScoreRows } from './indexer-scan-run.js';
 import type { PackedRowStore } from './packed-rows.js';
-import { THREAD_MIN_SCORES, type ScanPiece, type ScanReply, type ScanTask } from './scan-threads.js';
+import { SLICES_PER_TAKER, SLICE_MIN_SCORES, THREAD_MIN_SCORES, keysIn, type ScanPiece, type ScanReply, type ScanTask } from './scan-threads.js';
 
 export { keyChunks } from './indexer-scan-run.js';
 
@@ -234,8 +234,8 @@ function splitState(ctx: IndexerContext, e: LayerPlanEntry, job: IndexerJob): Sp
   return { job, topk: new BoundedHeaps(job.rows, Math.min(job.kk, job.nVis)), blocks: e.isCandidateSource ? new BoundedHeaps(job.rows, kb) : null, kb };
 }
 
-/** Scans spread over the scan threads (model/scan-threads), for tests and benchmarks: scans, parts run by threads, parts the main thread took back (declined or failed). */
-export const threadScanStats = { scans: 0, threadParts: 0, takenBack: 0 };
+/** Scans shared with the scan threads (model/scan-threads), for tests and benchmarks: scans, slices the threads scored, slices a failed thread took that the main thread scored again. */
+export const threadScanStats = { scans: 0, threadSlices: 0, takenBack: 0 };
 
 /** The scan chunks of a span's `n` keys (split where its shared prefix ends, see scanChunked) that lie in [from, to), cut to it. */
 function chunksIn(n: number, chunk: number, split: number, from: number, to: number): Array<[number, number]> {
@@ -284,36 +284,15 @@ function mergeHeaps(rows: readonly BlockRow[], reply: Extract<ScanReply, { kind:
 }
 
 /**
- * Scores a block of rows (queries in `q`, in `rows` order) against the keys of `chunks` (block-aligned
- * starts; each within one segment of `src`). With scan threads, a scan of at least THREAD_MIN_SCORES
- * scores that the fused kernel runs is cut on block boundaries into the main thread's part and one
- * part per thread by work (rows × visible keys; the main thread's share from measured speeds); each
- * thread scores its part into heaps of its own, merged here. The keys travel as views of
- * SharedArrayBuffers; a part whose keys are not in one (a store that is not shareable), that a thread
- * declines or loses to a failure is scored here. The same heaps as one thread, bit for bit.
+ * Cuts keys [lo, hi) on block boundaries into `n` slices of about equal work (rows × visible keys):
+ * n + 1 boundaries, the first lo, the last hi.
  */
-async function scoreKeys(ctx: IndexerContext, scorer: IndexScorer, src: PackedRowStore, chunks: ReadonlyArray<readonly [number, number]>, q: ScoreRows, rows: readonly BlockRow[]): Promise<void> {
-  if (chunks.length === 0 || rows.length === 0) return;
-  const threads = scorer.threads;
-  const bs = ctx.config.candidateBlockSize;
-  const lo = (chunks[0] as readonly [number, number])[0];
-  let most = 0;
-  for (const x of rows) most = Math.max(most, x.clen);
-  const hi = Math.min((chunks[chunks.length - 1] as readonly [number, number])[1], most);
-  const total = hi > lo ? workIn(rows, lo, hi) : 0;
-  if (threads === null || !threads.usable || total < THREAD_MIN_SCORES || !scorer.fusedFor(q.rows)) {
-    await scorePieces(ctx, scorer, src.rowBytes, piecesOf(src, chunks, lo, hi), q, rows);
-    return;
-  }
-  // cuts on block boundaries where the work so far reaches each part's cumulative share
-  const shares = [threads.ownShare, ...new Array<number>(threads.count).fill(1)];
-  const sum = shares.reduce((a, b) => a + b, 0);
+function sliceByWork(rows: readonly BlockRow[], lo: number, hi: number, bs: number, n: number): Int32Array {
+  const total = workIn(rows, lo, hi);
   const blocks = Math.ceil((hi - lo) / bs);
   const cuts = [lo];
-  let acc = 0;
-  for (let p = 0; p < shares.length - 1; p++) {
-    acc += shares[p] as number;
-    const target = (total * acc) / sum;
+  for (let p = 1; p < n; p++) {
+    const target = (total * p) / n;
     let a = Math.ceil(((cuts[cuts.length - 1] as number) - lo) / bs);
     let b = blocks;
     while (a < b) {
@@ -321,53 +300,76 @@ async function scoreKeys(ctx: IndexerContext, scorer: IndexScorer, src: PackedRo
       if (workIn(rows, lo, Math.min(hi, lo + m * bs)) >= target) b = m;
       else a = m + 1;
     }
-    cuts.push(Math.min(hi, lo + a * bs));
+    const cut = Math.min(hi, lo + a * bs);
+    if (cut > (cuts[cuts.length - 1] as number)) cuts.push(cut);
   }
-  cuts.push(hi);
+  if (hi > (cuts[cuts.length - 1] as number)) cuts.push(hi);
+  return Int32Array.from(cuts);
+}
+
+/**
+ * Scores a block of rows (queries in `q`, in `rows` order) against the keys of `chunks` (block-aligned
+ * starts; each within one segment of `src`). With scan threads, a scan of at least THREAD_MIN_SCORES
+ * scores that the fused kernel runs and whose keys lie in SharedArrayBuffers is cut on block
+ * boundaries into slices of about equal work; this thread and the scan threads take them from one
+ * shared counter (model/scan-threads), the threads into heaps of their own, merged here. Slices a
+ * thread took but did not report (it failed) are scored here afterwards. The same heaps as one
+ * thread, bit for bit.
+ */
+async function scoreKeys(ctx: IndexerContext, scorer: IndexScorer, src: PackedRowStore, chunks: ReadonlyArray<readonly [number, number]>, q: ScoreRows, rows: readonly BlockRow[]): Promise<void> {
+  if (chunks.length === 0 || rows.length === 0) return;
+  const threads = scorer.threads;
+  const bs = ctx.config.candidateBlockSize;
+  const R = src.rowBytes;
+  const lo = (chunks[0] as readonly [number, number])[0];
+  let most = 0;
+  for (const x of rows) most = Math.max(most, x.clen);
+  const hi = Math.min((chunks[chunks.length - 1] as readonly [number, number])[1], most);
+  if (hi <= lo) return;
+  const pieces = piecesOf(src, chunks, lo, hi);
+  const total = workIn(rows, lo, hi);
+  if (threads === null || !threads.usable || total < THREAD_MIN_SCORES || !scorer.fusedFor(q.rows) || !pieces.every((p) => p.keys.buffer instanceof SharedArrayBuffer)) {
+    await scorePieces(ctx, scorer, R, pieces, q, rows);
+    return;
+  }
+  const n = Math.max(1, Math.min((threads.count + 1) * SLICES_PER_TAKER, Math.floor(total / SLICE_MIN_SCORES)));
+  const slices = sliceByWork(rows, lo, hi, bs, n);
+  const count = slices.length - 1;
+  const counter = new Int32Array(new SharedArrayBuffer(4));
   const { indexNumHeads: hI, indexHeadDim: dI } = ctx.config;
-  const clen = Int32Array.from(rows, (x) => x.clen);
   let topkCap = 0;
   let blocksCap = 0;
   for (const x of rows) {
     topkCap = Math.max(topkCap, x.topk.capacity);
     blocksCap = Math.max(blocksCap, x.blocks?.capacity ?? 0);
   }
-  const parts: Array<{ pieces: ScanPiece[]; work: number; reply: Promise<ScanReply | null> | null }> = [];
-  for (let p = 0; p < shares.length; p++) {
-    const a = cuts[p] as number;
-    const b = cuts[p + 1] as number;
-    const pieces = piecesOf(src, chunks, a, b);
-    const work = b > a ? workIn(rows, a, b) : 0;
-    let reply: Promise<ScanReply | null> | null = null;
-    if (p > 0 && work > 0 && pieces.every((x) => x.keys.buffer instanceof SharedArrayBuffer)) {
-      const task: ScanTask = {
-        heads: hI, dim: dI, round: scorer.mode === 'bf16', rowBytes: src.rowBytes, blockSize: bs, budgetValues: ctx.indexerBudgetValues,
-        iq: q.iq.slice(0, q.rows * hI * dI), iw: q.iw.slice(0, q.rows * hI), rows: q.rows, clen, pieces, topkCap, blocksCap,
-      };
-      reply = threads.run(p - 1, task).catch(() => null);
-    }
-    parts.push({ pieces, work, reply });
-  }
+  const task: ScanTask = {
+    heads: hI, dim: dI, round: scorer.mode === 'bf16', rowBytes: R, blockSize: bs, budgetValues: ctx.indexerBudgetValues,
+    iq: q.iq.slice(0, q.rows * hI * dI), iw: q.iw.slice(0, q.rows * hI), rows: q.rows, clen: Int32Array.from(rows, (x) => x.clen),
+    pieces, slices, counter, topkCap, blocksCap,
+  };
+  const replies = Array.from({ length: threads.count }, (_, i) => threads.run(i, task).catch(() => null));
   threadScanStats.scans++;
-  const t0 = performance.now();
-  await scorePieces(ctx, scorer, src.rowBytes, (parts[0] as (typeof parts)[number]).pieces, q, rows);
-  const ownMs = performance.now() - t0;
-  let threadWork = 0;
-  let threadMs = 0;
-  for (const part of parts.slice(1)) {
-    const reply = part.reply === null ? null : await part.reply;
-    if (reply !== null && reply.kind === 'done') {
-      mergeHeaps(rows, reply);
-      threadScanStats.threadParts++;
-      threadWork += part.work;
-      threadMs += reply.ms;
-    } else if (part.work > 0) {
+  const done = new Uint8Array(count);
+  const scoreSlice = async (s: number) => {
+    await scorePieces(ctx, scorer, R, keysIn(pieces, R, slices[s] as number, slices[s + 1] as number), q, rows);
+    done[s] = 1;
+  };
+  for (let s = Atomics.add(counter, 0, 1); s < count; s = Atomics.add(counter, 0, 1)) await scoreSlice(s);
+  for (const p of replies) {
+    const reply = await p;
+    if (reply === null || reply.kind !== 'done') continue;
+    mergeHeaps(rows, reply);
+    for (const s of reply.slices) done[s] = 1;
+    threadScanStats.threadSlices += reply.slices.length;
+  }
+  // slices a failed thread took
+  for (let s = 0; s < count; s++) {
+    if (done[s] === 0) {
       threadScanStats.takenBack++;
-      await scorePieces(ctx, scorer, src.rowBytes, part.pieces, q, rows);
+      await scoreSlice(s);
     }
   }
-  const ownWork = (parts[0] as (typeof parts)[number]).work;
-  if (ownWork >= THREAD_MIN_SCORES / 4 && threadWork > 0 && ownMs > 0 && threadMs > 0) threads.noteSpeeds(ownWork / ownMs, threadWork / threadMs);
 }
 
 /** Scores one span's keys [from, nVis) into its heaps: its rows in blocks, each against the span's scan chunks. */

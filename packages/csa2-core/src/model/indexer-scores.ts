@@ -94,9 +94,9 @@ export class IndexScorer implements RunScorer {
     await this.session.dispose();
   }
 
-  /** Starts the scan threads now (a serving process's warm-up), so that their memory counts from the start. */
-  warmThreads(): void {
-    this.threads?.start();
+  /** Starts the scan threads now and waits until they run (a serving process's warm-up), so that their start and memory count from there. */
+  async warmThreads(): Promise<void> {
+    await this.threads?.ready();
   }
 
   /** Whether a run of `rows` rows is the fused kernel's (when the queries are MXFP4 values): the scan threads run only that. */

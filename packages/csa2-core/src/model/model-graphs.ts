@@ -158,7 +158,7 @@ export async function openModelGraphs(config: ModelConfig, plan: LayerPlan, weig
     let indexScorer: IndexScorer | null = null;
     if (options.indexerScores === 'split' && plan.entries.some((e) => e.isIndexSource)) {
       scorerSession = await openGraphSession('index_scores', buildIndexScoresGraph(ctx, config.indexNumHeads > MAX_HEADS_SUMMED_IN_TS), options.runtime, threads);
-      indexScorer = new IndexScorer(config, options.numerics, scorerSession, true, (options.scanThreads ?? 0) > 0 ? new ScanThreads(options.scanThreads as number) : null);
+      indexScorer = new IndexScorer(config, options.numerics, scorerSession, true, (options.scanThreads ?? 0) > 0 ? new ScanThreads(options.scanThreads as number, { kernel: { heads: config.indexNumHeads, dim: config.indexHeadDim, round: options.numerics === 'bf16' } }) : null);
     }
     return {
       layers,

@@ -203,7 +203,7 @@ export class Csa2Model {
   async warmUp(): Promise<number> {
     const t0 = performance.now();
     // the scan threads first: their memory counts in a warm process's size, and their start is paid here
-    this.graphs.indexScorer?.warmThreads();
+    await this.graphs.indexScorer?.warmThreads();
     const n = Math.max(1, Math.min(this.options.chunkTokens, this.config.maxSeqLen - 1));
     const ids = Int32Array.from({ length: n }, (_, i) => i % this.config.vocabSize);
     const seq = this.createSequence();

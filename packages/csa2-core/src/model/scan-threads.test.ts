@@ -1,10 +1,11 @@
 /**
- * Scans spread over scan threads (model/scan-threads, indexer-scan's scoreKeys) give the main thread's
+ * Scans shared with scan threads (model/scan-threads, indexer-scan's scoreKeys) give the main thread's
  * lists bit for bit: top-k and candidate blocks of a decode row over 300,004 keys, of 40 causal rows,
- * of a shared prefix read by two forks, with 1 and 3 threads and the main thread's share at both of
- * its bounds; a part a thread declines (queries that are not MXFP4) and parts lost to a failing thread
- * are scored on the main thread, with the same lists. Criterion: equality of every list (the threads
- * run the same kernel on the same bytes; the merge of bounded heaps over a total order is exact).
+ * of a shared prefix read by two forks, with 1 and 3 threads, prompt ones and slow ones (each task
+ * held back 30 ms, so that the main thread takes most slices); a scan the threads decline (queries that
+ * are not MXFP4) and slices a thread took before it failed are scored on the main thread, with the same
+ * lists. Criterion: equality of every list (the threads run the same kernel on the same bytes; the
+ * merge of bounded heaps over a total order is exact).
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -22,7 +23,7 @@ import { buildIndexScoresGraph } from './graphs/indexer-graphs.js';
 import type { IndexerContext, IndexerJob } from './indexer.js';
 import { scanSplit, scanSplitShared, threadScanStats, type ScanResult } from './indexer-scan.js';
 import { IndexScorer } from './indexer-scores.js';
-import { MAX_AUTO_SCAN_THREADS, ScanThreads, resolveScanThreads } from './scan-threads.js';
+import { MAX_AUTO_SCAN_THREADS, ScanThreads, keysIn, resolveScanThreads } from './scan-threads.js';
 import { KvSourceCache } from './sequence.js';
 
 const config: ModelConfig = parseModelConfig(bundledConfig('v41-tiny-40l'));
@@ -31,6 +32,7 @@ const R = indexKRowBytes(dI);
 const E2M1 = [0, 0.5, 1, 1.5, 2, 3, 4, 6];
 const source = { isCandidateSource: true } as LayerPlanEntry;
 const later = { isCandidateSource: false } as LayerPlanEntry;
+const kernel = { heads: hI, dim: dI, round: true };
 
 function ctxOf(): IndexerContext {
   return { config, graphs: null as never, observer: null, indexerKeyChunk: 65536, indexerBudgetValues: 1 << 22 };
@@ -106,27 +108,49 @@ test('scans over 1 and 3 scan threads: the main thread\'s lists bit for bit (dec
     shared: await scanSplitShared(ctx, alone, source, forks),
   };
   await alone.dispose();
-  for (const count of [1, 3]) {
-    for (const share of [0.25, 1, 4]) {
-      const threads = new ScanThreads(count);
-      threads.ownShare = share;
-      const scorer = await scorerWith(threads);
-      const parts = threadScanStats.threadParts;
-      const what = `${count} thread(s), main share ${share}`;
-      threads.noteSpeeds = () => undefined; // the cuts stay at the share under test
-      sameResult(want.decode, await scanSplit(ctx, scorer, source, decode), `${what}, decode row`);
-      sameResult(want.causal, await scanSplit(ctx, scorer, source, causal), `${what}, 40 causal rows`);
-      sameResult(want.causalLater, await scanSplit(ctx, scorer, later, causal), `${what}, 40 causal rows, no blocks`);
-      const shared = await scanSplitShared(ctx, scorer, source, forks);
-      shared.forEach((r, i) => sameResult(want.shared[i] as ScanResult, r, `${what}, shared prefix, fork ${i}`));
-      assert.ok(threadScanStats.threadParts - parts >= 4 * count, `${what}: the threads took parts (${threadScanStats.threadParts - parts})`);
-      assert.equal(threads.stats.failed, 0, what);
-      assert.equal(threads.stats.declined, 0, what);
-      await scorer.dispose();
-      assert.equal(threads.usable, false, 'dispose retires the threads');
+  let decodeShared = 0;
+  await withScripts(async (slowScript) => {
+    for (const count of [1, 3]) {
+      for (const slow of [false, true]) {
+        const threads = new ScanThreads(count, { kernel, ...(slow ? { script: slowScript } : {}) });
+        const scorer = await scorerWith(threads);
+        await threads.ready();
+        const slices = threadScanStats.threadSlices;
+        const what = `${count} ${slow ? 'slow ' : ''}thread(s)`;
+        sameResult(want.decode, await scanSplit(ctx, scorer, source, decode), `${what}, decode row`);
+        const decodeSlices = threadScanStats.threadSlices - slices;
+        sameResult(want.causal, await scanSplit(ctx, scorer, source, causal), `${what}, 40 causal rows`);
+        sameResult(want.causalLater, await scanSplit(ctx, scorer, later, causal), `${what}, 40 causal rows, no blocks`);
+        const shared = await scanSplitShared(ctx, scorer, source, forks);
+        shared.forEach((r, i) => sameResult(want.shared[i] as ScanResult, r, `${what}, shared prefix, fork ${i}`));
+        if (!slow) assert.ok(threadScanStats.threadSlices > slices, `${what}: the threads took slices`);
+        decodeShared += decodeSlices;
+        assert.ok(threads.stats.tasks >= 4 * count, `${what}: ${JSON.stringify(threads.stats)}`);
+        assert.equal(threads.stats.failed, 0, what);
+        assert.equal(threads.stats.declined, 0, what);
+        await scorer.dispose();
+        assert.equal(threads.usable, false, 'dispose retires the threads');
+      }
     }
-  }
+  });
+  assert.ok(decodeShared > 0, 'the decode row\'s scan was shared at least once');
 });
+
+/** Worker scripts for the tests: the real scan worker with each task held back 30 ms; one that takes two slices and throws. */
+async function withScripts(fn: (slow: URL, failing: URL) => Promise<void>): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'scan-threads-'));
+  try {
+    const slow = join(dir, 'slow-worker.mjs');
+    const real = new URL('./scan-worker.js', import.meta.url).href;
+    // the real worker, its message listener wrapped in a 30 ms pause (messages wait in the port until a listener is on)
+    writeFileSync(slow, `import { parentPort } from 'node:worker_threads';\nconst pause = new Int32Array(new SharedArrayBuffer(4));\nconst on = parentPort.on.bind(parentPort);\nparentPort.on = (event, fn) => on(event, event === 'message' ? (m) => { Atomics.wait(pause, 0, 0, 30); fn(m); } : fn);\nawait import(${JSON.stringify(real)});\n`);
+    const failing = join(dir, 'failing-worker.mjs');
+    writeFileSync(failing, "import { parentPort } from 'node:worker_threads';\nparentPort.postMessage({ ready: true });\nparentPort.on('message', (m) => { Atomics.add(m.task.counter, 0, 1); Atomics.add(m.task.counter, 0, 1); throw new Error('boom'); });\n");
+    await fn(pathToFileURL(slow), pathToFileURL(failing));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
 
 test('a part the threads decline (queries that are not MXFP4) or lose to a failing thread is scored on the main thread: the same lists', async () => {
   const rng = new SeededRandom(7);
@@ -135,38 +159,35 @@ test('a part the threads decline (queries that are not MXFP4) or lose to a faili
   const ctx = ctxOf();
   const fp32ish = job(src, Int32Array.of(N), queries(rng, 1, true));
   const mx = job(src, Int32Array.of(N - 3, N), queries(rng, 2));
+  const wide = job(src, Int32Array.from({ length: 40 }, (_, r) => N - 39 + r), queries(rng, 40));
   const alone = await scorerWith(null);
-  const want = [await scanSplit(ctx, alone, source, fp32ish), await scanSplit(ctx, alone, source, mx)];
+  const want = [await scanSplit(ctx, alone, source, fp32ish), await scanSplit(ctx, alone, source, mx), await scanSplit(ctx, alone, source, wide)];
   await alone.dispose();
 
-  // declined: the thread's kernel refuses the queries (the main thread scores them on its Gemm path)
-  const threads = new ScanThreads(1);
+  // declined: the thread's kernel refuses the queries and takes no slice (the main thread scores them all, on its Gemm path)
+  const threads = new ScanThreads(1, { kernel });
   const scorer = await scorerWith(threads);
-  const back = threadScanStats.takenBack;
+  const slices = threadScanStats.threadSlices;
   sameResult(want[0] as ScanResult, await scanSplit(ctx, scorer, source, fp32ish), 'declined');
-  assert.ok(threads.stats.declined > 0 && threadScanStats.takenBack > back, `the thread declined, the main thread took the part back: ${JSON.stringify(threads.stats)}`);
+  assert.ok(threads.stats.declined > 0 && threadScanStats.threadSlices === slices, `the thread declined and took nothing: ${JSON.stringify(threads.stats)}`);
   sameResult(want[1] as ScanResult, await scanSplit(ctx, scorer, source, mx), 'MXFP4 after it');
-  assert.ok(threads.stats.tasks > 0, 'the MXFP4 scan ran on the thread');
+  assert.ok(threads.stats.tasks > 0, 'the MXFP4 scan was shared with the thread');
   await scorer.dispose();
 
-  // a thread that dies on its first task: that part comes back, later scans run on the main thread
-  const dir = mkdtempSync(join(tmpdir(), 'scan-threads-'));
-  try {
-    const script = join(dir, 'failing-worker.mjs');
-    writeFileSync(script, "import { parentPort } from 'node:worker_threads';\nparentPort.on('message', () => { throw new Error('boom'); });\n");
-    const failing = new ScanThreads(2, pathToFileURL(script));
+  // threads that take two slices each and die: those slices are scored on the main thread; later scans run there alone
+  await withScripts(async (_slow, failingScript) => {
+    const failing = new ScanThreads(2, { script: failingScript });
     const s2 = await scorerWith(failing);
-    const before = threadScanStats.takenBack;
-    sameResult(want[1] as ScanResult, await scanSplit(ctx, s2, source, mx), 'failing thread');
-    assert.ok(threadScanStats.takenBack >= before + 2, 'both threads\' parts were scored on the main thread');
+    await failing.ready(); // online before the scan: they take their slices while the main thread scores its first
+    const back = threadScanStats.takenBack;
+    sameResult(want[2] as ScanResult, await scanSplit(ctx, s2, source, wide), 'failing threads');
+    assert.ok(threadScanStats.takenBack >= back + 2, `the slices the failed threads took were scored again (${threadScanStats.takenBack - back})`);
     assert.ok(failing.failed !== null && /boom|exited/.test(failing.failed.message), String(failing.failed));
     assert.equal(failing.usable, false);
     assert.ok(failing.stats.failed >= 1, JSON.stringify(failing.stats));
     sameResult(want[1] as ScanResult, await scanSplit(ctx, s2, source, mx), 'after the failure');
     await s2.dispose();
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+  });
 });
 
 test('resolveScanThreads and the main thread\'s share', () => {
@@ -176,16 +197,11 @@ test('resolveScanThreads and the main thread\'s share', () => {
   assert.equal(resolveScanThreads(0, 16), 0);
   assert.equal(resolveScanThreads(5, 2), 5);
   for (const bad of [-1, 1.5, 65, Number.NaN]) assert.throws(() => resolveScanThreads(bad), /scan threads must be 'auto' or an integer from 0 to 64/);
-  const t = new ScanThreads(2);
-  t.noteSpeeds(1, 1.3); // the main thread slower: its share falls
-  assert.ok(t.ownShare < 1 && t.ownShare > 0.9, String(t.ownShare));
-  for (let i = 0; i < 50; i++) t.noteSpeeds(1, 100);
-  assert.ok(Math.abs(t.ownShare - 0.25) < 1e-6, String(t.ownShare));
-  for (let i = 0; i < 50; i++) t.noteSpeeds(100, 1);
-  assert.ok(Math.abs(t.ownShare - 4) < 1e-6, String(t.ownShare));
-  const settled = t.ownShare;
-  t.noteSpeeds(Number.NaN, 1);
-  t.noteSpeeds(0, 1);
-  assert.equal(t.ownShare, settled, 'unmeasured speeds change nothing');
+  // keysIn: views of a range of positions across pieces
+  const R4 = 4;
+  const pieces = [{ k0: 16, keys: Uint8Array.from({ length: 8 * R4 }, (_, i) => i) }, { k0: 24, keys: Uint8Array.from({ length: 4 * R4 }, (_, i) => 100 + i) }];
+  const got = keysIn(pieces, R4, 20, 26);
+  assert.deepEqual(got.map((p) => [p.k0, p.keys.length / R4, p.keys[0]]), [[20, 4, 16], [24, 2, 100]]);
+  assert.deepEqual(keysIn(pieces, R4, 0, 16), []);
   assert.throws(() => new ScanThreads(-1), /ScanThreads: -1 threads/);
 });

@@ -1,14 +1,15 @@
 /**
  * @module model/scan-worker
- * A scan thread (model/scan-threads): scores a task's rows against its pieces of packed index keys
- * with the fused kernel (model/indexer-fused) into bounded heaps and sends them back. Queries that are
- * not MXFP4 values are declined (the main thread scores the part). Nothing here loads onnxruntime.
+ * A scan thread (model/scan-threads): takes slices of a shared scan from its counter until none is
+ * left, scores the rows against each slice's packed index keys with the fused kernel
+ * (model/indexer-fused) into bounded heaps, and sends them back with the slices it took. Queries that
+ * are not MXFP4 values are declined before any slice is taken. Nothing here loads onnxruntime.
  */
-import { parentPort } from 'node:worker_threads';
+import { parentPort, workerData } from 'node:worker_threads';
 import { FusedIndexScorer } from './indexer-fused.js';
 import { BoundedHeaps } from './indexer-ranking.js';
 import { keysPerRunFor, scoreBlock, type BlockRow, type RunScorer, type ScoreRows } from './indexer-scan-run.js';
-import type { FromThread, ScanHeaps, ScanReply, ScanTask, ToThread } from './scan-threads.js';
+import { keysIn, type FromThread, type ScanHeaps, type ScanKernel, type ScanReply, type ScanTask, type ToThread } from './scan-threads.js';
 
 /** The fused kernel as scoreBlock's scorer: every run scored from the packed keys it was given. */
 class FusedRuns implements RunScorer {
@@ -46,32 +47,43 @@ class FusedRuns implements RunScorer {
 
 const scorers = new Map<string, FusedIndexScorer>();
 
+function scorerFor(heads: number, dim: number, round: boolean): FusedIndexScorer {
+  const key = `${heads}/${dim}/${round}`;
+  let fused = scorers.get(key);
+  if (fused === undefined) {
+    fused = new FusedIndexScorer(heads, dim, round);
+    scorers.set(key, fused);
+  }
+  return fused;
+}
+
 function heapsOut(h: BoundedHeaps): ScanHeaps {
   return { capacity: h.capacity, values: h.values, ids: h.ids, size: h.size };
 }
 
 async function runTask(task: ScanTask): Promise<ScanReply> {
-  const t0 = performance.now();
-  const key = `${task.heads}/${task.dim}/${task.round}`;
-  let fused = scorers.get(key);
-  if (fused === undefined) {
-    fused = new FusedIndexScorer(task.heads, task.dim, task.round);
-    scorers.set(key, fused);
-  }
+  const fused = scorerFor(task.heads, task.dim, task.round);
   const q: ScoreRows = { iq: task.iq, iw: task.iw, rows: task.rows };
   if (!fused.loadRows(q)) return { kind: 'declined' };
   const topk = new BoundedHeaps(task.rows, task.topkCap);
   const blocks = task.blocksCap > 0 ? new BoundedHeaps(task.rows, task.blocksCap) : null;
   const rows: BlockRow[] = Array.from({ length: task.rows }, (_, r) => ({ topk, blocks, r, clen: task.clen[r] as number }));
   const scorer = new FusedRuns(fused, task.rowBytes);
-  for (const p of task.pieces) {
-    await scoreBlock(scorer, task.blockSize, task.budgetValues, p.keys, task.rowBytes, p.k0, p.keys.length / task.rowBytes, q, rows);
+  const taken: number[] = [];
+  const n = task.slices.length - 1;
+  for (let s = Atomics.add(task.counter, 0, 1); s < n; s = Atomics.add(task.counter, 0, 1)) {
+    taken.push(s);
+    for (const p of keysIn(task.pieces, task.rowBytes, task.slices[s] as number, task.slices[s + 1] as number)) {
+      await scoreBlock(scorer, task.blockSize, task.budgetValues, p.keys, task.rowBytes, p.k0, p.keys.length / task.rowBytes, q, rows);
+    }
   }
-  return { kind: 'done', topk: heapsOut(topk), blocks: blocks === null ? null : heapsOut(blocks), ms: performance.now() - t0 };
+  return { kind: 'done', topk: heapsOut(topk), blocks: blocks === null ? null : heapsOut(blocks), slices: taken };
 }
 
 const port = parentPort;
 if (port === null) throw new Error('model/scan-worker runs as a worker thread (model/scan-threads starts it)');
+const kernel = (workerData as { kernel?: ScanKernel | null } | null)?.kernel ?? null;
+if (kernel !== null) scorerFor(kernel.heads, kernel.dim, kernel.round);
 port.on('message', (m: ToThread) => {
   runTask(m.task).then(
     (reply) => {
@@ -81,3 +93,4 @@ port.on('message', (m: ToThread) => {
     (err: unknown) => port.postMessage({ id: m.id, error: err instanceof Error ? err.message : String(err) } satisfies FromThread),
   );
 });
+port.postMessage({ ready: true } satisfies FromThread);
