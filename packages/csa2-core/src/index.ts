@@ -32,7 +32,7 @@ export { openGraphSession, f32 } from './runtime/ort-session.js';
 export type { ElemType, Dim } from './onnx/graph-builder.js';
 export { GraphBuilder } from './onnx/graph-builder.js';
 export type { NumericsMode } from './model/graph-ops.js';
-export type { ModelOptions } from './model/model.js';
+export type { ModelOptions, ScanThreadsState } from './model/model.js';
 export { Csa2Model, DEFAULT_MODEL_OPTIONS, DEFAULT_REPLAY_TOKENS } from './model/model.js';
 export type { Span, SpanLayout, SpanOutput, SourceSelections, StreamRows, ForwardObserver, LayerTimer, ProgressCallback } from './model/span.js';
 export { knownSourceStats } from './model/indexer.js';

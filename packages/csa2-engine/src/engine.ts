@@ -111,7 +111,7 @@ export class Engine {
 
   /** The scheduler's state and counters (for metrics). */
   stats(): EngineStats {
-    return { ...this.scheduler.stats(), documentCache: this.documents.stats, chunkCache: this.cache.stats };
+    return { ...this.scheduler.stats(), documentCache: this.documents.stats, chunkCache: this.cache.stats, scanThreads: this.model.scanThreads };
   }
 
   tokenize(text: string): number[] {

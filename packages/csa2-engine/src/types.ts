@@ -3,7 +3,7 @@
  * The engine's requests, results and events: what callers (the CLI, the workers, EngineHost) pass to
  * Engine and get back.
  */
-import type { NumericsMode, RuntimeOptions, SamplingParams, TokenLogprob, Tokenizer } from '@csa2/core';
+import type { NumericsMode, RuntimeOptions, SamplingParams, ScanThreadsState, TokenLogprob, Tokenizer } from '@csa2/core';
 import type { ChunkCacheStats } from '@csa2/artifacts';
 import type { FlowControl } from './flow-control.js';
 import type { DocumentCacheStats } from './scheduler/document-cache.js';
@@ -266,6 +266,8 @@ export interface ModelInfo {
 export interface EngineStats extends SchedulerStats {
   readonly documentCache: DocumentCacheStats;
   readonly chunkCache: ChunkCacheStats;
+  /** The model's scan threads (@csa2/core Csa2Model.scanThreads); null without any. */
+  readonly scanThreads: ScanThreadsState | null;
 }
 
 export interface SchedulerStats {

@@ -23,6 +23,7 @@ test('gauges, counters and histograms from one stats read; absent while there is
     batchRows: hist([1, 2, 4], [5, 20, 35, 40], 900),
     decodeBatch: hist([1, 2, 4], [5, 20, 40, 40], 120),
     documentCache: { hits: 7, misses: 2, bypassed: 1, evictions: 1, entries: 2, leased: 1, bytes: 5_000_000, tailBytes: 40_000, tailHits: 5, tailsStored: 2, tailsLoaded: 3, tailsRejected: 1 },
+    scanThreads: { count: 3, usable: true, tasks: 120, declined: 2, failed: 0 },
   };
   registerEngineMetrics(registry, async () => {
     reads++;
@@ -57,9 +58,18 @@ test('gauges, counters and histograms from one stats read; absent while there is
     'csa2_engine_document_tail_total{result="loaded",service="decoder-worker"} 3',
     'csa2_engine_document_tail_total{result="rejected",service="decoder-worker"} 1',
     'csa2_engine_document_tail_total{result="used",service="decoder-worker"} 5',
+    'csa2_engine_scan_threads{service="decoder-worker"} 3',
+    'csa2_engine_scan_thread_tasks_total{result="done",service="decoder-worker"} 120',
+    'csa2_engine_scan_thread_tasks_total{result="declined",service="decoder-worker"} 2',
+    'csa2_engine_scan_thread_tasks_total{result="failed",service="decoder-worker"} 0',
   ]) {
     assert.ok(text.includes(line), `missing: ${line}`);
   }
+  // a failed scan thread retires them all: the gauge drops to 0, the failure counted
+  stats = { ...stats, scanThreads: { count: 3, usable: false, tasks: 120, declined: 2, failed: 1 } };
+  await new Promise((r) => setTimeout(r, 300));
+  const failed = await registry.metrics();
+  for (const line of ['csa2_engine_scan_threads{service="decoder-worker"} 0', 'csa2_engine_scan_thread_tasks_total{result="failed",service="decoder-worker"} 1']) assert.ok(failed.includes(line), `missing: ${line}`);
   stats = null;
   await new Promise((r) => setTimeout(r, 300));
   assert.ok(!(await registry.metrics()).includes('csa2_engine_sequences_running{'), 'no engine: no series');

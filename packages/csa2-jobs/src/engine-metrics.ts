@@ -22,6 +22,8 @@
  * | csa2_engine_document_cache_documents | gauge | documents kept; `state` = `leased` (read by running work) or `idle` |
  * | csa2_engine_document_cache_lookups_total | counter | generations on a document; `result` = `hit` (shared), `miss` (loaded), `bypassed` (no room: a private copy) |
  * | csa2_engine_document_cache_evictions_total | counter | idle documents dropped to make room |
+ * | csa2_engine_scan_threads | gauge | scan threads the index scans use (CSA2_SCAN_THREADS); 0 once one failed (the scans then run on the main thread) |
+ * | csa2_engine_scan_thread_tasks_total | counter | scans shared with a scan thread; `result` = `done`, `declined` (queries the kernel does not take), `failed` |
  *
  * There is no preemption counter: admission reserves a sequence's whole KV bytes (prompt + max tokens),
  * so a running sequence is never preempted.
@@ -63,6 +65,8 @@ export interface EngineSchedulerStats {
     readonly tailsLoaded?: number;
     readonly tailsRejected?: number;
   };
+  /** The model's scan threads (absent or null: none). */
+  readonly scanThreads?: { readonly count: number; readonly usable: boolean; readonly tasks: number; readonly declined: number; readonly failed: number } | null;
 }
 
 type Value = { readonly value: number; readonly labels?: Record<string, string | number>; readonly metricName?: string };
@@ -152,6 +156,17 @@ export function registerEngineMetrics(registry: Registry, read: () => Promise<En
             ...(s.documentCache.tailsLoaded !== undefined ? [{ labels: { result: 'loaded' }, value: s.documentCache.tailsLoaded }] : []),
             ...(s.documentCache.tailsRejected !== undefined ? [{ labels: { result: 'rejected' }, value: s.documentCache.tailsRejected }] : []),
             { labels: { result: 'used' }, value: s.documentCache.tailHits },
+          ]
+        : [],
+      ['result'],
+    ),
+    metric('csa2_engine_scan_threads', 'Scan threads the index scans use; 0 once one failed (the scans then run on the main thread)', 'gauge', (s) => (s.scanThreads != null ? [{ value: s.scanThreads.usable ? s.scanThreads.count : 0 }] : [])),
+    metric('csa2_engine_scan_thread_tasks_total', 'Scans shared with a scan thread: done, declined (queries the kernel does not take), failed', 'counter', (s) =>
+      s.scanThreads != null
+        ? [
+            { labels: { result: 'done' }, value: s.scanThreads.tasks },
+            { labels: { result: 'declined' }, value: s.scanThreads.declined },
+            { labels: { result: 'failed' }, value: s.scanThreads.failed },
           ]
         : [],
       ['result'],

@@ -70,6 +70,16 @@ export interface ModelOptions {
   readonly scanThreads: number | 'auto';
 }
 
+/** Csa2Model.scanThreads. */
+export interface ScanThreadsState {
+  readonly count: number;
+  readonly usable: boolean;
+  readonly failure: string | null;
+  readonly tasks: number;
+  readonly declined: number;
+  readonly failed: number;
+}
+
 export const DEFAULT_MODEL_OPTIONS: ModelOptions = {
   numerics: 'bf16',
   runtime: DEFAULT_RUNTIME_OPTIONS,
@@ -125,6 +135,17 @@ export class Csa2Model {
 
   async dispose(): Promise<void> {
     await disposeModelGraphs(this.graphs);
+  }
+
+  /**
+   * The scan threads (ModelOptions.scanThreads): how many, whether scans still use them (none failed;
+   * `failure` says why not), and the tasks they ran, declined and lost; null without any (0, or the
+   * graph scorer).
+   */
+  get scanThreads(): ScanThreadsState | null {
+    const t = this.graphs.indexScorer?.threads ?? null;
+    if (t === null) return null;
+    return { count: t.count, usable: t.usable, failure: t.failed?.message ?? null, ...t.stats };
   }
 
   createSequence(): Sequence {
