@@ -4,10 +4,11 @@
  * README there). Exact mode, teacher-forced along the official GPU run's greedy tokens, so that every
  * one of the 73 logits rows is comparable.
  *
- * What the fixture measured about this model (its README; step 1020): the official code's own two
- * executions, on the H200 and on a CPU, differ by 0.31 in the prefill row and 0.165 per row on average
- * (max 1.0), and their greedy paths part after 10 tokens (step 537: 0.088, 0.18, 33 tokens). The cause is the model's quantizers, not a defect: the MXFP4
- * index queries and keys put the indexer's scores on a coarse grid (5,993 of 2,048 × 8 prefill rows
+ * What the fixture measured about this model (its README; step 1334, served since session 14): the official
+ * code's own two executions, on the H200 and on that machine's CPU, differ by 0.20 in the prefill row and 0.229
+ * per row on average (max 1.27), and their greedy paths part after 53 tokens (step 1020: 0.31, 0.165, 10 tokens;
+ * step 537: 0.088, 0.18, 33 tokens). The cause is the model's quantizers, not a defect: the MXFP4
+ * index queries and keys put the indexer's scores on a coarse grid (5,954 of 2,048 × 8 prefill rows
  * have a tie at the top-k boundary), so one last-place difference in the float32 hc mix
  * (where csa2-core and the official code first differ: layer 0's outputs are bit-identical, its
  * ffn-side pre mix differs by one float32 ulp in 2 of the last 8 rows) changes a bf16 rounding, an FP8
@@ -17,10 +18,10 @@
  * one exceeds the distance of the other two on many rows.
  *
  * The criterion: csa2-core is no further from the official GPU run, on the mean over the rows, than
- * 1.05 × the official code on a CPU is (step 1020: 0.150 against 1.05 × 0.165 = 0.173). It is a weak
- * test, and says so: on step 1020 plain fp32 numerics instead of the reference's bf16 pass it too
- * (0.155), and decoder replay with R = 128 does not (0.214); on step 537 it was the other way round
- * (fp32 0.192 failed, replay 0.184 passed). The bit-level parity is the tiny-a fixture's
+ * 1.05 × the official code on a CPU is (step 1334: 0.226 against 1.05 × 0.229 = 0.241; step 1020: 0.150
+ * against 0.173). It is a weak test, and says so: on step 1334 plain fp32 numerics instead of the
+ * reference's bf16 pass it too (0.202), and decoder replay with R = 128 does not (0.275); on step 537 it
+ * was the other way round (fp32 0.192 failed, replay 0.184 passed). The bit-level parity is the tiny-a fixture's
  * (reference-parity.test.ts).
  */
 import { test } from 'node:test';
