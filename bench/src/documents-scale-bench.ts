@@ -28,7 +28,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { ArtifactWriter, encodeManifest, openStore, type ObjectStore } from '@csa2/artifacts';
-import { fillSyntheticCache, resolveScanThreads, type LayerMode } from '@csa2/core';
+import { fillSyntheticCache, MAX_SCAN_THREADS, resolveScanThreads, type LayerMode } from '@csa2/core';
 import { Engine } from '@csa2/engine';
 import { WORKER_MALLOC_ENV } from '@csa2/test';
 import { ensureSeededCheckpoint } from './checkpoint-cache.js';
@@ -464,7 +464,7 @@ export async function runScaleBench(opts: ScaleBenchOptions, io: BenchIo): Promi
 function scanThreadsOption(v: OptionValues[string]): number | 'auto' {
   if (v === undefined || v === 'auto') return 'auto';
   const n = typeof v === 'string' && /^\d+$/.test(v) ? Number(v) : Number.NaN;
-  if (!(n <= 64)) throw new UsageError(`--scale-scan-threads takes 'auto' or an integer from 0 to 64, got ${String(v)}`);
+  if (!(n <= MAX_SCAN_THREADS)) throw new UsageError(`--scale-scan-threads takes 'auto' or an integer from 0 to ${MAX_SCAN_THREADS}, got ${String(v)}`);
   return n;
 }
 

@@ -18,8 +18,9 @@ test('defaults, and every variable read', () => {
   assert.deepEqual([c.httpHost, c.httpPort, c.readyTimeoutMs], ['127.0.0.1', 9301, 1000], 'its own default port, not the decoder\'s 9302');
   assert.equal(c.cancelPollMs, 50);
   assert.equal(c.scanThreads, 'auto');
-  const d = loadEncoderConfig({ ...BASE, CSA2_PREFILL_CONCURRENCY: '2', CSA2_CHUNK_TOKENS: '1024', CSA2_CHUNK_CACHE_BYTES: '0', CSA2_LOCK_DURATION_MS: '120000', CSA2_SCAN_THREADS: '3' });
-  assert.deepEqual([d.concurrency, d.chunkTokens, d.chunkCacheBytes, d.lockDurationMs, d.scanThreads], [2, 1024, 0, 120_000, 3]);
+  const d = loadEncoderConfig({ ...BASE, CSA2_PREFILL_CONCURRENCY: '2', CSA2_CHUNK_TOKENS: '1024', CSA2_CHUNK_CACHE_BYTES: '0', CSA2_LOCK_DURATION_MS: '120000' });
+  assert.deepEqual([d.concurrency, d.chunkTokens, d.chunkCacheBytes, d.lockDurationMs], [2, 1024, 0, 120_000]);
+  assert.equal(loadEncoderConfig({ ...BASE, CSA2_SCAN_THREADS: '3' }).scanThreads, 3);
   assert.equal(loadEncoderConfig({ ...BASE, CSA2_SCAN_THREADS: 'auto' }).scanThreads, 'auto');
 });
 

@@ -20,7 +20,8 @@ import { SeededRandom } from '../weights/init-model.js';
 import { buildIndexScoresGraph } from './graphs/indexer-graphs.js';
 import type { NumericsMode } from './graph-ops.js';
 import { FusedIndexScorer } from './indexer-fused.js';
-import { IndexScorer, nextUpF32, pushRow, type ScoreRows } from './indexer-scores.js';
+import { nextUpF32, pushRow, type ScoreRows } from './indexer-scan-run.js';
+import { IndexScorer } from './indexer-scores.js';
 import { BoundedHeaps } from './indexer-ranking.js';
 
 const bf16 = (v: number): number => {

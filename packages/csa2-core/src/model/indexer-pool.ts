@@ -18,8 +18,8 @@ import type { TypedGraph } from './graph-io.js';
 import type { INDEXER_POOL } from './graphs/signatures.js';
 import { queryRows, requireCandidates, type IndexerContext, type IndexerJob } from './indexer.js';
 import { BoundedHeaps } from './indexer-ranking.js';
-import { ABOVE_MIN_KEYS, pushScores, type IndexScorer } from './indexer-scores.js';
-import { keyChunks } from './indexer-scan.js';
+import { ABOVE_MIN_KEYS, keyChunks, pushScores } from './indexer-scan-run.js';
+import type { IndexScorer } from './indexer-scores.js';
 import type { PackedRowStore } from './packed-rows.js';
 
 /**

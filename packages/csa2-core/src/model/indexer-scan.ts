@@ -34,8 +34,6 @@ import { keyChunks, pinOf, scoreBlock, type BlockRow, type ScoreRows } from './i
 import type { PackedRowStore } from './packed-rows.js';
 import { SLICES_PER_TAKER, SLICE_MIN_SCORES, THREAD_MIN_SCORES, keysIn, type ScanPiece, type ScanReply, type ScanTask } from './scan-threads.js';
 
-export { keyChunks } from './indexer-scan-run.js';
-
 export interface ScanResult {
   readonly topk: Int32Array;
   /** [rows, kb] the candidate source's blocks (-1 = none); null elsewhere. */
@@ -251,17 +249,6 @@ function workIn(rows: readonly BlockRow[], a: number, b: number): number {
   return w;
 }
 
-/** Pieces of `chunks` within [a, b), each read in place (`src.range` of one chunk is a view of one segment). */
-function piecesOf(src: PackedRowStore, chunks: ReadonlyArray<readonly [number, number]>, a: number, b: number): ScanPiece[] {
-  const out: ScanPiece[] = [];
-  for (const [c0, c1] of chunks) {
-    const p0 = Math.max(a, c0);
-    const p1 = Math.min(b, c1);
-    if (p1 > p0) out.push({ k0: p0, keys: src.range(p0, p1 - p0) });
-  }
-  return out;
-}
-
 /** Scores the rows against the pieces on this thread. */
 async function scorePieces(ctx: IndexerContext, scorer: IndexScorer, R: number, pieces: readonly ScanPiece[], q: ScoreRows, rows: readonly BlockRow[]): Promise<void> {
   for (const p of pieces) await scoreBlock(scorer, ctx.config.candidateBlockSize, ctx.indexerBudgetValues, p.keys, R, p.k0, p.keys.length / R, q, rows);
@@ -326,7 +313,8 @@ async function scoreKeys(ctx: IndexerContext, scorer: IndexScorer, src: PackedRo
   for (const x of rows) most = Math.max(most, x.clen);
   const hi = Math.min((chunks[chunks.length - 1] as readonly [number, number])[1], most);
   if (hi <= lo) return;
-  const pieces = piecesOf(src, chunks, lo, hi);
+  // each chunk read in place (`src.range` of one chunk is a view of one segment), cut to the keys some row sees
+  const pieces = keysIn(chunks.map(([c0, c1]) => ({ k0: c0, keys: src.range(c0, c1 - c0) })), R, lo, hi);
   const total = workIn(rows, lo, hi);
   if (threads === null || !threads.usable || total < THREAD_MIN_SCORES || !scorer.fusedFor(q.rows) || !pieces.every((p) => p.keys.buffer instanceof SharedArrayBuffer)) {
     await scorePieces(ctx, scorer, R, pieces, q, rows);
@@ -345,6 +333,7 @@ async function scoreKeys(ctx: IndexerContext, scorer: IndexScorer, src: PackedRo
   }
   const task: ScanTask = {
     heads: hI, dim: dI, round: scorer.mode === 'bf16', rowBytes: R, blockSize: bs, budgetValues: ctx.indexerBudgetValues,
+    // copies of the rows' queries: a view would post its whole underlying buffer (the batch's queries)
     iq: q.iq.slice(0, q.rows * hI * dI), iw: q.iw.slice(0, q.rows * hI), rows: q.rows, clen: Int32Array.from(rows, (x) => x.clen),
     pieces, slices, counter, topkCap, blocksCap,
   };
@@ -443,16 +432,22 @@ export async function scanSplitShared(ctx: IndexerContext, scorer: IndexScorer, 
   }
   // every (span, row) that sees at least one prefix key, stacked
   const rows: BlockRow[] = [];
-  for (const st of states) for (let r = 0; r < st.job.rows; r++) if ((st.job.clen[r] as number) > 0) rows.push({ topk: st.topk, blocks: st.blocks, r, clen: st.job.clen[r] as number });
+  const jobOf: IndexerJob[] = []; // rows[i]'s span
+  for (const st of states) {
+    for (let r = 0; r < st.job.rows; r++) {
+      if ((st.job.clen[r] as number) <= 0) continue;
+      rows.push({ topk: st.topk, blocks: st.blocks, r, clen: st.job.clen[r] as number });
+      jobOf.push(st.job);
+    }
+  }
   const rowsPerBlock = scorer.rowsPerRun();
   const chunks = chunksIn(split, ctx.indexerKeyChunk, split, 0, split);
-  const jobOf = new Map(states.map((st) => [st.topk, st.job]));
   for (let b0 = 0; b0 < rows.length; b0 += rowsPerBlock) {
     const block = rows.slice(b0, b0 + rowsPerBlock);
     const iq = new Float32Array(block.length * hI * dI);
     const iw = new Float32Array(block.length * hI);
     block.forEach((x, i) => {
-      const j = jobOf.get(x.topk) as IndexerJob;
+      const j = jobOf[b0 + i] as IndexerJob;
       iq.set(j.iq.subarray(x.r * hI * dI, (x.r + 1) * hI * dI), i * hI * dI);
       iw.set(j.iw.subarray(x.r * hI, (x.r + 1) * hI), i * hI);
     });

@@ -41,8 +41,6 @@ import { IndexerKernels } from './indexer-kernels.js';
 import { keysPerRunFor, rowsPerRunFor, type RunScorer, type ScoreRows } from './indexer-scan-run.js';
 import type { ScanThreads } from './scan-threads.js';
 
-export { ABOVE_MIN_KEYS, KEYS_PER_RUN, PRODUCTS_PER_RUN, ROWS_TIMES_HEADS_PER_RUN, nextUpF32, pushRow, pushScores, type ScoreRows } from './indexer-scan-run.js';
-
 /** Index heads up to which TypeScript sums the heads (onnxruntime's ReduceSum adds them in order there). */
 export const MAX_HEADS_SUMMED_IN_TS = 4;
 
