@@ -167,6 +167,31 @@ test('pools of 64 blocks of 8 over 1,100 entries: the filtered pushes and the Re
   });
 });
 
+test('a prefill chunk\'s rows take their pool keys from the first Reindex layer in the later ones, and the cache is empty between forward calls', async () => {
+  // a chunk of 256 rows whose pools are 64 blocks of 8 of layer 20's 1,100 entries (8.7 KB a row): the three
+  // later Reindex layers (28, 32, 36) find every row's keys that layer 24 gathered as a whole pool
+  const config = { ...bundledConfig('v41-tiny-40l'), window_size: 8, index_topk: 16, candidate_topk_blocks: 64, candidate_block_size: 8, max_seq_len: 1280 };
+  await withSeededCheckpoint(config, 13, async (ckpt) => {
+    const rng = new SeededRandom(10);
+    const prompt = Array.from({ length: 1100 }, () => rng.nextU32() % 256);
+    const model = await Csa2Model.create(ckpt.config, ckpt.plan, { get: (n) => ckpt.tensor(n).data }, { chunkTokens: 256 });
+    try {
+      const seq = model.createSequence();
+      const before = { ...poolKeyCacheStats };
+      const logits = await model.prefillExact(seq, prompt);
+      const hits = poolKeyCacheStats.hits - before.hits;
+      const misses = poolKeyCacheStats.misses - before.misses;
+      assert.ok(misses > 0, 'pools gathered whole');
+      assert.equal(hits, 3 * misses, `each gathered pool served the three later Reindex layers (${hits} hits, ${misses} misses)`);
+      assert.equal(model.poolKeyBytes, 0, 'no pool keys held after the prefill');
+      await model.step(seq, argmax(logits));
+      assert.equal(model.poolKeyBytes, 0, 'none after a decode step');
+    } finally {
+      await model.dispose();
+    }
+  });
+});
+
 test('PoolKeyCache: a hit only for the same store, generation, visible entries and blocks; oldest dropped beyond its bytes', () => {
   const rowBytes = 17;
   const store = new PackedRowStore(rowBytes);

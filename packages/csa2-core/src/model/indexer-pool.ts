@@ -68,7 +68,7 @@ export async function poolTopkSplit(ctx: IndexerContext, scorer: IndexScorer, e:
   // one buffer for every part's gathered keys (a fresh 278 KB buffer a row cost page faults: mmap'd and zeroed each time)
   let scratch = new Uint8Array(0);
   // jobs whose every row's pool fits the key cache keep their rows' gathered keys for the next Reindex layers
-  // (a decode batch); a replay's rows would only push each other out
+  // (a decode batch, a replay chunk); a bigger job's rows would only push each other out
   const cache = poolKeyCacheOf(scorer);
   const cacheFor = (job: IndexerJob): PoolKeyCache | null =>
     job.rows * (job.st.shared.kb * c.candidateBlockSize) * job.src.indexK.rowBytes <= cache.maxBytes ? cache : null;
@@ -139,15 +139,18 @@ export async function poolTopkSplit(ctx: IndexerContext, scorer: IndexScorer, e:
 }
 
 /**
- * Bytes of gathered pool keys kept for reuse (per scorer, i.e. per model): the Reindex layers of a
- * step read the same index-K source through the same candidate blocks (the candidate source's picks),
- * so a row's pool keys gathered by the first Reindex layer serve the next ones. The gather is a copy of
- * 2,048 blocks from random places of the document (~0.2 µs a block here: memory latency, whatever the
- * copy routine), ~0.45 ms a 1M-token row, the larger part of a Reindex layer's pool cost in a decode
- * step. 8 MiB holds a decode batch's rows at 1M tokens (278 KB a row at the bench's tiny width, 1.1 MB
- * at the released index width); a replay's rows beyond it are gathered again.
+ * Bytes of gathered pool keys kept for reuse (per scorer, i.e. per model) within one forward call: the
+ * Reindex layers of a step or a replay chunk read the same index-K source through the same candidate
+ * blocks (the candidate source's picks), so a row's pool keys gathered by the first Reindex layer serve
+ * the next ones. The gather is a copy of 2,048 blocks from random places of the document (~0.13–0.25 µs
+ * a block here: memory latency), ~0.3–0.5 ms a 1M-token row. 32 MiB holds a decoder-replay chunk's rows
+ * at 1M tokens (a chunk of 43 rows at the bench's tiny width, 278 KB a row: 12 MB; 16 rows at the
+ * released width, 1.1 MB a row: 18 MB); a 1M* question's Reindex layers then gather 128 rows once instead
+ * of four times (bench/README, "Pool keys across a replay's Reindex layers"). The cache is emptied after
+ * every forward call (Csa2Model.forward): its keys are of that call's rows and visible length, which the
+ * next call does not share, so it holds memory only while a forward runs.
  */
-export const POOL_KEY_CACHE_BYTES = 8 * 1024 * 1024;
+export const POOL_KEY_CACHE_BYTES = 32 * 1024 * 1024;
 
 /** Pool key cache hits and misses so far (tests check that reuse happens, and only where it is the same pool). */
 export const poolKeyCacheStats = { hits: 0, misses: 0 };
@@ -196,6 +199,12 @@ export class PoolKeyCache {
 
   get heldBytes(): number {
     return this.bytes;
+  }
+
+  /** Drops every entry (after a forward call: see POOL_KEY_CACHE_BYTES). */
+  clear(): void {
+    this.entries = [];
+    this.bytes = 0;
   }
 }
 

@@ -21,6 +21,7 @@ import { type NumericsMode } from './graph-ops.js';
 import type { WeightSource } from './graphs/context.js';
 import { AttentionScratch } from './attention.js';
 import { forward, ropeTensors, type ForwardContext } from './forward.js';
+import { poolKeyCacheOf } from './indexer-pool.js';
 import { disposeModelGraphs, openModelGraphs, type IndexerScores, type ModelGraphs } from './model-graphs.js';
 import { ropeFrequencies } from './rope.js';
 import { resolveScanThreads } from './scan-threads.js';
@@ -164,6 +165,12 @@ export class Csa2Model {
     return this.graphs.indexScorer?.runs ?? null;
   }
 
+  /** Bytes of gathered pool keys the split indexer holds (model/indexer-pool POOL_KEY_CACHE_BYTES): 0 between forward calls. */
+  get poolKeyBytes(): number {
+    const scorer = this.graphs.indexScorer;
+    return scorer === null ? 0 : poolKeyCacheOf(scorer).heldBytes;
+  }
+
   /** First decoder layer (the causal encoder–decoder split), or an error for schedules without one. */
   get decoderStart(): number {
     const d = this.plan.decoderStart;
@@ -190,6 +197,9 @@ export class Csa2Model {
       return await forward(this.context(), spans);
     } finally {
       this.attentionScratch.trim();
+      // the gathered pool keys are of this call's rows (see POOL_KEY_CACHE_BYTES)
+      const scorer = this.graphs.indexScorer;
+      if (scorer !== null) poolKeyCacheOf(scorer).clear();
     }
   }
 
