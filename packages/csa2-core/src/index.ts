@@ -41,6 +41,7 @@ export { MAX_AUTO_SCAN_THREADS, MAX_SCAN_THREADS, THREAD_MIN_SCORES, resolveScan
 export { Sequence, KvSourceCache, WindowRing } from './model/sequence.js';
 export type { SequenceShape } from './model/sequence.js';
 export { PackedRowStore } from './model/packed-rows.js';
+export { RowArena, MIN_REGION_BYTES, type RowArenaStats } from './model/row-arena.js';
 export { TokenBuffer } from './model/token-buffer.js';
 export type { SamplingParams } from './model/sampler.js';
 export { Sampler, TokenHistory, adjustLogits, argmax, klDivergence, sampleToken, uniformAt, validateSampling, GREEDY_TEMPERATURE, LOGIT_BIAS_LIMIT, PENALTY_LIMIT } from './model/sampler.js';

@@ -55,7 +55,7 @@ export class Engine {
     private readonly warmUpMs: number | null,
   ) {
     this.cache = new ChunkCache({ maxBytes: options.chunkCacheBytes ?? 256 * 1024 * 1024 });
-    this.documents = new DocumentCache(options.documentCacheBytes ?? DEFAULT_DOCUMENT_CACHE_BYTES);
+    this.documents = new DocumentCache(options.documentCacheBytes ?? DEFAULT_DOCUMENT_CACHE_BYTES, { arena: options.documentArena ?? true });
     const policy = resolvePolicy(options.scheduler);
     this.scheduler = new Scheduler(policy, () => this.loop.poke());
     this.loop = new EngineLoop(model, this.scheduler);

@@ -30,6 +30,14 @@ export interface EngineOptions {
    * a private copy through the chunk cache). @defaultValue 2 GiB
    */
   readonly documentCacheBytes?: number;
+  /**
+   * Load documents into memory the document cache keeps (@csa2/core RowArena, documentCacheBytes of
+   * it): a document that replaces an evicted one is written into pages the process already holds, not
+   * new ones (a page fault each: most of a 1M-token document's load on a VM). The process keeps what
+   * documents have used, at most documentCacheBytes, resident. false: every load allocates anew and
+   * an evicted document's memory goes back to the system when collected. @defaultValue true
+   */
+  readonly documentArena?: boolean;
   /** Tokens per artifact chunk for documents this engine writes. @defaultValue 4096 */
   readonly chunkTokens?: number;
   /**

@@ -14,8 +14,12 @@
  *
  * A `shareable` store keeps its rows in SharedArrayBuffers, so that the scan threads
  * (model/scan-threads) read views of them without a copy (sequences' index keys are stored so).
+ *
+ * A store given a RowArena (`useArena`: a document the engine's document cache loads) takes its
+ * buffers from it where it can, and `release` gives them back once the store is read no more.
  */
 import { Csa2Error } from '../errors.js';
+import type { RowArena } from './row-arena.js';
 
 const MIN_ROWS = 64;
 
@@ -53,6 +57,9 @@ export class PackedRowStore {
 
   /** Rows in SharedArrayBuffers (see the module comment). */
   readonly shareable: boolean;
+  /** Where buffers come from first (useArena), and whether the shared prefix is this store's own buffer (freeze) rather than another store's (shareFrom). */
+  private arena: RowArena | null = null;
+  private ownsShared = false;
 
   constructor(readonly rowBytes: number, initialRows = MIN_ROWS, options: { readonly shareable?: boolean } = {}) {
     if (!Number.isInteger(rowBytes) || rowBytes < 1) throw new Csa2Error('runtime', `PackedRowStore: row size ${rowBytes} is not a positive integer`);
@@ -60,9 +67,42 @@ export class PackedRowStore {
     this.buf = this.alloc(rowBytes * Math.max(1, initialRows));
   }
 
-  /** Zeroed bytes for rows: in a SharedArrayBuffer when the store is shareable. */
+  /** Zeroed bytes for rows: a region of the arena when it has one (a SharedArrayBuffer), else in a SharedArrayBuffer when the store is shareable. */
   private alloc(bytes: number): Uint8Array {
+    const region = this.arena?.take(bytes) ?? null;
+    if (region !== null) return region;
     return this.shareable ? new Uint8Array(new SharedArrayBuffer(bytes)) : new Uint8Array(bytes);
+  }
+
+  /** Hands a buffer this store no longer reads back to its arena (no effect for an ordinary allocation). */
+  private drop(buf: Uint8Array | null): void {
+    if (buf !== null) this.arena?.give(buf);
+  }
+
+  /**
+   * Takes later buffers (reserve, growth) from `arena` where it can. The store must be empty; its
+   * current (small) buffer stays an ordinary allocation. `release` gives the arena's regions back.
+   */
+  useArena(arena: RowArena): void {
+    if (this.n !== 0 || this.sharedRows !== 0) throw new Csa2Error('runtime', 'PackedRowStore.useArena: the store is not empty');
+    this.arena = arena;
+  }
+
+  /**
+   * Gives this store's arena regions back (its private rows, and the shared prefix when it froze it
+   * itself) and empties it: it holds no rows afterwards. For a store read no more — a document the
+   * document cache dropped, whose forks are gone. Without an arena it only empties the store.
+   */
+  release(): void {
+    this.drop(this.buf);
+    if (this.ownsShared) this.drop(this.shared);
+    this.buf = new Uint8Array(0);
+    this.shared = null;
+    this.sharedRows = 0;
+    this.ownsShared = false;
+    this.n = 0;
+    this.gen++;
+    this.arena = null;
   }
 
   get rows(): number {
@@ -104,6 +144,7 @@ export class PackedRowStore {
     if (need <= this.buf.length) return;
     const next = this.alloc(need);
     next.set(this.buf.subarray(0, (this.n - this.sharedRows) * this.rowBytes));
+    this.drop(this.buf);
     this.buf = next;
   }
 
@@ -218,8 +259,11 @@ export class PackedRowStore {
       // the shared prefix is immutable: keep a private copy of what remains
       const own = this.alloc((keep > 0 ? keep : MIN_ROWS) * this.rowBytes);
       own.set((this.shared as Uint8Array).subarray(0, keep * this.rowBytes));
+      if (this.ownsShared) this.drop(this.shared);
+      this.drop(this.buf);
       this.shared = null;
       this.sharedRows = 0;
+      this.ownsShared = false;
       this.buf = own;
     }
     this.n = keep;
@@ -233,7 +277,12 @@ export class PackedRowStore {
     if (this.n === this.sharedRows) return;
     const R = this.rowBytes;
     const exact = this.sharedRows === 0 && this.buf.length === this.n * R;
-    this.shared = exact ? this.buf : this.copyRange(0, this.n, this.alloc(this.n * R));
+    const previous = this.ownsShared ? this.shared : null;
+    const shared = exact ? this.buf : this.copyRange(0, this.n, this.alloc(this.n * R));
+    if (!exact) this.drop(this.buf);
+    if (previous !== shared) this.drop(previous);
+    this.shared = shared;
+    this.ownsShared = true;
     this.sharedRows = this.n;
     this.buf = this.alloc(R * MIN_ROWS);
   }
@@ -243,7 +292,10 @@ export class PackedRowStore {
     if (other.rowBytes !== this.rowBytes) throw new Csa2Error('runtime', `PackedRowStore.shareFrom: ${other.rowBytes}-byte rows into a ${this.rowBytes}-byte store`);
     if (this.n !== 0) throw new Csa2Error('runtime', 'PackedRowStore.shareFrom: the store is not empty');
     this.gen++;
+    if (this.ownsShared) this.drop(this.shared);
+    this.drop(this.buf);
     this.shared = other.shared;
+    this.ownsShared = false;
     this.sharedRows = other.sharedRows;
     const own = other.n - other.sharedRows;
     this.buf = this.alloc(this.rowBytes * Math.max(MIN_ROWS, own));

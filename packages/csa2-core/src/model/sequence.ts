@@ -11,6 +11,7 @@
 import { Csa2Error } from '../errors.js';
 import { indexKRowBytes, mainKvRowBytes } from '../numerics/formats.js';
 import { PackedRowStore } from './packed-rows.js';
+import type { RowArena } from './row-arena.js';
 import { TokenBuffer } from './token-buffer.js';
 
 /** One layer's sliding-window ring: slot `p % window` holds position p's KV row (-1 = empty). */
@@ -109,6 +110,29 @@ export class Sequence {
     const c = this.caches.get(layer);
     if (c === undefined) throw new Csa2Error('runtime', `layer ${layer} is not a KV source`);
     return c;
+  }
+
+  /**
+   * Takes the global caches' buffers from `arena` where it can (model/row-arena): an empty sequence
+   * about to be filled, a document the engine's document cache loads. `releaseRows` gives them back.
+   */
+  useArena(arena: RowArena): void {
+    if (this.tokens.length !== 0) throw new Csa2Error('runtime', 'Sequence.useArena: the sequence is not empty');
+    for (const c of this.caches.values()) {
+      c.mainKv.useArena(arena);
+      c.indexK.useArena(arena);
+    }
+  }
+
+  /**
+   * Gives the global caches' arena regions back and empties them (their rows are gone): for a
+   * sequence nothing reads any more, forks included (a document the document cache dropped).
+   */
+  releaseRows(): void {
+    for (const c of this.caches.values()) {
+      c.mainKv.release();
+      c.indexK.release();
+    }
   }
 
   /** Makes room for `tokens` tokens in all: token ids and every KV source's rows (exactly). */

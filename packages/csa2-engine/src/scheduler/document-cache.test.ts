@@ -14,7 +14,7 @@ import { pathToFileURL } from 'node:url';
 import { Sequence, SeededRandom, fixturesRoot } from '@csa2/core';
 import { Engine } from '../engine.js';
 import { DocumentCache, MAX_TAIL_REPLAY, MAX_TAILS_PER_DOCUMENT, type PrimedTail } from './document-cache.js';
-import { sequenceBytes } from './work-context.js';
+import { globalCacheBytes, sequenceBytes } from './work-context.js';
 
 function seqOf(rows: number): Sequence {
   const s = new Sequence({ numLayers: 1, window: 2, headDim: 32, indexHeadDim: 32, kvSources: [{ layer: 0, ratio: 1 }] });
@@ -25,6 +25,54 @@ function seqOf(rows: number): Sequence {
   }
   return s;
 }
+
+test('DocumentCache arena: a document that replaces an evicted one is written into its memory; a failed load gives its memory back', async () => {
+  const shape = { numLayers: 1, window: 2, headDim: 32, indexHeadDim: 32, kvSources: [{ layer: 0, ratio: 1 }] };
+  const ROWS = 4096; // 18-byte main-KV rows and 17-byte index-K rows: 72 KB and 68 KB, regions of the arena each
+  const bytes = ROWS * (18 + 17);
+  const cache = new DocumentCache(bytes + 1000);
+  const arena = cache.arena;
+  assert.ok(arena !== null, 'on by default');
+  assert.equal(new DocumentCache(bytes, { arena: false }).arena, null);
+  assert.equal(new DocumentCache(0).arena, null, 'no cache, no arena');
+  const load = (fill: number) => async () => {
+    const seq = cache.loadSequence(() => new Sequence(shape));
+    seq.reserveTokens(ROWS);
+    const c = seq.cache(0);
+    c.mainKv.append(new Uint8Array(ROWS * c.mainKv.rowBytes).fill(fill));
+    c.indexK.append(new Uint8Array(ROWS * c.indexK.rowBytes).fill(fill + 1));
+    return seq;
+  };
+  const a = await cache.acquire('a', bytes, load(3));
+  assert.ok(a !== null);
+  const afterA = arena.stats;
+  assert.deepEqual([afterA.regions, afterA.usedBytes >= bytes, afterA.taken], [2, true, 2]);
+  a.release();
+  // 'b' evicts 'a' (only one fits): its rows go where a's were, no memory beyond it touched
+  const b = await cache.acquire('b', bytes, load(9));
+  assert.ok(b !== null);
+  assert.equal(cache.stats.evictions, 1);
+  assert.equal(a.seq.globalCacheBytes(), 0, 'the evicted document holds no rows');
+  assert.deepEqual([arena.stats.regions, arena.stats.taken, arena.stats.touchedBytes], [2, 4, afterA.touchedBytes]);
+  const c = b.seq.cache(0);
+  assert.deepEqual(c.mainKv.range(ROWS - 1, 1), new Uint8Array(18).fill(9));
+  assert.deepEqual(c.indexK.range(0, 1), new Uint8Array(17).fill(10));
+  assert.ok(cache.stats.arena !== null && cache.stats.arena.usedBytes === arena.stats.usedBytes);
+  b.release();
+  cache.clear();
+  assert.equal(arena.stats.usedBytes, 0, 'cleared entries give their rows back');
+  // a load that fails after taking memory gives it back (discard)
+  await assert.rejects(
+    cache.acquire('e', bytes, async () => {
+      const seq = cache.loadSequence(() => new Sequence(shape));
+      seq.reserveTokens(ROWS);
+      cache.discard(seq);
+      throw new Error('fetch failed');
+    }),
+    /fetch failed/,
+  );
+  assert.equal(arena.stats.usedBytes, 0);
+});
 
 test('DocumentCache: concurrent acquires share one load; leases pin; idle entries go oldest first; no room → not cached; a failed load caches nothing', async () => {
   const cache = new DocumentCache(1000);
@@ -161,6 +209,41 @@ test('questions on a shared loaded document equal questions on private copies, l
     assert.equal(shared.stats().documentCache.misses, 2);
   } finally {
     await shared.close();
+    await privateCopies.close();
+  }
+});
+
+test('documents that evict each other are loaded into the memory the evicted one used, and answer exactly as private copies do', async () => {
+  const store = pathToFileURL(mkdtempSync(join(tmpdir(), 'csa2-docarena-'))).href;
+  const privateCopies = await Engine.open({ modelDir: TINY, store, chunkTokens: 32, documentCacheBytes: 0 });
+  // room for one 200-token document (and its encoder tail), not two
+  const oneDocument = Math.floor(1.5 * globalCacheBytes(privateCopies.model, 200));
+  const arena = await Engine.open({ modelDir: TINY, store, chunkTokens: 32, documentCacheBytes: oneDocument });
+  try {
+    const docs = [
+      { tenant: 't', documentId: 'a' },
+      { tenant: 't', documentId: 'b' },
+    ];
+    await privateCopies.ingest({ ...docs[0]!, tokenIds: ids(200, 21) });
+    await privateCopies.ingest({ ...docs[1]!, tokenIds: ids(200, 22) });
+    const question = (document: (typeof docs)[number], seed: number) => ({ promptIds: ids(6, seed), document, maxTokens: 6, sampling: greedy, keepLogits: true, ignoreEos: true });
+    let touched = 0;
+    for (const [i, document] of [docs[0]!, docs[1]!, docs[0]!, docs[1]!, docs[0]!].entries()) {
+      const q = question(document, 30 + i);
+      const want = await privateCopies.generate(q);
+      const got = await arena.generate(q);
+      assert.deepEqual(got.tokens, want.tokens, `question ${i} on ${document.documentId}: tokens`);
+      got.logits.forEach((row, j) => assert.deepEqual(row, want.logits[j], `question ${i}: logits row ${j}`));
+      const s = arena.stats().documentCache;
+      assert.ok(s.arena !== null && s.arena.taken > 0, 'the document was loaded into the arena');
+      assert.equal(s.arena.declined, 0, 'every load found room in the arena: the evicted document gave its memory back');
+      // from the second document on, each load reuses the evicted one's memory: none beyond it is touched
+      if (i === 0) touched = s.arena.touchedBytes;
+      else assert.equal(s.arena.touchedBytes, touched, `question ${i}: the arena's touched bytes`);
+      assert.deepEqual([s.misses, s.evictions], [i + 1, i], `question ${i}: loaded, evicting the other`);
+    }
+  } finally {
+    await arena.close();
     await privateCopies.close();
   }
 });

@@ -16,7 +16,7 @@
  */
 import { createHash } from 'node:crypto';
 import type { DocumentManifest } from '@csa2/artifacts';
-import { Csa2Error, type Sequence, type SourceSelections, type StreamRows } from '@csa2/core';
+import { Csa2Error, RowArena, type RowArenaStats, type Sequence, type SourceSelections, type StreamRows } from '@csa2/core';
 import type { TailState } from './stored-tail.js';
 
 /**
@@ -57,6 +57,12 @@ export interface DocumentCacheStats {
   readonly tailsRejected: number;
   /** Why the last one was not used. */
   readonly lastTailRejection: string | null;
+  /**
+   * The memory loaded documents' rows are written into (@csa2/core RowArena, capacity maxBytes): its
+   * bytes in use, the most of it ever used (resident since: the next document reuses those pages), the
+   * loads' requests it served and those it could not (they allocated as before). Null with the arena off.
+   */
+  readonly arena: RowArenaStats | null;
 }
 
 /**
@@ -114,6 +120,8 @@ export function documentCacheKey(tenant: string, documentId: string, manifest: D
 }
 
 export class DocumentCache {
+  /** Where loaded documents' rows go (see DocumentCacheStats.arena); null when off or maxBytes is 0. */
+  readonly arena: RowArena | null;
   private readonly entries = new Map<string, Entry>(); // insertion order = recency, oldest first
   private held = 0;
   private hits = 0;
@@ -127,8 +135,33 @@ export class DocumentCache {
   private lastTailRejection: string | null = null;
   private tailBytes = 0;
 
-  constructor(readonly maxBytes: number) {
+  /**
+   * `arena` (default true): documents are loaded into one region of memory of maxBytes that the cache
+   * keeps (DocumentCache.loadSequence): a document that replaces another is written into pages the
+   * process holds already instead of new ones (on a VM, the page faults were most of a 1M-token load).
+   * The process then keeps what documents have used (at most maxBytes) resident.
+   */
+  constructor(
+    readonly maxBytes: number,
+    options: { readonly arena?: boolean } = {},
+  ) {
     if (!Number.isSafeInteger(maxBytes) || maxBytes < 0) throw new Csa2Error('config-invalid', `document cache bytes must be a non-negative integer, got ${maxBytes}`);
+    this.arena = options.arena !== false && maxBytes > 0 ? new RowArena(maxBytes) : null;
+  }
+
+  /**
+   * A new empty sequence for a document this cache is about to hold (acquire's `load`): its rows go to
+   * the arena where they fit. A load that fails must call `discard` on it.
+   */
+  loadSequence(create: () => Sequence): Sequence {
+    const seq = create();
+    if (this.arena !== null) seq.useArena(this.arena);
+    return seq;
+  }
+
+  /** Gives back the rows of a sequence from loadSequence that the cache will not hold (its load failed). */
+  discard(seq: Sequence): void {
+    seq.releaseRows();
   }
 
   get stats(): DocumentCacheStats {
@@ -149,6 +182,7 @@ export class DocumentCache {
       tailsLoaded: this.tailsLoaded,
       tailsRejected: this.tailsRejected,
       lastTailRejection: this.lastTailRejection,
+      arena: this.arena?.stats ?? null,
     };
   }
 
@@ -248,6 +282,10 @@ export class DocumentCache {
     this.entries.delete(e.key);
     this.held -= e.bytes;
     for (const t of e.tails.values()) this.tailBytes -= t.bytes;
+    // an idle entry: no work reads it (works release their lease when they end, between forward calls),
+    // so its rows go back to the arena for the next document
+    e.seq?.releaseRows();
+    e.seq = null;
   }
 
   private leasedBytes(): number {

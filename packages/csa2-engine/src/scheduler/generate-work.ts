@@ -213,11 +213,17 @@ export class GenerateWork implements Work {
       const doc = this.req.document as DocumentRef;
       const store = this.ctx.requireStore();
       const layout = this.ctx.layout;
-      this.lease = await this.ctx.documents.acquire(documentCacheKey(doc.tenant, doc.documentId, manifest), globalCacheBytes(model, manifest.tokenCount), async () => {
-        const seq = model.createSequence();
-        seq.reserveTokens(manifest.tokenCount);
-        // no chunk cache: the loaded document is the cached copy
-        await listedChunks(doc, () => new ArtifactReader({ store, layout }).loadInto(seq, manifest));
+      const documents = this.ctx.documents;
+      this.lease = await documents.acquire(documentCacheKey(doc.tenant, doc.documentId, manifest), globalCacheBytes(model, manifest.tokenCount), async () => {
+        const seq = documents.loadSequence(() => model.createSequence());
+        try {
+          seq.reserveTokens(manifest.tokenCount);
+          // no chunk cache: the loaded document is the cached copy
+          await listedChunks(doc, () => new ArtifactReader({ store, layout }).loadInto(seq, manifest));
+        } catch (err) {
+          documents.discard(seq);
+          throw err;
+        }
         return seq;
       });
       if (this.finished) this.releaseDocument(); // cancelled while it loaded
