@@ -22,7 +22,7 @@ test('gauges, counters and histograms from one stats read; absent while there is
     stepMs: hist([5, 10], [10, 30, 40], 420),
     batchRows: hist([1, 2, 4], [5, 20, 35, 40], 900),
     decodeBatch: hist([1, 2, 4], [5, 20, 40, 40], 120),
-    documentCache: { hits: 7, misses: 2, bypassed: 1, evictions: 1, entries: 2, leased: 1, bytes: 5_000_000, tailBytes: 40_000, tailHits: 5, tailsStored: 2, tailsLoaded: 3, tailsRejected: 1 },
+    documentCache: { hits: 7, misses: 2, bypassed: 1, evictions: 1, entries: 2, leased: 1, bytes: 5_000_000, tailBytes: 40_000, tailHits: 5, tailsStored: 2, tailsLoaded: 3, tailsRejected: 1, arena: { usedBytes: 5_000_000, touchedBytes: 9_000_000 } },
     scanThreads: { count: 3, usable: true, tasks: 120, declined: 2, failed: 0 },
   };
   registerEngineMetrics(registry, async () => {
@@ -53,6 +53,8 @@ test('gauges, counters and histograms from one stats read; absent while there is
     'csa2_engine_document_cache_lookups_total{result="hit",service="decoder-worker"} 7',
     'csa2_engine_document_cache_lookups_total{result="bypassed",service="decoder-worker"} 1',
     'csa2_engine_document_cache_evictions_total{service="decoder-worker"} 1',
+    'csa2_engine_document_arena_bytes{state="used",service="decoder-worker"} 5000000',
+    'csa2_engine_document_arena_bytes{state="touched",service="decoder-worker"} 9000000',
     'csa2_engine_document_tail_bytes{service="decoder-worker"} 40000',
     'csa2_engine_document_tail_total{result="stored",service="decoder-worker"} 2',
     'csa2_engine_document_tail_total{result="loaded",service="decoder-worker"} 3',

@@ -22,6 +22,7 @@
  * | csa2_engine_document_cache_documents | gauge | documents kept; `state` = `leased` (read by running work) or `idle` |
  * | csa2_engine_document_cache_lookups_total | counter | generations on a document; `result` = `hit` (shared), `miss` (loaded), `bypassed` (no room: a private copy) |
  * | csa2_engine_document_cache_evictions_total | counter | idle documents dropped to make room |
+ * | csa2_engine_document_arena_bytes | gauge | the memory loaded documents are written into (it stays with the process); `state` = `used` (documents now) or `touched` (the most they have used: resident) |
  * | csa2_engine_scan_threads | gauge | scan threads the index scans use (CSA2_SCAN_THREADS); 0 once one failed (the scans then run on the main thread) |
  * | csa2_engine_scan_thread_tasks_total | counter | scans shared with a scan thread; `result` = `done`, `declined` (queries the kernel does not take), `failed` |
  *
@@ -64,6 +65,8 @@ export interface EngineSchedulerStats {
     readonly tailsStored?: number;
     readonly tailsLoaded?: number;
     readonly tailsRejected?: number;
+    /** The memory documents are loaded into (absent or null: off). */
+    readonly arena?: { readonly usedBytes: number; readonly touchedBytes: number } | null;
   };
   /** The model's scan threads (absent or null: none). */
   readonly scanThreads?: { readonly count: number; readonly usable: boolean; readonly tasks: number; readonly declined: number; readonly failed: number } | null;
@@ -148,6 +151,15 @@ export function registerEngineMetrics(registry: Registry, read: () => Promise<En
       ['result'],
     ),
     metric('csa2_engine_document_cache_evictions_total', 'Idle loaded documents dropped to make room', 'counter', (s) => (s.documentCache !== undefined ? [{ value: s.documentCache.evictions }] : [])),
+    metric('csa2_engine_document_arena_bytes', 'The memory loaded documents are written into: used (documents now) or touched (the most ever used, resident)', 'gauge', (s) => {
+      const a = s.documentCache?.arena;
+      return a != null
+        ? [
+            { labels: { state: 'used' }, value: a.usedBytes },
+            { labels: { state: 'touched' }, value: a.touchedBytes },
+          ]
+        : [];
+    }, ['state']),
     metric('csa2_engine_document_tail_bytes', 'Bytes of the loaded documents\' stored encoder tails (held within the document cache\'s bytes)', 'gauge', (s) => (s.documentCache?.tailBytes !== undefined ? [{ value: s.documentCache.tailBytes }] : [])),
     metric('csa2_engine_document_tail_total', 'Encoder tails of loaded documents: stored (computed by the first question that needed one), loaded (read from the artifact, stored by its ingest), rejected (a stored one missing or failing its checks: computed instead), used (a question encoded only its own tokens)', 'counter', (s) =>
       s.documentCache?.tailHits !== undefined && s.documentCache.tailsStored !== undefined
