@@ -10,7 +10,7 @@
  * pages the evicted document used. Processes with the arena off and on alternate, ROUNDS of each. A
  * diagnostic (bench/README.md, "Document memory that stays").
  *
- *   npm run build && node bench/tools/document-arena-ab.mjs MODEL_DIR N STORE_DIR [ROUNDS] [QUESTIONS]
+ *   npm run build && [MODES=off,on,prefault] node bench/tools/document-arena-ab.mjs MODEL_DIR N STORE_DIR [ROUNDS] [QUESTIONS]
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
@@ -32,9 +32,11 @@ const rssMb = () => Number(/VmRSS:\s+(\d+)/.exec(readFileSync('/proc/self/status
 
 if (process.env.ARENA_CHILD !== undefined) {
   // one decoder process: the arena on or off, QUESTIONS questions alternating between the documents
-  const on = process.env.ARENA_CHILD === 'on';
+  const mode = process.env.ARENA_CHILD;
+  const on = mode !== 'off';
+  const cacheBytes = Number(process.env.ARENA_CACHE_BYTES);
   const questions = Number(a5 ?? 6);
-  const engine = await Engine.open({ modelDir, store: storeUrl, warmUp: true, documentArena: on, documentCacheBytes: Number(process.env.ARENA_CACHE_BYTES) });
+  const engine = await Engine.open({ modelDir, store: storeUrl, warmUp: true, documentArena: on, documentCacheBytes: cacheBytes, ...(mode === 'prefault' ? { documentPrefaultBytes: cacheBytes } : {}) });
   const prompt = Array.from({ length: 32 }, (_, i) => (5 + i * 3) % engine.info().vocabSize);
   const out = [];
   for (let i = 0; i < questions; i++) {
@@ -43,7 +45,7 @@ if (process.env.ARENA_CHILD !== undefined) {
     out.push({ ms: performance.now() - t0, rss: rssMb() });
   }
   const s = engine.stats().documentCache;
-  console.log(JSON.stringify({ on, out, misses: s.misses, evictions: s.evictions, arena: s.arena }));
+  console.log(JSON.stringify({ on, prefaultMs: engine.info().documentPrefaultMs, out, misses: s.misses, evictions: s.evictions, arena: s.arena }));
   await engine.close();
   process.exit(0);
 }
@@ -75,7 +77,9 @@ const rounds = Number(a4 ?? 2);
 const self = fileURLToPath(import.meta.url);
 const rows = [];
 for (let r = 0; r < rounds; r++) {
-  for (const mode of r % 2 === 0 ? ['off', 'on'] : ['on', 'off']) {
+  // MODES: the settings to compare (off, on, prefault: the arena faulted in at open), in this order, reversed every other round
+  const modes = (process.env.MODES ?? 'off,on').split(',');
+  for (const mode of r % 2 === 0 ? modes : [...modes].reverse()) {
     const text = execFileSync(process.execPath, [self, modelDir, nText, storeDir, String(rounds), a5 ?? '6'], {
       env: { ...process.env, ...WORKER_MALLOC_ENV, ARENA_CHILD: mode, ARENA_CACHE_BYTES: String(Math.floor(docBytes * 1.5)) },
       maxBuffer: 16 << 20,
@@ -83,6 +87,6 @@ for (let r = 0; r < rounds; r++) {
     const rep = JSON.parse(text.trim().split('\n').at(-1));
     rows.push({ round: r + 1, ...rep });
     const q = rep.out.map((o) => `${(o.ms / 1000).toFixed(2)} s / ${o.rss.toFixed(0)} MB`).join(' | ');
-    console.log(`round ${r + 1}, arena ${mode}: TTFT / RSS after each question (documents alternating, every one loaded): ${q}; loads ${rep.misses}, evictions ${rep.evictions}${rep.arena !== null ? `, arena ${(rep.arena.touchedBytes / 1e6).toFixed(1)} MB touched, ${rep.arena.taken} regions taken, ${rep.arena.declined} declined` : ''}`);
+    console.log(`round ${r + 1}, arena ${mode}${rep.prefaultMs !== null ? ` (prefault ${rep.prefaultMs.toFixed(0)} ms at open)` : ''}: TTFT / RSS after each question (documents alternating, every one loaded): ${q}; loads ${rep.misses}, evictions ${rep.evictions}${rep.arena !== null ? `, arena ${(rep.arena.touchedBytes / 1e6).toFixed(1)} MB touched, ${rep.arena.taken} regions taken, ${rep.arena.declined} declined` : ''}`);
   }
 }

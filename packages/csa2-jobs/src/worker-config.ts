@@ -46,6 +46,11 @@ export interface WorkerConfig {
    * once and read in place by every generation on it; 0 = off. @defaultValue the engine's (2 GiB)
    */
   readonly documentCacheBytes?: number;
+  /**
+   * CSA2_DOCUMENT_PREFAULT_BYTES (decoder): bytes of the document cache's memory faulted in at start,
+   * so that the first documents load into pages the worker holds. @defaultValue 0
+   */
+  readonly documentPrefaultBytes?: number;
   /** CSA2_THREADS: onnxruntime intra-op threads, a number or 'auto'. @defaultValue 'auto' */
   readonly threads: number | 'auto';
   /**

@@ -65,6 +65,14 @@ test('every variable is read', () => {
   assert.equal(c.shutdownGraceMs, 5000);
 });
 
+test('CSA2_DOCUMENT_PREFAULT_BYTES: read, unset by default, a bad value names the variable', () => {
+  assert.equal(loadDecoderConfig({ ...BASE, CSA2_DOCUMENT_PREFAULT_BYTES: '268435456' }).documentPrefaultBytes, 268_435_456);
+  assert.equal(loadDecoderConfig(BASE).documentPrefaultBytes, undefined);
+  assert.equal(decoderEngineOptions(loadDecoderConfig({ ...BASE, CSA2_DOCUMENT_PREFAULT_BYTES: '4096' })).documentPrefaultBytes, 4096, 'passed to the engine');
+  assert.equal(decoderEngineOptions(loadDecoderConfig(BASE)).documentPrefaultBytes, undefined);
+  for (const bad of ['-1', 'lots', '1.5']) assert.throws(() => loadDecoderConfig({ ...BASE, CSA2_DOCUMENT_PREFAULT_BYTES: bad }), /CSA2_DOCUMENT_PREFAULT_BYTES/);
+});
+
 test('stalled checks run at least twice per lock duration, so a dead worker\'s job is back within lock + interval', () => {
   const c = loadDecoderConfig(BASE);
   assert.equal(stalledRecoveryBoundMs(c), 35_000);

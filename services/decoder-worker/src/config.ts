@@ -27,6 +27,7 @@ export function loadDecoderConfig(env: Env = process.env): DecoderConfig {
   const replayTokens = envOptionalInt(env, 'CSA2_REPLAY_TOKENS', { min: 1 });
   const chunkCacheBytes = envOptionalInt(env, 'CSA2_CHUNK_CACHE_BYTES', { min: 0 });
   const documentCacheBytes = envOptionalInt(env, 'CSA2_DOCUMENT_CACHE_BYTES', { min: 0 });
+  const documentPrefaultBytes = envOptionalInt(env, 'CSA2_DOCUMENT_PREFAULT_BYTES', { min: 0 });
   const lockDurationMs = envInt(env, 'CSA2_LOCK_DURATION_MS', 30_000, { min: 1000 });
   return {
     redisUrl: envRedisUrl(env),
@@ -39,6 +40,7 @@ export function loadDecoderConfig(env: Env = process.env): DecoderConfig {
     ...(replayTokens !== undefined ? { replayTokens } : {}),
     ...(chunkCacheBytes !== undefined ? { chunkCacheBytes } : {}),
     ...(documentCacheBytes !== undefined ? { documentCacheBytes } : {}),
+    ...(documentPrefaultBytes !== undefined ? { documentPrefaultBytes } : {}),
     threads: envThreads(env, 'CSA2_THREADS'),
     scanThreads: envScanThreads(env, 'CSA2_SCAN_THREADS'),
     provider: envChoice(env, 'CSA2_PROVIDER', EXECUTION_PROVIDERS, 'cpu'),

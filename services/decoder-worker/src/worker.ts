@@ -33,6 +33,7 @@ export function decoderEngineOptions(config: DecoderConfig): EngineOptions {
     ...(config.storeUrl !== undefined ? { store: config.storeUrl } : {}),
     ...(config.chunkCacheBytes !== undefined ? { chunkCacheBytes: config.chunkCacheBytes } : {}),
     ...(config.documentCacheBytes !== undefined ? { documentCacheBytes: config.documentCacheBytes } : {}),
+    ...(config.documentPrefaultBytes !== undefined ? { documentPrefaultBytes: config.documentPrefaultBytes } : {}),
     scheduler: config.scheduler,
   };
 }
@@ -45,7 +46,7 @@ export async function startDecoderWorker(config: DecoderConfig, options: Decoder
     config,
     log: options.log ?? jsonLogger('decoder-worker', config.logLevel),
     startEngine: () => EngineHost.start(decoderEngineOptions(config)),
-    describeEngine: (host) => ({ warmUpMs: Math.round(host.info.warmUpMs ?? 0), batchCapacity: host.info.batchCapacity, kvBudgetBytes: host.info.scheduler.kvBudgetBytes }),
+    describeEngine: (host) => ({ warmUpMs: Math.round(host.info.warmUpMs ?? 0), ...(host.info.documentPrefaultMs !== null ? { documentPrefaultMs: Math.round(host.info.documentPrefaultMs) } : {}), batchCapacity: host.info.batchCapacity, kvBudgetBytes: host.info.scheduler.kvBudgetBytes }),
     engineStats: (host) => host.stats(),
     defaultConcurrency: (host) => host.info.batchCapacity,
     setup: (deps) => ({

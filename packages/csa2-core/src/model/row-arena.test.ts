@@ -100,3 +100,17 @@ test('a store without an arena, or one too full, allocates as before', () => {
   s.release();
   assert.equal(s.rows, 0);
 });
+
+test('RowArena.prefault: the first bytes resident at once; regions after it still zeroed; capped at the capacity', () => {
+  const arena = new RowArena(8 * K);
+  const a = arena.take(2 * K) as Uint8Array;
+  a.fill(5);
+  assert.ok(arena.prefault(5 * K) >= 0);
+  assert.equal(arena.stats.touchedBytes, 5 * K);
+  assert.ok(a.every((v) => v === 5), 'a region handed out keeps its bytes');
+  const b = arena.take(2 * K) as Uint8Array;
+  assert.ok(b.every((v) => v === 0));
+  arena.prefault(100 * K);
+  assert.equal(arena.stats.touchedBytes, 8 * K, 'no further than the capacity');
+  assert.throws(() => arena.prefault(-1), /non-negative/);
+});

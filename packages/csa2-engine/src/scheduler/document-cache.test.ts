@@ -247,3 +247,19 @@ test('documents that evict each other are loaded into the memory the evicted one
     await privateCopies.close();
   }
 });
+
+test('documentPrefaultBytes faults the document memory in at open; it needs the arena', async () => {
+  const engine = await Engine.open({ modelDir: TINY, chunkTokens: 32, documentCacheBytes: 1 << 20, documentPrefaultBytes: 300_000 });
+  try {
+    const ms = engine.info().documentPrefaultMs;
+    assert.ok(ms !== null && ms >= 0, 'timed');
+    assert.equal(engine.stats().documentCache.arena?.touchedBytes, 300_032, 'the prefaulted bytes (rounded up to 64) are resident');
+  } finally {
+    await engine.close();
+  }
+  const plain = await Engine.open({ modelDir: TINY, chunkTokens: 32 });
+  assert.equal(plain.info().documentPrefaultMs, null);
+  await plain.close();
+  await assert.rejects(Engine.open({ modelDir: TINY, documentCacheBytes: 1 << 20, documentArena: false, documentPrefaultBytes: 4096 }), /need the document cache and its arena/);
+  await assert.rejects(Engine.open({ modelDir: TINY, documentCacheBytes: 0, documentPrefaultBytes: 4096 }), /need the document cache and its arena/);
+});
