@@ -91,7 +91,9 @@ export class PackedRowStore {
   /**
    * Gives this store's arena regions back (its private rows, and the shared prefix when it froze it
    * itself) and empties it: it holds no rows afterwards. For a store read no more — a document the
-   * document cache dropped, whose forks are gone. Without an arena it only empties the store.
+   * document cache dropped, whose forks are gone. Without an arena it only empties the store. (A
+   * shared prefix that a later freeze or truncate replaces is not given back, since forks may read it:
+   * the document cache never changes a frozen document, so its stores do not do that.)
    */
   release(): void {
     this.drop(this.buf);
@@ -259,7 +261,7 @@ export class PackedRowStore {
       // the shared prefix is immutable: keep a private copy of what remains
       const own = this.alloc((keep > 0 ? keep : MIN_ROWS) * this.rowBytes);
       own.set((this.shared as Uint8Array).subarray(0, keep * this.rowBytes));
-      if (this.ownsShared) this.drop(this.shared);
+      // (a shared prefix goes back to the arena only on release: forks may still read it)
       this.drop(this.buf);
       this.shared = null;
       this.sharedRows = 0;
@@ -277,10 +279,9 @@ export class PackedRowStore {
     if (this.n === this.sharedRows) return;
     const R = this.rowBytes;
     const exact = this.sharedRows === 0 && this.buf.length === this.n * R;
-    const previous = this.ownsShared ? this.shared : null;
     const shared = exact ? this.buf : this.copyRange(0, this.n, this.alloc(this.n * R));
+    // an earlier shared prefix is not given back here (forks may still read it); release does that
     if (!exact) this.drop(this.buf);
-    if (previous !== shared) this.drop(previous);
     this.shared = shared;
     this.ownsShared = true;
     this.sharedRows = this.n;
@@ -292,7 +293,6 @@ export class PackedRowStore {
     if (other.rowBytes !== this.rowBytes) throw new Csa2Error('runtime', `PackedRowStore.shareFrom: ${other.rowBytes}-byte rows into a ${this.rowBytes}-byte store`);
     if (this.n !== 0) throw new Csa2Error('runtime', 'PackedRowStore.shareFrom: the store is not empty');
     this.gen++;
-    if (this.ownsShared) this.drop(this.shared);
     this.drop(this.buf);
     this.shared = other.shared;
     this.ownsShared = false;
