@@ -14,7 +14,7 @@
  * (Engine.ingest); larger ones are synthetic: a Sequence filled with random valid packed rows
  * (@csa2/core fillSyntheticCache) written through the real ArtifactWriter, so the decoder reads,
  * verifies, loads and decodes them exactly as a real artifact (the values are not a model's; no
- * cost of the decoder depends on them). The largest real size also gets a synthetic twin, to show
+ * cost of the decoder depends on them). The largest real size of more than one chunk also gets a synthetic twin, to show
  * that both cost the same on the decoder side.
  *
  * Each decoder run is a child process (documents-scale-decoder) with the glibc allocator settings
@@ -360,7 +360,8 @@ async function makeDocuments(engine: Engine, store: ObjectStore, opts: ScaleBenc
   const out: ScaleDocument[] = [];
   const sizes = [...new Set(opts.sizes)].sort((a, b) => a - b);
   const realSizes = sizes.filter((n) => n <= opts.realMaxTokens);
-  const twin = realSizes.at(-1);
+  // (a twin needs more than one chunk: the engine re-uses a stored document's chunks only then, and its tail ingest must re-use them all)
+  const twin = realSizes.filter((n) => n > opts.chunkTokens).at(-1);
   for (const [i, requested] of sizes.entries()) {
     const n = Math.min(requested, room);
     if (n <= opts.realMaxTokens) {
