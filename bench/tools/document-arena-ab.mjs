@@ -51,7 +51,6 @@ if (process.env.ARENA_CHILD !== undefined) {
 }
 
 mkdirSync(storeDir, { recursive: true });
-let docBytes = 0;
 for (const [i, documentId] of docs.entries()) {
   if (existsSync(`${storeDir}/tenants/t/documents/${documentId}/manifest.json`)) continue;
   const engine = await Engine.open({ modelDir, store: storeUrl, warmUp: false });
@@ -66,16 +65,15 @@ for (const [i, documentId] of docs.entries()) {
   await store.close();
   await engine.close();
 }
-{
-  // the cache holds one document (its packed rows and tail) and not two
+// a document's packed rows (N whole chunks: every compress ratio divides it); the cache holds one document and its tail, not two
+const docBytes = await (async () => {
   const engine = await Engine.open({ modelDir, store: storeUrl, warmUp: false });
-  const c = engine.model.config;
-  for (const e of engine.model.plan.entries) if (e.isKvSource) docBytes += Math.floor(N / e.compressRatio) * (c.headDim / 2 + c.headDim / 16 + c.indexHeadDim / 2 + c.indexHeadDim / 32);
+  const bytes = N * engine.info().bytesPerToken;
   await engine.close();
-}
+  return bytes;
+})();
 const rounds = Number(a4 ?? 2);
 const self = fileURLToPath(import.meta.url);
-const rows = [];
 for (let r = 0; r < rounds; r++) {
   // MODES: the settings to compare (off, on, prefault: the arena faulted in at open), in this order, reversed every other round
   const modes = (process.env.MODES ?? 'off,on').split(',');
@@ -85,7 +83,6 @@ for (let r = 0; r < rounds; r++) {
       maxBuffer: 16 << 20,
     }).toString();
     const rep = JSON.parse(text.trim().split('\n').at(-1));
-    rows.push({ round: r + 1, ...rep });
     const q = rep.out.map((o) => `${(o.ms / 1000).toFixed(2)} s / ${o.rss.toFixed(0)} MB`).join(' | ');
     console.log(`round ${r + 1}, arena ${mode}${rep.prefaultMs !== null ? ` (prefault ${rep.prefaultMs.toFixed(0)} ms at open)` : ''}: TTFT / RSS after each question (documents alternating, every one loaded): ${q}; loads ${rep.misses}, evictions ${rep.evictions}${rep.arena !== null ? `, arena ${(rep.arena.touchedBytes / 1e6).toFixed(1)} MB touched, ${rep.arena.taken} regions taken, ${rep.arena.declined} declined` : ''}`);
   }

@@ -21,7 +21,7 @@ import { type NumericsMode } from './graph-ops.js';
 import type { WeightSource } from './graphs/context.js';
 import { AttentionScratch } from './attention.js';
 import { forward, ropeTensors, type ForwardContext } from './forward.js';
-import { poolKeyCacheOf } from './indexer-pool.js';
+import { poolKeyCacheOf, type PoolKeyCache } from './indexer-pool.js';
 import { disposeModelGraphs, openModelGraphs, type IndexerScores, type ModelGraphs } from './model-graphs.js';
 import { ropeFrequencies } from './rope.js';
 import { resolveScanThreads } from './scan-threads.js';
@@ -167,8 +167,13 @@ export class Csa2Model {
 
   /** Bytes of gathered pool keys the split indexer holds (model/indexer-pool POOL_KEY_CACHE_BYTES): 0 between forward calls. */
   get poolKeyBytes(): number {
+    return this.poolKeys()?.heldBytes ?? 0;
+  }
+
+  /** The split indexer's pool key cache (null with the graph scorer). */
+  private poolKeys(): PoolKeyCache | null {
     const scorer = this.graphs.indexScorer;
-    return scorer === null ? 0 : poolKeyCacheOf(scorer).heldBytes;
+    return scorer === null ? null : poolKeyCacheOf(scorer);
   }
 
   /** First decoder layer (the causal encoder–decoder split), or an error for schedules without one. */
@@ -198,8 +203,7 @@ export class Csa2Model {
     } finally {
       this.attentionScratch.trim();
       // the gathered pool keys are of this call's rows (see POOL_KEY_CACHE_BYTES)
-      const scorer = this.graphs.indexScorer;
-      if (scorer !== null) poolKeyCacheOf(scorer).clear();
+      this.poolKeys()?.clear();
     }
   }
 

@@ -36,7 +36,7 @@ test('DocumentCache arena: a document that replaces an evicted one is written in
   assert.equal(new DocumentCache(bytes, { arena: false }).arena, null);
   assert.equal(new DocumentCache(0).arena, null, 'no cache, no arena');
   const load = (fill: number) => async () => {
-    const seq = cache.loadSequence(() => new Sequence(shape));
+    const seq = cache.loadSequence(new Sequence(shape));
     seq.reserveTokens(ROWS);
     const c = seq.cache(0);
     c.mainKv.append(new Uint8Array(ROWS * c.mainKv.rowBytes).fill(fill));
@@ -64,7 +64,7 @@ test('DocumentCache arena: a document that replaces an evicted one is written in
   // a load that fails after taking memory gives it back (discard)
   await assert.rejects(
     cache.acquire('e', bytes, async () => {
-      const seq = cache.loadSequence(() => new Sequence(shape));
+      const seq = cache.loadSequence(new Sequence(shape));
       seq.reserveTokens(ROWS);
       cache.discard(seq);
       throw new Error('fetch failed');

@@ -150,11 +150,10 @@ export class DocumentCache {
   }
 
   /**
-   * A new empty sequence for a document this cache is about to hold (acquire's `load`): its rows go to
-   * the arena where they fit. A load that fails must call `discard` on it.
+   * `seq` (new, empty) made ready for a document this cache is about to hold (acquire's `load`): its rows
+   * go to the arena where they fit. A load that fails must call `discard` on it.
    */
-  loadSequence(create: () => Sequence): Sequence {
-    const seq = create();
+  loadSequence(seq: Sequence): Sequence {
     if (this.arena !== null) seq.useArena(this.arena);
     return seq;
   }

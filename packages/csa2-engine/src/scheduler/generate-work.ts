@@ -215,7 +215,7 @@ export class GenerateWork implements Work {
       const layout = this.ctx.layout;
       const documents = this.ctx.documents;
       this.lease = await documents.acquire(documentCacheKey(doc.tenant, doc.documentId, manifest), globalCacheBytes(model, manifest.tokenCount), async () => {
-        const seq = documents.loadSequence(() => model.createSequence());
+        const seq = documents.loadSequence(model.createSequence());
         try {
           seq.reserveTokens(manifest.tokenCount);
           // no chunk cache: the loaded document is the cached copy
