@@ -22,6 +22,7 @@ train_meta.json (step, tokens, per-phase figures).
 """
 
 import argparse
+import contextlib
 import json
 import random
 import sys
@@ -346,6 +347,17 @@ def eval_sample(corpus, seed, task, L, i, depth):
     return corpus.task_sample(random.Random(zlib.crc32(f"{seed}/{task}/{L}/{i}".encode())), task, L + 64, "heldout", target_len=L, depth=depth)
 
 
+@contextlib.contextmanager
+def matmul_precision(kind):
+    """TF32 allowed (kind "tf32") or not ("fp32") inside the block; the previous setting restored after it."""
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = kind == "tf32"
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
 @torch.no_grad()
 def evaluate(model, corpus, device, lengths, n_per, seed, lm_batches=4, replay=0, tasks=TASKS, passes=("exact", "replay", "doc"), kl=True, kl_n=8):
     """Held-out figures: LM loss on held-out text, and per task and length the answer accuracy
@@ -534,6 +546,10 @@ def main() -> None:
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--save-every-s", type=float, default=150)
     ap.add_argument("--eval-reserve-s", type=float, default=45, help="time kept for the final evaluation and save")
+    ap.add_argument("--eval-precision", choices=("tf32", "fp32"), default="tf32",
+                    help="matmul precision of the evaluations (training itself always allows TF32). fp32 is what csa2-serve's "
+                         "engine computes in; session 16 found step 1334's predicted 32K answers differ between the two in 22 "
+                         "of 32 samples (training/README.md, session 16)")
     a = ap.parse_args()
 
     t_start = time.time()
@@ -595,9 +611,11 @@ def main() -> None:
     eval_tasks = tuple(x for x in a.eval_tasks.split(",") if x)
     eval_n = {0: a.eval_n, **{int(k): int(v) for k, v in (x.split(":") for x in a.eval_n_by_length.split(",") if x)}}
     if a.pre_eval and a.eval_replay > 0:
-        log({"type": "pre_eval", "step": step, "replay_kl": replay_kl(model, corpus, device, a.eval_replay, n_passages=a.kl_passages)})
+        with matmul_precision(a.eval_precision):
+            log({"type": "pre_eval", "step": step, "replay_kl": replay_kl(model, corpus, device, a.eval_replay, n_passages=a.kl_passages)})
     if a.pre_eval and a.pre_eval_lengths:
-        ev0 = evaluate(model, corpus, device, [int(x) for x in a.pre_eval_lengths.split(",")], eval_n, seed=12345, lm_batches=a.eval_lm_batches, replay=a.eval_replay, tasks=eval_tasks, passes=("exact",), kl=False)
+        with matmul_precision(a.eval_precision):
+            ev0 = evaluate(model, corpus, device, [int(x) for x in a.pre_eval_lengths.split(",")], eval_n, seed=12345, lm_batches=a.eval_lm_batches, replay=a.eval_replay, tasks=eval_tasks, passes=("exact",), kl=False)
         log({"type": "pre_eval_tasks", "step": step, **ev0})
     if a.doc_replay_frac > 0 and a.graph == "on":
         raise SystemExit("--doc-replay-frac needs --graph off (GraphStep has no encoder replay start)")
@@ -794,8 +812,9 @@ def main() -> None:
         phase_stats.append(ps)
     producer.close()
     save("end-of-training")
-    ev = evaluate(model, corpus, device, [int(x) for x in a.eval_lengths.split(",")], eval_n, seed=12345, lm_batches=a.eval_lm_batches, replay=a.eval_replay, tasks=eval_tasks, passes=tuple(a.eval_passes.split(",")), kl_n=a.kl_passages)
-    log({"type": "eval", "step": step, "tokens": tokens, **ev})
+    with matmul_precision(a.eval_precision):
+        ev = evaluate(model, corpus, device, [int(x) for x in a.eval_lengths.split(",")], eval_n, seed=12345, lm_batches=a.eval_lm_batches, replay=a.eval_replay, tasks=eval_tasks, passes=tuple(a.eval_passes.split(",")), kl_n=a.kl_passages)
+    log({"type": "eval", "step": step, "tokens": tokens, "precision": a.eval_precision, **ev})
     meta = json.loads((a.out / "train_meta.json").read_text())
     meta["eval"] = ev
     (a.out / "train_meta.json").write_text(json.dumps(meta, indent=1) + "\n")
