@@ -389,8 +389,7 @@ async function makeDocuments(engine: Engine, store: ObjectStore, opts: ScaleBenc
 
 async function syntheticDocument(engine: Engine, store: ObjectStore, tokens: number, chunkTokens: number, seed: number, io: BenchIo): Promise<Omit<ScaleDocument, 'requestedTokens'>> {
   // whole chunks, so that the ingest below finds every chunk stored and computes only the encoder tail (a
-  // document shorter than a chunk keeps its length and gets no tail: its questions compute it; so does a
-  // document of one chunk, which the engine's ingest encodes again rather than re-use)
+  // document shorter than a chunk keeps its length and gets no tail: its questions compute it)
   const whole = Math.floor(tokens / chunkTokens) * chunkTokens;
   if (whole > 0) tokens = whole;
   const documentId = `synthetic-${tokens}`;
@@ -406,12 +405,12 @@ async function syntheticDocument(engine: Engine, store: ObjectStore, tokens: num
   const artifactBytes = manifest.chunks.reduce((a, c) => a + c.sizeBytes, 0) + encodeManifest(manifest).length;
   // the encoder tail, as an ingest stores it: ingesting the same tokens again re-uses every chunk (each is
   // read and verified) and computes only the tail, which the manifest then names
-  if (whole > chunkTokens) {
+  if (whole > 0) {
     const ing = await engine.ingest({ tenant: TENANT, documentId, tokenIds: Array.from(seq.tokens.view()), chunkTokens });
     const t3 = performance.now();
     if (ing.reusedTokens !== tokens) throw new Error(`the synthetic artifact of ${tokens} tokens was not re-used whole (${ing.reusedTokens})`);
     io.log(`  its encoder tail: ${(ing.tailBytes / MB).toFixed(2)} MB (replay ${ing.tailReplayTokens}) in ${((t3 - t2) / 1000).toFixed(1)} s, the chunks' reading and verification included`);
-  } else io.log(`  ${whole > 0 ? 'one chunk' : 'shorter than a chunk'}: no stored encoder tail`);
+  } else io.log(`  shorter than a chunk: no stored encoder tail`);
   return { documentId, tokens, source: 'synthetic', makeMs: t2 - t0, writeMs: t2 - t1, artifactBytes, globalBytesPerToken: engine.info().bytesPerToken };
 }
 

@@ -248,6 +248,23 @@ test('a document sharing leading chunks with a stored one reuses them', async ()
   assert.equal(other.reusedTokens, 0, 'another tenant shares nothing');
 });
 
+test('a document of exactly one chunk is re-used when ingested again; a shorter one is encoded again', async () => {
+  const one = randomIds(32, 21);
+  const first = await engine.ingest({ tenant: 'acme', documentId: 'one-chunk', tokenIds: one });
+  assert.deepEqual([first.reusedTokens, first.chunksWritten], [0, 1]);
+  const again = await engine.ingest({ tenant: 'acme', documentId: 'one-chunk-again', tokenIds: one });
+  assert.deepEqual([again.reusedTokens, again.chunksSkipped, again.chunksWritten], [32, 1, 0], 'its one full chunk is loaded, not encoded');
+  const ask = (documentId: string) => engine.generate({ promptIds: PROMPT, document: { tenant: 'acme', documentId }, maxTokens: 4, sampling: greedy, ignoreEos: true });
+  const [a, b] = [await ask('one-chunk'), await ask('one-chunk-again')];
+  assert.deepEqual(b.tokens, a.tokens, 'the re-used document answers as the encoded one');
+  const short = one.slice(0, 31);
+  const shortFirst = await engine.ingest({ tenant: 'acme', documentId: 'short', tokenIds: short });
+  const shortAgain = await engine.ingest({ tenant: 'acme', documentId: 'short-again', tokenIds: short });
+  assert.equal(shortFirst.reusedTokens, 0);
+  assert.equal(shortAgain.reusedTokens, 0, 'a partial chunk is never loaded as a shared prefix: the document is encoded again');
+  assert.equal(shortAgain.chunksWritten + shortAgain.chunksSkipped, 1, 'its one partial chunk is stored (or found stored, with the same bytes)');
+});
+
 test('missing documents, other tenants and damaged chunks are refused with their codes', async () => {
   await assert.rejects(engine.generate({ promptIds: PROMPT, document: { tenant: 'acme', documentId: 'nope' }, maxTokens: 1, sampling: greedy }), (e: unknown) => (e as { code?: string }).code === 'not-found');
   await assert.rejects(engine.generate({ promptIds: PROMPT, document: { tenant: 'intruder', documentId: 'doc1' }, maxTokens: 1, sampling: greedy }), (e: unknown) => (e as { code?: string }).code === 'not-found');

@@ -118,8 +118,9 @@ export class IngestWork implements Work {
       ...(createdAtMs !== undefined ? { now: () => new Date(createdAtMs) } : {}),
     });
     // leading chunks that exist already (an equal prefix ingested before) are loaded, not encoded;
-    // each is verified, and the first one that fails verification ends the prefix: it is encoded again
-    const existing = ids.length > C ? await existingChunkPrefix(store, layout, this.req.tenant, ids, C) : 0;
+    // each is verified, and the first one that fails verification ends the prefix: it is encoded again.
+    // Only full chunks count, so a document of exactly one chunk is re-used too, and a shorter one never
+    const existing = await existingChunkPrefix(store, layout, this.req.tenant, ids, C);
     const create = () => {
       const s = model.createSequence();
       s.reserveTokens(ids.length);
