@@ -19,6 +19,7 @@ export const SUITES: Readonly<Record<string, () => Promise<BenchSuite>>> = {
   replay: async () => (await import('./replay-bench.js')).replaySuite,
   batch: async () => (await import('./batch-bench.js')).batchSuite,
   retrieval: async () => (await import('./retrieval-bench.js')).retrievalSuite,
+  encoder: async () => (await import('./encoder-bench.js')).encoderSuite,
 };
 
 const HELP_OPTION: SuiteOption = { type: 'boolean', description: 'list the suites and their options' };

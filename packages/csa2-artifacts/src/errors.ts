@@ -42,10 +42,14 @@ export class ObjectNotFoundError extends Csa2Error {
 export class ArtifactCorruptError extends Csa2Error {
   readonly key: string;
   readonly offset: number;
-  constructor(key: string, offset: number, reason: string) {
-    super('artifact-corrupt', `corrupt artifact object ${key} at byte ${offset}: ${reason}`);
+  readonly reason: string;
+  constructor(key: string, offset: number, reason: string, options?: { readonly document?: { readonly tenant: string; readonly documentId: string }; readonly cause?: unknown }) {
+    const doc = options?.document;
+    const whose = doc === undefined ? '' : `document ${doc.documentId} of tenant ${doc.tenant} is damaged (ingesting it again repairs it): `;
+    super('artifact-corrupt', `${whose}corrupt artifact object ${key} at byte ${offset}: ${reason}`, options?.cause !== undefined ? { cause: options.cause } : undefined);
     this.key = key;
     this.offset = offset;
+    this.reason = reason;
   }
 }
 

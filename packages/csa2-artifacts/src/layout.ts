@@ -36,6 +36,13 @@ export interface KvSourceSpec {
 /** What decides the bytes of an artifact. Build with {@link artifactLayout} or {@link createArtifactLayout}. */
 export interface ArtifactLayout {
   readonly modelId: string;
+  /**
+   * The encoder implementation that writes chunks under this layout: '' for the reference encoder
+   * (onnxruntime's CPU provider), else a short name ('cuda'). It enters every chunk key (format/chunk-key),
+   * so encoders whose numerics differ never share chunks, while any reader of the model reads them all:
+   * a manifest names the encoder of its chunks.
+   */
+  readonly encoder: string;
   readonly layoutId: string;
   /** Ascending by layer. */
   readonly kvSources: readonly KvSourceSpec[];
@@ -52,11 +59,23 @@ export interface ArtifactLayout {
 /** The inputs of a layout when there is no ModelConfig at hand (tests, tools). */
 export interface ArtifactLayoutSpec {
   readonly modelId: string;
+  /** @defaultValue '' (the reference encoder) */
+  readonly encoder?: string;
   readonly headDim: number;
   readonly indexHeadDim: number;
   readonly kvSources: readonly KvSourceSpec[];
   /** @defaultValue 0 (no candidate blocks) */
   readonly candidateBlockTokens?: number;
+}
+
+const ENCODER_PATTERN = /^([a-z0-9][a-z0-9-]{0,15})?$/;
+
+/** Refuses an encoder name that is not '' or 1..16 of [a-z0-9-] (starting with a letter or digit). */
+export function validateEncoderName(encoder: string): string {
+  if (typeof encoder !== 'string' || !ENCODER_PATTERN.test(encoder)) {
+    throw new ConfigError('encoder', `must be empty or 1..16 characters of a-z, 0-9 and '-', got ${JSON.stringify(encoder)}`);
+  }
+  return encoder;
 }
 
 /** Refuses a model id that is not 1..64 printable ASCII characters (no spaces). */
@@ -89,6 +108,7 @@ function canonicalLayoutText(headDim: number, indexHeadDim: number, kvSources: r
  */
 export function createArtifactLayout(spec: ArtifactLayoutSpec): ArtifactLayout {
   const modelId = validateModelId(spec.modelId);
+  const encoder = validateEncoderName(spec.encoder ?? '');
   const headDim = positiveInt('headDim', spec.headDim, MAIN_KV_BLOCK_ELEMENTS);
   const indexHeadDim = positiveInt('indexHeadDim', spec.indexHeadDim, INDEX_K_BLOCK_ELEMENTS);
   if (headDim > 0xffff || indexHeadDim > 0xffff) throw new ConfigError('headDim', `head dims above 65535 do not fit the chunk header`);
@@ -113,6 +133,7 @@ export function createArtifactLayout(spec: ArtifactLayoutSpec): ArtifactLayout {
     .slice(0, 16);
   return Object.freeze({
     modelId,
+    encoder,
     layoutId,
     kvSources: Object.freeze(kvSources),
     headDim,
@@ -132,12 +153,12 @@ export function createArtifactLayout(spec: ArtifactLayoutSpec): ArtifactLayout {
  * const layout = artifactLayout(config, buildLayerPlan(config), weightsDigestHex);
  * bytesPerToken(layout); // 890 for DeepSeek-V4.1-Flash
  */
-export function artifactLayout(config: ModelConfig, plan: LayerPlan, modelId: string): ArtifactLayout {
+export function artifactLayout(config: ModelConfig, plan: LayerPlan, modelId: string, encoder = ''): ArtifactLayout {
   const kvSources = plan.kvSourceLayers.map((layer) => ({ layer, ratio: plan.entries[layer]?.compressRatio ?? 0 }));
   const candLayer = plan.candidateSourceLayer;
   const candRatio = candLayer === null ? 0 : (plan.entries[candLayer]?.compressRatio ?? 0);
   const candidateBlockTokens = candLayer === null ? 0 : config.candidateBlockSize * candRatio;
-  return createArtifactLayout({ modelId, headDim: config.headDim, indexHeadDim: config.indexHeadDim, kvSources, candidateBlockTokens });
+  return createArtifactLayout({ modelId, encoder, headDim: config.headDim, indexHeadDim: config.indexHeadDim, kvSources, candidateBlockTokens });
 }
 
 /** Average artifact payload bytes per token: Σ over KV-source layers of (main row + index row) / ratio. */

@@ -68,6 +68,8 @@ export interface LoadStats {
 /** A chunk to fetch and what it must match. */
 interface ChunkRef {
   readonly key: string;
+  /** The encoder whose key space the key is in (the manifest's, or the layout's for a chunk prefix). */
+  readonly encoder: string;
   readonly previousKey: string | null;
   readonly startToken: number;
   readonly endToken: number;
@@ -181,7 +183,7 @@ export class ArtifactReader {
     const refs: ChunkRef[] = [];
     for (const [i, c] of manifest.chunks.entries()) {
       if (c.startToken >= upto) break;
-      refs.push({ ...c, previousKey: i === 0 ? null : (manifest.chunks[i - 1]?.key ?? null) });
+      refs.push({ ...c, encoder: manifest.encoder ?? '', previousKey: i === 0 ? null : (manifest.chunks[i - 1]?.key ?? null) });
     }
     const stats: MutableStats = { tokensLoaded: 0, chunksLoaded: 0, bytesFetched: 0, cacheHits: 0 };
     await this.forEachChunk(manifest.tenant, refs, stats, (chunk) => {
@@ -212,7 +214,7 @@ export class ArtifactReader {
    */
   async visitChunks(manifest: DocumentManifest, visit: (chunk: DecodedChunk) => void): Promise<LoadStats> {
     this.checkManifest(manifestObjectKey(manifest.tenant, manifest.documentId), manifest);
-    const refs = manifest.chunks.map((c, i) => ({ ...c, previousKey: i === 0 ? null : (manifest.chunks[i - 1]?.key ?? null) }));
+    const refs = manifest.chunks.map((c, i) => ({ ...c, encoder: manifest.encoder ?? '', previousKey: i === 0 ? null : (manifest.chunks[i - 1]?.key ?? null) }));
     const stats: MutableStats = { tokensLoaded: 0, chunksLoaded: 0, bytesFetched: 0, cacheHits: 0 };
     await this.forEachChunk(manifest.tenant, refs, stats, (chunk) => {
       visit(chunk);
@@ -235,9 +237,9 @@ export class ArtifactReader {
     if (!isSequenceEmpty(seq)) throw new SequenceStateError('refusing to load an artifact into a non-empty sequence (it holds tokens or global-KV rows)');
     checkSequenceLayout(seq, this.layout);
     validateChunkTokens(this.layout, chunkTokens);
-    const keys = fullChunkKeys(this.layout.modelId, tokenIds, chunkTokens, chunkCount);
+    const keys = fullChunkKeys(this.layout.modelId, tokenIds, chunkTokens, chunkCount, this.layout.encoder);
     if (keys.length < chunkCount) throw new SequenceStateError(`${tokenIds.length} tokens hold ${keys.length} full chunks of ${chunkTokens}, ${chunkCount} requested`);
-    const refs = keys.map((key, i) => ({ key, previousKey: i === 0 ? null : (keys[i - 1] ?? null), startToken: i * chunkTokens, endToken: (i + 1) * chunkTokens }));
+    const refs = keys.map((key, i) => ({ key, encoder: this.layout.encoder, previousKey: i === 0 ? null : (keys[i - 1] ?? null), startToken: i * chunkTokens, endToken: (i + 1) * chunkTokens }));
     const stats: MutableStats = { tokensLoaded: 0, chunksLoaded: 0, bytesFetched: 0, cacheHits: 0 };
     await this.forEachChunk(validateTenant(tenant), refs, stats, (chunk) => {
       appendChunk(seq, this.layout, chunk);
@@ -326,7 +328,7 @@ export class ArtifactReader {
     if (ref.sha256 !== undefined && chunk.checksumHex !== ref.sha256) {
       throw new ArtifactCorruptError(objectKey, bytes.length - 32, `checksum ${chunk.checksumHex} differs from the manifest's ${ref.sha256}`);
     }
-    if (chunkKey(this.layout.modelId, ref.previousKey, chunk.tokenIds) !== ref.key) {
+    if (chunkKey(this.layout.modelId, ref.previousKey, chunk.tokenIds, ref.encoder) !== ref.key) {
       throw new ArtifactCorruptError(objectKey, chunkHeaderBytes(this.layout), 'token ids do not hash to the chunk key (with the previous chunk key)');
     }
     return chunk;

@@ -192,7 +192,7 @@ export class ArtifactWriter {
         throw new SequenceStateError(`cannot adopt ${chunkCount} chunks of ${C} tokens from a sequence of ${sequenceLength(seq)} tokens`);
       }
       const keys: string[] = []; // chunk by chunk: no copy of the whole prefix's ids
-      for (let i = 0; i < chunkCount; i++) keys.push(chunkKey(this.layout.modelId, keys.at(-1) ?? null, sequenceTokenIds(seq, i * C, (i + 1) * C)));
+      for (let i = 0; i < chunkCount; i++) keys.push(chunkKey(this.layout.modelId, keys.at(-1) ?? null, sequenceTokenIds(seq, i * C, (i + 1) * C), this.layout.encoder));
       const entries = await Promise.all(
         keys.map((key) =>
           this.puts.run(async () => {
@@ -234,6 +234,7 @@ export class ArtifactWriter {
       const manifest: DocumentManifest = {
         formatVersion: MANIFEST_FORMAT_VERSION,
         modelId: this.layout.modelId,
+        ...(this.layout.encoder !== '' ? { encoder: this.layout.encoder } : {}),
         layoutId: this.layout.layoutId,
         tenant: this.tenant,
         documentId: this.documentId,
@@ -320,7 +321,7 @@ export class ArtifactWriter {
         const content = chunkContentOf(seq, this.layout, start, end);
         // header + copy, then SHA-256 in slices that let the earlier puts' I/O go on (chunk-codec)
         const encoding = encodeChunkAsync(this.layout, content, { into: buffer });
-        key = chunkKey(this.layout.modelId, this.previousKey, content.tokenIds);
+        key = chunkKey(this.layout.modelId, this.previousKey, content.tokenIds, this.layout.encoder);
         tokenIds = content.tokenIds;
         encoded = await encoding;
       } catch (error) {
@@ -458,7 +459,7 @@ export async function existingChunkPrefix(
   chunkTokens: number,
 ): Promise<number> {
   validateChunkTokens(layout, chunkTokens);
-  const keys = fullChunkKeys(layout.modelId, tokenIds, chunkTokens);
+  const keys = fullChunkKeys(layout.modelId, tokenIds, chunkTokens, Infinity, layout.encoder);
   const gate = new Semaphore(DEFAULT_MAX_IN_FLIGHT_PUTS);
   let missingFrom = keys.length;
   await Promise.all(

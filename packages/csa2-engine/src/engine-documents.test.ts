@@ -322,6 +322,36 @@ test('ingest verifies the stored chunks it adopts: a corrupt one is encoded agai
   }
 });
 
+test('a chunk damaged while an engine holds it in memory: questions name the document, and its next ingest repairs it without a restart', async () => {
+  const doc = randomIds(140, 41); // four full chunks of 32 and a partial one
+  await engine.ingest({ tenant: 'acme', documentId: 'held', tokenIds: doc });
+  const before = await engine.generate({ promptIds: PROMPT, document: { tenant: 'acme', documentId: 'held' }, maxTokens: 4, sampling: greedy, ignoreEos: true });
+  const manifest = JSON.parse(readFileSync(join(root, 'store/tenants/acme/documents/held/manifest.json'), 'utf8')) as { chunks: { key: string }[] };
+  const key = manifest.chunks[2]?.key ?? '';
+  const file = join(root, 'store/tenants/acme/chunks', key.slice(0, 2), key);
+  const sound = readFileSync(file);
+  const b = Buffer.from(sound);
+  b[Math.floor(b.length / 2)] = (b[Math.floor(b.length / 2)] as number) ^ 0x04;
+  writeFileSync(file, b);
+  // another process (a decoder without the chunk in memory) refuses the question, naming the document
+  const other = await Engine.open({ modelDir: TINY, store: STORE, chunkTokens: 32 });
+  try {
+    await assert.rejects(
+      other.generate({ promptIds: PROMPT, document: { tenant: 'acme', documentId: 'held' }, maxTokens: 1, sampling: greedy }),
+      (e: unknown) => (e as { code?: string }).code === 'artifact-corrupt' && /document held of tenant acme/.test((e as Error).message),
+    );
+    // the engine that cached the chunk ingests the document again: it reads the store, not its memory, and rewrites the chunk
+    const again = await engine.ingest({ tenant: 'acme', documentId: 'held', tokenIds: doc });
+    assert.equal(again.chunksRepaired, 1);
+    assert.equal(again.reusedTokens, 64, 'the prefix ends at the damaged chunk');
+    assert.deepEqual(readFileSync(file), sound, 'the rewritten chunk holds the bytes it held (a chunk is a function of its key)');
+    const after = await other.generate({ promptIds: PROMPT, document: { tenant: 'acme', documentId: 'held' }, maxTokens: 4, sampling: greedy, ignoreEos: true });
+    assert.deepEqual(after.tokens, before.tokens);
+  } finally {
+    await other.close();
+  }
+});
+
 test('ingest with a prefix document: its tokens come first and its full chunks are re-used, not encoded', async () => {
   const question = randomIds(70, 31);
   const out = await engine.ingest({ tenant: 'acme', documentId: 'doc1-and-question', tokenIds: question, prefix: { tenant: 'acme', documentId: 'doc1' } });

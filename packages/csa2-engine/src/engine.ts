@@ -13,7 +13,7 @@
  * use `EngineHost` (host/engine-host), which runs an Engine in a worker thread with the same API.
  */
 import { ChunkCache, artifactLayout, bytesPerToken, openStore, type ArtifactLayout, type ObjectStore } from '@csa2/artifacts';
-import { Csa2Error, InputError, loadModel, loadTokenizer, modelFingerprint, DEFAULT_RUNTIME_OPTIONS, type Csa2Model, type RowArena, type Tokenizer } from '@csa2/core';
+import { Csa2Error, InputError, loadModel, loadTokenizer, modelFingerprint, applyCudaEnvironment, cudaCpuFallbackGraphs, DEFAULT_RUNTIME_OPTIONS, type Csa2Model, type ModelOptions, type RowArena, type Tokenizer } from '@csa2/core';
 import { DEFAULT_DOCUMENT_CACHE_BYTES, DocumentCache } from './scheduler/document-cache.js';
 import { EngineLoop } from './scheduler/engine-loop.js';
 import { GenerateWork } from './scheduler/generate-work.js';
@@ -35,6 +35,27 @@ import type {
 } from './types.js';
 
 export type * from './types.js';
+
+/**
+ * Model options on the CUDA provider, where a graph run costs a launch and a host round trip for
+ * every input and output while the math is nearly free: prefill chunks of thousands of rows, the
+ * indexers' scores and top-k inside their graphs (on the device) rather than in TypeScript, and
+ * attention runs as large as the device memory allows. Explicit EngineOptions win.
+ */
+export const CUDA_MODEL_OPTIONS: Partial<ModelOptions> = {
+  chunkTokens: 4096,
+  indexerScores: 'graph',
+  scanThreads: 0,
+  attentionBudgetValues: 1 << 28,
+  indexerBudgetValues: 1 << 27,
+};
+
+/** Scheduler defaults on the CUDA provider: prefill spans of 4,096 rows. Explicit settings win. */
+export const CUDA_SCHEDULER_DEFAULTS = { prefillChunkTokens: 4096, maxStepTokens: 4096 } as const;
+
+function schedulerOptions(options: EngineOptions): EngineOptions['scheduler'] {
+  return options.runtime?.executionProvider === 'cuda' ? { ...CUDA_SCHEDULER_DEFAULTS, ...options.scheduler } : options.scheduler;
+}
 
 export class Engine {
   private readonly cache: ChunkCache;
@@ -61,7 +82,7 @@ export class Engine {
     if (!(Number.isSafeInteger(prefault) && prefault >= 0)) throw new Csa2Error('config-invalid', `document prefault bytes must be a non-negative integer, got ${prefault}`);
     if (prefault > 0 && this.documents.arena === null) throw new Csa2Error('config-invalid', 'document prefault bytes need the document cache and its arena (documentCacheBytes > 0, documentArena on)');
     this.documentPrefaultMs = prefault > 0 ? (this.documents.arena as RowArena).prefault(prefault) : null;
-    const policy = resolvePolicy(options.scheduler);
+    const policy = resolvePolicy(schedulerOptions(options));
     this.scheduler = new Scheduler(policy, () => this.loop.poke());
     this.loop = new EngineLoop(model, this.scheduler);
     this.ctx = {
@@ -78,14 +99,24 @@ export class Engine {
   }
 
   static async open(options: EngineOptions): Promise<Engine> {
-    resolvePolicy(options.scheduler); // a bad policy fails before the model loads
+    resolvePolicy(schedulerOptions(options)); // a bad policy fails before the model loads
     const numerics = options.numerics ?? 'bf16';
-    const model = await loadModel(options.modelDir, { numerics, runtime: { ...DEFAULT_RUNTIME_OPTIONS, ...options.runtime }, ...(options.scanThreads !== undefined ? { scanThreads: options.scanThreads } : {}) });
+    const runtime = { ...DEFAULT_RUNTIME_OPTIONS, ...options.runtime };
+    applyCudaEnvironment(runtime); // on the main thread (the CLI); EngineHost does it before its thread starts
+    const model = await loadModel(options.modelDir, {
+      numerics,
+      runtime,
+      ...(runtime.executionProvider === 'cuda' ? CUDA_MODEL_OPTIONS : {}),
+      ...(options.scanThreads !== undefined ? { scanThreads: options.scanThreads } : {}),
+    });
     let store: ObjectStore | null = null;
     try {
       const tokenizer = await loadTokenizer({ modelDir: options.modelDir, vocabSize: model.config.vocabSize });
       const modelId = (await modelFingerprint(options.modelDir)) + (numerics === 'fp32' ? '-fp32' : '');
-      const layout = artifactLayout(model.config, model.plan, modelId);
+      // the reference encoder's chunks are the CPU provider's; another provider's numerics differ in the
+      // last bits, so its chunks live in a key space of their own (every decoder of the model reads both)
+      const encoder = model.options.runtime.executionProvider === 'cpu' ? '' : model.options.runtime.executionProvider;
+      const layout = artifactLayout(model.config, model.plan, modelId, encoder);
       store = options.store === undefined ? null : openStore(options.store);
       const warmUpMs = options.warmUp === true ? await model.warmUp() : null;
       return new Engine(model, tokenizer, options.modelDir, layout, store, options, warmUpMs);
@@ -108,6 +139,8 @@ export class Engine {
       modelId: this.layout.modelId,
       bytesPerToken: bytesPerToken(this.layout),
       warmUpMs: this.warmUpMs,
+      executionProvider: this.model.options.runtime.executionProvider,
+      cudaCpuFallbackGraphs: cudaCpuFallbackGraphs(),
       documentPrefaultMs: this.documentPrefaultMs,
       scheduler: this.scheduler.policy,
       sequenceBytesAtMaxContext: sequenceBytes(this.model, this.model.config.maxSeqLen),

@@ -83,8 +83,6 @@ export interface IngestRequest {
    * document): its full chunks are re-used as stored, not encoded again.
    */
   readonly prefix?: DocumentRef;
-  /** Encoder replay when leading chunks are reused. @defaultValue 128 */
-  readonly replayTokens?: number;
   /**
    * Store the document's encoder tail for CED questions with this decoder replay (their default, 128),
    * so that no question encodes the document's last tokens again (scheduler/stored-tail); 0: none. A
@@ -263,6 +261,10 @@ export interface ModelInfo {
   readonly eosIds: readonly number[];
   /** The artifacts' model id: the checkpoint fingerprint (+ '-fp32' in fp32 numerics). */
   readonly modelId: string;
+  /** Where the graphs run. */
+  readonly executionProvider: 'cpu' | 'cuda';
+  /** Graphs opened on the CUDA provider with nodes it cannot run, placed on the CPU (RuntimeOptions.cudaCpuFallback 'allow'). */
+  readonly cudaCpuFallbackGraphs: readonly string[];
   readonly bytesPerToken: number;
   /** How long the warm-up at open took (ms), null when the engine was opened without one. */
   readonly warmUpMs: number | null;

@@ -60,6 +60,12 @@ export interface WorkerConfig {
   readonly scanThreads: number | 'auto';
   /** CSA2_PROVIDER: onnxruntime execution provider. @defaultValue 'cpu' */
   readonly provider: ExecutionProvider;
+  /** CSA2_CUDA_DEVICE_ID: the CUDA device of a `cuda` worker. @defaultValue 0 */
+  readonly cudaDeviceId?: number;
+  /** CSA2_CUDA_TF32: 1 lets cuBLAS/cuDNN use TF32 for fp32 products (off by default: the reference numerics). @defaultValue false */
+  readonly cudaTf32?: boolean;
+  /** CSA2_CUDA_CPU_FALLBACK: refuse | allow a graph with nodes the CUDA provider cannot run (allowed ones are logged by name). @defaultValue 'refuse' */
+  readonly cudaCpuFallback?: 'refuse' | 'allow';
   /** CSA2_SHUTDOWN_GRACE_MS: on SIGTERM, how long the running jobs may take to finish before they are handed back. @defaultValue 20000 */
   readonly shutdownGraceMs: number;
   /** CSA2_LOG_LEVEL: debug | info | warn | error. @defaultValue 'info' */

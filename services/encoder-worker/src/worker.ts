@@ -26,7 +26,7 @@ export interface EncoderWorkerOptions {
 export function encoderEngineOptions(config: EncoderConfig): EngineOptions {
   return {
     modelDir: config.modelDir,
-    runtime: { intraOpThreads: config.threads, executionProvider: config.provider },
+    runtime: { intraOpThreads: config.threads, executionProvider: config.provider, deviceId: config.cudaDeviceId ?? 0, tf32: config.cudaTf32 ?? false, cudaCpuFallback: config.cudaCpuFallback ?? 'refuse' },
     scanThreads: config.scanThreads,
     // one chunk through the model before taking jobs, so the first job does not pay for arena growth
     warmUp: true,
@@ -45,7 +45,14 @@ export async function startEncoderWorker(config: EncoderConfig, options: Encoder
     config,
     log: options.log ?? jsonLogger('encoder-worker', config.logLevel),
     startEngine: () => EngineHost.start(encoderEngineOptions(config)),
-    describeEngine: (host) => ({ warmUpMs: Math.round(host.info.warmUpMs ?? 0), batchCapacity: host.info.batchCapacity, kvBudgetBytes: host.info.scheduler.kvBudgetBytes }),
+    describeEngine: (host) => ({
+      warmUpMs: Math.round(host.info.warmUpMs ?? 0),
+      batchCapacity: host.info.batchCapacity,
+      kvBudgetBytes: host.info.scheduler.kvBudgetBytes,
+      executionProvider: host.info.executionProvider,
+      // graphs whose nodes partly run on the CPU (a host round trip each run), by name
+      ...(host.info.cudaCpuFallbackGraphs.length > 0 ? { cudaCpuFallbackGraphs: host.info.cudaCpuFallbackGraphs } : {}),
+    }),
     engineStats: (host) => host.stats(),
     defaultConcurrency: (host) => Math.min(DEFAULT_PREFILL_CONCURRENCY, host.info.batchCapacity),
     setup: (deps) => {

@@ -6,22 +6,31 @@
  * reuses every full chunk of the document it extends. Length prefixes keep field boundaries from
  * colliding (model "ab" + tokens [..] never hashes like model "a" + other bytes).
  *
+ * A chunk's bytes are a function of its key: every encoder that writes under a model id writes the
+ * same bytes for the same tokens, whatever the store held before (the engine's ingest continues after
+ * a stored prefix in exactly a straight encode's state). An encoder whose numerics differ writes
+ * under a name of its own (the layout's `encoder`, hashed into the key) or, when the decoder's numerics
+ * differ too (fp32), under a model id of its own. The domain tag's version changes
+ * whenever what a key names changes: "v1" keys named chunks whose bytes depended on the ingest history
+ * (a continuation replayed only the last 128 tokens), so "v2" keys never find them.
+ *
  * Hashed bytes (little-endian):
  *
  * | size       | field                                                 |
  * |------------|-------------------------------------------------------|
- * | 4 + 17     | u32 length + ASCII domain tag "csa2/chunk-key/v1" |
+ * | 4 + 17     | u32 length + ASCII domain tag "csa2/chunk-key/v2" |
  * | 4 + M      | u32 length + model id (ASCII)                         |
+ * | 4 + N      | u32 length + encoder name (ASCII, empty: the reference) |
  * | 1          | 0 = first chunk, 1 = a previous key follows           |
  * | (4 + 64)   | u32 length + previous key (ASCII hex), when present   |
  * | 4 + 4·T    | u32 token count T + T token ids (u32)                 |
  */
 import { createHash } from 'node:crypto';
 import { InputError } from '@csa2/core';
-import { validateModelId } from '../layout.js';
+import { validateEncoderName, validateModelId } from '../layout.js';
 import { validateChunkKey } from './keys.js';
 
-const DOMAIN_TAG = 'csa2/chunk-key/v1';
+const DOMAIN_TAG = 'csa2/chunk-key/v2';
 const U32_LIMIT = 2 ** 32;
 
 function u32(value: number): Uint8Array {
@@ -89,11 +98,13 @@ export function tokenIdsToBytes(tokenIds: ArrayLike<number>, label = 'token ids'
  * const k0 = chunkKey(modelId, null, tokens.slice(0, C));
  * const k1 = chunkKey(modelId, k0, tokens.slice(C, 2 * C));
  */
-export function chunkKey(modelId: string, previousKey: string | null, tokenIds: ArrayLike<number>): string {
+export function chunkKey(modelId: string, previousKey: string | null, tokenIds: ArrayLike<number>, encoder = ''): string {
   validateModelId(modelId);
+  validateEncoderName(encoder);
   const hash = createHash('sha256');
   for (const part of lengthPrefixedAscii(DOMAIN_TAG)) hash.update(part);
   for (const part of lengthPrefixedAscii(modelId)) hash.update(part);
+  for (const part of lengthPrefixedAscii(encoder)) hash.update(part);
   if (previousKey === null) hash.update(Uint8Array.of(0));
   else {
     validateChunkKey(previousKey);
@@ -109,11 +120,11 @@ export function chunkKey(modelId: string, previousKey: string | null, tokenIds: 
  * Keys of the full chunks of a token sequence: chunk i covers [i·C, (i+1)·C); a trailing partial
  * chunk is not included (`maxChunks` stops early).
  */
-export function fullChunkKeys(modelId: string, tokenIds: ArrayLike<number>, chunkTokens: number, maxChunks = Infinity): string[] {
+export function fullChunkKeys(modelId: string, tokenIds: ArrayLike<number>, chunkTokens: number, maxChunks = Infinity, encoder = ''): string[] {
   const keys: string[] = [];
   let previous: string | null = null;
   for (let start = 0; start + chunkTokens <= tokenIds.length && keys.length < maxChunks; start += chunkTokens) {
-    previous = chunkKey(modelId, previous, sliceIds(tokenIds, start, start + chunkTokens));
+    previous = chunkKey(modelId, previous, sliceIds(tokenIds, start, start + chunkTokens), encoder);
     keys.push(previous);
   }
   return keys;

@@ -7,6 +7,7 @@
  * {
  *   "formatVersion": 1,
  *   "modelId": "…", "layoutId": "0123456789abcdef",
+ *   "encoder": "cuda",                    (only when not the reference encoder: the key space of the chunks)
  *   "tenant": "acme", "documentId": "doc-1",
  *   "tokenCount": 8229, "chunkTokens": 4096,
  *   "chunks": [
@@ -57,6 +58,8 @@ export interface ManifestTail {
 export interface DocumentManifest {
   readonly formatVersion: number;
   readonly modelId: string;
+  /** The encoder whose key space the chunk keys are in (ArtifactLayout.encoder); absent: the reference encoder. */
+  readonly encoder?: string;
   readonly layoutId: string;
   readonly tenant: string;
   readonly documentId: string;
@@ -124,6 +127,7 @@ export function encodeManifest(manifest: DocumentManifest): Uint8Array {
   const ordered: DocumentManifest = {
     formatVersion: manifest.formatVersion,
     modelId: manifest.modelId,
+    ...(manifest.encoder !== undefined && manifest.encoder !== '' ? { encoder: manifest.encoder } : {}),
     layoutId: manifest.layoutId,
     tenant: manifest.tenant,
     documentId: manifest.documentId,
@@ -190,6 +194,7 @@ export function parseManifest(key: string, bytesU8: Uint8Array): DocumentManifes
   const formatVersion = f.int(json, 'formatVersion', 'formatVersion', 0);
   if (!SUPPORTED_MANIFEST_VERSIONS.includes(formatVersion)) throw new UnsupportedVersionError(key, formatVersion, SUPPORTED_MANIFEST_VERSIONS);
   const modelId = f.str(json, 'modelId', 'modelId', validateModelId, '1..64 printable ASCII characters');
+  const encoder = json['encoder'] === undefined ? '' : f.str(json, 'encoder', 'encoder', (s) => s !== '' && /^[a-z0-9][a-z0-9-]{0,15}$/.test(s), "1..16 characters of a-z, 0-9 and '-'");
   const layoutId = f.str(json, 'layoutId', 'layoutId', (s) => /^[\x21-\x7E]{1,64}$/.test(s), '1..64 printable ASCII characters');
   const tenant = f.str(json, 'tenant', 'tenant', validateTenant, 'a tenant id ([A-Za-z0-9_-]{1,64})');
   const documentId = f.str(json, 'documentId', 'documentId', validateDocumentId, 'a document id ([A-Za-z0-9_-]{1,64})');
@@ -199,7 +204,7 @@ export function parseManifest(key: string, bytesU8: Uint8Array): DocumentManifes
   const chunks = parseChunks(f, json['chunks'], tokenCount, chunkTokens);
   const createdAt = f.str(json, 'createdAt', 'createdAt', (s) => ISO_UTC.test(s) && !Number.isNaN(Date.parse(s)), 'an ISO 8601 UTC time');
   const tail = parseTail(f, json['tail'], tokenCount);
-  return { formatVersion, modelId, layoutId, tenant, documentId, tokenCount, chunkTokens, chunks, createdAt, ...(tail !== null ? { tail } : {}) };
+  return { formatVersion, modelId, ...(encoder !== '' ? { encoder } : {}), layoutId, tenant, documentId, tokenCount, chunkTokens, chunks, createdAt, ...(tail !== null ? { tail } : {}) };
 }
 
 function parseTail(f: FieldReader, value: unknown, tokenCount: number): ManifestTail | null {

@@ -173,3 +173,24 @@ export function buildLayerPlan(config: ModelConfig): LayerPlan {
     counts: Object.freeze(counts),
   });
 }
+
+/**
+ * Tokens an encoder that continues after a stored prefix at position p re-runs before p, [p − n, p),
+ * so that every encoder layer's sliding window over [p − W + 1, p) holds exactly what a straight
+ * encode from position 0 holds there.
+ *
+ * Layer l's window rows at positions t are computed from layer l's input at t, and that input depends
+ * on layer l − 1's window, i.e. on layer l − 1's input over [t − W + 1, t]. Replaying from s with
+ * empty windows, layer l's input is exact at t iff t − s ≥ l · (W − 1) (layer 0's input, the token
+ * embedding, is exact everywhere). The rows the continuation reads, [p − W + 1, p) in the last encoder
+ * layer E − 1, are therefore exact iff s ≤ p − E · (W − 1). Nothing else an encoder row depends on is
+ * carried between rows: the compressed global KV before p is loaded as stored, groups never span a
+ * chunk boundary (chunks hold whole groups), and the hyper-connection streams are per row.
+ *
+ * 2,540 tokens at the released configuration (20 encoder layers, window 128); 0 for a schedule without
+ * an encoder–decoder split.
+ */
+export function encoderContinuationTokens(plan: LayerPlan, windowSize: number): number {
+  const E = plan.decoderStart ?? 0;
+  return E * Math.max(0, windowSize - 1);
+}

@@ -5,7 +5,11 @@
  * `session.run` executes synchronously on the calling thread inside onnxruntime-node, so callers that
  * serve requests run models inside a worker thread (@csa2/engine's EngineHost does).
  */
+import { existsSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { availableParallelism } from 'node:os';
+import { dirname, join } from 'node:path';
+import { isMainThread } from 'node:worker_threads';
 import * as ort from 'onnxruntime-node';
 import { Csa2Error } from '../errors.js';
 
@@ -14,6 +18,21 @@ export type ExecutionProvider = 'cpu' | 'cuda';
 export interface RuntimeOptions {
   /** Where the graphs run. `cuda` needs an onnxruntime-node build with the CUDA provider. @defaultValue 'cpu' */
   readonly executionProvider: ExecutionProvider;
+  /** The CUDA device the sessions run on (`cuda` only). @defaultValue 0 */
+  readonly deviceId: number;
+  /**
+   * Let cuBLAS and cuDNN compute fp32 products in TF32 (10-bit mantissas), as onnxruntime's CUDA
+   * provider does by default. Off, fp32 MatMuls keep fp32 inputs (the CPU provider's results to the
+   * last bits' rounding); the bf16 GEMMs are unaffected. onnxruntime-node passes no such provider
+   * option, so it is applied through NVIDIA_TF32_OVERRIDE (see applyCudaEnvironment). @defaultValue false
+   */
+  readonly tf32: boolean;
+  /**
+   * A `cuda` session whose graph has nodes the CUDA provider cannot run (onnxruntime places them on
+   * the CPU: a device↔host copy around each, every run) is refused ('refuse'), or opened and reported
+   * by name in `cudaCpuFallbackGraphs()` ('allow'). @defaultValue 'refuse'
+   */
+  readonly cudaCpuFallback: 'refuse' | 'allow';
   /**
    * Threads for one operator. 'auto': 1 for small models (see `resolveIntraOpThreads`), otherwise the
    * machine's available parallelism. @defaultValue 'auto'
@@ -74,6 +93,9 @@ export const DECODE_ATTENTION_ARENA_ROWS = 64;
 
 export const DEFAULT_RUNTIME_OPTIONS: RuntimeOptions = {
   executionProvider: 'cpu',
+  deviceId: 0,
+  tf32: false,
+  cudaCpuFallback: 'refuse',
   intraOpThreads: 'auto',
   allowSpinning: false,
   graphOptimization: 'basic',
@@ -175,6 +197,73 @@ function describeFeeds(feeds: Readonly<Record<string, HostTensor>>): string {
     .join('; ');
 }
 
+/** The folder of onnxruntime-node's native binding, where its execution provider libraries lie. */
+export function ortBindingDir(): string {
+  const require = createRequire(import.meta.url);
+  const pkg = dirname(require.resolve('onnxruntime-node/package.json'));
+  return join(pkg, 'bin', `napi-v${ORT_NAPI_VERSION}`, process.platform, process.arch);
+}
+const ORT_NAPI_VERSION = 6;
+
+/** The libraries the CUDA provider needs beside onnxruntime-node's binding. */
+export const CUDA_PROVIDER_LIBRARIES = ['libonnxruntime_providers_shared.so', 'libonnxruntime_providers_cuda.so'] as const;
+
+export const CUDA_INSTALL_HINT =
+  'install onnxruntime-node with its CUDA provider (`ONNXRUNTIME_NODE_INSTALL=cuda12 npm ci`, which downloads it; ' +
+  'the GPU encoder image, infra/docker/Dockerfile.gpu, does this) on a machine with an NVIDIA driver and the CUDA 12/13 ' +
+  'runtime, cuBLAS and cuDNN 9 libraries on LD_LIBRARY_PATH (infra/README.md, "GPU encoder workers")';
+
+/**
+ * Checks that the CUDA provider can be loaded at all; throws a Csa2Error ('config-invalid') naming
+ * what is missing and how to install it. `bindingDir` is for tests.
+ */
+export function checkCudaProviderInstalled(bindingDir: string = ortBindingDir()): void {
+  const missing = CUDA_PROVIDER_LIBRARIES.filter((f) => !existsSync(join(bindingDir, f)));
+  if (missing.length > 0) {
+    throw new Csa2Error(
+      'config-invalid',
+      `the CUDA execution provider is not installed: ${missing.join(' and ')} ${missing.length > 1 ? 'are' : 'is'} missing from ${bindingDir}; ${CUDA_INSTALL_HINT}`,
+    );
+  }
+}
+
+/**
+ * Sets what the CUDA libraries read from the environment before a CUDA session is created:
+ * NVIDIA_TF32_OVERRIDE=0 unless `tf32` (cuBLAS and cuDNN then never use TF32). It must run on the main
+ * thread (a worker thread's process.env is its own copy, which native code does not see) before the
+ * first CUDA session of the process; EngineHost does it before it starts its thread. An explicit
+ * NVIDIA_TF32_OVERRIDE in the environment wins. Returns whether TF32 is off.
+ */
+export function applyCudaEnvironment(options: Pick<RuntimeOptions, 'executionProvider' | 'tf32'>): boolean {
+  if (options.executionProvider !== 'cuda') return true;
+  if (isMainThread && process.env['NVIDIA_TF32_OVERRIDE'] === undefined && !options.tf32) process.env['NVIDIA_TF32_OVERRIDE'] = '0';
+  return process.env['NVIDIA_TF32_OVERRIDE'] === '0';
+}
+
+const fallbackGraphs = new Set<string>();
+
+/** Graphs opened on `cuda` with nodes placed on the CPU (RuntimeOptions.cudaCpuFallback 'allow'), by name. */
+export function cudaCpuFallbackGraphs(): readonly string[] {
+  return [...fallbackGraphs].sort();
+}
+
+/** onnxruntime's refusal when session.disable_cpu_ep_fallback is set and a node has no CUDA kernel. */
+const CPU_FALLBACK_REFUSED = /fallback to CPU EP has been explicitly disabled|assigned to the default CPU EP/i;
+
+function sessionOptions(options: RuntimeOptions, intraOpThreads: number, memoryArena: boolean, strict: boolean): ort.InferenceSession.SessionOptions {
+  const cuda = options.executionProvider === 'cuda';
+  return {
+    executionProviders: cuda ? [{ name: 'cuda', deviceId: options.deviceId }, 'cpu'] : ['cpu'],
+    intraOpNumThreads: intraOpThreads,
+    interOpNumThreads: 1,
+    graphOptimizationLevel: options.graphOptimization,
+    executionMode: 'sequential',
+    enableMemPattern: false,
+    enableCpuMemArena: memoryArena,
+    extra: { session: { intra_op: { allow_spinning: options.allowSpinning ? '1' : '0' }, ...(cuda && strict ? { disable_cpu_ep_fallback: '1' } : {}) } },
+  };
+}
+
 /** Opens a session over serialized ONNX bytes. */
 export async function openGraphSession(
   name: string,
@@ -183,20 +272,32 @@ export async function openGraphSession(
   intraOpThreads: number = resolveIntraOpThreads(options, Number.POSITIVE_INFINITY),
   memoryArena: boolean = options.memoryArena,
 ): Promise<GraphSession> {
+  const cuda = options.executionProvider === 'cuda';
+  if (cuda) {
+    if (!(Number.isInteger(options.deviceId) && options.deviceId >= 0)) throw new Csa2Error('config-invalid', `runtime: deviceId must be a non-negative integer, got ${String(options.deviceId)}`);
+    checkCudaProviderInstalled();
+    applyCudaEnvironment(options);
+  }
   let session: ort.InferenceSession;
   try {
-    session = await ort.InferenceSession.create(model, {
-      executionProviders: options.executionProvider === 'cuda' ? ['cuda', 'cpu'] : ['cpu'],
-      intraOpNumThreads: intraOpThreads,
-      interOpNumThreads: 1,
-      graphOptimizationLevel: options.graphOptimization,
-      executionMode: 'sequential',
-      enableMemPattern: false,
-      enableCpuMemArena: memoryArena,
-      extra: { session: { intra_op: { allow_spinning: options.allowSpinning ? '1' : '0' } } },
-    });
+    session = await ort.InferenceSession.create(model, sessionOptions(options, intraOpThreads, memoryArena, cuda));
   } catch (cause) {
-    throw new Csa2Error('runtime', `cannot create onnxruntime session for graph ${name}: ${String(cause)}`, { cause });
+    const text = String(cause);
+    if (cuda && CPU_FALLBACK_REFUSED.test(text)) {
+      if (options.cudaCpuFallback === 'refuse') {
+        throw new Csa2Error('config-invalid', `graph ${name} has nodes the CUDA provider cannot run (onnxruntime would run them on the CPU, a host round trip each); refused: set CSA2_CUDA_CPU_FALLBACK=allow (RuntimeOptions.cudaCpuFallback) to run it anyway`, { cause });
+      }
+      fallbackGraphs.add(name);
+      try {
+        session = await ort.InferenceSession.create(model, sessionOptions(options, intraOpThreads, memoryArena, false));
+      } catch (again) {
+        throw new Csa2Error('runtime', `cannot create onnxruntime session for graph ${name}: ${String(again)}`, { cause: again });
+      }
+    } else if (cuda && /Failed to load (shared )?library|cannot open shared object|CUDA failure|cudaErrorNoDevice|no CUDA-capable device/i.test(text)) {
+      throw new Csa2Error('config-invalid', `the CUDA execution provider could not start for graph ${name} on device ${options.deviceId}: ${text.split('\n')[0]}; ${CUDA_INSTALL_HINT}`, { cause });
+    } else {
+      throw new Csa2Error('runtime', `cannot create onnxruntime session for graph ${name}: ${text}`, { cause });
+    }
   }
   const inputNames = [...session.inputNames];
   const outputNames = [...session.outputNames];

@@ -177,12 +177,19 @@ function runtimeOptions(o: Values) {
   if (provider !== 'cpu' && provider !== 'cuda') throw new InputError(`--provider must be cpu or cuda, got "${String(provider)}"`);
   const threads = o['threads'] === undefined || o['threads'] === 'auto' ? 'auto' : intOption(o['threads'], 'threads');
   if (threads !== 'auto' && threads < 1) throw new InputError(`--threads must be a positive integer or auto, got ${threads}`);
-  return { executionProvider: provider, intraOpThreads: threads } as const;
+  const deviceId = o['device-id'] === undefined ? 0 : intOption(o['device-id'], 'device-id');
+  if (deviceId < 0) throw new InputError(`--device-id must be a non-negative integer, got ${deviceId}`);
+  const fallback = o['cuda-cpu-fallback'] ?? 'refuse';
+  if (fallback !== 'refuse' && fallback !== 'allow') throw new InputError(`--cuda-cpu-fallback must be refuse or allow, got "${String(fallback)}"`);
+  return { executionProvider: provider, intraOpThreads: threads, deviceId, tf32: o['tf32'] === true, cudaCpuFallback: fallback } as const;
 }
 
-const RUNTIME_FLAGS = { provider: { type: 'string' }, threads: { type: 'string' } } as const;
+const RUNTIME_FLAGS = { provider: { type: 'string' }, threads: { type: 'string' }, 'device-id': { type: 'string' }, tf32: { type: 'boolean' }, 'cuda-cpu-fallback': { type: 'string' } } as const;
 const RUNTIME_HELP: readonly Help[] = [
   ['--provider cpu|cuda', 'onnxruntime execution provider (default cpu)'],
+  ['--device-id N', 'the CUDA device (default 0)'],
+  ['--tf32', 'let cuBLAS/cuDNN use TF32 for fp32 products (default off: the reference numerics)'],
+  ['--cuda-cpu-fallback refuse|allow', 'a graph with nodes the CUDA provider cannot run: refuse it (default) or run them on the CPU'],
   ['--threads N|auto', 'intra-op threads (default auto: 1 below dim 512, else the cores)'],
 ];
 

@@ -13,7 +13,7 @@
  * call rejects with an EngineError of code 'runtime' and `alive` turns false.
  */
 import { Worker } from 'node:worker_threads';
-import { Csa2Error, type Csa2ErrorCode } from '@csa2/core';
+import { Csa2Error, DEFAULT_RUNTIME_OPTIONS, applyCudaEnvironment, type Csa2ErrorCode } from '@csa2/core';
 import type { EngineOptions, EngineStats, GenerateHooks, GenerateOutcome, GenerateRequest, IngestHooks, IngestOutcome, IngestRequest, ModelInfo, SerializedError, TokenEvent } from '../engine.js';
 import type { FlowControl } from '../flow-control.js';
 import type { EngineMethod, FromThread, ThreadData, ToThread } from './protocol.js';
@@ -58,6 +58,7 @@ export class EngineHost {
 
   /** Starts the thread and waits until the model is loaded; load errors reject with their own code. */
   static async start(options: EngineOptions): Promise<EngineHost> {
+    applyCudaEnvironment({ ...DEFAULT_RUNTIME_OPTIONS, ...options.runtime }); // native code reads the main thread's environment
     const data: ThreadData = { options };
     // a stack of its own size: onnxruntime's session creation recurses deeply (a 4 MB default stack
     // overflowed — a segfault — when the process had a long command line)

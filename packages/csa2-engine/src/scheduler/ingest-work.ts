@@ -3,7 +3,10 @@
  * An ingest as scheduler work: a document (token ids, or text tokenized with the tokenizer's BOS first,
  * as the gateway sends it) encoded into an artifact. Leading chunks that already exist in the tenant's
  * store (an equal prefix ingested before) are loaded instead of encoded, and the encoder then replays
- * the last R cached tokens with the rest; chunks are written as the encode completes them (the writes
+ * the cached tokens its windows depend on (encoderContinuationTokens: 2,540 at the released
+ * configuration) with the rest, so that every chunk it writes holds the bytes a straight encode of the
+ * same tokens writes: a chunk's bytes are a function of its key, whatever the store held before. Chunks
+ * are written as the encode completes them (the writes
  * overlap the next steps), the manifest last. Re-running the same ingest rewrites nothing. A stored
  * chunk that fails verification ends the re-used prefix and is written again (`chunksRepaired`), as
  * is any other stored chunk the writer finds damaged. With `prefix` (a long prompt after a stored
@@ -15,7 +18,7 @@
  * for their picks; the manifest, written last, names it.
  */
 import { ArtifactWriter, DEFAULT_CHUNK_TOKENS, bytesPerToken, encodeManifest, encodeTail, existingChunkPrefix } from '@csa2/artifacts';
-import { Csa2Error, DEFAULT_REPLAY_TOKENS, InputError, type Sequence, type SourceSelections, type Span, type SpanOutput } from '@csa2/core';
+import { Csa2Error, DEFAULT_REPLAY_TOKENS, InputError, encoderContinuationTokens, type Sequence, type SourceSelections, type Span, type SpanOutput } from '@csa2/core';
 import { MAX_TAIL_REPLAY } from './document-cache.js';
 import { encoderTailReusable, replayChunkRows } from './generate-work.js';
 import { clearToArtifactState, copySelections, joinSelections, storedTailOf } from './stored-tail.js';
@@ -46,7 +49,6 @@ export class IngestWork implements Work {
   private reusedTokens = 0;
   private damagedChunks = 0;
   private readonly chunkTokens: number;
-  private readonly replayTokens: number;
   private readonly tailReplay: number;
   /** The encoder tail's runs (after the encode): the encoder over the last R rows, then the candidate source. */
   private tailPhase: { readonly kind: 'encode' | 'sources'; readonly run: SegmentRun } | null = null;
@@ -66,7 +68,6 @@ export class IngestWork implements Work {
     this.tenant = req.tenant;
     this.priority = req.priority ?? 0;
     this.chunkTokens = req.chunkTokens ?? ctx.chunkTokens ?? DEFAULT_CHUNK_TOKENS;
-    this.replayTokens = req.replayTokens ?? DEFAULT_REPLAY_TOKENS;
     this.tailReplay = req.tailReplayTokens ?? DEFAULT_REPLAY_TOKENS;
     if (!(Number.isInteger(this.tailReplay) && this.tailReplay >= 0 && this.tailReplay <= MAX_TAIL_REPLAY)) {
       throw new InputError(`tail replay tokens must be an integer in [0, ${MAX_TAIL_REPLAY}], got ${this.tailReplay}`);
@@ -137,7 +138,8 @@ export class IngestWork implements Work {
       if (!this.startTail(seq)) void this.finishIngest();
       return;
     }
-    const start = this.reusedTokens === 0 ? 0 : Math.max(0, this.reusedTokens - Math.max(1, this.replayTokens));
+    // the encoder's dependency cone before the first new token: its windows then hold what a straight encode's hold
+    const start = Math.max(0, this.reusedTokens - encoderContinuationTokens(model.plan, model.config.windowSize));
     seq.tokens.append(ids.subarray(this.reusedTokens));
     this.run = new SegmentRun(seq, { start, end: seq.length, l0: 0, l1: model.decoderStart, input: null, compressAtEnd: true, keepRows: 1 }, model.config);
   }

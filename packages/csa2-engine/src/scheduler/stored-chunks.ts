@@ -21,13 +21,15 @@ import type { WorkContext } from './work-context.js';
 
 /**
  * Runs a read of the chunks a manifest lists: one that is missing is storage loss
- * (ArtifactMissingError), not an unknown document.
+ * (ArtifactMissingError), not an unknown document; one that fails verification names the document
+ * (the next ingest of its text finds the damaged object and writes it again).
  */
 export async function listedChunks<T>(doc: DocumentRef, read: () => Promise<T>): Promise<T> {
   try {
     return await read();
   } catch (err) {
     if (err instanceof ObjectNotFoundError) throw new ArtifactMissingError(err.key, `document ${doc.documentId} of tenant ${doc.tenant}`, { cause: err });
+    if (err instanceof ArtifactCorruptError) throw new ArtifactCorruptError(err.key, err.offset, err.reason, { document: doc, cause: err });
     throw err;
   }
 }
@@ -46,7 +48,7 @@ export async function documentTokens(ctx: WorkContext, store: ObjectStore, doc: 
 
 /**
  * Loads the first `chunkCount` stored full chunks of `ids` into a fresh sequence (made by `create`),
- * each verified by the reader. A chunk that fails verification (or vanished since it was found) ends
+ * each read from the store (not from the chunk cache) and verified by the reader. A chunk that fails verification (or vanished since it was found) ends
  * the prefix there: it is deleted, so that the writer stores it again, and the chunks before it are
  * loaded again (from the chunk cache) into a new sequence. Returns the sequence, the chunks loaded
  * and the number of damaged chunks found (0 or 1).
@@ -61,7 +63,10 @@ export async function loadStoredPrefix(
   create: () => Sequence,
 ): Promise<{ seq: Sequence; chunks: number; damaged: number }> {
   const reader = new ArtifactReader({ store, layout: ctx.layout, cache: ctx.cache });
-  const objectKeys = fullChunkKeys(ctx.layout.modelId, ids, chunkTokens, chunkCount).map((k) => chunkObjectKey(tenant, k));
+  const objectKeys = fullChunkKeys(ctx.layout.modelId, ids, chunkTokens, chunkCount, ctx.layout.encoder).map((k) => chunkObjectKey(tenant, k));
+  // what the ingest adopts is what the store holds now, verified: a copy this process cached earlier
+  // would hide an object damaged since, which the ingest must find and write again
+  for (const k of objectKeys) ctx.cache.delete(k);
   let count = chunkCount;
   let damaged = 0;
   for (;;) {

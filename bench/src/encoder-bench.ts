@@ -1,0 +1,224 @@
+/**
+ * @module encoder-bench
+ * `npm run bench -- encoder`: what an encoder worker delivers, per execution provider, in one run on
+ * one machine. For each model (the seeded dim-1024 bench model, the served model) and provider
+ * (CPU, CUDA) it opens an engine as the encoder worker does (warm-up included, not timed) and ingests
+ * a document of each length into a fresh filesystem store: encoder tokens/s over the whole ingest
+ * (the encode, the artifact's chunks and manifest written, the stored encoder tail), and the
+ * achieved FLOP/s from the FLOP count (flops.ts encodeFlops) against the machine's measured matmul
+ * rate: the CPU's fp32 rate (ceiling.ts) and, on CUDA, the device's bf16 tensor-core rate, measured
+ * by a chain of bf16 MatMuls that stay on the device (only a vector crosses to it and a scalar back).
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { GraphBuilder, SeededRandom, buildLayerPlan, f32, openGraphSession, readModelConfigFile, DEFAULT_RUNTIME_OPTIONS, type ExecutionProvider, type RuntimeOptions } from '@csa2/core';
+import { Engine } from '@csa2/engine';
+import { ensureSeededCheckpoint } from './checkpoint-cache.js';
+import { measureMatmulCeiling } from './ceiling.js';
+import { encodeFlops } from './flops.js';
+import { machineFacts } from './machine.js';
+import { BENCH_1024_CONFIG } from './model-bench.js';
+import { fmtSig, fmtTokens, markdownTable } from './table.js';
+import { UsageError, tokenCount, type BenchIo, type BenchSuite, type OptionValues } from './suite.js';
+
+const REPO_ROOT = new URL('../../', import.meta.url);
+const SERVED_MODEL_DIR = join(REPO_ROOT.pathname, 'models', 'v41-mini-128k');
+
+type ModelKey = '1024' | 'served';
+const MODEL_KEYS: readonly ModelKey[] = ['1024', 'served'];
+
+export interface EncoderBenchOptions {
+  readonly models: readonly ModelKey[];
+  readonly providers: readonly ExecutionProvider[];
+  readonly lengths: readonly number[];
+  /** Intra-op threads on the CPU provider. */
+  readonly cpuThreads: number | 'auto';
+  readonly seed: number;
+  readonly cacheRoot: string;
+}
+
+export interface EncoderBenchRow {
+  readonly model: string;
+  readonly provider: ExecutionProvider;
+  readonly tokens: number;
+  readonly ms: number;
+  readonly tokensPerSecond: number;
+  readonly flops: number;
+  readonly achievedTflops: number;
+  /** Achieved FLOP/s over the provider's measured matmul rate. */
+  readonly ofCeiling: number;
+  readonly cpuFallbackGraphs: readonly string[];
+}
+
+/**
+ * The device's bf16 matmul rate: `depth` chained [M, K]·[K, K] bf16 MatMuls (fp32 accumulation) in
+ * one graph run whose input is one row (expanded on the device) and whose output is a scalar, so the
+ * run is the GEMMs and a launch. TFLOP/s of the best of `runs`.
+ */
+export async function measureBf16MatmulRate(runtime: RuntimeOptions, shape: { m: number; k: number; depth: number } = { m: 8192, k: 4096, depth: 16 }, runs = 10): Promise<number> {
+  const { m, k, depth } = shape;
+  const g = new GraphBuilder('bf16_matmul_chain');
+  const x = g.input('x', 'float32', [1, k]);
+  const rng = new SeededRandom(20261207);
+  const w = new Float32Array(k * k);
+  for (let i = 0; i < w.length; i++) w[i] = (rng.nextUniform() * 2 - 1) / Math.sqrt(k);
+  const wb = g.cast(g.weight('w', w, [k, k]), 'bfloat16');
+  let h = g.cast(g.op('Expand', [x, g.ints([m, k])]), 'bfloat16');
+  for (let i = 0; i < depth; i++) h = g.matmul(h, wb);
+  g.output(g.op('ReduceSum', [g.cast(h, 'float32')], { keepdims: 0 }), 'y', 'float32', []);
+  const session = await openGraphSession('bf16_matmul_chain', g.toBytes(), runtime, 1);
+  try {
+    const feeds = { x: f32(new Float32Array(k).fill(0.01), [1, k]) };
+    for (let i = 0; i < 3; i++) await session.run(feeds);
+    let best = Infinity;
+    for (let i = 0; i < runs; i++) {
+      const t = performance.now();
+      await session.run(feeds);
+      best = Math.min(best, performance.now() - t);
+    }
+    return (2 * m * k * k * depth) / (best * 1e9);
+  } finally {
+    await session.dispose();
+  }
+}
+
+function randomIds(n: number, vocab: number, seed: number): number[] {
+  const rng = new SeededRandom(seed);
+  return Array.from({ length: n }, () => 3 + Math.floor(rng.nextUniform() * (vocab - 3)));
+}
+
+async function modelDir(key: ModelKey, opts: EncoderBenchOptions, io: BenchIo): Promise<{ name: string; dir: string }> {
+  if (key === 'served') return { name: 'v41-mini-128k (served)', dir: SERVED_MODEL_DIR };
+  const ck = await ensureSeededCheckpoint(BENCH_1024_CONFIG, { seed: opts.seed, cacheRoot: opts.cacheRoot, log: (l) => io.log(`[v41-bench-1024] ${l}`) });
+  return { name: 'v41-bench-1024', dir: ck.dir };
+}
+
+export async function runEncoderBench(opts: EncoderBenchOptions, io: BenchIo): Promise<{ rows: EncoderBenchRow[]; ceilings: Map<ExecutionProvider, number> }> {
+  const ceilings = new Map<ExecutionProvider, number>();
+  for (const p of opts.providers) {
+    if (p === 'cuda') {
+      const tflops = await measureBf16MatmulRate({ ...DEFAULT_RUNTIME_OPTIONS, executionProvider: 'cuda' });
+      io.log(`[encoder] CUDA bf16 matmul: ${tflops.toFixed(1)} TFLOP/s`);
+      ceilings.set('cuda', tflops);
+    } else {
+      const threads = opts.cpuThreads === 'auto' ? machineFacts().cores : opts.cpuThreads;
+      const c = await measureMatmulCeiling({ shapes: [{ m: 512, k: 1024, n: 4096 }], threads, budgetMsPerShape: 500 });
+      io.log(`[encoder] CPU fp32 matmul (${threads} threads): ${(c.best.gflops / 1000).toFixed(2)} TFLOP/s`);
+      ceilings.set('cpu', c.best.gflops / 1000);
+    }
+  }
+  const rows: EncoderBenchRow[] = [];
+  for (const key of opts.models) {
+    const { name, dir } = await modelDir(key, opts, io);
+    const config = await readModelConfigFile(join(dir, 'config.json'));
+    const plan = buildLayerPlan(config);
+    for (const provider of opts.providers) {
+      const storeDir = mkdtempSync(join(tmpdir(), 'csa2-encoder-bench-'));
+      const engine = await Engine.open({
+        modelDir: dir,
+        store: pathToFileURL(storeDir).href,
+        runtime: { executionProvider: provider, intraOpThreads: provider === 'cpu' ? opts.cpuThreads : 1 },
+        warmUp: true,
+      });
+      try {
+        const info = engine.info();
+        for (const len of opts.lengths) {
+          if (len > config.maxSeqLen) {
+            io.log(`[encoder] ${name}: ${fmtTokens(len)} is beyond max_seq_len ${config.maxSeqLen}; skipped`);
+            continue;
+          }
+          const ids = randomIds(len, config.vocabSize, opts.seed * 1000 + len);
+          io.log(`[encoder] ${name} ${provider}: ingesting ${fmtTokens(len)} tokens`);
+          const t0 = performance.now();
+          await engine.ingest({ tenant: 'bench', documentId: `doc-${len}`, tokenIds: ids });
+          const ms = performance.now() - t0;
+          const flops = encodeFlops(config, plan, len);
+          const achievedTflops = flops / (ms * 1e9);
+          const row: EncoderBenchRow = {
+            model: name,
+            provider,
+            tokens: len,
+            ms,
+            tokensPerSecond: (len * 1000) / ms,
+            flops,
+            achievedTflops,
+            ofCeiling: achievedTflops / (ceilings.get(provider) ?? Number.NaN),
+            cpuFallbackGraphs: info.cudaCpuFallbackGraphs,
+          };
+          rows.push(row);
+          io.log(`[encoder] ${name} ${provider} ${fmtTokens(len)}: ${row.tokensPerSecond.toFixed(0)} tok/s (${(ms / 1000).toFixed(2)} s)`);
+        }
+      } finally {
+        await engine.close();
+        rmSync(storeDir, { recursive: true, force: true });
+      }
+    }
+  }
+  return { rows, ceilings };
+}
+
+export function renderEncoderTable(rows: readonly EncoderBenchRow[], ceilings: ReadonlyMap<ExecutionProvider, number>): string {
+  const ceilingText = [...ceilings].map(([p, t]) => `${p}: ${fmtSig(t)} TFLOP/s (${p === 'cuda' ? 'bf16 tensor cores' : 'fp32'})`).join('; ');
+  const table = markdownTable(
+    [
+      { header: 'model', align: 'left' },
+      { header: 'provider', align: 'left' },
+      { header: 'tokens' },
+      { header: 'ingest s' },
+      { header: 'tok/s' },
+      { header: 'TFLOP' },
+      { header: 'TFLOP/s' },
+      { header: 'of matmul rate' },
+    ],
+    rows.map((r) => [r.model, r.provider, fmtTokens(r.tokens), (r.ms / 1000).toFixed(2), r.tokensPerSecond.toFixed(0), fmtSig(r.flops / 1e12), fmtSig(r.achievedTflops), `${(r.ofCeiling * 100).toPrecision(3)} %`]),
+  );
+  const fallbacks = [...new Set(rows.flatMap((r) => r.cpuFallbackGraphs))];
+  return [`Matmul rates measured in this run: ${ceilingText}.`, '', table, ...(fallbacks.length > 0 ? ['', `Graphs with nodes on the CPU under CUDA: ${fallbacks.join(', ')}`] : [])].join('\n');
+}
+
+function parseList<T extends string>(text: string | undefined, allowed: readonly T[], name: string, dflt: readonly T[]): readonly T[] {
+  if (text === undefined) return dflt;
+  const items = text.split(',').map((s) => s.trim());
+  for (const it of items) if (!(allowed as readonly string[]).includes(it)) throw new UsageError(`--${name}: "${it}" is not one of ${allowed.join(', ')}`);
+  return items as T[];
+}
+
+export function parseEncoderBenchOptions(values: OptionValues): EncoderBenchOptions {
+  const str = (k: string): string | undefined => (typeof values[k] === 'string' ? (values[k] as string) : undefined);
+  const quick = values['quick'] === true;
+  const lengths = str('encoder-lengths')?.split(',').map((s) => tokenCount(s, 'encoder-lengths')) ?? (quick ? [1024] : [8192, 32768, 131072]);
+  const threadsText = str('encoder-threads') ?? 'auto';
+  const cpuThreads = threadsText === 'auto' ? 'auto' : Number(threadsText);
+  if (cpuThreads !== 'auto' && !(Number.isInteger(cpuThreads) && cpuThreads >= 1)) throw new UsageError(`--encoder-threads: a positive integer or auto, got "${threadsText}"`);
+  const seed = Number(str('seed') ?? '1');
+  if (!Number.isInteger(seed) || seed < 0) throw new UsageError(`--seed: a non-negative integer, got "${str('seed')}"`);
+  return {
+    models: parseList(str('encoder-models'), MODEL_KEYS, 'encoder-models', quick ? ['served'] : MODEL_KEYS),
+    providers: parseList(str('provider'), ['cpu', 'cuda'] as const, 'provider', ['cpu']),
+    lengths,
+    cpuThreads,
+    seed,
+    cacheRoot: str('cache-dir') ?? join(REPO_ROOT.pathname, '.csa2', 'bench'),
+  };
+}
+
+export const encoderSuite: BenchSuite = {
+  name: 'encoder',
+  summary: 'encoder tokens/s (whole ingest) per execution provider at 8K/32K/128K tokens, dim-1024 bench model and served model, against the measured matmul rate',
+  options: {
+    provider: { type: 'string', valueName: 'cpu,cuda', description: 'execution providers, side by side in this run', defaultText: 'cpu' },
+    'encoder-models': { type: 'string', valueName: '1024,served', description: 'models to ingest with', defaultText: '1024,served' },
+    'encoder-lengths': { type: 'string', valueName: 'N,N,...', description: 'document lengths in tokens (1K = 1024)', defaultText: '8K,32K,128K' },
+    'encoder-threads': { type: 'string', valueName: 'N|auto', description: 'intra-op threads on the CPU provider', defaultText: 'auto (all cores)' },
+    seed: { type: 'string', valueName: 'S', description: 'seed of the documents and of the seeded checkpoint', defaultText: '1' },
+    'cache-dir': { type: 'string', valueName: 'DIR', description: 'where seeded checkpoints are cached', defaultText: '.csa2/bench' },
+    quick: { type: 'boolean', description: 'smoke run: the served model, 1K tokens' },
+  },
+  async run(values, io) {
+    const opts = parseEncoderBenchOptions(values);
+    const { rows, ceilings } = await runEncoderBench(opts, io);
+    io.out(`${renderEncoderTable(rows, ceilings)}\n`);
+  },
+};
