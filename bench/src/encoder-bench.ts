@@ -9,7 +9,7 @@
  * rate: the CPU's fp32 rate (ceiling.ts) and, on CUDA, the device's bf16 tensor-core rate, measured
  * by a chain of bf16 MatMuls that stay on the device (only a vector crosses to it and a scalar back).
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -35,6 +35,8 @@ export interface EncoderBenchOptions {
   readonly lengths: readonly number[];
   /** Intra-op threads on the CPU provider. */
   readonly cpuThreads: number | 'auto';
+  /** The CPU provider ingests documents up to this length only (its hours at 128K tokens on a wide model). */
+  readonly cpuMaxTokens: number;
   readonly seed: number;
   readonly cacheRoot: string;
 }
@@ -91,7 +93,16 @@ function randomIds(n: number, vocab: number, seed: number): number[] {
 
 async function modelDir(key: ModelKey, opts: EncoderBenchOptions, io: BenchIo): Promise<{ name: string; dir: string }> {
   if (key === 'served') return { name: 'v41-mini-128k (served)', dir: SERVED_MODEL_DIR };
-  const ck = await ensureSeededCheckpoint(BENCH_1024_CONFIG, { seed: opts.seed, cacheRoot: opts.cacheRoot, log: (l) => io.log(`[v41-bench-1024] ${l}`) });
+  // the bench model's config with a context that holds the longest document (max_seq_len sizes no weight)
+  const longest = Math.max(...opts.lengths);
+  const base = JSON.parse(readFileSync(BENCH_1024_CONFIG, 'utf8')) as { max_seq_len: number };
+  let configPath = BENCH_1024_CONFIG;
+  if (longest > base.max_seq_len) {
+    mkdirSync(opts.cacheRoot, { recursive: true });
+    configPath = join(opts.cacheRoot, `v41-bench-1024-ctx${longest}.json`);
+    writeFileSync(configPath, `${JSON.stringify({ ...base, max_seq_len: longest }, null, 2)}\n`);
+  }
+  const ck = await ensureSeededCheckpoint(configPath, { seed: opts.seed, cacheRoot: opts.cacheRoot, log: (l) => io.log(`[v41-bench-1024] ${l}`) });
   return { name: 'v41-bench-1024', dir: ck.dir };
 }
 
@@ -125,6 +136,10 @@ export async function runEncoderBench(opts: EncoderBenchOptions, io: BenchIo): P
       try {
         const info = engine.info();
         for (const len of opts.lengths) {
+          if (provider === 'cpu' && len > opts.cpuMaxTokens) {
+            io.log(`[encoder] ${name} cpu: ${fmtTokens(len)} is beyond --encoder-cpu-max; skipped`);
+            continue;
+          }
           if (len > config.maxSeqLen) {
             io.log(`[encoder] ${name}: ${fmtTokens(len)} is beyond max_seq_len ${config.maxSeqLen}; skipped`);
             continue;
@@ -199,6 +214,7 @@ export function parseEncoderBenchOptions(values: OptionValues): EncoderBenchOpti
     providers: parseList(str('provider'), ['cpu', 'cuda'] as const, 'provider', ['cpu']),
     lengths,
     cpuThreads,
+    cpuMaxTokens: str('encoder-cpu-max') === undefined ? Infinity : tokenCount(str('encoder-cpu-max') as string, 'encoder-cpu-max'),
     seed,
     cacheRoot: str('cache-dir') ?? join(REPO_ROOT.pathname, '.csa2', 'bench'),
   };
@@ -211,6 +227,7 @@ export const encoderSuite: BenchSuite = {
     provider: { type: 'string', valueName: 'cpu,cuda', description: 'execution providers, side by side in this run', defaultText: 'cpu' },
     'encoder-models': { type: 'string', valueName: '1024,served', description: 'models to ingest with', defaultText: '1024,served' },
     'encoder-lengths': { type: 'string', valueName: 'N,N,...', description: 'document lengths in tokens (1K = 1024)', defaultText: '8K,32K,128K' },
+    'encoder-cpu-max': { type: 'string', valueName: 'N', description: 'the CPU provider ingests documents up to N tokens only', defaultText: 'no limit' },
     'encoder-threads': { type: 'string', valueName: 'N|auto', description: 'intra-op threads on the CPU provider', defaultText: 'auto (all cores)' },
     seed: { type: 'string', valueName: 'S', description: 'seed of the documents and of the seeded checkpoint', defaultText: '1' },
     'cache-dir': { type: 'string', valueName: 'DIR', description: 'where seeded checkpoints are cached', defaultText: '.csa2/bench' },

@@ -26,7 +26,7 @@ export function decoderEngineOptions(config: DecoderConfig): EngineOptions {
   return {
     modelDir: config.modelDir,
     // decode batches keep the attention arena; a document question's replay runs without (its peak stays no longer than the question)
-    runtime: { intraOpThreads: config.threads, executionProvider: config.provider, deviceId: config.cudaDeviceId ?? 0, tf32: config.cudaTf32 ?? false, cudaCpuFallback: config.cudaCpuFallback ?? 'refuse', attentionArenaMaxRows: DECODE_ATTENTION_ARENA_ROWS },
+    runtime: { intraOpThreads: config.threads, executionProvider: config.provider, attentionArenaMaxRows: DECODE_ATTENTION_ARENA_ROWS },
     scanThreads: config.scanThreads,
     // one chunk through the model before taking jobs, so the first job does not pay for arena growth
     warmUp: true,
