@@ -100,7 +100,7 @@ export const DEFAULT_ARTIFACTS_BENCH_OPTIONS: ArtifactsBenchOptions = {
   repeats: 3,
 };
 
-/** The released configuration's artifact layout (config from ../shared/fixtures/deepseek-v41-flash). */
+/** The released configuration's artifact layout (config from fixtures/deepseek-v41-flash). */
 export async function releasedLayout(): Promise<ArtifactLayout> {
   const json: unknown = JSON.parse(await readFile(join(fixturesRoot(), 'deepseek-v41-flash', 'config.json'), 'utf8'));
   const config = parseModelConfig(json);
