@@ -1,5 +1,5 @@
 """Check the stored-document simulation (model.Ctx replay_start = P - R with encoder_replay_start = D - R)
-against csa2's stored-document path, row by row, on short held-out passages (session 7).
+against csa2's stored-document path, row by row, on short held-out passages.
 
     python3 training/check_doc_replay.py --model models/v41-mini-128k [--doc-tokens 512] [--passages 0,3,5]
 

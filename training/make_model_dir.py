@@ -1,9 +1,9 @@
-"""Make (or refresh) a served model directory from a training call's files:
+"""Make (or refresh) a served model directory from a training segment's files:
 
-    python3 training/make_model_dir.py CALL_DIR MODEL_DIR
+    python3 training/make_model_dir.py SEGMENT_DIR MODEL_DIR
 
-CALL_DIR: what a call of device_run.sh brought back (the two shards + model.safetensors.index.json,
-config.json). Writes MODEL_DIR/model.safetensors (the shards merged by train.load_weights, metadata
+SEGMENT_DIR: a training segment's output folder (train.py --out: the two shards +
+model.safetensors.index.json, config.json). Writes MODEL_DIR/model.safetensors (the shards merged by train.load_weights, metadata
 {"format": "pt"}) and MODEL_DIR/config.json unless MODEL_DIR already has one with the same content
 (key order aside), and prints the new file's sha256 (what fixtures/v41-mini-128k-official records).
 The tokenizer files and MODEL_CARD.md are left as they are."""

@@ -9,7 +9,7 @@ only deviation: the four imports are package-relative and the kernel import load
 This driver never edits those files; everything it changes, it changes from outside, listed here:
 
 - Top-k ties. The official code leaves the choice among equal values to `torch.topk`, which is
-  unspecified (CPU and CUDA differ). Like the tiny-a fixture (../shared/fixtures/deepseek-v41-tiny-a,
+  unspecified (CPU and CUDA differ). Like the tiny-a fixture (fixtures/deepseek-v41-tiny-a,
   README "Top-k ties"), `Tensor.topk` is replaced, while the model runs, by a stable descending sort
   followed by the first k: equal values go to the lower index. model.py has three top-k calls, all
   `Tensor.topk` methods, and all three go through the replacement:
@@ -41,7 +41,7 @@ kernel index is this + the window ring length) and `decode.layerL.topk_tie` [N] 
 the last selected position equals that of a position left out), the fixture's names and layout.
 
 Usage:
-  python training/official_golden.py --check-fixture ../shared/fixtures/deepseek-v41-tiny-a [--device cpu]
+  python training/official_golden.py --check-fixture fixtures/deepseek-v41-tiny-a [--device cpu]
   python training/official_golden.py --model models/v41-mini-128k --prompt-ids P.json \
       --decode-steps 72 --out golden.safetensors [--device cpu]
   python training/official_golden.py --model models/v41-mini-128k --make-heldout-prompt P.json \

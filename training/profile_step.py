@@ -2,7 +2,7 @@
 
     python3 training/profile_step.py [--batch 2] [--seq-len 512] [--variants old,fast,graph] [--out DIR]
 
-Variants: `old` = the previous session's code paths (model.set_fast(False), eager), `fast` = the fast
+Variants: `old` = the reference code paths (model.set_fast(False), eager), `fast` = the fast
 paths (keyed top-k), eager, `graph` = the fast paths with the whole step replayed as a CUDA graph
 (train.GraphStep; GPU only). For each: one warm-up step, timed steps (--steps), then one profiled step:
 the number of GPU kernels (CPU: operator calls) per step, the GPU's busy time, and the top operators

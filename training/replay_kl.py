@@ -2,8 +2,8 @@
 (train.replay_kl: the CPU bench's passage and 7 more, the bench's rows), and the share of the needle's
 entries in each index layer's top-k on held-out passkey / NIAH-single samples (train.evaluate's probe).
 
-    python3 training/replay_kl.py models/v41-mini-128k training/state/s3-step537 [--R 128] [--probe-lengths 32768 --probe-n 8]
-        [--kl-passages 48 --kl-batches 16,8,4]   (session 10: the figure on 48 passages, once per batch composition)
+    python3 training/replay_kl.py models/v41-mini-128k training/runs/v41-mini-128k/segments/02 [--R 128] [--probe-lengths 32768 --probe-n 8]
+        [--kl-passages 48 --kl-batches 16,8,4]   (the figure on 48 passages, once per batch composition)
         [--eval-lengths 4096,32768 --eval-n 16 --eval-passes doc]   (train.evaluate's passkey / NIAH-single figures
         under the given passes, with replay R: e.g. the stored-document path's, as a baseline; no LM loss)
 """

@@ -1,15 +1,17 @@
-"""Train a csa2 mini model (V4.1 architecture, released 40-layer schedule) on the GPU machine, resumably.
+"""Train a csa2 mini model (V4.1 architecture, released 40-layer schedule) on a CUDA GPU, resumably.
+training/run.py runs the served model's recipe (training/configs/v41-mini-128k.run.json) through this script.
 
     python3 training/train.py --config training/configs/v41-mini-128k.json \
         --tokenizer models/v41-mini-128k/tokenizer.json --out $OUT --time-budget-s 480 \
-        --phases 512:0.3,1024:0.4,2048:0.3 [--init DIR] [--state-dir /root/csa2_state] [--decay-frac 0.25]
+        --phases 512:0.3,1024:0.4,2048:0.3 [--init DIR] [--state-dir DIR] [--decay-frac 0.25]
 
-Each call trains for --time-budget-s seconds of wall time (then evaluates and saves), so one call fits
-the device tool's 10-minute limit; the next call continues from what it left:
-- the full state (fp32 master weights, AdamW moments, step, tokens, data RNG) in --state-dir on the
-  device's local disk, used when the machine is still warm and the state matches --init's step;
-- otherwise a warm restart from --init (the served bf16 weights the last call brought back, sharded
-  under 16 MiB) with fresh AdamW moments and --warmup-steps of LR warm-up.
+Each invocation (a segment of a run) trains for --time-budget-s seconds of wall time, then evaluates
+and saves; the phase shares and the LR decay are fractions of that budget. The next invocation continues
+from what it left:
+- the full state (fp32 master weights, AdamW moments, step, tokens) in --state-dir, used when it is at
+  least as far as --init's step;
+- otherwise a warm restart from --init (served bf16 weights, e.g. the previous segment's, in two
+  shards) with fresh AdamW moments and --warmup-steps of LR warm-up.
 
 Loss: next-token cross-entropy on every position, plus --answer-weight x the cross-entropy of the
 synthetic tasks' answer tokens, plus the indexers' KL to the main attention (model.py `_indexer_kl`;
@@ -116,7 +118,7 @@ def replay_starts(am: torch.Tensor, R: int, frac: float, rng: random.Random, doc
     question's first token in a task sequence; in a plain text sequence the prompt ends at p + R and its
     last 16..64 tokens are the question (D = p + R - q, the encoder start p - q). Returns (decoder starts,
     encoder starts or None when doc_frac = 0). With `info` (a dict), info["doc_text"] lists the plain text
-    sequences given the stored-document path (session 12's distillation rows); the draws are the same with
+    sequences given the stored-document path (the distillation term's rows); the draws are the same with
     or without it."""
     if R <= 0 or frac <= 0:
         return None, None
@@ -141,7 +143,7 @@ def replay_starts(am: torch.Tensor, R: int, frac: float, rng: random.Random, doc
 
 
 def distill_plan(doc_text: list, rs: torch.Tensor, S: int, n_rows: int):
-    """Session 12: the rows of the distillation term. For each text sequence b of `doc_text` (given the
+    """The rows of the distillation term. For each text sequence b of `doc_text` (given the
     stored-document path, decoder replay from p = rs[b] >= 1): its rows p .. p + n_rows - 1, clipped to the
     S - 1 logit rows. Returns None when there is none, else (the sequences [k] as a list, the teacher's
     length, the flat (sequence position in the list, row) pairs as two long tensors on the CPU)."""
@@ -210,7 +212,7 @@ def train_step(model, opt, ids, am, ctx_kw, answer_weight, lr, timing=False, rep
     """One optimizer step: forward, loss (LM + answer_weight x answer tokens + indexer KL [+ distillation]),
     backward, clip, AdamW. Returns the detached losses, the grad norm, the Ctx (indexer stats) and host times.
 
-    distill (session 12): (weight, distill_plan(...)) or None. The plan's sequences run first through an exact
+    distill: (weight, distill_plan(...)) or None. The plan's sequences run first through an exact
     forward without gradient (the teacher; before the student so that the MoE's last_counts, which the bias
     rule reads, are the student's), and weight x the mean over the plan's rows of KL(exact || the student's
     replayed row) is added to the loss."""
@@ -365,11 +367,11 @@ def evaluate(model, corpus, device, lengths, n_per, seed, lm_batches=4, replay=0
     produce the answer) at depths spread over 5..95%. With replay = R > 0 also under csa2-serve's
     decoder replay over the last R prompt tokens (`_replayR`: a prompt sent whole) and under the
     stored-document path (`_docR`: the haystack stored as a document, the question appended; the
-    encoder replayed from D - R as well, D the question's first token; session 7), and replay_kl (kl).
+    encoder replayed from D - R as well, D the question's first token), and replay_kl (kl).
     passes: which of "exact", "replay", "doc" to run. n_per: samples per cell, an int or {length: n}
-    (session 8: 32 at 4K-8K, 16 beyond; the samples of a cell depend on its n through the depths).
+    (the recipe: 32 at 4K-8K, 16 beyond; the samples of a cell depend on its n through the depths).
     Each cell also records every sample's answer and each pass's predicted answer tokens (`want`, `pred`,
-    `pred_replayR`, `pred_docR`: the argmax at each answer position given the right prefix, decoded; session 8)."""
+    `pred_replayR`, `pred_docR`: the argmax at each answer position given the right prefix, decoded)."""
     model.eval()
     rng = random.Random(seed)
     out = {"lm_loss": None, "tasks": {}}
@@ -434,14 +436,14 @@ def kl_passages(corpus, doc_tokens=4096, question_tokens=32, steps=16, n_passage
     (Austen) from the first newline after a third of it, `<|bos|>` + the tokens of doc_tokens x 5
     characters; the others start the same way at the first newline after 10% and 60% of Austen's and
     Moby Dick's held-out text and after 10%, a third and 60% of Brown's: 8 passages in all. n_passages = 16
-    (session 8) adds 8 more after 20%, 45%, 71% and 80% of Austen's and 20%, 45%, 70% and 90% of Brown's
+    adds 8 more after 20%, 45%, 71% and 80% of Austen's and 20%, 45%, 70% and 90% of Brown's
     held-out text (none overlaps another; Moby Dick's held-out text, 61.5K characters, has room for no more
     20K-character passages that do not overlap; the first 8 unchanged)."""
     need = doc_tokens + question_tokens + steps
     out = []
     fracs = ((0, 1 / 3), (0, 0.1), (0, 0.6), (1, 0.1), (1, 0.6), (2, 0.1), (2, 1 / 3), (2, 0.6),
              (0, 0.2), (0, 0.45), (0, 0.71), (0, 0.8), (2, 0.2), (2, 0.45), (2, 0.7), (2, 0.9))
-    # n_passages = 48 (session 10): 32 more, from the first newline after each of the 16 positions above moved back
+    # n_passages = 48: 32 more, from the first newline after each of the 16 positions above moved back
     # by 5,000 and by 10,000 characters (at least 0): their documents overlap the first 16 passages' (the held-out
     # text has room for ~22 disjoint 20K-character passages), their KL rows (the last ~200 characters) do not
     plan = [(src, frac, 0) for src, frac in fracs] + [(src, frac, back) for back in (5000, 10000) for src, frac in fracs]
@@ -466,8 +468,7 @@ def replay_kl(model, corpus, device, R, doc_tokens=4096, question_tokens=32, ste
     predict the steps' tokens (P - 1 .. P + steps - 2), replay starting at P - R (model.Ctx.replay_start),
     in the training numerics, float64 softmax. Returns the mean / max over the bench's passage (passage
     0) and over all passages, for the decoder replay alone and (doc_*) with the stored-document path's
-    encoder replay from doc_tokens - R too. The figures of session 6's calls are the decoder-only ones
-    (the doc_* variant was added after them)."""
+    encoder replay from doc_tokens - R too."""
     was = model.training
     model.eval()
     P = doc_tokens + question_tokens
@@ -480,7 +481,7 @@ def replay_kl(model, corpus, device, R, doc_tokens=4096, question_tokens=32, ste
     logp = {}
     # "replay": the decoder replay alone (a prompt sent whole: `generate --replay R`); "doc": the stored-document
     # path the bench measures, where appending the question also re-runs the encoder from D - R (Ctx.encoder_replay_start).
-    # batch > 0 (session 10): the passages run in consecutive batches of that many (the batch composition; 0 = all at once)
+    # batch > 0: the passages run in consecutive batches of that many (the batch composition; 0 = all at once)
     b = batch if batch > 0 else n
     for tag in ("exact", "replay", "doc"):
         parts = []
@@ -508,7 +509,7 @@ def main() -> None:
     ap.add_argument("--corpus", type=Path, default=HERE / "data" / "corpus")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--init", type=Path, default=None, help="served weights to continue from (warm restart)")
-    ap.add_argument("--state-dir", type=Path, default=Path("/root/csa2_state"))
+    ap.add_argument("--state-dir", type=Path, default=HERE / "state" / "full", help="the full training state (train_state.pt)")
     ap.add_argument("--time-budget-s", type=float, default=480)
     ap.add_argument("--phases", default="512:0.3,1024:0.4,2048:0.3", help="seq_len:fraction of the time budget, ...")
     ap.add_argument("--tokens-per-step", type=int, default=131072)
@@ -522,9 +523,9 @@ def main() -> None:
     ap.add_argument("--answer-weight", type=float, default=1.0)
     ap.add_argument("--replay-tokens", type=int, default=0, help="decoder-replay simulation: R (0 = off; csa2-serve's default is 128)")
     ap.add_argument("--replay-frac", type=float, default=0.5, help="share of the sequences trained with the replay simulation")
-    ap.add_argument("--doc-replay-frac", type=float, default=0.0, help="share of the replayed sequences also given the stored-document path's encoder replay from D - R (replay_starts; 0 = decoder replay only, as sessions 3-6)")
-    ap.add_argument("--distill-weight", type=float, default=0.0, help="session 12: weight of the mean KL(exact || stored-document replay) over the distilled rows of the text sequences given the stored-document path (train_step's distill; 0 = off)")
-    ap.add_argument("--distill-rows", type=int, default=192, help="session 12: rows p .. p + N - 1 of each distilled text sequence (p: its decoder-replay start)")
+    ap.add_argument("--doc-replay-frac", type=float, default=0.0, help="share of the replayed sequences also given the stored-document path's encoder replay from D - R (replay_starts; 0 = decoder replay only)")
+    ap.add_argument("--distill-weight", type=float, default=0.0, help="weight of the mean KL(exact || stored-document replay) over the distilled rows of the text sequences given the stored-document path (train_step's distill; 0 = off)")
+    ap.add_argument("--distill-rows", type=int, default=192, help="rows p .. p + N - 1 of each distilled text sequence (p: its decoder-replay start)")
     ap.add_argument("--eval-replay", type=int, default=128, help="also score the held-out tasks with decoder replay over the last R tokens (0 = off)")
     ap.add_argument("--kl-rows", type=int, default=128)
     ap.add_argument("--kl-extra", type=int, default=64, help="random visible entries added to the selected ones in the indexer KL's support")
@@ -537,7 +538,7 @@ def main() -> None:
     ap.add_argument("--fast", type=int, default=1, help="model.set_fast: the fast paths (same values)")
     ap.add_argument("--eval-lengths", default="512,1024,2048,4096")
     ap.add_argument("--eval-n", type=int, default=6)
-    ap.add_argument("--eval-n-by-length", default="", help="length:n,... overriding --eval-n at those lengths (session 8: 4096:32,8192:32)")
+    ap.add_argument("--eval-n-by-length", default="", help="length:n,... overriding --eval-n at those lengths (e.g. 4096:32,8192:32)")
     ap.add_argument("--kl-passages", type=int, default=8, help="held-out passages of replay_kl (8, 16 or 48: kl_passages)")
     ap.add_argument("--pre-eval-lengths", default="", help="with --pre-eval: also evaluate the starting checkpoint's tasks (exact pass, --eval-n per cell) at these lengths before training")
     ap.add_argument("--eval-tasks", default=",".join(TASKS), help="the held-out tasks evaluated (default: all)")
@@ -548,8 +549,8 @@ def main() -> None:
     ap.add_argument("--eval-reserve-s", type=float, default=45, help="time kept for the final evaluation and save")
     ap.add_argument("--eval-precision", choices=("tf32", "fp32"), default="tf32",
                     help="matmul precision of the evaluations (training itself always allows TF32). fp32 is what csa2-serve's "
-                         "engine computes in; session 16 found step 1334's predicted 32K answers differ between the two in 22 "
-                         "of 32 samples (training/README.md, session 16)")
+                         "engine computes in; step 1334's predicted 32K answers differ between the two in 22 "
+                         "of 32 samples (training/README.md, \"Evaluation precision\")")
     a = ap.parse_args()
 
     t_start = time.time()

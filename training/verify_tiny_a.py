@@ -1,6 +1,6 @@
 """Check csa2_train's model against the official golden outputs of the tiny-a fixture (train == serve).
 
-    python3 training/verify_tiny_a.py [--fixture ../shared/fixtures/deepseek-v41-tiny-a]
+    python3 training/verify_tiny_a.py [--fixture fixtures/deepseek-v41-tiny-a]
 
 Loads the fixture's weights (official state_dict names) into csa2_train.model.Transformer, runs the
 48-token prompt as one prefill and then 16 decode steps fed `generated_ids` (as the fixture was made),
@@ -48,12 +48,10 @@ def bf16_ulp(x: torch.Tensor) -> torch.Tensor:
 def main() -> None:
     here = Path(__file__).resolve().parent
     ap = argparse.ArgumentParser()
-    ap.add_argument("--fixture", type=Path, default=here.parent.parent / "shared" / "fixtures" / "deepseek-v41-tiny-a")
+    ap.add_argument("--fixture", type=Path, default=here.parent / "fixtures" / "deepseek-v41-tiny-a")
     ap.add_argument("--fast", type=int, default=1, help="1 (default): with the training's fast paths (model.set_fast), as train.py runs")
     a = ap.parse_args()
     set_fast(bool(a.fast))
-    if not a.fixture.exists():
-        a.fixture = Path("/work/shared/fixtures/deepseek-v41-tiny-a")
     args = ModelArgs.load(a.fixture / "config.json")
     model = Transformer(args)
     model.load_official(load_file(a.fixture / "model.safetensors"))

@@ -1,6 +1,6 @@
 /**
  * @module artifacts-bench
- * Cache-artifact throughput (issue 14 item 3): a synthetic document of the released layout (4 KV
+ * Cache-artifact throughput: a synthetic document of the released layout (4 KV
  * sources, 890 B of global cache per token) written to and read back from the filesystem store and
  * a local S3 server (s3rver), side by side in one run, with the bytes per token on the store (headers,
  * token ids and manifest included).
@@ -100,7 +100,7 @@ export const DEFAULT_ARTIFACTS_BENCH_OPTIONS: ArtifactsBenchOptions = {
   repeats: 3,
 };
 
-/** The released configuration's artifact layout (config from ../shared/fixtures/deepseek-v41-flash). */
+/** The released configuration's artifact layout (config from fixtures/deepseek-v41-flash). */
 export async function releasedLayout(): Promise<ArtifactLayout> {
   const json: unknown = JSON.parse(await readFile(join(fixturesRoot(), 'deepseek-v41-flash', 'config.json'), 'utf8'));
   const config = parseModelConfig(json);
@@ -320,7 +320,7 @@ function groupRuns(runs: readonly StoreRun[]): StoreRun[][] {
   return [...groups.values()];
 }
 
-/** The issue's goals for the filesystem store's packed path (issue 14 item 3): ≥ 500 MB/s write, ≥ 1 GB/s read + verify. */
+/** The throughput goals for the filesystem store's packed path: ≥ 500 MB/s write, ≥ 1 GB/s read + verify. */
 export const ARTIFACT_GOALS = { writeMBps: 500, readMBps: 1000 } as const;
 
 export interface ArtifactGoal {
@@ -394,7 +394,7 @@ export function renderArtifactsBench(layout: ArtifactLayout, opts: ArtifactsBenc
       `Bytes/token on the store include chunk headers, 4-byte token ids, checksums and the manifest; the global cache alone is ${bytesPerToken(layout)}. ` +
       `MB per CPU-s: bytes over the CPU time (user + system, all threads) the step took (the s3 rows include the in-process SDK but not the s3rver process); on a machine shared with other work, the wall rates fall towards it.`,
     '',
-    'Goals (issue 14 item 3, filesystem store, packed path):',
+    'Goals (filesystem store, packed path):',
     '',
     markdownTable(
       [{ header: 'goal', align: 'left' }, { header: 'met', align: 'left' }, { header: 'figure (median, range over the rounds)', align: 'left' }],

@@ -1,9 +1,9 @@
 /**
  * @module documents-scale-bench
- * Documents from 4K to 1M tokens in one run (issue 14, Measure): for each size, the artifact (MB,
+ * Documents from 4K to 1M tokens in one run: for each size, the artifact (MB,
  * bytes per token), the ingest rate, the time to first token of a question with the document fetched
  * (a fresh engine: document cache cold) and with the document cache warm, a decode step split by
- * layer kind (Full / Reindex / Reuse / window-only), and the decoder's peak RSS; then the issue's
+ * layer kind (Full / Reindex / Reuse / window-only), and the decoder's peak RSS; then the scale
  * goals, met or not, with their figures.
  *
  * Model: the released 40-layer V4.1 schedule at tiny width (packages/csa2-core/configs/v41-tiny-40l.json:
@@ -46,7 +46,7 @@ const MODEL_LABEL = 'the released 40-layer V4.1 schedule at tiny width (configs/
 const DECODER_SCRIPT = fileURLToPath(new URL('./documents-scale-decoder.js', import.meta.url));
 const TENANT = 'bench';
 const MB = 1e6;
-/** The issue's reference rates for the goals. */
+/** The reference rates for the scale goals. */
 const GOAL_IO_BYTES_PER_S = 1e9;
 const GOAL_RSS_ARTIFACT_FACTOR = 1.2;
 const GOAL_REINDEX_FACTOR = 1.1;
@@ -162,7 +162,7 @@ export interface GoalResult {
   readonly met: boolean | null;
 }
 
-/** The issue's three goals, evaluated round by round (each round's sizes ran side by side) and over the medians. */
+/** The three scale goals, evaluated round by round (each round's sizes ran side by side) and over the medians. */
 export function evaluateGoals(result: ScaleResult): GoalResult[] {
   const goals: GoalResult[] = [];
   const largest = Math.max(...result.documents.map((d) => d.tokens));
@@ -319,7 +319,7 @@ export function renderScaleBench(result: ScaleResult): string {
     '',
     `"untimed": the step's wall time (token to token) minus the layers and the head: embedding, the scheduler, sampling, the loop's yield to the event loop.`,
     '',
-    'Goals (issue 14):',
+    'Goals:',
     '',
     markdownTable(
       [{ header: 'goal', align: 'left' }, { header: 'met', align: 'left' }, { header: 'figures (medians over the rounds)', align: 'left' }],
@@ -491,7 +491,7 @@ export function parseScaleBenchOptions(values: OptionValues): ScaleBenchOptions 
 
 export const documentsScaleSuite: BenchSuite = {
   name: 'documents-scale',
-  summary: 'documents from 4K to 1M tokens (40-layer tiny model): artifact MB and bytes/token, ingest tok/s, TTFT fetched and cached, decode step by layer kind, decoder peak RSS, and the issue-14 goals',
+  summary: 'documents from 4K to 1M tokens (40-layer tiny model): artifact MB and bytes/token, ingest tok/s, TTFT fetched and cached, decode step by layer kind, decoder peak RSS, and the scale goals',
   options: {
     'scale-tokens': { type: 'string', description: 'document sizes (K = 1024, M = 1024²)', defaultText: '4K,8K,32K,128K,512K,1M (4K,8K,64K with --quick)', valueName: 'N,N,...' },
     'scale-real-max': { type: 'string', description: 'ingest documents up to this size; larger ones are synthetic artifacts', defaultText: '32K (4K with --quick)', valueName: 'N' },

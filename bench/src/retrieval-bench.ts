@@ -1,6 +1,6 @@
 /**
  * @module retrieval-bench
- * Retrieval and fidelity (issue 11 item 5): RULER-style tasks on real text (retrieval-tasks.ts) at
+ * Retrieval and fidelity: RULER-style tasks on real text (retrieval-tasks.ts) at
  * several lengths and needle depths, answered by the served model
  *   (a) exact, in one process (the whole prompt prefilled, every layer over every token),
  *   (b) from the document ingested once (CED), with decoder replay R = 128, 512, 2560,
@@ -289,7 +289,7 @@ async function runThroughPipeline(opts: RetrievalBenchOptions, prepared: readonl
 /**
  * Where the KL comparison's passages start: (held-out text, fraction), each at the first newline after
  * that fraction of the text (austen, mobydick, brown: SOURCES' order). The first is the passage this
- * suite measured alone until session 7; the eight are training/train.py's kl_passages, so the GPU and
+ * suite once measured alone; the eight are training/train.py's kl_passages, so the GPU and
  * CPU figures are of the same text.
  */
 export const KL_PASSAGE_STARTS: ReadonlyArray<readonly [number, number]> = [

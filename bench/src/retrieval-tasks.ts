@@ -1,8 +1,8 @@
 /**
  * @module retrieval-tasks
- * RULER-style retrieval tasks on real text for the retrieval suite (issue 11 item 5), in the templates
- * the served model was trained on (training/csa2_train/data.py: the same intros, needles and questions;
- * /work/shared/docs/long-context-eval.md §4 for the tasks' definitions):
+ * RULER-style retrieval tasks on real text for the retrieval suite, in the templates the served model
+ * was trained on (training/csa2_train/data.py: the same intros, needles and questions, and the tasks'
+ * definitions):
  *
  * - passkey:          "The pass key is 68231. Remember it. 68231 is the pass key."
  * - niah_single:      "One of the special magic numbers for {key} is: {7 digits}."

@@ -1,6 +1,6 @@
 /**
  * A preload (node --import) that opens every onnxruntime session without the CPU memory arena, as
- * csa2-core did before RuntimeOptions.attentionArena (session 9): for side-by-side runs of the same
+ * csa2-core did before RuntimeOptions.attentionArena existed: for side-by-side runs of the same
  * build (bench/README.md, "Allocation"). A diagnostic, not used by the suites.
  *
  *   node --import ./bench/tools/arena-off.mjs node_modules/.bin/csa2 ingest ...

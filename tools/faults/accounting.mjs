@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Issue 12 items 1, 4, 5: cached_tokens of a cold 2,048-token prompt and of a 12,000-token prompt sent
+// Faults 1, 4, 5 (tools/faults/README.md): cached_tokens of a cold 2,048-token prompt and of a 12,000-token prompt sent
 // twice; a document's created_at while queued and once ready; a completion on a document whose chunk was
 // deleted from the store, and that document's status. Usage: node tools/faults/accounting.mjs
 import { mkdtempSync, readFileSync, rmSync, unlinkSync } from 'node:fs';

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Issue 12 item 2: a 16,000-token streamed completion whose client leaves after 0.5 s (during its prefill).
+// Fault 2 (tools/faults/README.md): a 16,000-token streamed completion whose client leaves after 0.5 s (during its prefill).
 // Prints how many of its tokens the encoder still encoded, and whether its prompt artifact is left in
 // the store and readable as a document. Usage: node tools/faults/prompt-cancel.mjs
 import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';

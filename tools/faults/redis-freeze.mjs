@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Issue 12 item 3: Redis frozen (SIGSTOP) for 7 s while 20 streamed completions of 300 tokens are in
+// Fault 3 (tools/faults/README.md): Redis frozen (SIGSTOP) for 7 s while 20 streamed completions of 300 tokens are in
 // flight. Prints how the 20 clients ended, how many tokens the workers still generated for them after
 // Redis came back, and how long a new 4-token request then took.
 // Usage: node tools/faults/redis-freeze.mjs [freeze seconds = 7]

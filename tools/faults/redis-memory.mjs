@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Issue 12 item 9 (and issue 14's "big token lists through the object store"): what finished requests
+// Fault 9 (tools/faults/README.md), and the rule that big token lists go through the object store: what finished requests
 // leave in Redis. Three rounds of 20 requests against the whole pipeline, each answered before Redis is
 // measured (INFO memory used_memory): completions with four ~4 MiB stop strings, long prompts (3,500
 // tokens: the prefill route), and 20 documents of 4,000 tokens. Usage: node tools/faults/redis-memory.mjs

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Issue 12 item 8: N concurrent 16 MiB documents that the gateway must reject for their length (the test
+// Fault 8 (tools/faults/README.md): N concurrent 16 MiB documents that the gateway must reject for their length (the test
 // model's context is 4096 tokens). Prints the gateway's RSS before and its peak (VmHWM) after, and the
 // slowest answer. Usage: node tools/faults/rejected-bodies.mjs [N=32]
 import { Pipeline, fmt, postJson, processMemoryMb } from './lib.mjs';

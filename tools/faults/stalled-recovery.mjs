@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Issue 12 item 7: a decoder worker is SIGKILLed mid-stream with the default lock duration and stalled
+// Fault 7 (tools/faults/README.md): a decoder worker is SIGKILLed mid-stream with the default lock duration and stalled
 // interval (the harness's short test values are unset); a new decoder starts at once. Prints the time
 // from the kill to the next token the client gets, and what the client's stream carried meanwhile
 // (SSE comments). Usage: node tools/faults/stalled-recovery.mjs [runs = 1]

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Issue 12 item 10: one tenant's three batch POSTs queue many documents; then another tenant sends a
+// Fault 10 (tools/faults/README.md): one tenant's three batch POSTs queue many documents; then another tenant sends a
 // 2,100-token prompt (the prefill route) and a short completion. Prints how long the second tenant
 // waited for each answer (capped), and how many of the first tenant's documents were still not ready.
 // Usage: node tools/faults/tenant-fairness.mjs [documents per batch = 32] [cap seconds = 60]

@@ -9,7 +9,7 @@
  * rows equal the official GPU run within 1e-6.
  *
  *   npm run build && node tools/parity/exp-nudge.mjs [FIXTURE_DIR] [STEP]
- *   (defaults: ../shared/fixtures/deepseek-v41-tiny-a, step 4; ~1 min on tiny-a)
+ *   (defaults: fixtures/deepseek-v41-tiny-a, step 4; ~1 min on tiny-a)
  */
 import { join } from 'node:path';
 import { Csa2Model, fixturesRoot, loadCheckpoint, openSafetensors } from '@csa2/core';

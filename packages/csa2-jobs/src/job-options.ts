@@ -2,9 +2,6 @@
  * @module job-options
  * Default BullMQ job options for the two queues, job names, and the classification of errors into
  * deterministic (fail at once, no retry) and transient (retry with backoff).
- *
- * (Restored by the gateway helper from the compiled dist/job-options.{js,d.ts} after it overwrote
- * this file by mistake; content identical to the compiled version of the original.)
  */
 import type { JobsOptions } from 'bullmq';
 

@@ -1,8 +1,7 @@
 /**
  * startEngineWorker on a real Redis with a stand-in engine: the HTTP server (liveness during the
  * engine load, readiness = engine loaded + Redis answering + taking jobs, /metrics by outcome), and
- * the log context that puts a job's reqId/requestId/jobId on every line logged for it (issue 12
- * items 14 and 15).
+ * the log context that puts a job's reqId/requestId/jobId on every line logged for it.
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';

@@ -1,5 +1,5 @@
 /**
- * A client that closes its connection in the middle of its request body (issue 12 item 13) is a
+ * A client that closes its connection in the middle of its request body is a
  * client abort — status 499 in csa2_http_requests_total and in the log, csa2_http_client_aborts_total
  * — not a 500. Real sockets against a listening gateway.
  */

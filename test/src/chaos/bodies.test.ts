@@ -1,5 +1,5 @@
 /**
- * Chaos suite (issue 12 item 8): 32 concurrent 16 MiB documents, each refused for its length (the
+ * Chaos suite (item 8 of tools/faults/README.md): 32 concurrent 16 MiB documents, each refused for its length (the
  * test model's context is 4,096 tokens), against a real gateway process. Refusing them must cost
  * little: the gateway's peak RSS (VmHWM) stays far below what reading and tokenizing them all at once
  * took (3.5 GB); the time is printed, not asserted.

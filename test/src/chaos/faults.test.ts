@@ -1,5 +1,5 @@
 /**
- * Chaos suite (issue 12): the whole pipeline as real processes (redis-server, gateway, encoder and
+ * Chaos suite (the items of tools/faults/README.md): the whole pipeline as real processes (redis-server, gateway, encoder and
  * decoder workers, a filesystem store) with faults injected from outside — a client that leaves
  * during a long prefill, a byte flipped in a stored chunk, Redis frozen with SIGSTOP, a decoder
  * SIGKILLed mid-stream, one tenant flooding the queues — each asserting the fixed behaviour. Every

@@ -1,6 +1,6 @@
 /**
  * @module documents/million-tokens.test
- * The 1M test (issue 14, Measure): a 1,048,576-token document (the released config's context) is
+ * The 1M test: a 1,048,576-token document (the released config's context) is
  * ingested and answered at tiny width as the pipeline runs it, the encoder role and the decoder role
  * in separate processes (children of this test, documents/million-role) with the glibc allocator
  * settings the worker images set (WORKER_MALLOC_ENV), the document's token list travelling through the object store as

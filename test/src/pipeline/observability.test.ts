@@ -1,5 +1,5 @@
 /**
- * Observability across processes (issue 12 items 12, 14, 15): the gateway, an encoder and a decoder
+ * Observability across processes: the gateway, an encoder and a decoder
  * worker as real processes. A request's x-request-id is echoed and reaches every log line logged for
  * it in all three processes, in one format; every worker serves /healthz, /readyz and /metrics on its
  * port; a worker failure (a corrupted stored chunk) reaches the client as a code, a public message and

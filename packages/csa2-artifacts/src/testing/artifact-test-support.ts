@@ -20,11 +20,11 @@ import { FsObjectStore } from '../store/fs-store.js';
 import { checkListOptions, checkRange, validateKey, validatePrefix } from '../store/keys.js';
 import type { ByteRange, ConditionalDeleteResult, GetOptions, ListOptions, ObjectInfo, ObjectStore, PutOptions } from '../store/object-store.js';
 
-/** `$CSA2_FIXTURES_DIR`, or `<repo>/../shared/fixtures` (dist/testing → repo root is four levels up). */
+/** `$CSA2_FIXTURES_DIR`, or the repository's `fixtures/` folder (dist/testing → repo root is four levels up). */
 export function fixturesRoot(): string {
   const env = process.env['CSA2_FIXTURES_DIR'];
   if (env !== undefined && env !== '') return resolve(env);
-  return resolve(fileURLToPath(new URL('../../../../../shared/fixtures', import.meta.url)));
+  return resolve(fileURLToPath(new URL('../../../../fixtures', import.meta.url)));
 }
 
 /**

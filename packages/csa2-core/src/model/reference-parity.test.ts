@@ -1,5 +1,5 @@
 /**
- * Parity with the official reference on every golden fixture (../shared/fixtures/*): exact mode,
+ * Parity with the official reference on every golden fixture (fixtures/*, as goldenFixtures() lists them): exact mode,
  * greedy, layer by layer. Block outputs within one bf16 ulp of the reference streams and their
  * ffn-side `pre` mixes within the fixture's documented spread; every top-k list, candidate mask,
  * window ring and cache row identical, in the prefill and at every decode step; generated ids identical.

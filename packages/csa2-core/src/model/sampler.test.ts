@@ -187,7 +187,7 @@ test('property: filters only drop tokens — the draw is always in the top-k set
   }
 });
 
-test('top_k: 1 is greedy at any temperature and seed (the issue 12 reproduction: it must not be ignored)', () => {
+test('top_k: 1 is greedy at any temperature and seed (a reproduction: it must not be ignored)', () => {
   const rng = new SeededRandom(5);
   for (let c = 0; c < 100; c++) {
     const logits = Float32Array.from({ length: 40 }, () => rng.nextNormal() * 2);

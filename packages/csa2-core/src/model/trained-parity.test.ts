@@ -4,7 +4,7 @@
  * README there). Exact mode, teacher-forced along the official GPU run's greedy tokens, so that every
  * one of the 73 logits rows is comparable.
  *
- * What the fixture measured about this model (its README; step 1334, served since session 14): the official
+ * What the fixture measured about this model (its README; step 1334, the served checkpoint): the official
  * code's own two executions, on the H200 and on that machine's CPU, differ by 0.20 in the prefill row and 0.229
  * per row on average (max 1.27), and their greedy paths part after 53 tokens (step 1020: 0.31, 0.165, 10 tokens;
  * step 537: 0.088, 0.18, 33 tokens). The cause is the model's quantizers, not a defect: the MXFP4

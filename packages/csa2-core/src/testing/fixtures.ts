@@ -1,7 +1,10 @@
 /**
  * @module testing/fixtures
- * Locates the golden fixtures made with the official reference: `$CSA2_FIXTURES_DIR`, or
- * `<repo>/../shared/fixtures`. Every directory there with a golden.safetensors is a parity fixture.
+ * Locates the fixtures made with the official reference: `$CSA2_FIXTURES_DIR` when set, else the
+ * repository's own `fixtures/` folder (each fixture there documents its provenance in a README).
+ * Every directory there with both a golden.safetensors and a model.safetensors is a parity fixture:
+ * `fixtures/deepseek-v41-tiny-a`. `fixtures/v41-mini-128k-official` holds only golden outputs for the
+ * served checkpoint under `models/` and is read by its own test, not listed by goldenFixtures().
  */
 import { existsSync, readdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
@@ -10,8 +13,8 @@ import { fileURLToPath } from 'node:url';
 export function fixturesRoot(): string {
   const env = process.env['CSA2_FIXTURES_DIR'];
   if (env !== undefined && env !== '') return resolve(env);
-  // dist/testing -> packages/csa2-core -> repo root -> ../shared/fixtures
-  return resolve(fileURLToPath(new URL('../../../../../shared/fixtures', import.meta.url)));
+  // dist/testing -> dist -> packages/csa2-core -> packages -> repo root
+  return resolve(fileURLToPath(new URL('../../../../fixtures', import.meta.url)));
 }
 
 /** Fixture directories holding a checkpoint and golden outputs; throws when there are none. */

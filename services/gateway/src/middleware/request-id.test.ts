@@ -1,5 +1,5 @@
 /**
- * x-request-id (issue 12 item 14): a valid client value is echoed, a missing one generated, an
+ * x-request-id: a valid client value is echoed, a missing one generated, an
  * invalid one refused naming the header; the id is on every response (errors, probes, 404s), in the
  * jobs the request makes, and on every gateway log line logged for the request.
  */

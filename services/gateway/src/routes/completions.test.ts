@@ -96,7 +96,7 @@ describe('completions and chat completions against a fake decoder', () => {
     assert.equal(job.tenant, TENANT_A);
   });
 
-  test('top_k, min_p, repetition/presence/frequency penalties and logit_bias reach the job (issue 12 item 11: never ignored)', async () => {
+  test('top_k, min_p, repetition/presence/frequency penalties and logit_bias reach the job (never ignored)', async () => {
     const res = await h.app.request(
       ...post('/v1/chat/completions', {
         model: MODEL_NAME,
