@@ -52,7 +52,11 @@ export interface EncoderBenchRow {
   /** Achieved FLOP/s over the provider's measured matmul rate. */
   readonly ofCeiling: number;
   readonly cpuFallbackGraphs: readonly string[];
+  /** Milliseconds in each block step (summed over layers and spans), the compress-at-end and head. */
+  readonly steps: Readonly<Record<string, number>>;
 }
+
+const STEP_ORDER = ['attn-in', 'compress', 'indexer', 'attention', 'sinkhorn', 'attn-out', 'ffn', 'compress-at-end', 'head'] as const;
 
 /**
  * The device's bf16 matmul rate: `depth` chained [M, K]·[K, K] bf16 MatMuls (fp32 accumulation) in
@@ -146,8 +150,15 @@ export async function runEncoderBench(opts: EncoderBenchOptions, io: BenchIo): P
           }
           const ids = randomIds(len, config.vocabSize, opts.seed * 1000 + len);
           io.log(`[encoder] ${name} ${provider}: ingesting ${fmtTokens(len)} tokens`);
+          const steps: Record<string, number> = {};
+          const add = (what: string, ms: number): void => void (steps[what] = (steps[what] ?? 0) + ms);
+          engine.model.timer = { layer: () => undefined, other: add, step: add };
           const t0 = performance.now();
-          await engine.ingest({ tenant: 'bench', documentId: `doc-${len}`, tokenIds: ids });
+          try {
+            await engine.ingest({ tenant: 'bench', documentId: `doc-${len}`, tokenIds: ids });
+          } finally {
+            engine.model.timer = null;
+          }
           const ms = performance.now() - t0;
           const flops = encodeFlops(config, plan, len);
           const achievedTflops = flops / (ms * 1e9);
@@ -161,6 +172,7 @@ export async function runEncoderBench(opts: EncoderBenchOptions, io: BenchIo): P
             achievedTflops,
             ofCeiling: achievedTflops / (ceilings.get(provider) ?? Number.NaN),
             cpuFallbackGraphs: info.cudaCpuFallbackGraphs,
+            steps,
           };
           rows.push(row);
           io.log(`[encoder] ${name} ${provider} ${fmtTokens(len)}: ${row.tokensPerSecond.toFixed(0)} tok/s (${(ms / 1000).toFixed(2)} s)`);
@@ -190,7 +202,23 @@ export function renderEncoderTable(rows: readonly EncoderBenchRow[], ceilings: R
     rows.map((r) => [r.model, r.provider, fmtTokens(r.tokens), (r.ms / 1000).toFixed(2), r.tokensPerSecond.toFixed(0), fmtSig(r.flops / 1e12), fmtSig(r.achievedTflops), `${(r.ofCeiling * 100).toPrecision(3)} %`]),
   );
   const fallbacks = [...new Set(rows.flatMap((r) => r.cpuFallbackGraphs))];
-  return [`Matmul rates measured in this run: ${ceilingText}.`, '', table, ...(fallbacks.length > 0 ? ['', `Graphs with nodes on the CPU under CUDA: ${fallbacks.join(', ')}`] : [])].join('\n');
+  const stepTable = markdownTable(
+    [{ header: 'model', align: 'left' }, { header: 'provider', align: 'left' }, { header: 'tokens' }, ...STEP_ORDER.map((s) => ({ header: `${s} s` })), { header: 'rest s' }],
+    rows.map((r) => {
+      const sum = STEP_ORDER.reduce((a, s) => a + (r.steps[s] ?? 0), 0);
+      return [r.model, r.provider, fmtTokens(r.tokens), ...STEP_ORDER.map((s) => ((r.steps[s] ?? 0) / 1000).toFixed(2)), ((r.ms - sum) / 1000).toFixed(2)];
+    }),
+  );
+  return [
+    `Matmul rates measured in this run: ${ceilingText}.`,
+    '',
+    table,
+    '',
+    'Where the ingest time goes (block steps summed over layers; rest: scheduling, artifact writes, the TypeScript between steps):',
+    '',
+    stepTable,
+    ...(fallbacks.length > 0 ? ['', `Graphs with nodes on the CPU under CUDA: ${fallbacks.join(', ')}`] : []),
+  ].join('\n');
 }
 
 function parseList<T extends string>(text: string | undefined, allowed: readonly T[], name: string, dflt: readonly T[]): readonly T[] {

@@ -34,7 +34,7 @@ export { GraphBuilder } from './onnx/graph-builder.js';
 export type { NumericsMode } from './model/graph-ops.js';
 export type { ModelOptions, ScanThreadsState } from './model/model.js';
 export { Csa2Model, DEFAULT_MODEL_OPTIONS, DEFAULT_REPLAY_TOKENS } from './model/model.js';
-export type { Span, SpanLayout, SpanOutput, SourceSelections, StreamRows, ForwardObserver, LayerTimer, ProgressCallback } from './model/span.js';
+export type { Span, SpanLayout, SpanOutput, SourceSelections, StreamRows, ForwardObserver, LayerTimer, BlockStep, ProgressCallback } from './model/span.js';
 export { knownSourceStats } from './model/indexer.js';
 export { threadScanStats } from './model/indexer-scan.js';
 export { MAX_AUTO_SCAN_THREADS, MAX_SCAN_THREADS, THREAD_MIN_SCORES, resolveScanThreads } from './model/scan-threads.js';

@@ -21,12 +21,13 @@ import { runFfn } from './ffn.js';
 import { hcSplitSinkhorn } from './hc-sinkhorn.js';
 import { runIndexers, type IndexerContext } from './indexer.js';
 import type { LayerGraphs, ModelGraphs } from './model-graphs.js';
-import type { ForwardObserver, SpanLayout, SpanState } from './span.js';
+import type { BlockStep, ForwardObserver, LayerTimer, SpanLayout, SpanState } from './span.js';
 
 export interface BlockContext extends AttentionContext, IndexerContext {
   readonly config: ModelConfig;
   readonly graphs: ModelGraphs;
   readonly observer: ForwardObserver | null;
+  readonly timer?: LayerTimer | null;
   /** cos/sin rows of the compress-table RoPE at the given positions (compressed entries). */
   compressRope(positions: ArrayLike<number>): { cos: TensorOf<'float32'>; sin: TensorOf<'float32'> };
 }
@@ -82,6 +83,14 @@ export async function compressSpans(
 
 /** Runs layer `lg` over the batch; replaces batch.X / batch.pre with the layer's output. */
 export async function runBlock(ctx: BlockContext, lg: LayerGraphs, batch: LayerBatch): Promise<void> {
+  const step = ctx.timer?.step?.bind(ctx.timer);
+  let t = step === undefined ? 0 : performance.now();
+  const lap = (what: BlockStep): void => {
+    if (step === undefined) return;
+    const now = performance.now();
+    step(what, now - t);
+    t = now;
+  };
   const c = ctx.config;
   const e = lg.entry;
   const { hcMult: n, dim: d } = c;
@@ -89,9 +98,11 @@ export async function runBlock(ctx: BlockContext, lg: LayerGraphs, batch: LayerB
   const rope = batch.rope(e);
   const X = f32(batch.X, [R, n, d]);
   const a = await lg.attnIn.run({ X, pre: f32(batch.pre, [R, n]), cos: rope.cos, sin: rope.sin });
+  lap('attn-in');
 
   // 1. the KV source compresses this call's completed groups before anyone attends (csa2 §3.4)
   if (e.isKvSource) await compressSpans(ctx, lg, batch.spans, a, (st) => st.span.layout);
+  lap('compress');
 
   // 2. top-k compressed positions: own indexer (Full/Reindex) or the latest source's list (Reuse)
   if (lg.indexer !== null) {
@@ -100,10 +111,13 @@ export async function runBlock(ctx: BlockContext, lg: LayerGraphs, batch: LayerB
     if (iq === undefined || iw === undefined) throw new Error(`layer ${e.layer}: attnIn has no index queries`);
     await runIndexers(ctx, lg.indexer, e, batch.spans, iq, iw);
   }
+  lap('indexer');
 
   // 3. sparse attention, then the rest of the sublayer
   const att = await runAttention(ctx, e, lg.sink, batch.spans, a.q.data, a.kvw.data);
+  lap('attention');
   const aMix = hcSplitSinkhorn(a.a_mix.data, lg.hcAttn);
+  lap('sinkhorn');
   const attn = await lg.attnOut.run({
     att: f32(att, [R, c.numHeads, c.headDim]),
     X,
@@ -114,8 +128,10 @@ export async function runBlock(ctx: BlockContext, lg: LayerGraphs, batch: LayerB
     sin: rope.sin,
   });
 
+  lap('attn-out');
   // 4. MoE
   const ffn = await runFfn(c, lg, R, attn);
+  lap('ffn');
   const obs = ctx.observer;
   if (obs !== null) {
     const k = c.numActivatedExperts;

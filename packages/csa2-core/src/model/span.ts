@@ -95,7 +95,12 @@ export interface LayerTimer {
   layer(mode: 'swa' | 'full' | 'reindex' | 'reuse', ms: number): void;
   /** The encode spans' compressor step into the decoder start, and the head. */
   other(what: 'compress-at-end' | 'head', ms: number): void;
+  /** Optional: each step of a block (model/block), summed over its spans. */
+  step?(what: BlockStep, ms: number): void;
 }
+
+/** The steps of one block, in order (model/block). */
+export type BlockStep = 'attn-in' | 'compress' | 'indexer' | 'attention' | 'sinkhorn' | 'attn-out' | 'ffn';
 
 /** What one span's index-source layer published for its rows in this call (the `shared_attn` slots). */
 export interface SharedSlots {
