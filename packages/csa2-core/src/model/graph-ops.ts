@@ -11,8 +11,16 @@
  * reference, whose fp32 variant keeps them too.
  */
 import type { GraphBuilder } from '../onnx/graph-builder.js';
+import { f32ToBf16Bits } from '../numerics/bf16.js';
 
 export type NumericsMode = 'bf16' | 'fp32';
+
+/** bf16 little-endian bytes of float32 values (round to nearest even; exact for bf16 values). */
+export function bf16Bytes(values: Float32Array): Uint8Array {
+  const out = new Uint16Array(values.length);
+  for (let i = 0; i < values.length; i++) out[i] = f32ToBf16Bits(values[i] as number);
+  return new Uint8Array(out.buffer);
+}
 
 const FP8_MAX = 448;
 const FP4_MAX = 6;
@@ -43,6 +51,8 @@ export class GraphOps {
   constructor(
     readonly g: GraphBuilder,
     readonly mode: NumericsMode,
+    /** GraphContext.bf16Gemm: bf16 linears as bf16 GEMMs (bf16 mode only). */
+    readonly bf16Gemm = false,
   ) {}
 
   /** Rounds to bf16 where the reference holds a bf16 tensor (identity in fp32 mode). */
@@ -51,10 +61,20 @@ export class GraphOps {
     return this.g.cast(this.g.cast(x, 'bfloat16'), 'float32');
   }
 
-  /** y = x @ W^T for W [out, in] (nn.Linear layout); bf16 output in bf16 mode (F.linear on bf16). */
+  /**
+   * y = x @ W^T for W [out, in] (nn.Linear layout); bf16 output in bf16 mode (F.linear on bf16). `x`
+   * holds bf16 values (every caller rounds it first, as the reference's bf16 tensors are). With
+   * bf16Gemm the product is a bf16 GEMM: the casts of x and W to bf16 are exact, the GEMM accumulates
+   * in fp32 and rounds its result to bf16 once, which is what bf(fp32 MatMul) computes up to the
+   * accumulation order.
+   */
   linear(x: string, name: string, w: Float32Array, outDim: number, inDim: number): string {
-    const wt = this.g.weight(name, transposeMatrix(w, outDim, inDim), [inDim, outDim]);
-    return this.bf(this.g.matmul(x, wt));
+    const wt = transposeMatrix(w, outDim, inDim);
+    if (this.bf16Gemm && this.mode === 'bf16') {
+      const wb = this.g.initializer(name, 'bfloat16', [inDim, outDim], bf16Bytes(wt));
+      return this.g.cast(this.g.matmul(this.g.cast(x, 'bfloat16'), wb), 'float32');
+    }
+    return this.bf(this.g.matmul(x, this.g.weight(name, wt, [inDim, outDim])));
   }
 
   /** y = x @ W^T kept in fp32 (fp32 parameters: compressor m>1, gate, head, hc_fn). */

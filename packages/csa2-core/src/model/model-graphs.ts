@@ -84,6 +84,8 @@ export interface GraphBuildOptions {
   readonly indexerPool: boolean;
   /** Where the indexer unpacks, finishes its scores and picks: TypeScript around one Gemm ('split') or the ONNX graphs ('graph'). */
   readonly indexerScores: IndexerScores;
+  /** GraphContext.bf16Gemm. @defaultValue true on the CUDA provider, false on the CPU */
+  readonly bf16Gemm?: boolean;
   /** Scan threads for the split scorer (model/scan-threads), a resolved count (0: none). @defaultValue 0 */
   readonly scanThreads?: number;
 }
@@ -102,7 +104,8 @@ function hcSplitParams(c: ModelConfig, w: WeightSource, layer: number, which: 'a
 
 /** Builds every graph from the weights and opens the sessions; on failure, closes what was opened. */
 export async function openModelGraphs(config: ModelConfig, plan: LayerPlan, weights: WeightSource, options: GraphBuildOptions): Promise<ModelGraphs> {
-  const ctx: GraphContext = { config, weights, mode: options.numerics };
+  // bf16 tensor-core GEMMs on the CUDA provider (GraphContext.bf16Gemm); the CPU keeps the exact path
+  const ctx: GraphContext = { config, weights, mode: options.numerics, bf16Gemm: options.bf16Gemm ?? options.runtime.executionProvider === 'cuda' };
   const threads = resolveIntraOpThreads(options.runtime, config.dim);
   const arenaRows = options.runtime.attentionArenaMaxRows;
   if (!(arenaRows === Infinity || (Number.isInteger(arenaRows) && arenaRows >= 1))) {

@@ -20,7 +20,7 @@ import { attentionColumns, type GraphContext } from './context.js';
 export function buildAttentionGraph(ctx: GraphContext, compressed: boolean): Uint8Array {
   const { config: c } = ctx;
   const g = new GraphBuilder(compressed ? 'attention_compressed' : 'attention_window');
-  const o = new GraphOps(g, ctx.mode);
+  const o = new GraphOps(g, ctx.mode, ctx.bf16Gemm === true);
   const { headDim: D, numHeads: H } = c;
   const C = attentionColumns(c, compressed ? 1 : 0);
   const q = g.input('q', 'float32', ['S', H, D]);

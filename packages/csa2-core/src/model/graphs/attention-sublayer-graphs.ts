@@ -30,7 +30,7 @@ export function buildAttnInGraph(ctx: GraphContext, e: LayerPlanEntry, opts: { c
   const { config: c, weights: w } = ctx;
   const p = `layers.${e.layer}`;
   const g = new GraphBuilder(`attn_in_${e.layer}${opts.compressOnly ? '_compress' : ''}`);
-  const o = new GraphOps(g, ctx.mode);
+  const o = new GraphOps(g, ctx.mode, ctx.bf16Gemm === true);
   const { hcMult: n, dim: d, headDim: D, ropeHeadDim: rd, numHeads: H } = c;
   const X = g.input('X', 'float32', ['S', n, d]);
   const preIn = g.input('pre', 'float32', ['S', n]);
@@ -84,7 +84,7 @@ export function buildAttnOutGraph(ctx: GraphContext, e: LayerPlanEntry): Uint8Ar
   const { config: c, weights: w } = ctx;
   const p = `layers.${e.layer}`;
   const g = new GraphBuilder(`attn_out_${e.layer}`);
-  const o = new GraphOps(g, ctx.mode);
+  const o = new GraphOps(g, ctx.mode, ctx.bf16Gemm === true);
   const { hcMult: n, dim: d, headDim: D, ropeHeadDim: rd, numHeads: H, oGroups: G, oLoraRank: R } = c;
   const attIn = g.input('att', 'float32', ['S', H, D]);
   const X = g.input('X', 'float32', ['S', n, d]);

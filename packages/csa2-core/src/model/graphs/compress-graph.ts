@@ -18,7 +18,7 @@ export function buildCompressGraph(ctx: GraphContext, e: LayerPlanEntry): Uint8A
   const { config: c, weights: w } = ctx;
   const p = `layers.${e.layer}`;
   const g = new GraphBuilder(`compress_${e.layer}`);
-  const o = new GraphOps(g, ctx.mode);
+  const o = new GraphOps(g, ctx.mode, ctx.bf16Gemm === true);
   const { headDim: D, ropeHeadDim: rd, indexHeadDim: dI } = c;
   const m = e.compressRatio;
   let latent: string;

@@ -15,6 +15,13 @@ export interface GraphContext {
   readonly config: ModelConfig;
   readonly weights: WeightSource;
   readonly mode: NumericsMode;
+  /**
+   * Run the bf16 linears as bf16 GEMMs (bf16 inputs and weights, fp32 accumulation, one rounding to
+   * bf16 of the result: the reference's F.linear on bf16 tensors, on tensor cores) instead of fp32
+   * MatMuls of bf16 values rounded after. For the CUDA provider; the CPU keeps fp32 MatMuls (its
+   * accumulation order is the exact reference path's). @defaultValue false
+   */
+  readonly bf16Gemm?: boolean;
 }
 
 /** Number of 64-entry attention blocks a layer's index list is padded to, in columns. */

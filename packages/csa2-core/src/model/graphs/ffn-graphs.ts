@@ -16,7 +16,7 @@ export function buildMoeGraph(ctx: GraphContext, e: LayerPlanEntry): Uint8Array 
   const { config: c, weights: w } = ctx;
   const p = `layers.${e.layer}.ffn`;
   const g = new GraphBuilder(`moe_${e.layer}`);
-  const o = new GraphOps(g, ctx.mode);
+  const o = new GraphOps(g, ctx.mode, ctx.bf16Gemm === true);
   const { hcMult: n, dim: d, moeInterDim: I } = c;
   const xf = g.input('xf', 'float32', ['S', d]);
   const X1 = g.input('X1', 'float32', ['S', n, d]);
@@ -52,7 +52,7 @@ export function buildMoeGraph(ctx: GraphContext, e: LayerPlanEntry): Uint8Array 
 export function buildHeadGraph(ctx: GraphContext): Uint8Array {
   const { config: c, weights: w } = ctx;
   const g = new GraphBuilder('head');
-  const o = new GraphOps(g, ctx.mode);
+  const o = new GraphOps(g, ctx.mode, ctx.bf16Gemm === true);
   const X = g.input('X', 'float32', ['S', c.hcMult, c.dim]);
   const pre = g.input('pre', 'float32', ['S', c.hcMult]);
   const h = o.rmsNorm(o.hcPre(X, pre), 'norm', w.get('norm.weight'), c.normEps);

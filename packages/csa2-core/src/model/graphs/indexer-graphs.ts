@@ -42,7 +42,7 @@ function indexScores(g: GraphBuilder, o: GraphOps, ctx: GraphContext, K: string)
 export function buildIndexerScanGraph(ctx: GraphContext, e: LayerPlanEntry): Uint8Array {
   const c = ctx.config;
   const g = new GraphBuilder(`indexer_${e.layer}`);
-  const o = new GraphOps(g, ctx.mode);
+  const o = new GraphOps(g, ctx.mode, ctx.bf16Gemm === true);
   const { indexNumHeads: hI, indexHeadDim: dI } = c;
   const packed = g.input('K', 'uint8', ['G', 'N', dI / 2 + dI / 32]);
   const iq = g.input('iq', 'float32', ['G', 'S', hI, dI]);
@@ -101,7 +101,7 @@ function candidateBlocks(g: GraphBuilder, scores: string, pin: string, nLen: str
 export function buildIndexerPoolGraph(ctx: GraphContext, e: LayerPlanEntry): Uint8Array {
   const dI = ctx.config.indexHeadDim;
   const g = new GraphBuilder(`indexer_pool_${e.layer}`);
-  const o = new GraphOps(g, ctx.mode);
+  const o = new GraphOps(g, ctx.mode, ctx.bf16Gemm === true);
   const K = g.input('K', 'uint8', ['U', dI / 2 + dI / 32]);
   const { scores } = indexScores(g, o, ctx, unpackIndexK(g, K, dI));
   const allow = g.input('allow', 'bool', ['S', 'U']);
@@ -126,7 +126,7 @@ export function buildIndexerPoolGraph(ctx: GraphContext, e: LayerPlanEntry): Uin
 export function buildIndexScoresGraph(ctx: GraphContext, headSum: boolean): Uint8Array {
   const { indexNumHeads: hI, indexHeadDim: dI } = ctx.config;
   const g = new GraphBuilder('index_scores');
-  const o = new GraphOps(g, ctx.mode);
+  const o = new GraphOps(g, ctx.mode, ctx.bf16Gemm === true);
   const q = g.input('q', 'float32', ['M', dI]);
   const k = g.input('k', 'float32', ['N', dI]);
   const p = g.op('Gemm', [q, k], { transB: 1 }); // [M, N]
