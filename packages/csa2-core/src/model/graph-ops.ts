@@ -77,6 +77,16 @@ export class GraphOps {
     return this.bf(this.g.matmul(x, this.g.weight(name, wt, [inDim, outDim])));
   }
 
+  /**
+   * bf(a @ b) for operands that hold bf16 values (bf16 activations, bf16 weights, MXFP4 or FP8 values,
+   * which bf16 holds exactly): with bf16Gemm a bf16 GEMM (fp32 accumulation, one rounding), else an
+   * fp32 MatMul rounded after.
+   */
+  matmulBf(a: string, b: string): string {
+    if (this.bf16Gemm && this.mode === 'bf16') return this.g.cast(this.g.matmul(this.g.cast(a, 'bfloat16'), this.g.cast(b, 'bfloat16')), 'float32');
+    return this.bf(this.g.matmul(a, b));
+  }
+
   /** y = x @ W^T kept in fp32 (fp32 parameters: compressor m>1, gate, head, hc_fn). */
   linearF32(x: string, name: string, w: Float32Array, outDim: number, inDim: number): string {
     const wt = this.g.weight(name, transposeMatrix(w, outDim, inDim), [inDim, outDim]);

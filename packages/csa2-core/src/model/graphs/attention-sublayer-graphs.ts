@@ -105,7 +105,7 @@ export function buildAttnOutGraph(ctx: GraphContext, e: LayerPlanEntry): Uint8Ar
       for (let k = 0; k < inG; k++) woAT[grp * inG * R + k * R + r] = woA[(grp * R + r) * inG + k] as number;
     }
   }
-  const proj = o.bf(g.matmul(perGroup, g.weight('wo_a', woAT, [G, inG, R]))); // [G, S, R]
+  const proj = o.matmulBf(perGroup, g.weight('wo_a', woAT, [G, inG, R])); // [G, S, R]
   const flat = g.reshape(g.transpose(proj, [1, 0, 2]), [0, G * R]);
   const y = o.linear(flat, 'wo_b', w.get(`${p}.attn.wo_b.weight`), d, G * R);
   const X1 = o.hcPost(y, X, aPost, aComb);

@@ -24,7 +24,7 @@ function indexScores(g: GraphBuilder, o: GraphOps, ctx: GraphContext, K: string)
   const { indexNumHeads: hI, indexHeadDim: dI } = ctx.config;
   const iq = g.input('iq', 'float32', ['S', hI, dI]);
   const iw = g.input('iw', 'float32', ['S', hI]);
-  const perHead = o.bf(g.matmul(iq, g.transpose(K, [1, 0]))); // [S, hI, N]
+  const perHead = o.matmulBf(iq, g.transpose(K, [1, 0])); // [S, hI, N]
   const weighted = o.bf(g.mul(g.relu(perHead), g.unsqueeze(iw, [-1])));
   return { iq, iw, scores: o.bf(g.reduceSum(weighted, [1], false)) }; // [S, N]
 }
@@ -56,7 +56,7 @@ export function buildIndexerScanGraph(ctx: GraphContext, e: LayerPlanEntry): Uin
   const nLen = g.gather(dims, g.const('int64', [1], []));
   const K = unpackIndexK(g, g.reshape(packed, [-1, dI / 2 + dI / 32]), dI); // [G·N, dI]
   const Kg = g.op('Reshape', [K, g.concat([g.slice(dims, [0], [0], [2]), g.const('int64', [dI])], 0)]); // [G, N, dI]
-  const perHead = o.bf(g.matmul(iq, g.unsqueeze(g.transpose(Kg, [0, 2, 1]), [1]))); // [G, S, hI, N]
+  const perHead = o.matmulBf(iq, g.unsqueeze(g.transpose(Kg, [0, 2, 1]), [1])); // [G, S, hI, N]
   const weighted = o.bf(g.mul(g.relu(perHead), g.unsqueeze(iw, [-1])));
   let scores = o.bf(g.reduceSum(weighted, [2], false)); // [G, S, N]
   const coords = g.add(g.op('Range', [g.const('int64', [0], []), nLen, g.const('int64', [1], [])]), kbase); // [G, 1, N]
