@@ -39,12 +39,14 @@ export type * from './types.js';
 /**
  * Model options on the CUDA provider, where a graph run costs a launch and a host round trip for
  * every input and output while the math is nearly free: prefill chunks of thousands of rows, the
- * indexers' scores and top-k inside their graphs (on the device) rather than in TypeScript, and
+ * indexers' scores and top-k and the hyper-connections' Sinkhorn inside their graphs (on the device)
+ * rather than in TypeScript, and
  * attention runs as large as the device memory allows. Explicit EngineOptions win.
  */
 export const CUDA_MODEL_OPTIONS: Partial<ModelOptions> = {
   chunkTokens: 4096,
   indexerScores: 'graph',
+  sinkhorn: 'graph',
   scanThreads: 0,
   attentionBudgetValues: 1 << 28,
   indexerBudgetValues: 1 << 27,

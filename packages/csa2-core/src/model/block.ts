@@ -18,7 +18,7 @@ import { f32, type TensorOf } from '../runtime/ort-session.js';
 import { runAttention, type AttentionContext } from './attention.js';
 import { compressGroups, feedCompressor, type CompletedGroups, type CompressorRows } from './compressor.js';
 import { runFfn } from './ffn.js';
-import { hcSplitSinkhorn } from './hc-sinkhorn.js';
+import { splitMixes } from './hc-sinkhorn.js';
 import { runIndexers, type IndexerContext } from './indexer.js';
 import type { LayerGraphs, ModelGraphs } from './model-graphs.js';
 import type { BlockStep, ForwardObserver, LayerTimer, SpanLayout, SpanState } from './span.js';
@@ -116,7 +116,7 @@ export async function runBlock(ctx: BlockContext, lg: LayerGraphs, batch: LayerB
   // 3. sparse attention, then the rest of the sublayer
   const att = await runAttention(ctx, e, lg.sink, batch.spans, a.q.data, a.kvw.data);
   lap('attention');
-  const aMix = hcSplitSinkhorn(a.a_mix.data, lg.hcAttn);
+  const aMix = splitMixes(a.a_pre, a.a_post, a.a_comb, a.a_mix, lg.hcAttn, `attn_in_${e.layer}`);
   lap('sinkhorn');
   const attn = await lg.attnOut.run({
     att: f32(att, [R, c.numHeads, c.headDim]),

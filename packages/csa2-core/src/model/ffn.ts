@@ -8,7 +8,7 @@
  */
 import type { ModelConfig } from '../config/model-config.js';
 import { f32, i64, type TensorOf } from '../runtime/ort-session.js';
-import { hcSplitSinkhorn } from './hc-sinkhorn.js';
+import { splitMixes } from './hc-sinkhorn.js';
 import { moeGate, type MoeRouting } from './moe-gate.js';
 import type { LayerGraphs } from './model-graphs.js';
 import type { ATTN_OUT } from './graphs/signatures.js';
@@ -43,7 +43,7 @@ export async function runFfn(config: ModelConfig, lg: LayerGraphs, rows: number,
       (wOf[ex] as Float32Array)[at] = weights[r * k + j] as number;
     }
   }
-  const fMix = hcSplitSinkhorn(attn.f_mix.data, lg.hcFfn);
+  const fMix = splitMixes(attn.f_pre, attn.f_post, attn.f_comb, attn.f_mix, lg.hcFfn, `attn_out_${lg.entry.layer}`);
   const perExpert: Record<string, TensorOf<'int64'> | TensorOf<'float32'>> = {};
   for (let ex = 0; ex < E; ex++) {
     const count = counts[ex] as number;

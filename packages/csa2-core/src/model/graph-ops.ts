@@ -87,6 +87,30 @@ export class GraphOps {
     return this.bf(this.g.matmul(a, b));
   }
 
+  /**
+   * hc_split_sinkhorn (trunk §2.3) as graph nodes, for the CUDA provider's large prefill spans, where
+   * model/hc-sinkhorn's per-row TypeScript would cost more than the layer's GEMMs: mixes [S, (2 + n)·n]
+   * → pre [S, n] = sigmoid(m·s0 + b) + ε, post [S, n] = 2·sigmoid(m·s1 + b), comb [S, n, n] = the row
+   * softmax + ε, then a column normalization and `iters − 1` row-and-column rounds (x / (sum + ε)).
+   * The same float32 operations as the TypeScript; only the order inside each n-term sum may differ.
+   */
+  hcSplitSinkhorn(mixes: string, p: { readonly n: number; readonly iters: number; readonly eps: number; readonly scale: Float32Array; readonly base: Float32Array }, name: string): { pre: string; post: string; comb: string } {
+    const g = this.g;
+    const n = p.n;
+    const eps = g.scalar(Math.fround(p.eps));
+    const part = (from: number, to: number, s: number, baseName: string): string =>
+      g.add(g.mul(g.slice(mixes, [1], [from], [to]), g.scalar(Math.fround(p.scale[s] as number))), g.weight(`${name}_${baseName}`, p.base.slice(from, to), [to - from]));
+    const pre = g.add(g.sigmoid(part(0, n, 0, 'base_pre')), eps);
+    const post = g.mul(g.scalar(2), g.sigmoid(part(n, 2 * n, 1, 'base_post')));
+    let c = g.reshape(part(2 * n, (2 + n) * n, 2, 'base_comb'), [-1, n, n]);
+    const e = g.exp(g.sub(c, g.reduceMax(c, [2], true)));
+    c = g.add(g.div(e, g.reduceSum(e, [2], true)), eps);
+    const norm = (x: string, axis: number): string => g.div(x, g.add(g.reduceSum(x, [axis], true), eps));
+    c = norm(c, 1);
+    for (let t = 1; t < p.iters; t++) c = norm(norm(c, 2), 1);
+    return { pre, post, comb: c };
+  }
+
   /** y = x @ W^T kept in fp32 (fp32 parameters: compressor m>1, gate, head, hc_fn). */
   linearF32(x: string, name: string, w: Float32Array, outDim: number, inDim: number): string {
     const wt = this.g.weight(name, transposeMatrix(w, outDim, inDim), [inDim, outDim]);

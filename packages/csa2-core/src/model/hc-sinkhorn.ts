@@ -9,6 +9,7 @@
  * every decode step for a few hundred flops.
  */
 import { sigmoidF32 as sigmoid } from '../numerics/f32.js';
+import type { TensorOf } from '../runtime/ort-session.js';
 
 const f = Math.fround;
 
@@ -143,3 +144,18 @@ export function hcSplitSinkhornAnyN(mixes: Float32Array, p: HcSplitParams, softm
   }
   return { pre, post, comb };
 }
+
+/** A sublayer's hc split: computed in its graph (GraphContext.sinkhornInGraph), or here from its mixes. */
+export function splitMixes(
+  pre: TensorOf<'float32'> | undefined,
+  post: TensorOf<'float32'> | undefined,
+  comb: TensorOf<'float32'> | undefined,
+  mixes: TensorOf<'float32'> | undefined,
+  params: HcSplitParams,
+  graph: string,
+): HcSplit {
+  if (pre !== undefined && post !== undefined && comb !== undefined) return { pre: pre.data, post: post.data, comb: comb.data };
+  if (mixes === undefined) throw new Error(`graph ${graph} returned neither its hc mixes nor their split`);
+  return hcSplitSinkhorn(mixes.data, params);
+}
+

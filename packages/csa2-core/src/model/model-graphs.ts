@@ -84,6 +84,8 @@ export interface GraphBuildOptions {
   readonly indexerPool: boolean;
   /** Where the indexer unpacks, finishes its scores and picks: TypeScript around one Gemm ('split') or the ONNX graphs ('graph'). */
   readonly indexerScores: IndexerScores;
+  /** GraphContext.sinkhornInGraph. @defaultValue false */
+  readonly sinkhornInGraph?: boolean;
   /** GraphContext.bf16Gemm. @defaultValue true on the CUDA provider, false on the CPU */
   readonly bf16Gemm?: boolean;
   /** Scan threads for the split scorer (model/scan-threads), a resolved count (0: none). @defaultValue 0 */
@@ -105,7 +107,7 @@ function hcSplitParams(c: ModelConfig, w: WeightSource, layer: number, which: 'a
 /** Builds every graph from the weights and opens the sessions; on failure, closes what was opened. */
 export async function openModelGraphs(config: ModelConfig, plan: LayerPlan, weights: WeightSource, options: GraphBuildOptions): Promise<ModelGraphs> {
   // bf16 tensor-core GEMMs on the CUDA provider (GraphContext.bf16Gemm); the CPU keeps the exact path
-  const ctx: GraphContext = { config, weights, mode: options.numerics, bf16Gemm: options.bf16Gemm ?? options.runtime.executionProvider === 'cuda' };
+  const ctx: GraphContext = { config, weights, mode: options.numerics, bf16Gemm: options.bf16Gemm ?? options.runtime.executionProvider === 'cuda', sinkhornInGraph: options.sinkhornInGraph === true };
   const threads = resolveIntraOpThreads(options.runtime, config.dim);
   const arenaRows = options.runtime.attentionArenaMaxRows;
   if (!(arenaRows === Infinity || (Number.isInteger(arenaRows) && arenaRows >= 1))) {

@@ -32,6 +32,12 @@ import type { ForwardObserver, LayerTimer, ProgressCallback, Span, SpanOutput, S
 export const DEFAULT_REPLAY_TOKENS = 128;
 
 export interface ModelOptions {
+  /**
+   * Where the hyper-connections' Sinkhorn split runs: in TypeScript (model/hc-sinkhorn; the CPU's
+   * exact path, cheapest for decode steps) or inside the attnIn/attnOut graphs (GraphOps.hcSplitSinkhorn;
+   * for the CUDA provider's prefill spans of thousands of rows). @defaultValue 'typescript'
+   */
+  readonly sinkhorn: 'typescript' | 'graph';
   /** 'bf16' follows the reference's bf16 execution; 'fp32' is plain float32. @defaultValue 'bf16' */
   readonly numerics: NumericsMode;
   readonly runtime: RuntimeOptions;
@@ -91,6 +97,7 @@ export const DEFAULT_MODEL_OPTIONS: ModelOptions = {
   indexerPool: true,
   indexerScores: 'split',
   scanThreads: 'auto',
+  sinkhorn: 'typescript',
 };
 
 export class Csa2Model {
@@ -120,7 +127,7 @@ export class Csa2Model {
     if (opts.indexerKeyChunk % bs !== 0 || opts.indexerKeyChunk < 2) {
       throw new Csa2Error('config-invalid', `model option indexerKeyChunk (${opts.indexerKeyChunk}) must be a multiple of candidate_block_size (${bs}) and at least 2`);
     }
-    const graphs = await openModelGraphs(config, plan, weights, { numerics: opts.numerics, runtime: opts.runtime, indexerPool: opts.indexerPool, indexerScores: opts.indexerScores, scanThreads: resolveScanThreads(opts.scanThreads) });
+    const graphs = await openModelGraphs(config, plan, weights, { numerics: opts.numerics, runtime: opts.runtime, sinkhornInGraph: opts.sinkhorn === 'graph', indexerPool: opts.indexerPool, indexerScores: opts.indexerScores, scanThreads: resolveScanThreads(opts.scanThreads) });
     const ropeDim = config.ropeHeadDim;
     const freqsPlain = ropeFrequencies({ ropeDim, base: config.ropeTheta, yarn: null });
     const freqsCompress = ropeFrequencies({

@@ -21,6 +21,22 @@ function hcMixLogits(o: GraphOps, c: ModelConfig, w: WeightSource, prefix: strin
   return o.hcMixLogits(X, `hc_${which}_fn`, w.get(`${prefix}.hc_${which}_fn`), { n: c.hcMult, d: c.dim, normEps: c.normEps });
 }
 
+/** A sublayer's hc mixes (a_mix / f_mix), or with ctx.sinkhornInGraph their split (a_pre, a_post, a_comb / f_…). */
+function outputMixes(o: GraphOps, ctx: GraphContext, prefix: string, which: 'attn' | 'ffn', X: string): void {
+  const { config: c, weights: w } = ctx;
+  const n = c.hcMult;
+  const mixes = hcMixLogits(o, c, w, prefix, which, X);
+  const k = which === 'attn' ? 'a' : 'f';
+  if (ctx.sinkhornInGraph !== true) {
+    o.g.output(mixes, `${k}_mix`, 'float32', ['S', (2 + n) * n]);
+    return;
+  }
+  const split = o.hcSplitSinkhorn(mixes, { n, iters: c.hcSinkhornIters, eps: c.hcEps, scale: w.get(`${prefix}.hc_${which}_scale`), base: w.get(`${prefix}.hc_${which}_base`) }, `hc_${which}`);
+  o.g.output(split.pre, `${k}_pre`, 'float32', ['S', n]);
+  o.g.output(split.post, `${k}_post`, 'float32', ['S', n]);
+  o.g.output(split.comb, `${k}_comb`, 'float32', ['S', n, n]);
+}
+
 /**
  * attnIn: the attention sublayer up to the sparse-attention call, and the attention mixes (a_mix, before
  * hc_split_sinkhorn, which model/hc-sinkhorn runs). `compressOnly` builds just the compressor inputs
@@ -35,9 +51,7 @@ export function buildAttnInGraph(ctx: GraphContext, e: LayerPlanEntry, opts: { c
   const X = g.input('X', 'float32', ['S', n, d]);
   const preIn = g.input('pre', 'float32', ['S', n]);
 
-  if (!opts.compressOnly) {
-    g.output(hcMixLogits(o, c, w, p, 'attn', X), 'a_mix', 'float32', ['S', (2 + n) * n]);
-  }
+  if (!opts.compressOnly) outputMixes(o, ctx, p, 'attn', X);
   const x = o.rmsNorm(o.hcPre(X, preIn), 'attn_norm', w.get(`${p}.attn_norm.weight`), c.normEps); // [S, d] bf16
 
   if (e.isKvSource) {
@@ -111,7 +125,7 @@ export function buildAttnOutGraph(ctx: GraphContext, e: LayerPlanEntry): Uint8Ar
   const X1 = o.hcPost(y, X, aPost, aComb);
   g.output(X1, 'X1', 'float32', ['S', n, d]);
 
-  g.output(hcMixLogits(o, c, w, p, 'ffn', X1), 'f_mix', 'float32', ['S', (2 + n) * n]);
+  outputMixes(o, ctx, p, 'ffn', X1);
   const xf = o.rmsNorm(o.hcPre(X1, aPre), 'ffn_norm', w.get(`${p}.ffn_norm.weight`), c.normEps);
   g.output(xf, 'xf', 'float32', ['S', d]);
 

@@ -22,6 +22,12 @@ export interface GraphContext {
    * accumulation order is the exact reference path's). @defaultValue false
    */
   readonly bf16Gemm?: boolean;
+  /**
+   * attnIn and attnOut split their hc mixes in the graph (GraphOps.hcSplitSinkhorn: a_pre/a_post/a_comb
+   * and f_pre/f_post/f_comb outputs) instead of returning the mixes for model/hc-sinkhorn. For the CUDA
+   * provider's large prefill spans. @defaultValue false
+   */
+  readonly sinkhornInGraph?: boolean;
 }
 
 /** Number of 64-entry attention blocks a layer's index list is padded to, in columns. */

@@ -16,8 +16,9 @@ type AnySignature = GraphSignature<Io, Io, Io, Io>;
  */
 export const ATTN_IN = {
   inputs: { X: 'float32', pre: 'float32', cos: 'float32', sin: 'float32' },
-  outputs: { a_mix: 'float32', q: 'float32', kvw: 'float32' },
-  optionalOutputs: { latent: 'float32', ckv: 'float32', cscore: 'float32', iq: 'float32', iw: 'float32' },
+  outputs: { q: 'float32', kvw: 'float32' },
+  /** a_mix, or with GraphContext.sinkhornInGraph its split a_pre, a_post, a_comb */
+  optionalOutputs: { a_mix: 'float32', a_pre: 'float32', a_post: 'float32', a_comb: 'float32', latent: 'float32', ckv: 'float32', cscore: 'float32', iq: 'float32', iw: 'float32' },
 } as const satisfies AnySignature;
 
 /** The decoder's first KV source's compressor inputs from the encoder output: X, pre → latent | ckv, cscore. */
@@ -88,7 +89,9 @@ export const ATTENTION = {
  */
 export const ATTN_OUT = {
   inputs: { att: 'float32', X: 'float32', a_pre: 'float32', a_post: 'float32', a_comb: 'float32', cos: 'float32', sin: 'float32' },
-  outputs: { X1: 'float32', f_mix: 'float32', xf: 'float32', gate_logits: 'float32' },
+  outputs: { X1: 'float32', xf: 'float32', gate_logits: 'float32' },
+  /** f_mix, or with GraphContext.sinkhornInGraph its split f_pre, f_post, f_comb */
+  optionalOutputs: { f_mix: 'float32', f_pre: 'float32', f_post: 'float32', f_comb: 'float32' },
 } as const satisfies AnySignature;
 
 /** The per-expert inputs of moe[l]: the rows routed to expert e and their weights. */
