@@ -13,7 +13,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { GraphBuilder, SeededRandom, buildLayerPlan, f32, openGraphSession, readModelConfigFile, DEFAULT_RUNTIME_OPTIONS, type ExecutionProvider, type RuntimeOptions } from '@csa2/core';
+import { GraphBuilder, SeededRandom, buildLayerPlan, f32, graphIoBytes, openGraphSession, readModelConfigFile, DEFAULT_RUNTIME_OPTIONS, type ExecutionProvider, type RuntimeOptions } from '@csa2/core';
 import { Engine } from '@csa2/engine';
 import { ensureSeededCheckpoint } from './checkpoint-cache.js';
 import { measureMatmulCeiling } from './ceiling.js';
@@ -52,6 +52,11 @@ export interface EncoderBenchRow {
   /** Achieved FLOP/s over the provider's measured matmul rate. */
   readonly ofCeiling: number;
   readonly cpuFallbackGraphs: readonly string[];
+  /** Graph runs of the ingest, and the bytes they took in and gave back (host↔device traffic under CUDA) per token. */
+  readonly graphRuns: number;
+  readonly ioBytesPerToken: number;
+  /** The artifact's bytes per token (what must cross at the least). */
+  readonly artifactBytesPerToken: number;
   /** Milliseconds in each block step (summed over layers and spans), the compress-at-end and head. */
   readonly steps: Readonly<Record<string, number>>;
 }
@@ -153,6 +158,7 @@ export async function runEncoderBench(opts: EncoderBenchOptions, io: BenchIo): P
           const steps: Record<string, number> = {};
           const add = (what: string, ms: number): void => void (steps[what] = (steps[what] ?? 0) + ms);
           engine.model.timer = { layer: () => undefined, other: add, step: add };
+          const io0 = graphIoBytes();
           const t0 = performance.now();
           try {
             await engine.ingest({ tenant: 'bench', documentId: `doc-${len}`, tokenIds: ids });
@@ -160,6 +166,7 @@ export async function runEncoderBench(opts: EncoderBenchOptions, io: BenchIo): P
             engine.model.timer = null;
           }
           const ms = performance.now() - t0;
+          const io1 = graphIoBytes();
           const flops = encodeFlops(config, plan, len);
           const achievedTflops = flops / (ms * 1e9);
           const row: EncoderBenchRow = {
@@ -172,6 +179,9 @@ export async function runEncoderBench(opts: EncoderBenchOptions, io: BenchIo): P
             achievedTflops,
             ofCeiling: achievedTflops / (ceilings.get(provider) ?? Number.NaN),
             cpuFallbackGraphs: info.cudaCpuFallbackGraphs,
+            graphRuns: io1.runs - io0.runs,
+            ioBytesPerToken: (io1.inputs - io0.inputs + io1.outputs - io0.outputs) / len,
+            artifactBytesPerToken: info.bytesPerToken,
             steps,
           };
           rows.push(row);
@@ -198,8 +208,23 @@ export function renderEncoderTable(rows: readonly EncoderBenchRow[], ceilings: R
       { header: 'TFLOP' },
       { header: 'TFLOP/s' },
       { header: 'of matmul rate' },
+      { header: 'graph runs' },
+      { header: 'graph I/O B/token' },
+      { header: 'artifact B/token' },
     ],
-    rows.map((r) => [r.model, r.provider, fmtTokens(r.tokens), (r.ms / 1000).toFixed(2), r.tokensPerSecond.toFixed(0), fmtSig(r.flops / 1e12), fmtSig(r.achievedTflops), `${(r.ofCeiling * 100).toPrecision(3)} %`]),
+    rows.map((r) => [
+      r.model,
+      r.provider,
+      fmtTokens(r.tokens),
+      (r.ms / 1000).toFixed(2),
+      r.tokensPerSecond.toFixed(0),
+      fmtSig(r.flops / 1e12),
+      fmtSig(r.achievedTflops),
+      `${(r.ofCeiling * 100).toPrecision(3)} %`,
+      String(r.graphRuns),
+      fmtSig(r.ioBytesPerToken),
+      fmtSig(r.artifactBytesPerToken),
+    ]),
   );
   const fallbacks = [...new Set(rows.flatMap((r) => r.cpuFallbackGraphs))];
   const stepTable = markdownTable(

@@ -26,7 +26,7 @@ export * from './numerics/bf16.js';
 export * from './numerics/formats.js';
 export * from './tokenizer/index.js';
 export type { RuntimeOptions, ExecutionProvider } from './runtime/ort-session.js';
-export { DEFAULT_RUNTIME_OPTIONS, DECODE_ATTENTION_ARENA_ROWS, resolveIntraOpThreads, SINGLE_THREAD_BELOW_DIM, applyCudaEnvironment, checkCudaProviderInstalled, cudaCpuFallbackGraphs, ortBindingDir, CUDA_PROVIDER_LIBRARIES } from './runtime/ort-session.js';
+export { DEFAULT_RUNTIME_OPTIONS, DECODE_ATTENTION_ARENA_ROWS, resolveIntraOpThreads, SINGLE_THREAD_BELOW_DIM, applyCudaEnvironment, checkCudaProviderInstalled, graphIoBytes, cudaCpuFallbackGraphs, ortBindingDir, CUDA_PROVIDER_LIBRARIES } from './runtime/ort-session.js';
 export type { GraphSession, HostTensor, TensorOf, TensorType } from './runtime/ort-session.js';
 export { openGraphSession, f32 } from './runtime/ort-session.js';
 export type { ElemType, Dim } from './onnx/graph-builder.js';

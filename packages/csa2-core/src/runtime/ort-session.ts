@@ -242,6 +242,17 @@ export function applyCudaEnvironment(options: Pick<RuntimeOptions, 'executionPro
 
 const fallbackGraphs = new Set<string>();
 
+/** Bytes of the inputs and outputs of every graph run in this thread (host↔device traffic under CUDA). */
+const ioBytes = { inputs: 0, outputs: 0, runs: 0 };
+
+/**
+ * The bytes that crossed the session boundary in this thread so far: under the CUDA provider every
+ * input is copied to the device and every output back to the host, so this is the run's PCIe traffic.
+ */
+export function graphIoBytes(): { readonly inputs: number; readonly outputs: number; readonly runs: number } {
+  return { ...ioBytes };
+}
+
 /** Graphs opened on `cuda` with nodes placed on the CPU (RuntimeOptions.cudaCpuFallback 'allow'), by name. */
 export function cudaCpuFallbackGraphs(): readonly string[] {
   return [...fallbackGraphs].sort();
@@ -311,7 +322,12 @@ export async function openGraphSession(
         throw new Csa2Error('runtime', `graph ${name}: missing inputs ${missing.join(', ')} (given: ${describeFeeds(feeds)})`);
       }
       const ortFeeds: Record<string, ort.Tensor> = {};
-      for (const n of inputNames) ortFeeds[n] = toOrt(feeds[n] as HostTensor);
+      for (const n of inputNames) {
+        const t = feeds[n] as HostTensor;
+        ioBytes.inputs += t.data.byteLength;
+        ortFeeds[n] = toOrt(t);
+      }
+      ioBytes.runs++;
       let out: ort.InferenceSession.ReturnType;
       try {
         out = await session.run(ortFeeds);
@@ -319,7 +335,10 @@ export async function openGraphSession(
         throw new Csa2Error('runtime', `graph ${name} failed with inputs ${describeFeeds(feeds)}: ${String(cause)}`, { cause });
       }
       const result: Record<string, HostTensor> = {};
-      for (const n of outputNames) result[n] = fromOrt(n, out[n] as ort.Tensor);
+      for (const n of outputNames) {
+        result[n] = fromOrt(n, out[n] as ort.Tensor);
+        ioBytes.outputs += (result[n] as HostTensor).data.byteLength;
+      }
       return result;
     },
     async dispose() {
