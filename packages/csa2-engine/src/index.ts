@@ -22,7 +22,7 @@ export type {
   Histogram,
 } from './types.js';
 export type { SerializedError } from './engine.js';
-export { Engine, serializeError } from './engine.js';
+export { Engine, serializeError, CUDA_MODEL_OPTIONS, CUDA_SCHEDULER_DEFAULTS } from './engine.js';
 export { StopMatcher } from './stop-matcher.js';
 export { FlowControl } from './flow-control.js';
 export type { SchedulerPolicy } from './scheduler/scheduler-policy.js';
