@@ -2,7 +2,8 @@
  * @module legacy-row-packing
  * The artifact write path before sequences held packed rows, kept for the artifacts bench's `float`
  * column (the same run measures the old path beside the new one). Packs DEQUANTIZED cache rows (the exact fake-quantized float32 values a Sequence holds) back into
- * their FP4 bytes (csa2 reference §2.3), so that unpacking gives the same values bit for bit.
+ * their FP4 bytes (E2M1 codes with per-block scales, as packed rows hold them), so that unpacking gives the
+ * same values bit for bit.
  *
  * Re-running the quantizer on fake-quantized values is not always enough:
  * - index K (E2M1 + UE8M0 per 32): it always is. A block whose largest code is below 6 may come back

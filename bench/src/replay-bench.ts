@@ -1,6 +1,6 @@
 /**
  * @module replay-bench
- * Replay fidelity (DESIGN §8): how far bounded replay over the last R tokens lands from exact
+ * Replay fidelity: how far bounded replay over the last R tokens lands from exact
  * generation, as R varies, on a released-schedule model. A document is ingested once; for each R a
  * question is answered from the stored document (encoder replay of the last R cached tokens + the
  * question, decoder replay of the last R tokens) with the exact run's tokens forced at every step, and
