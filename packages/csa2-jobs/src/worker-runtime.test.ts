@@ -42,6 +42,12 @@ test('runWorkerProcess: a failed start exits 1 with the error', async () => {
   assert.match(r.out, /^test-worker: Error: no model here\n/);
 });
 
+test('runWorkerProcess: a start that cannot work (a config-invalid error, e.g. no CUDA provider) exits 2 with its message alone', async () => {
+  const r = await runChild('return 1;', 'throw Object.assign(new Error("the CUDA execution provider is not installed"), { code: "config-invalid" });');
+  assert.equal(r.code, 2);
+  assert.match(r.out, /^test-worker: cannot start: the CUDA execution provider is not installed\n$/);
+});
+
 test('runWorkerProcess: SIGTERM closes the worker and exits 0', async () => {
   // (the timer stands for a real worker's connections, which keep the process alive)
   const r = await runChild('return 7;', 'const t = setInterval(() => undefined, 1000); console.log("started", config); return { close: async () => { clearInterval(t); console.log("closed"); } };', (child) => child.kill('SIGTERM'));

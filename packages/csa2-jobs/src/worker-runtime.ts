@@ -230,11 +230,24 @@ export interface WorkerProcessSpec<C> {
   readonly start: (config: C) => Promise<{ close(): Promise<void> }>;
 }
 
+/**
+ * Codes (@csa2/core's Csa2Error) of a start that no retry fixes — a missing execution provider, a
+ * checkpoint or config the model refuses: reported by their message alone, exit code 2 as a bad
+ * configuration.
+ */
+const CANNOT_START: ReadonlySet<string> = new Set(['config-invalid', 'unsupported-feature', 'checkpoint-invalid']);
+
 /** Runs a worker process (see the module doc) and exits with its code. */
 export function runWorkerProcess<C>(spec: WorkerProcessSpec<C>): void {
   workerProcess(spec).then(
     (code) => process.exit(code),
     (err: unknown) => {
+      // a deployment that cannot work (a missing execution provider, a bad checkpoint): its message, no stack
+      const code = err instanceof Error ? (err as Error & { code?: unknown }).code : undefined;
+      if (err instanceof Error && typeof code === 'string' && CANNOT_START.has(code)) {
+        process.stderr.write(`${spec.name}: cannot start: ${err.message}\n`);
+        process.exit(2);
+      }
       process.stderr.write(`${spec.name}: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
       process.exit(1);
     },

@@ -210,7 +210,7 @@ export const CUDA_PROVIDER_LIBRARIES = ['libonnxruntime_providers_shared.so', 'l
 
 export const CUDA_INSTALL_HINT =
   'install onnxruntime-node with its CUDA provider (`ONNXRUNTIME_NODE_INSTALL=cuda12 npm ci`, which downloads it; ' +
-  'the GPU encoder image, infra/docker/Dockerfile.gpu, does this) on a machine with an NVIDIA driver and the CUDA 12/13 ' +
+  'the encoder-worker-gpu target of infra/docker/Dockerfile does this) on a machine with an NVIDIA driver and the CUDA 12/13 ' +
   'runtime, cuBLAS and cuDNN 9 libraries on LD_LIBRARY_PATH (infra/README.md, "GPU encoder workers")';
 
 /**
