@@ -3,7 +3,8 @@ depths): for each of the N samples the target answer tokens and the argmax given
 
     /work/venv-torch/bin/python training/task_samples.py MODEL_DIR TASK LENGTH [i,j,...]
 
-MODEL_DIR: a served model directory or a call's files (shards + index). CPU: 12-95 s per 4K sample
+MODEL_DIR: a served model directory or a call's files (shards + index). TASK: a task spec as
+train.py's --eval-tasks (passkey, passkey.heldout, niah_single.heldout.genre, ...). CPU: 12-95 s per 4K sample
 on two cores. Prints one JSON line per sample."""
 import json
 import sys
@@ -18,7 +19,7 @@ sys.path.insert(0, str(HERE))
 from train import eval_depths, eval_sample, load_weights  # noqa: E402
 from csa2_train import model as M  # noqa: E402
 from csa2_train.config import ModelArgs  # noqa: E402
-from csa2_train.data import Corpus  # noqa: E402
+from csa2_train.data import EVAL_SOURCES, Corpus  # noqa: E402
 
 
 def main() -> None:
@@ -30,7 +31,7 @@ def main() -> None:
     m.load_official(load_weights(mdir))
     m.eval()
     M.set_fast(True)
-    corpus = Corpus(HERE / "data" / "corpus", HERE.parent / "models" / "v41-mini-128k" / "tokenizer.json")
+    corpus = Corpus(HERE / "data" / "corpus", HERE.parent / "models" / "v41-mini-128k" / "tokenizer.json", eval_sources=EVAL_SOURCES)
     depths = eval_depths(n_per)
     for i in idxs:
         s = eval_sample(corpus, seed, task, L, i, depths[i])

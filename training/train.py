@@ -40,7 +40,8 @@ from safetensors.torch import load_file, save_file
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from csa2_train import model as M  # noqa: E402
 from csa2_train.config import ModelArgs  # noqa: E402
-from csa2_train.data import TASKS, Corpus, make_batch  # noqa: E402
+from csa2_train.data import EVAL_SOURCES, SOURCES, TASKS, Corpus, make_batch  # noqa: E402
+from csa2_train.phrasings import parse_task_spec  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
@@ -318,8 +319,9 @@ class Producer:
     making the next batch (tenths of a second) overlaps the GPU's work; no worker processes (forked
     workers of a process holding a CUDA context and thread pools are a deadlock risk)."""
 
-    def __init__(self, corpus, seed, task_fraction, task_weights=None):
+    def __init__(self, corpus, seed, task_fraction, task_weights=None, phrasing_frac=0.0):
         self.corpus, self.task_fraction, self.task_weights = corpus, task_fraction, task_weights
+        self.phrasing_frac = phrasing_frac
         self.rng = random.Random(seed)
         self.shape = None
 
@@ -329,7 +331,7 @@ class Producer:
     def get(self):
         for _ in range(100):
             try:
-                ids, am, tasks, doc_end = make_batch(self.corpus, self.rng, self.shape[0], self.shape[1], self.task_fraction, task_weights=self.task_weights, with_doc_end=True)
+                ids, am, tasks, doc_end = make_batch(self.corpus, self.rng, self.shape[0], self.shape[1], self.task_fraction, task_weights=self.task_weights, with_doc_end=True, phrasing_frac=self.phrasing_frac)
                 return torch.from_numpy(ids), torch.from_numpy(am), tasks, doc_end
             except Exception as e:  # noqa: BLE001 - a bad draw must not stop training
                 print(json.dumps({"type": "producer_error", "error": repr(e)[:300]}), flush=True)
@@ -345,8 +347,12 @@ def eval_depths(n_per):
 
 
 def eval_sample(corpus, seed, task, L, i, depth):
-    """Held-out sample i of `task` at length L, as evaluate draws it (its own seeded stream)."""
-    return corpus.task_sample(random.Random(zlib.crc32(f"{seed}/{task}/{L}/{i}".encode())), task, L + 64, "heldout", target_len=L, depth=depth)
+    """Held-out sample i of `task` at length L, as evaluate draws it (its own seeded stream). task: a task
+    spec TASK[.PHRASING[.HAYSTACK]] (phrasings.parse_task_spec): `passkey` is the canonical wording on the
+    held-out text, `passkey.heldout` the held-out wordings, `passkey.heldout.genre` those on the
+    evaluation-only genre; each spec has its own stream (the plain task names' samples are unchanged)."""
+    name, phrasing, hay = parse_task_spec(task)
+    return corpus.task_sample(random.Random(zlib.crc32(f"{seed}/{task}/{L}/{i}".encode())), name, L + 64, hay, target_len=L, depth=depth, phrasing=phrasing)
 
 
 @contextlib.contextmanager
@@ -381,6 +387,13 @@ def evaluate(model, corpus, device, lengths, n_per, seed, lm_batches=4, replay=0
         logits = model(ids, M.Ctx())
         losses.append(F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), ids[:, 1:].reshape(-1)).item())
     out["lm_loss"] = float(np.mean(losses)) if losses else None
+    if "genre" in corpus.ids and lm_batches:  # the same on the evaluation-only genre (own stream: the figures above are unchanged)
+        grng, gl = random.Random(seed + 1), []
+        for _ in range(lm_batches):
+            ids = torch.from_numpy(np.stack([corpus.lm_window(grng, 1024, "genre") for _ in range(8)]).astype(np.int64)).to(device)
+            logits = model(ids, M.Ctx())
+            gl.append(F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), ids[:, 1:].reshape(-1)).item())
+        out["lm_loss_genre"] = float(np.mean(gl))
     for L in lengths:
         for task in tasks:
             n_L = n_per.get(L, n_per.get(0)) if isinstance(n_per, dict) else n_per
@@ -507,6 +520,13 @@ def main() -> None:
     ap.add_argument("--config", type=Path, default=HERE / "configs" / "v41-mini-128k.json")
     ap.add_argument("--tokenizer", type=Path, default=HERE.parent / "models" / "v41-mini-128k" / "tokenizer.json")
     ap.add_argument("--corpus", type=Path, default=HERE / "data" / "corpus")
+    ap.add_argument("--corpus-sources", default=",".join(SOURCES), help="the training sources (their first 95%%), data/corpus/NAME.txt.gz; "
+                    "all: austen,mobydick,brown,kjv,pydoc,debref (data.TRAIN_SOURCES_ALL)")
+    ap.add_argument("--heldout-sources", default=",".join(SOURCES), help="the sources whose last 5%% is the held-out text (LM loss, task haystacks, replay_kl); "
+                    "the default keeps the figures comparable with the served model's")
+    ap.add_argument("--eval-sources", default=",".join(EVAL_SOURCES), help="evaluation-only sources (the held-out genre: task specs TASK.PHRASING.genre, lm_loss_genre); '' = none")
+    ap.add_argument("--phrasing-frac", type=float, default=0.0, help="share of the task samples worded from the 'train' phrasing set "
+                    "(csa2_train/phrasings.py); the rest canonical. 0: the batches are those of before")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--init", type=Path, default=None, help="served weights to continue from (warm restart)")
     ap.add_argument("--state-dir", type=Path, default=HERE / "state" / "full", help="the full training state (train_state.pt)")
@@ -541,7 +561,8 @@ def main() -> None:
     ap.add_argument("--eval-n-by-length", default="", help="length:n,... overriding --eval-n at those lengths (e.g. 4096:32,8192:32)")
     ap.add_argument("--kl-passages", type=int, default=8, help="held-out passages of replay_kl (8, 16 or 48: kl_passages)")
     ap.add_argument("--pre-eval-lengths", default="", help="with --pre-eval: also evaluate the starting checkpoint's tasks (exact pass, --eval-n per cell) at these lengths before training")
-    ap.add_argument("--eval-tasks", default=",".join(TASKS), help="the held-out tasks evaluated (default: all)")
+    ap.add_argument("--eval-tasks", default=",".join(TASKS), help="the held-out task specs evaluated (default: all tasks, canonical wording): TASK[.PHRASING[.HAYSTACK]], "
+                    "e.g. passkey,niah_single,passkey.heldout,niah_single.heldout.genre (phrasings.parse_task_spec)")
     ap.add_argument("--eval-passes", default="exact,replay,doc", help="the evaluation's task passes (evaluate: exact, replay = decoder replay R, doc = the stored-document path)")
     ap.add_argument("--eval-lm-batches", type=int, default=4)
     ap.add_argument("--log-every", type=int, default=10)
@@ -569,7 +590,10 @@ def main() -> None:
 
     args = ModelArgs.load(a.config)
     model = M.Transformer(args).to(device)
-    corpus = Corpus(a.corpus, a.tokenizer)
+    def names(x):
+        return tuple(n for n in x.split(",") if n)
+
+    corpus = Corpus(a.corpus, a.tokenizer, sources=names(a.corpus_sources), heldout_sources=names(a.heldout_sources), eval_sources=names(a.eval_sources))
     log({"type": "start", "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "params": sum(p.numel() for p in model.parameters()), "corpus_tokens": {k: int(len(v)) for k, v in corpus.ids.items()}, "argv": sys.argv[1:]})
 
     decay, no_decay = [], []
@@ -625,8 +649,12 @@ def main() -> None:
     if a.kl_focus_weight > 0 and a.graph == "on":
         raise SystemExit("--kl-focus-weight needs --graph off (the focus rows change every step)")
     phases = parse_phases(a.phases)
-    if set(eval_tasks) - set(TASKS):
-        raise SystemExit(f"--eval-tasks: unknown tasks {sorted(set(eval_tasks) - set(TASKS))} (known: {', '.join(TASKS)})")
+    for spec in eval_tasks:
+        try:
+            if parse_task_spec(spec)[2] == "genre" and "genre" not in corpus.text:
+                raise ValueError("needs --eval-sources")
+        except ValueError as e:
+            raise SystemExit(f"--eval-tasks: {spec!r}: {e} (tasks: {', '.join(TASKS)}; spec TASK[.canonical|train|heldout[.heldout|genre]])")
     train_budget = a.time_budget_s - a.eval_reserve_s - (time.time() - t_start)
     t_train0 = time.time()
     tw = None
@@ -635,7 +663,7 @@ def main() -> None:
         unknown = set(tw) - set(TASKS)
         if unknown:
             raise SystemExit(f"--task-weights: unknown tasks {sorted(unknown)} (known: {', '.join(TASKS)})")
-    producer = Producer(corpus, a.seed * 100003 + step, a.task_fraction, tw)
+    producer = Producer(corpus, a.seed * 100003 + step, a.task_fraction, tw, a.phrasing_frac)
     replay_rng = random.Random(a.seed * 7919 + step)
     warm0 = step
     last_save = time.time()
