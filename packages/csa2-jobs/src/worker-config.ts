@@ -31,12 +31,12 @@ export interface WorkerConfig {
   /**
    * CSA2_LOCK_DURATION_MS: BullMQ job lock, renewed every half of it while the job runs; a dead
    * worker's job is picked up again once it expired, at the next stalled check: within
-   * lockDurationMs + stalledIntervalMs of the death (see DEFAULT_STALLED_INTERVAL_MS below). @defaultValue 30000
+   * lockDurationMs + stalledIntervalMs of the death (see DEFAULT_STALLED_INTERVAL_MS below). @defaultValue 10000
    */
   readonly lockDurationMs: number;
   /**
    * CSA2_STALLED_INTERVAL_MS: how often the workers look for stalled jobs (one check per interval
-   * across all workers of a queue); at most half the lock duration. @defaultValue min(5000, lockDurationMs / 2)
+   * across all workers of a queue); at most half the lock duration. @defaultValue min(1000, lockDurationMs / 2)
    */
   readonly stalledIntervalMs: number;
   /** CSA2_CHUNK_CACHE_BYTES: verified artifact chunks kept in memory (re-used prefixes). @defaultValue the engine's (256 MiB) */
@@ -116,8 +116,23 @@ export const WORKER_HTTP_PORTS = { encoder: 9301, decoder: 9302 } as const;
  * of the death, provided stalledInterval ≤ lockDuration / 2 (so that a check has marked it before
  * its lock expires). With BullMQ's own default (stalledInterval = lockDuration = 30 s) it took up to
  * three periods: 61–94 s measured.
+ *
+ * The defaults (10 s lock, renewed every 5 s; a check every second) put a dead worker's job back
+ * within 11 s. The lock is renewed from the worker's event loop, which inference never blocks (it
+ * runs in the engine thread), so only an event-loop stall of more than ~5 s could let a live job's
+ * lock lapse; even then a second run is safe (stream appends refuse duplicates, chunks are
+ * content-addressed). With the earlier 30 s lock, 20 streams whose decoder was killed finished 43 s
+ * after the kill (issue 31); `npm run bench -- recovery` measures it.
  */
-export const DEFAULT_STALLED_INTERVAL_MS = 5000;
+export const DEFAULT_STALLED_INTERVAL_MS = 1000;
+
+/** CSA2_LOCK_DURATION_MS unset (see DEFAULT_STALLED_INTERVAL_MS). */
+export const DEFAULT_LOCK_DURATION_MS = 10_000;
+
+/** CSA2_LOCK_DURATION_MS: at least 1000 ms. @defaultValue DEFAULT_LOCK_DURATION_MS */
+export function envLockDurationMs(env: Env, name: string): number {
+  return envInt(env, name, DEFAULT_LOCK_DURATION_MS, { min: 1000 });
+}
 
 /** The longest time from a worker's death to its job back in the queue, for the given settings. */
 export function stalledRecoveryBoundMs(config: Pick<WorkerConfig, 'lockDurationMs' | 'stalledIntervalMs'>): number {

@@ -82,6 +82,8 @@ before(async () => {
     shutdownGraceMs: 10_000,
     progressIntervalMs: 0,
     cancelPollMs: 20,
+    reservedSlots: 2,
+    slotPollMs: 50,
     logLevel: 'error',
     httpHost: '127.0.0.1',
     httpPort: 0,
