@@ -19,6 +19,8 @@ export const SUITES: Readonly<Record<string, () => Promise<BenchSuite>>> = {
   replay: async () => (await import('./replay-bench.js')).replaySuite,
   batch: async () => (await import('./batch-bench.js')).batchSuite,
   retrieval: async () => (await import('./retrieval-bench.js')).retrievalSuite,
+  recovery: async () => (await import('./recovery-bench.js')).recoverySuite,
+  fairness: async () => (await import('./fairness-bench.js')).fairnessSuite,
 };
 
 const HELP_OPTION: SuiteOption = { type: 'boolean', description: 'list the suites and their options' };

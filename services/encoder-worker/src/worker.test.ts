@@ -75,6 +75,7 @@ before(async () => {
   scheduler: {},
     chunkTokens: 32,
     lockDurationMs: 30_000,
+    lockRenewMs: 15_000,
     stalledIntervalMs: 30_000,
     threads: 'auto',
     scanThreads: 'auto',
