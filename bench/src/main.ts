@@ -21,6 +21,7 @@ export const SUITES: Readonly<Record<string, () => Promise<BenchSuite>>> = {
   retrieval: async () => (await import('./retrieval-bench.js')).retrievalSuite,
   recovery: async () => (await import('./recovery-bench.js')).recoverySuite,
   fairness: async () => (await import('./fairness-bench.js')).fairnessSuite,
+  bodies: async () => (await import('./bodies-bench.js')).bodiesSuite,
 };
 
 const HELP_OPTION: SuiteOption = { type: 'boolean', description: 'list the suites and their options' };
