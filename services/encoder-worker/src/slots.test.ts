@@ -44,10 +44,10 @@ after(async () => {
 });
 
 /** A BullMQ worker whose jobs run until the test releases them, with PrefillSlots attached. */
-async function heldWorker(queueName: string, baseSlots: number, reservedSlots: number) {
+async function heldWorker(queueName: string, baseSlots: number, reservedSlots: number, queue?: Queue) {
   const started: string[] = [];
   const releases = new Map<string, () => void>();
-  const slots = new PrefillSlots({ redis, queueName, reservedSlots, pollMs: 20, openTimeoutMs: 500 });
+  const slots = new PrefillSlots({ redis, queueName, reservedSlots, pollMs: 20, openTimeoutMs: 500, ...(queue !== undefined ? { queue } : {}) });
   const connection = connectRedis(server.url);
   const worker = new Worker(
     queueName,
@@ -145,12 +145,40 @@ test('peekNextJob names the job BullMQ hands out next (wait list first, then the
     assert.equal(await peekNextJob(redis, queueName), null, 'nothing waits');
     await queue.add('p', { kind: 'document', tenant: 'a' }, { jobId: 'late', priority: 9 });
     await queue.add('p', { kind: 'prompt', tenant: 'b' }, { jobId: 'early', priority: 2 });
-    assert.deepEqual(await peekNextJob(redis, queueName), { id: 'early', job: prompt('b') });
+    assert.deepEqual(await peekNextJob(redis, queueName), { id: 'early', job: prompt('b'), inWait: false });
     await queue.add('p', { kind: 'document', tenant: 'c' }, { jobId: 'plain' }); // no priority: the wait list
-    assert.deepEqual(await peekNextJob(redis, queueName), { id: 'plain', job: doc('c') });
+    assert.deepEqual(await peekNextJob(redis, queueName), { id: 'plain', job: doc('c'), inWait: true });
     await queue.add('p', { whatever: true }, { jobId: 'odd', lifo: true });
     assert.equal(await peekNextJob(redis, queueName), null, 'an unreadable payload is nobody\'s');
   } finally {
+    await queue.obliterate({ force: true });
+    await queue.close();
+  }
+});
+
+test('jobs back from a dead worker (BullMQ puts them at the head of the wait list) are put back in priority order: a prompt behind a stalled document still gets a reserved slot', async () => {
+  const queueName = `stalled-${Date.now()}`;
+  const queue = new Queue(queueName, { connection: redis });
+  const w = await heldWorker(queueName, 1, 1, queue);
+  try {
+    await queue.add('prefill', { kind: 'document', tenant: 'a' }, { jobId: 'a1', priority: 1 });
+    await w.waitStarted('a1');
+    // as moveStalledJobsToWait leaves them: a prompt and, at the popping end, a document of the flood
+    await queue.add('prefill', { kind: 'prompt', tenant: 'a' }, { jobId: 'pa', priority: 3 });
+    await queue.add('prefill', { kind: 'document', tenant: 'a' }, { jobId: 'a2', priority: 9 });
+    const key = (k: string) => `bull:${queueName}:${k}`;
+    for (const id of ['pa', 'a2']) {
+      await redis.zrem(key('prioritized'), id);
+      await redis.rpush(key('wait'), id);
+    }
+    assert.deepEqual((await peekNextJob(redis, queueName))?.id, 'a2');
+    await w.waitStarted('pa');
+    await new Promise((r) => setTimeout(r, 200));
+    assert.deepEqual(w.started, ['a1', 'pa'], 'the document waits for a base slot');
+    assert.equal(await redis.llen(key('wait')), 0);
+    assert.equal(await redis.zscore(key('prioritized'), 'a2') !== null, true, 'a2 is among the prioritized jobs again');
+  } finally {
+    await w.close();
     await queue.obliterate({ force: true });
     await queue.close();
   }

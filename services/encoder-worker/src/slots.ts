@@ -25,9 +25,13 @@
  *
  * The queue order puts these jobs at the head: a tenant's documents are a fair-share flow of their
  * own (`<tenant>/documents`, fair-priority documentFlow), so neither the tenant's prompts nor another
- * tenant's first document queue behind a flood of documents.
+ * tenant's first document queue behind a flood of documents. One exception is BullMQ's: the jobs of
+ * a dead worker come back at the head of the `wait` list, ahead of every prioritized job and whatever
+ * their priority, so after an encoder was killed a document of the flood would stand before the
+ * prompts; when the head is such a job, the jobs in `wait` are put back among the prioritized ones
+ * with their own priority (Job.changePriority), and the head is looked at again.
  */
-import { errorFields, silentLogger, type Logger, type Redis, type Worker } from '@csa2/jobs';
+import { Job, errorFields, silentLogger, type Logger, type Queue, type Redis, type Worker } from '@csa2/jobs';
 
 /** What the slot policy knows of a prefill job (from its payload). */
 export interface SlotJob {
@@ -69,7 +73,7 @@ export function slotJobOf(data: unknown): SlotJob | null {
  * The job BullMQ hands out next on `queueName` (moveToActive: the oldest of `wait` first, then the
  * lowest of `prioritized`) and its slot fields; null when nothing waits or its payload is unreadable.
  */
-export async function peekNextJob(redis: Redis, queueName: string, prefix = 'bull'): Promise<{ id: string; job: SlotJob } | null> {
+export async function peekNextJob(redis: Redis, queueName: string, prefix = 'bull'): Promise<{ id: string; job: SlotJob; inWait: boolean } | null> {
   const key = (k: string) => `${prefix}:${queueName}:${k}`;
   const r = await redis.multi().lindex(key('wait'), -1).zrange(key('prioritized'), '0', '0').exec();
   const waitHead = r?.[0]?.[1];
@@ -85,13 +89,35 @@ export async function peekNextJob(redis: Redis, queueName: string, prefix = 'bul
     return null;
   }
   const job = slotJobOf(data);
-  return job === null ? null : { id, job };
+  return job === null ? null : { id, job, inWait: typeof waitHead === 'string' };
+}
+
+/**
+ * Puts the jobs of `queue`'s wait list that have a priority back among its prioritized jobs, each with
+ * its own priority (at most `limit` of them); returns how many moved. Jobs added without a priority stay.
+ */
+export async function requeueWaitingByPriority(queue: Queue, redis: Redis, limit = 100, prefix = 'bull'): Promise<number> {
+  const ids = await redis.lrange(`${prefix}:${queue.name}:wait`, -limit, -1);
+  let moved = 0;
+  for (const id of ids) {
+    const job = await Job.fromId(queue, id);
+    if (job === undefined || !(job.priority > 0)) continue;
+    try {
+      await job.changePriority({ priority: job.priority });
+      moved++;
+    } catch {
+      // taken meanwhile (active), or gone: nothing to move
+    }
+  }
+  return moved;
 }
 
 /** The part of a BullMQ Worker the slots drive (its concurrency, and pause/resume to wake its fetch loop). */
 export type SlotWorker = Pick<Worker, 'concurrency' | 'pause' | 'resume' | 'isRunning'>;
 
 export interface PrefillSlotsOptions {
+  /** The prefill queue (its wait list is put back in priority order, see the module header); none: left as it is. */
+  readonly queue?: Queue;
   /** More jobs taken only for the jobs `mayTakeReservedSlot` admits (CSA2_PREFILL_RESERVED_SLOTS). */
   readonly reservedSlots: number;
   /** Commands on the prefill queue's Redis (the head look-ups). */
@@ -183,7 +209,14 @@ export class PrefillSlots {
     if (running.length < this.baseSlots || running.length >= this.baseSlots + this.opts.reservedSlots) return;
     this.ticking = true;
     try {
-      const head = await this.peek();
+      let head = await this.peek();
+      if (head !== null && head.inWait && this.opts.queue !== undefined && !mayTakeReservedSlot(head.job, running, this.limits)) {
+        const moved = await requeueWaitingByPriority(this.opts.queue, this.opts.redis);
+        if (moved > 0) {
+          this.log('info', 'prefill jobs back from a dead worker put in priority order', { moved });
+          head = await this.peek();
+        }
+      }
       if (head === null || this.closed || !mayTakeReservedSlot(head.job, running, this.limits)) return;
       this.openedAtMs = Date.now();
       this.opened++;
@@ -202,7 +235,7 @@ export class PrefillSlots {
     }
   }
 
-  private peek(): Promise<{ id: string; job: SlotJob } | null> {
+  private peek(): Promise<{ id: string; job: SlotJob; inWait: boolean } | null> {
     return peekNextJob(this.opts.redis, this.opts.queueName);
   }
 }
