@@ -6,7 +6,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { Queue, Worker, connectRedis, startLocalRedis, type LocalRedis, type Redis } from '@csa2/jobs';
-import { PrefillSlots, mayTakeReservedSlot, peekNextJob, slotJobOf, type SlotJob } from './slots.js';
+import { PrefillSlots, mayTakeReservedSlot, moveToHead, readSlotJob, slotJobOf, waitingJobIds, type SlotJob } from './slots.js';
 
 const doc = (tenant: string): SlotJob => ({ kind: 'document', tenant, batch: false });
 const prompt = (tenant: string, batch = false): SlotJob => ({ kind: 'prompt', tenant, batch });
@@ -44,10 +44,10 @@ after(async () => {
 });
 
 /** A BullMQ worker whose jobs run until the test releases them, with PrefillSlots attached. */
-async function heldWorker(queueName: string, baseSlots: number, reservedSlots: number, queue?: Queue) {
+async function heldWorker(queueName: string, baseSlots: number, reservedSlots: number) {
   const started: string[] = [];
   const releases = new Map<string, () => void>();
-  const slots = new PrefillSlots({ redis, queueName, reservedSlots, pollMs: 20, openTimeoutMs: 500, ...(queue !== undefined ? { queue } : {}) });
+  const slots = new PrefillSlots({ redis, queueName, reservedSlots, pollMs: 20, openTimeoutMs: 500 });
   const connection = connectRedis(server.url);
   const worker = new Worker(
     queueName,
@@ -138,28 +138,41 @@ test('a prompt and a starved tenant\'s document start in reserved slots while do
   }
 });
 
-test('peekNextJob names the job BullMQ hands out next (wait list first, then the lowest priority)', async () => {
-  const queueName = `peek-${Date.now()}`;
+test('waiting jobs in the order BullMQ hands them out (wait list first, then the lowest priority); a job moved to the head is next', async () => {
+  const queueName = `order-${Date.now()}`;
   const queue = new Queue(queueName, { connection: redis });
   try {
-    assert.equal(await peekNextJob(redis, queueName), null, 'nothing waits');
+    assert.deepEqual(await waitingJobIds(redis, queueName, 8), [], 'nothing waits');
     await queue.add('p', { kind: 'document', tenant: 'a' }, { jobId: 'late', priority: 9 });
     await queue.add('p', { kind: 'prompt', tenant: 'b' }, { jobId: 'early', priority: 2 });
-    assert.deepEqual(await peekNextJob(redis, queueName), { id: 'early', job: prompt('b'), inWait: false });
     await queue.add('p', { kind: 'document', tenant: 'c' }, { jobId: 'plain' }); // no priority: the wait list
-    assert.deepEqual(await peekNextJob(redis, queueName), { id: 'plain', job: doc('c'), inWait: true });
-    await queue.add('p', { whatever: true }, { jobId: 'odd', lifo: true });
-    assert.equal(await peekNextJob(redis, queueName), null, 'an unreadable payload is nobody\'s');
+    await queue.add('p', { whatever: true }, { jobId: 'odd' });
+    assert.deepEqual(await waitingJobIds(redis, queueName, 8), ['plain', 'odd', 'early', 'late']);
+    assert.deepEqual(await waitingJobIds(redis, queueName, 3), ['plain', 'odd', 'early']);
+    assert.deepEqual(await readSlotJob(redis, queueName, 'early'), prompt('b'));
+    assert.equal(await readSlotJob(redis, queueName, 'odd'), null, 'an unreadable payload is nobody\'s');
+    assert.equal(await readSlotJob(redis, queueName, 'gone'), null);
+    assert.equal(await moveToHead(redis, queueName, 'late'), true);
+    assert.deepEqual(await waitingJobIds(redis, queueName, 8), ['late', 'plain', 'odd', 'early']);
+    assert.equal(await moveToHead(redis, queueName, 'odd'), true, 'from inside the wait list too');
+    assert.deepEqual(await waitingJobIds(redis, queueName, 8), ['odd', 'late', 'plain', 'early']);
+    assert.equal(await moveToHead(redis, queueName, 'gone'), false);
+    const connection = connectRedis(server.url);
+    const worker = new Worker(queueName, async (job) => job.id, { connection, concurrency: 1 });
+    const first = await new Promise<string>((resolve) => worker.once('completed', (job) => resolve(job.id as string)));
+    await worker.close();
+    await connection.quit();
+    assert.equal(first, 'odd', 'BullMQ hands out the job at the head first');
   } finally {
     await queue.obliterate({ force: true });
     await queue.close();
   }
 });
 
-test('jobs back from a dead worker (BullMQ puts them at the head of the wait list) are put back in priority order: a prompt behind a stalled document still gets a reserved slot', async () => {
+test('a prompt behind documents that may not take a reserved slot (here, as a dead worker leaves them: at the head of the wait list) is moved to the head and gets one', async () => {
   const queueName = `stalled-${Date.now()}`;
   const queue = new Queue(queueName, { connection: redis });
-  const w = await heldWorker(queueName, 1, 1, queue);
+  const w = await heldWorker(queueName, 1, 1);
   try {
     await queue.add('prefill', { kind: 'document', tenant: 'a' }, { jobId: 'a1', priority: 1 });
     await w.waitStarted('a1');
@@ -171,12 +184,12 @@ test('jobs back from a dead worker (BullMQ puts them at the head of the wait lis
       await redis.zrem(key('prioritized'), id);
       await redis.rpush(key('wait'), id);
     }
-    assert.deepEqual((await peekNextJob(redis, queueName))?.id, 'a2');
+    await queue.add('prefill', { kind: 'document', tenant: 'a' }, { jobId: 'a3', priority: 1 }); // an earlier start tag than the prompt's
+    assert.deepEqual(await waitingJobIds(redis, queueName, 8), ['a2', 'pa', 'a3']);
     await w.waitStarted('pa');
     await new Promise((r) => setTimeout(r, 200));
-    assert.deepEqual(w.started, ['a1', 'pa'], 'the document waits for a base slot');
-    assert.equal(await redis.llen(key('wait')), 0);
-    assert.equal(await redis.zscore(key('prioritized'), 'a2') !== null, true, 'a2 is among the prioritized jobs again');
+    assert.deepEqual(w.started, ['a1', 'pa'], 'the documents wait for a base slot');
+    assert.deepEqual(await waitingJobIds(redis, queueName, 8), ['a2', 'a3'], 'in their order');
   } finally {
     await w.close();
     await queue.obliterate({ force: true });

@@ -23,15 +23,17 @@
  * `max(baseSlots, running jobs)` at rest, never more than `baseSlots + reservedSlots`, and a job
  * that finishes never pulls a replacement while more than `baseSlots` run.
  *
- * The queue order puts these jobs at the head: a tenant's documents are a fair-share flow of their
- * own (`<tenant>/documents`, fair-priority documentFlow), so neither the tenant's prompts nor another
- * tenant's first document queue behind a flood of documents. One exception is BullMQ's: the jobs of
- * a dead worker come back at the head of the `wait` list, ahead of every prioritized job and whatever
- * their priority, so after an encoder was killed a document of the flood would stand before the
- * prompts; when the head is such a job, the jobs in `wait` are put back among the prioritized ones
- * with their own priority (Job.changePriority), and the head is looked at again.
+ * Such a job is usually next already: a tenant's documents are a fair-share flow of their own
+ * (`<tenant>/documents`, fair-priority documentFlow), so neither the tenant's prompts nor another
+ * tenant's first document queue behind a flood of documents. Not always: the jobs of a dead worker
+ * come back at the head of BullMQ's `wait` list, ahead of every prioritized job, and documents that
+ * were queued first keep their earlier start tags. So the slots look at the first `scanJobs` jobs in
+ * the order BullMQ hands them out, and the first that may take a reserved slot is moved to the head
+ * of the queue (one Lua script: out of `prioritized` or `wait`, onto the popping end of `wait`) before
+ * the slot is opened. Payloads are read once per job id (they never change).
  */
-import { Job, errorFields, silentLogger, type Logger, type Queue, type Redis, type Worker } from '@csa2/jobs';
+import { createHash } from 'node:crypto';
+import { errorFields, silentLogger, type Logger, type Redis, type Worker } from '@csa2/jobs';
 
 /** What the slot policy knows of a prefill job (from its payload). */
 export interface SlotJob {
@@ -69,55 +71,60 @@ export function slotJobOf(data: unknown): SlotJob | null {
   return { kind: d.kind, tenant: d.tenant, batch: d.batch === true };
 }
 
-/**
- * The job BullMQ hands out next on `queueName` (moveToActive: the oldest of `wait` first, then the
- * lowest of `prioritized`) and its slot fields; null when nothing waits or its payload is unreadable.
- */
-export async function peekNextJob(redis: Redis, queueName: string, prefix = 'bull'): Promise<{ id: string; job: SlotJob; inWait: boolean } | null> {
+/** Job ids of `queueName` in the order BullMQ hands them out (moveToActive: `wait` from its popping end, then `prioritized`), at most `limit`. */
+export async function waitingJobIds(redis: Redis, queueName: string, limit: number, prefix = 'bull'): Promise<string[]> {
   const key = (k: string) => `${prefix}:${queueName}:${k}`;
-  const r = await redis.multi().lindex(key('wait'), -1).zrange(key('prioritized'), '0', '0').exec();
-  const waitHead = r?.[0]?.[1];
-  const prioritizedHead = (r?.[1]?.[1] as string[] | undefined)?.[0];
-  const id = typeof waitHead === 'string' ? waitHead : prioritizedHead;
-  if (id === undefined) return null;
-  const raw = await redis.hget(key(id), 'data');
+  const r = await redis.multi().lrange(key('wait'), -limit, -1).zrange(key('prioritized'), '0', String(limit - 1)).exec();
+  const wait = (r?.[0]?.[1] as string[] | undefined) ?? [];
+  const prioritized = (r?.[1]?.[1] as string[] | undefined) ?? [];
+  return [...wait.reverse(), ...prioritized].slice(0, limit);
+}
+
+/** The slot fields of job `id` of `queueName` (its payload), or null when it is gone or unreadable. */
+export async function readSlotJob(redis: Redis, queueName: string, id: string, prefix = 'bull'): Promise<SlotJob | null> {
+  const raw = await redis.hget(`${prefix}:${queueName}:${id}`, 'data');
   if (raw === null) return null;
-  let data: unknown;
   try {
-    data = JSON.parse(raw);
+    return slotJobOf(JSON.parse(raw));
   } catch {
     return null;
   }
-  const job = slotJobOf(data);
-  return job === null ? null : { id, job, inWait: typeof waitHead === 'string' };
 }
 
 /**
- * Puts the jobs of `queue`'s wait list that have a priority back among its prioritized jobs, each with
- * its own priority (at most `limit` of them); returns how many moved. Jobs added without a priority stay.
+ * KEYS[1] wait, KEYS[2] prioritized, KEYS[3] marker, KEYS[4] the job's hash; ARGV[1] job id. Moves a
+ * waiting job to the popping end of `wait` (BullMQ hands it out next) and sets the queue's marker
+ * (BullMQ's, so that a worker blocked on it wakes); 1 if moved, 0 when it no longer waits.
  */
-export async function requeueWaitingByPriority(queue: Queue, redis: Redis, limit = 100, prefix = 'bull'): Promise<number> {
-  const ids = await redis.lrange(`${prefix}:${queue.name}:wait`, -limit, -1);
-  let moved = 0;
-  for (const id of ids) {
-    const job = await Job.fromId(queue, id);
-    if (job === undefined || !(job.priority > 0)) continue;
-    try {
-      await job.changePriority({ priority: job.priority });
-      moved++;
-    } catch {
-      // taken meanwhile (active), or gone: nothing to move
-    }
+const TO_HEAD_SCRIPT = `
+if redis.call('EXISTS', KEYS[4]) == 0 then return 0 end
+local removed = redis.call('ZREM', KEYS[2], ARGV[1])
+if removed == 0 then removed = redis.call('LREM', KEYS[1], -1, ARGV[1]) end
+if removed == 0 then return 0 end
+redis.call('RPUSH', KEYS[1], ARGV[1])
+redis.call('ZADD', KEYS[3], 0, '0')
+return 1
+`;
+const TO_HEAD_SHA = createHash('sha1').update(TO_HEAD_SCRIPT).digest('hex');
+
+/** Moves waiting job `id` to the head of `queueName` (see TO_HEAD_SCRIPT); false when it no longer waits. */
+export async function moveToHead(redis: Redis, queueName: string, id: string, prefix = 'bull'): Promise<boolean> {
+  const key = (k: string) => `${prefix}:${queueName}:${k}`;
+  const keys = [key('wait'), key('prioritized'), key('marker'), key(id)];
+  let r: unknown;
+  try {
+    r = await redis.evalsha(TO_HEAD_SHA, keys.length, ...keys, id);
+  } catch (err) {
+    if (!(err instanceof Error && err.message.startsWith('NOSCRIPT'))) throw err;
+    r = await redis.eval(TO_HEAD_SCRIPT, keys.length, ...keys, id);
   }
-  return moved;
+  return Number(r) === 1;
 }
 
 /** The part of a BullMQ Worker the slots drive (its concurrency, and pause/resume to wake its fetch loop). */
 export type SlotWorker = Pick<Worker, 'concurrency' | 'pause' | 'resume' | 'isRunning'>;
 
 export interface PrefillSlotsOptions {
-  /** The prefill queue (its wait list is put back in priority order, see the module header); none: left as it is. */
-  readonly queue?: Queue;
   /** More jobs taken only for the jobs `mayTakeReservedSlot` admits (CSA2_PREFILL_RESERVED_SLOTS). */
   readonly reservedSlots: number;
   /** Commands on the prefill queue's Redis (the head look-ups). */
@@ -127,12 +134,16 @@ export interface PrefillSlotsOptions {
   readonly pollMs?: number;
   /** A reserved slot left open this long without a job coming in is closed. @defaultValue 2000 */
   readonly openTimeoutMs?: number;
+  /** Waiting jobs looked at for one that may take a reserved slot, in the order BullMQ hands them out. @defaultValue 32 */
+  readonly scanJobs?: number;
   readonly log?: Logger;
 }
 
 /** The running jobs of one encoder and its reserved slots (see the module header). */
 export class PrefillSlots {
   private readonly running = new Map<string, SlotJob>();
+  /** Slot fields of waiting jobs already read (payloads never change), the newest last. */
+  private readonly known = new Map<string, SlotJob | null>();
   private worker: SlotWorker | null = null;
   private timer: NodeJS.Timeout | null = null;
   private openedAtMs: number | null = null;
@@ -141,6 +152,7 @@ export class PrefillSlots {
   private opened = 0;
   private readonly pollMs: number;
   private readonly openTimeoutMs: number;
+  private readonly scanJobs: number;
   private readonly log: Logger;
 
   private baseSlots = 1;
@@ -149,6 +161,7 @@ export class PrefillSlots {
     if (!(Number.isInteger(opts.reservedSlots) && opts.reservedSlots >= 0)) throw new RangeError(`reservedSlots must be a non-negative integer, got ${opts.reservedSlots}`);
     this.pollMs = opts.pollMs ?? 100;
     this.openTimeoutMs = opts.openTimeoutMs ?? 2000;
+    this.scanJobs = opts.scanJobs ?? 32;
     this.log = opts.log ?? silentLogger;
   }
 
@@ -209,19 +222,13 @@ export class PrefillSlots {
     if (running.length < this.baseSlots || running.length >= this.baseSlots + this.opts.reservedSlots) return;
     this.ticking = true;
     try {
-      let head = await this.peek();
-      if (head !== null && head.inWait && this.opts.queue !== undefined && !mayTakeReservedSlot(head.job, running, this.limits)) {
-        const moved = await requeueWaitingByPriority(this.opts.queue, this.opts.redis);
-        if (moved > 0) {
-          this.log('info', 'prefill jobs back from a dead worker put in priority order', { moved });
-          head = await this.peek();
-        }
-      }
-      if (head === null || this.closed || !mayTakeReservedSlot(head.job, running, this.limits)) return;
+      const next = await this.firstAdmissible(running);
+      if (next === null || this.closed) return;
+      if (!next.atHead && !(await moveToHead(this.opts.redis, this.opts.queueName, next.id))) return; // taken meanwhile
       this.openedAtMs = Date.now();
       this.opened++;
       worker.concurrency = Math.min(this.baseSlots + this.opts.reservedSlots, this.running.size + 1);
-      this.log('debug', 'reserved prefill slot opened', { next: head.id, kind: head.job.kind, tenant: head.job.tenant, running: this.running.size });
+      this.log('debug', 'reserved prefill slot opened', { next: next.id, kind: next.job.kind, tenant: next.job.tenant, movedToHead: !next.atHead, running: this.running.size });
       // BullMQ's fetch loop waits for a running job to end before it looks at its concurrency again;
       // a pause (not waiting for the running jobs) and resume wakes it
       if (worker.isRunning()) {
@@ -235,7 +242,18 @@ export class PrefillSlots {
     }
   }
 
-  private peek(): Promise<{ id: string; job: SlotJob; inWait: boolean } | null> {
-    return peekNextJob(this.opts.redis, this.opts.queueName);
+  /** The first waiting job (in BullMQ's order) that may take a reserved slot now, and whether it is next already. */
+  private async firstAdmissible(running: readonly SlotJob[]): Promise<{ id: string; job: SlotJob; atHead: boolean } | null> {
+    const ids = await waitingJobIds(this.opts.redis, this.opts.queueName, this.scanJobs);
+    for (const [i, id] of ids.entries()) {
+      let job = this.known.get(id);
+      if (job === undefined) {
+        job = await readSlotJob(this.opts.redis, this.opts.queueName, id);
+        this.known.set(id, job);
+        if (this.known.size > 4 * this.scanJobs + 256) this.known.delete(this.known.keys().next().value as string);
+      }
+      if (job !== null && mayTakeReservedSlot(job, running, this.limits)) return { id, job, atHead: i === 0 };
+    }
+    return null;
   }
 }

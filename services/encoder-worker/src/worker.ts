@@ -54,8 +54,7 @@ export async function startEncoderWorker(config: EncoderConfig, options: Encoder
       const decodeQueue = new Queue(DECODE_QUEUE, { connection: deps.redis });
       // the engine thread has its own client of the same store; this one serves the processor
       const store = openStore(config.storeUrl);
-      const prefillQueue = new Queue(PREFILL_QUEUE, { connection: deps.redis });
-      slots = new PrefillSlots({ redis: deps.redis, queue: prefillQueue, queueName: PREFILL_QUEUE, reservedSlots: config.reservedSlots, pollMs: config.slotPollMs, log: deps.log });
+      slots = new PrefillSlots({ redis: deps.redis, queueName: PREFILL_QUEUE, reservedSlots: config.reservedSlots, pollMs: config.slotPollMs, log: deps.log });
       const processor = createEncodeProcessor({
         ...deps,
         slots,
@@ -65,7 +64,7 @@ export async function startEncoderWorker(config: EncoderConfig, options: Encoder
         cancelPollMs: config.cancelPollMs,
         ...(config.chunkTokens !== undefined ? { chunkTokens: config.chunkTokens } : {}),
       });
-      return { processor, close: () => Promise.allSettled([decodeQueue.close(), prefillQueue.close(), store.close()]) };
+      return { processor, close: () => Promise.allSettled([decodeQueue.close(), store.close()]) };
     },
     startedFields: { store: config.storeUrl, reservedSlots: config.reservedSlots },
   });
