@@ -134,13 +134,16 @@ async function encoderKill(o: RecoveryBenchOptions, io: BenchIo): Promise<string
     const ready = await documentsReady(pipe.url, API_KEY, docs.map((d) => d.id), 900_000, 250);
     const readyAt = await restart;
     const restarted = await attemptStarts(pipe, 'csa2-prefill', killedAtWallMs);
+    // the same long prompts again with nothing else running: the least they take on this machine
+    const alone = await Promise.all(Array.from({ length: o.longPrompts }, (_, i) => completion(pipe.url, API_KEY, { prompt: tokenIds(o.longPromptTokens, 500 + i), max_tokens: tokens, ignore_eos: true, temperature: 0 })));
+    const aloneMs = alone.map((r) => r.ms);
     const readyTimes = [...ready.values()].filter((v): v is number => typeof v === 'number');
     const docsLost = [...ready.values()].filter((v) => typeof v !== 'number').length;
     const fmtLong = longOut.map((s) => (whole(s, tokens) ? secs(s.endedAtMs - killedAt) : 'lost')).join(', ');
     return [[
       `encoder SIGKILL with ${o.documents} × ${o.documentTokens}-token documents encoding, ${o.longPrompts} × ${o.longPromptTokens}-token prompts and ${o.streams - o.longPrompts} short streams`,
       settings(o),
-      `new encoder ready ${secs(readyAt - killedAt)} s; prefill jobs running again ${restarted}; long prompts done ${fmtLong} s; short streams by ${secs(Math.max(...shortOut.map((s) => s.endedAtMs)) - killedAt)} s`,
+      `new encoder ready ${secs(readyAt - killedAt)} s; prefill jobs running again ${restarted}; long prompts done ${fmtLong} s (the same ${o.longPrompts} at once, nothing else running: ${aloneMs.map((ms) => secs(ms)).join(', ')} s); short streams by ${secs(Math.max(...shortOut.map((s) => s.endedAtMs)) - killedAt)} s`,
       `documents ready ${readyTimes.map((t) => secs(t - killedAt)).join(', ')} s`,
       `${longOut.concat(shortOut).filter((s) => !s.finished || s.error !== null).length} streams, ${docsLost} documents`,
       `${longOut.concat(shortOut).filter((s) => !whole(s, tokens)).length} streams not whole`,

@@ -160,10 +160,11 @@ chaos('one tenant floods the prefill queue with documents: another tenant\'s lon
   await documentsReady(['small-other'], OTHER_API_KEY);
   const promptStart = (await jobTimes('csa2-prefill', promptJob as string)).processedOn;
   const documentStart = (await jobTimes('csa2-prefill', 'doc.other.small-other')).processedOn;
-  const floodEnds = await Promise.all(runningFlood.map(async (id) => (await jobTimes('csa2-prefill', id)).finishedOn ?? Number.POSITIVE_INFINITY));
+  await documentsReady(flood.map((d) => d.id));
+  const floodEnds = await Promise.all(runningFlood.map(async (id) => (await jobTimes('csa2-prefill', id)).finishedOn ?? 0));
+  assert.ok(floodEnds.every((e) => e > 0), 'the flood documents that ran ended');
   const firstFloodEnd = Math.min(...floodEnds);
   t.diagnostic(`other's prompt started ${(promptStart ?? 0) - firstFloodEnd} ms and its document ${(documentStart ?? 0) - firstFloodEnd} ms relative to the first end of the ${runningFlood.length} running flood documents`);
   assert.ok(promptStart !== null && promptStart < firstFloodEnd, 'the prompt did not wait for a flood document to end');
   assert.ok(documentStart !== null && documentStart < firstFloodEnd, 'the document did not wait for a flood document to end');
-  await documentsReady(flood.map((d) => d.id));
 });
