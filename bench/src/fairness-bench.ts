@@ -9,7 +9,7 @@
  * `npm run bench -- fairness [--fairness-reserved-slots 0]` (0: the encoder takes no job past its
  * concurrency, as before issue 31).
  */
-import { API_KEY, OTHER_API_KEY, Pipeline } from '@csa2/test';
+import { API_KEY, OTHER_API_KEY, Pipeline, connectRedis } from '@csa2/test';
 import { completion, documentStatus, documentsReady, postDocuments, secs, sleep, tokenIds } from './api-client.js';
 import { SERVED_MODEL_DIR } from './recovery-bench.js';
 import type { BenchIo, BenchSuite, OptionValues } from './suite.js';
@@ -29,11 +29,21 @@ export interface FairnessBenchOptions {
 export async function runFairnessBench(o: FairnessBenchOptions, io: BenchIo): Promise<string> {
   const env: Record<string, string> = { CSA2_THREADS: 'auto', CSA2_PROGRESS_INTERVAL_MS: '0', ...(o.reservedSlots !== null ? { CSA2_PREFILL_RESERVED_SLOTS: String(o.reservedSlots) } : {}) };
   const pipe = await Pipeline.start({ modelDir: o.modelDir, env });
+  const redis = connectRedis(pipe.redis.url);
   let seq = 0;
+  /** Where a prefill job's time went: queued (added → started) and running (started → finished), from BullMQ's record. */
+  const jobSplit = async (jobId: string): Promise<string> => {
+    const [ts, p, f] = await redis.hmget(`bull:csa2-prefill:${jobId}`, 'timestamp', 'processedOn', 'finishedOn');
+    return `queued ${secs(Number(p) - Number(ts))} s + encoding ${secs(Number(f) - Number(p))} s`;
+  };
+  const splits: string[] = [];
+  const promptJobs = async (): Promise<Set<string>> => new Set((await redis.keys('bull:csa2-prefill:req.*.prefill')).map((k) => k.slice('bull:csa2-prefill:'.length)));
   // B's requests: a long prompt (different ids each time, so no stored chunk is re-used) and a small document
   const promptOnce = async (): Promise<number> => {
+    const before = await promptJobs();
     const r = await completion(pipe.url, OTHER_API_KEY, { prompt: tokenIds(o.promptTokens, 7000 + ++seq), max_tokens: 4, ignore_eos: true });
     if (r.status !== 200) throw new Error(`tenant B's prompt: ${r.status} ${r.body}`);
+    for (const id of await promptJobs()) if (!before.has(id)) splits.push(`prompt ${seq}: ${await jobSplit(id)} of ${secs(r.ms)} s`);
     return r.ms;
   };
   const documentOnce = async (): Promise<number> => {
@@ -42,6 +52,7 @@ export async function runFairnessBench(o: FairnessBenchOptions, io: BenchIo): Pr
     await postDocuments(pipe.url, OTHER_API_KEY, [{ id, tokenIds: tokenIds(o.documentTokens, 9000 + seq) }]);
     const at = (await documentsReady(pipe.url, OTHER_API_KEY, [id], 900_000, 100)).get(id);
     if (typeof at !== 'number') throw new Error(`tenant B's document ${id}: ${String(at)}`);
+    splits.push(`document ${seq}: ${await jobSplit(`doc.other.${id}`)} of ${secs(at - t0)} s`);
     return at - t0;
   };
   const best = async (f: () => Promise<number>): Promise<number[]> => {
@@ -77,10 +88,11 @@ export async function runFairnessBench(o: FairnessBenchOptions, io: BenchIo): Pr
         [row(`${o.promptTokens}-token prompt, 4 tokens out (prefill route)`, soloPrompt, floodPrompt), row(`${o.documentTokens}-token document, POST to ready`, soloDocument, floodDocument)],
       ),
       '',
-      `Tenant A's documents not ready when B's last request ended: ${waiting} of ${o.floodDocuments}.`,
+      `Tenant A's documents not ready when B's last request ended: ${waiting} of ${o.floodDocuments}. Tenant B's prefill jobs (alone, then under the flood): ${splits.join('; ')}.`,
       '',
     ].join('\n');
   } finally {
+    redis.disconnect();
     await pipe.stop();
   }
 }
