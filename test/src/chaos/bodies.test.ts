@@ -42,7 +42,7 @@ test('item 8: 32 concurrent 16 MiB documents refused for their length cost the g
   assert.equal(health.status, 200);
 });
 
-test('issue 31: with the served model\'s tokenizer.json, 32 concurrent bodies of 16 MiB of text are refused from their bytes, and a small body sent with them is not queued behind them', { timeout: 240_000 }, async (t) => {
+test('with the served model\'s tokenizer.json, 32 concurrent bodies of 16 MiB of text are refused from their bytes, and a small body sent with them is not queued behind them', { timeout: 240_000 }, async (t) => {
   const served = await Pipeline.start({ services: ['gateway'], modelDir: join(REPO_ROOT, 'models/v41-mini-128k') });
   try {
     const pid = served.processes('gateway')[0]?.pid as number;
