@@ -40,6 +40,8 @@ export interface RecoveryBenchOptions {
   readonly longPrompts: number;
   readonly longPromptTokens: number;
   readonly scenarios: readonly ('decoder' | 'encoder')[];
+  /** More environment for every service (--recovery-env NAME=VALUE,…). */
+  readonly extraEnv: Readonly<Record<string, string>>;
 }
 
 function pipelineEnv(o: RecoveryBenchOptions): Record<string, string> {
@@ -49,11 +51,12 @@ function pipelineEnv(o: RecoveryBenchOptions): Record<string, string> {
     CSA2_STALLED_INTERVAL_MS: o.stalledMs === null ? '' : String(o.stalledMs),
     ...(o.reservedSlots !== null ? { CSA2_PREFILL_RESERVED_SLOTS: String(o.reservedSlots) } : {}),
     CSA2_THREADS: 'auto',
+    ...o.extraEnv,
   };
 }
 
 const settings = (o: RecoveryBenchOptions): string =>
-  `lock ${o.lockMs === null ? 'default' : `${o.lockMs} ms`}, stalled check ${o.stalledMs === null ? 'default' : `${o.stalledMs} ms`}${o.reservedSlots !== null ? `, reserved prefill slots ${o.reservedSlots}` : ''}`;
+  `lock ${o.lockMs === null ? 'default' : `${o.lockMs} ms`}, stalled check ${o.stalledMs === null ? 'default' : `${o.stalledMs} ms`}${o.reservedSlots !== null ? `, reserved prefill slots ${o.reservedSlots}` : ''}${Object.entries(o.extraEnv).map(([k, v]) => `, ${k}=${v}`).join('')}`;
 
 function whole(s: StreamOutcome, tokens: number): boolean {
   return s.finished && s.error === null && s.completionTokens === tokens;
@@ -116,7 +119,8 @@ async function encoderKill(o: RecoveryBenchOptions, io: BenchIo): Promise<string
     const deadline = performance.now() + 300_000;
     for (;;) {
       const s = await Promise.all(docs.map((d) => documentStatus(pipe.url, API_KEY, d.id)));
-      if (s.filter((x) => x.status === 'encoding' && x.tokensDone > 0).length >= Math.min(o.documents, 4)) break;
+      // all taken by the encoder, at least one under way (an engine may run one tenant's documents one at a time)
+      if (s.filter((x) => x.status === 'encoding').length >= Math.min(o.documents, 4) && s.some((x) => x.tokensDone > 0)) break;
       if (performance.now() > deadline) throw new Error('the documents did not start encoding within 300 s');
       await sleep(100);
     }
@@ -194,6 +198,18 @@ function optionalInt(values: OptionValues, name: string, min: number): number | 
   return n;
 }
 
+/** `NAME=VALUE,NAME=VALUE` (CSA2_* variables only) → an environment; UsageError naming the option otherwise. */
+function parseEnvList(v: string | boolean | undefined): Record<string, string> {
+  if (typeof v !== 'string' || v === '') return {};
+  const out: Record<string, string> = {};
+  for (const pair of v.split(',')) {
+    const m = /^(CSA2_[A-Z0-9_]+)=([^,]*)$/.exec(pair.trim());
+    if (m === null) throw new UsageError(`--recovery-env: NAME=VALUE pairs of CSA2_* variables, got "${pair}"`);
+    out[m[1] as string] = m[2] as string;
+  }
+  return out;
+}
+
 export function parseRecoveryOptions(values: OptionValues): RecoveryBenchOptions {
   const scenarios = String(values['recovery-scenarios'] ?? 'decoder,encoder').split(',');
   for (const s of scenarios) if (s !== 'decoder' && s !== 'encoder') throw new UsageError(`--recovery-scenarios: decoder and/or encoder, got ${s}`);
@@ -209,6 +225,7 @@ export function parseRecoveryOptions(values: OptionValues): RecoveryBenchOptions
     longPrompts: positiveIntOption(values, 'recovery-long-prompts', 3),
     longPromptTokens: positiveIntOption(values, 'recovery-long-prompt-tokens', 2500),
     scenarios: scenarios as ('decoder' | 'encoder')[],
+    extraEnv: parseEnvList(values['recovery-env']),
   };
   if (o.longPrompts > o.streams) throw new UsageError('--recovery-long-prompts must be at most --recovery-streams');
   return o;
@@ -223,6 +240,7 @@ export const recoverySuite: BenchSuite = {
     'recovery-lock-ms': { type: 'string', description: 'CSA2_LOCK_DURATION_MS of the workers', defaultText: 'the services\' default', valueName: 'MS' },
     'recovery-stalled-ms': { type: 'string', description: 'CSA2_STALLED_INTERVAL_MS of the workers', defaultText: 'the services\' default', valueName: 'MS' },
     'recovery-reserved-slots': { type: 'string', description: 'CSA2_PREFILL_RESERVED_SLOTS of the encoder', defaultText: 'the encoder\'s default', valueName: 'N' },
+    'recovery-env': { type: 'string', description: 'more CSA2_* variables for every service, NAME=VALUE,…', defaultText: 'none', valueName: 'LIST' },
     'recovery-streams': { type: 'string', description: 'streams running when the worker is killed', defaultText: '20', valueName: 'N' },
     'recovery-stream-tokens': { type: 'string', description: 'tokens per stream (decoder scenario)', defaultText: '200', valueName: 'N' },
     'recovery-documents': { type: 'string', description: 'documents encoding when the encoder is killed', defaultText: '4', valueName: 'N' },
