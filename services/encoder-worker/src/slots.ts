@@ -204,10 +204,15 @@ export class PrefillSlots {
     this.timer = null;
   }
 
-  /** The worker's concurrency at rest: the base slots, or the jobs running when more run. */
+  /**
+   * The worker's concurrency: the base slots, or the jobs running when more run, plus the one reserved
+   * slot open now (if any), never past base + reserved. Set on every start and end of a job, before
+   * BullMQ decides whether that end fetches a replacement.
+   */
   private settle(): void {
-    if (this.worker === null || this.openedAtMs !== null) return;
-    this.worker.concurrency = Math.max(this.baseSlots, this.running.size);
+    if (this.worker === null) return;
+    const open = this.openedAtMs !== null ? 1 : 0;
+    this.worker.concurrency = Math.min(this.baseSlots + this.opts.reservedSlots, Math.max(this.baseSlots, this.running.size + open));
   }
 
   private async tick(): Promise<void> {
@@ -227,7 +232,7 @@ export class PrefillSlots {
       if (!next.atHead && !(await moveToHead(this.opts.redis, this.opts.queueName, next.id))) return; // taken meanwhile
       this.openedAtMs = Date.now();
       this.opened++;
-      worker.concurrency = Math.min(this.baseSlots + this.opts.reservedSlots, this.running.size + 1);
+      this.settle();
       this.log('debug', 'reserved prefill slot opened', { next: next.id, kind: next.job.kind, tenant: next.job.tenant, movedToHead: !next.atHead, running: this.running.size });
       // BullMQ's fetch loop waits for a running job to end before it looks at its concurrency again;
       // a pause (not waiting for the running jobs) and resume wakes it
