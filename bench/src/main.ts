@@ -20,6 +20,9 @@ export const SUITES: Readonly<Record<string, () => Promise<BenchSuite>>> = {
   batch: async () => (await import('./batch-bench.js')).batchSuite,
   retrieval: async () => (await import('./retrieval-bench.js')).retrievalSuite,
   encoder: async () => (await import('./encoder-bench.js')).encoderSuite,
+  recovery: async () => (await import('./recovery-bench.js')).recoverySuite,
+  fairness: async () => (await import('./fairness-bench.js')).fairnessSuite,
+  bodies: async () => (await import('./bodies-bench.js')).bodiesSuite,
 };
 
 const HELP_OPTION: SuiteOption = { type: 'boolean', description: 'list the suites and their options' };

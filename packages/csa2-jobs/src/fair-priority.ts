@@ -45,6 +45,16 @@ export function fairFlow(tenant: string, batch: boolean): string {
   return batch ? `${tenant}/batch` : tenant;
 }
 
+/**
+ * The flow a document (ingestion) is fair-queued in on the prefill queue: the tenant's documents
+ * (`<tenant>/documents`), apart from its long prompts, so that neither the tenant's own prompts nor
+ * another tenant's first document start behind a flood of queued documents (each flow's start tag
+ * starts at the virtual time); a batch line's document stays in the tenant's batch flow.
+ */
+export function documentFlow(tenant: string, batch: boolean): string {
+  return batch ? `${tenant}/batch` : `${tenant}/documents`;
+}
+
 /** The Redis hash of a queue's fair-share state. */
 export const fairStateKey = (queueName: string): string => `csa2:fair:${queueName}`;
 

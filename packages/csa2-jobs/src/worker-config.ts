@@ -29,14 +29,19 @@ export interface WorkerConfig {
   /** How the engine batches: the CSA2_* scheduler variables (see `envEngineScheduler`). */
   readonly scheduler: EngineSchedulerSettings;
   /**
-   * CSA2_LOCK_DURATION_MS: BullMQ job lock, renewed every half of it while the job runs; a dead
+   * CSA2_LOCK_DURATION_MS: BullMQ job lock, renewed every lockRenewMs while the job runs; a dead
    * worker's job is picked up again once it expired, at the next stalled check: within
-   * lockDurationMs + stalledIntervalMs of the death (see DEFAULT_STALLED_INTERVAL_MS below). @defaultValue 30000
+   * lockDurationMs + stalledIntervalMs of the death (see DEFAULT_STALLED_INTERVAL_MS below). @defaultValue 6000
    */
   readonly lockDurationMs: number;
   /**
+   * CSA2_LOCK_RENEW_MS: how often a worker renews the locks of its running jobs; a live worker whose
+   * event loop stalls for up to lockDurationMs − lockRenewMs keeps them. @defaultValue min(1000, lockDurationMs / 2)
+   */
+  readonly lockRenewMs: number;
+  /**
    * CSA2_STALLED_INTERVAL_MS: how often the workers look for stalled jobs (one check per interval
-   * across all workers of a queue); at most half the lock duration. @defaultValue min(5000, lockDurationMs / 2)
+   * across all workers of a queue); at most half the lock duration. @defaultValue min(1000, lockDurationMs / 2)
    */
   readonly stalledIntervalMs: number;
   /** CSA2_CHUNK_CACHE_BYTES: verified artifact chunks kept in memory (re-used prefixes). @defaultValue the engine's (256 MiB) */
@@ -115,15 +120,42 @@ export const WORKER_HTTP_PORTS = { encoder: 9301, decoder: 9302 } as const;
 
 /**
  * How BullMQ recovers the job of a dead worker (its stalled-job check, moveStalledJobsToWait): the
- * job's lock was last renewed at most lockDuration / 2 before the death, so it expires between
- * lockDuration / 2 and lockDuration after it; every check first moves the jobs it marked at the
- * previous check whose lock is gone back to the queue, then marks the active ones again (a renewal
- * unmarks a live job). A job is therefore back in the queue within lockDuration + stalledInterval
- * of the death, provided stalledInterval ≤ lockDuration / 2 (so that a check has marked it before
- * its lock expires). With BullMQ's own default (stalledInterval = lockDuration = 30 s) it took up to
- * three periods: 61–94 s measured.
+ * job's lock was last renewed at most lockRenew before the death, so it expires at most lockDuration
+ * after it; every check first moves the jobs it marked at the previous check whose lock is gone back
+ * to the queue, then marks the active ones again (a renewal unmarks a live job; a marked job whose
+ * lock still exists stays). A job is therefore back in the queue within lockDuration +
+ * stalledInterval of the death, provided stalledInterval ≤ lockDuration / 2 (so that a check has
+ * marked it before its lock expires). With BullMQ's own default (stalledInterval = lockDuration =
+ * 30 s) it took up to three periods: 61–94 s measured.
+ *
+ * The defaults (a 6 s lock renewed every second, a check every second) put a dead worker's job back
+ * within 7 s, and a live worker keeps its jobs through an event-loop stall of up to 5 s (the lock is
+ * renewed from the worker's event loop, which inference never blocks: it runs in the engine
+ * thread). Should a live job's lock lapse anyway, its second run is safe (stream appends refuse
+ * duplicates, chunks are content-addressed). With the earlier 30 s lock renewed every 15 s, 20
+ * streams whose decoder was killed finished 43 s after the kill (issue 31); `npm run bench --
+ * recovery` measures it.
  */
-export const DEFAULT_STALLED_INTERVAL_MS = 5000;
+export const DEFAULT_STALLED_INTERVAL_MS = 1000;
+
+/** CSA2_LOCK_DURATION_MS unset (see DEFAULT_STALLED_INTERVAL_MS). */
+export const DEFAULT_LOCK_DURATION_MS = 6000;
+
+/** CSA2_LOCK_RENEW_MS unset: min(this, lock / 2). */
+export const DEFAULT_LOCK_RENEW_MS = 1000;
+
+/** CSA2_LOCK_RENEW_MS against the lock duration: at least 100, at most half of it. */
+export function envLockRenewMs(env: Env, name: string, lockDurationMs: number): number {
+  const max = Math.floor(lockDurationMs / 2);
+  const v = envInt(env, name, Math.min(DEFAULT_LOCK_RENEW_MS, max), { min: 100 });
+  if (v > max) throw new EnvConfigError(name, `must be at most half of CSA2_LOCK_DURATION_MS (${max}), got ${v}: a lock renewed less often lapses at the first delay`);
+  return v;
+}
+
+/** CSA2_LOCK_DURATION_MS: at least 1000 ms. @defaultValue DEFAULT_LOCK_DURATION_MS */
+export function envLockDurationMs(env: Env, name: string): number {
+  return envInt(env, name, DEFAULT_LOCK_DURATION_MS, { min: 1000 });
+}
 
 /** The longest time from a worker's death to its job back in the queue, for the given settings. */
 export function stalledRecoveryBoundMs(config: Pick<WorkerConfig, 'lockDurationMs' | 'stalledIntervalMs'>): number {

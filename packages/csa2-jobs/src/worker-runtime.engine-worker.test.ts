@@ -56,7 +56,7 @@ before(async () => {
     name: 'test worker',
     service: 'test-worker',
     queue: queueName,
-    config: { redisUrl: server.url, modelDir: '/models/x', concurrency: 2, lockDurationMs: 30_000, stalledIntervalMs: 30_000, shutdownGraceMs: 2000, httpHost: '127.0.0.1', httpPort: port, readyTimeoutMs: 300 },
+    config: { redisUrl: server.url, modelDir: '/models/x', concurrency: 2, lockDurationMs: 30_000, lockRenewMs: 15_000, stalledIntervalMs: 30_000, shutdownGraceMs: 2000, httpHost: '127.0.0.1', httpPort: port, readyTimeoutMs: 300 },
     log: jsonLogger('test-worker', 'debug', { write: (s: string) => lines.push(JSON.parse(s) as Record<string, unknown>) }),
     startEngine: async () => {
       await loaded;
@@ -170,7 +170,7 @@ test('a port that is taken fails start with an error naming CSA2_WORKER_HTTP_POR
     startEngineWorker({
       name: 'second worker',
       queue: `test-${randomUUID()}`,
-      config: { redisUrl: server.url, modelDir: '/m', concurrency: 1, lockDurationMs: 30_000, stalledIntervalMs: 30_000, shutdownGraceMs: 100, httpHost: '127.0.0.1', httpPort: port, readyTimeoutMs: 300 },
+      config: { redisUrl: server.url, modelDir: '/m', concurrency: 1, lockDurationMs: 30_000, lockRenewMs: 15_000, stalledIntervalMs: 30_000, shutdownGraceMs: 100, httpHost: '127.0.0.1', httpPort: port, readyTimeoutMs: 300 },
       log: () => undefined,
       startEngine: async () => new StandInEngine(),
       setup: () => ({ processor: async () => 'x' }),

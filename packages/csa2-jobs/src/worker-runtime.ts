@@ -47,7 +47,7 @@ export interface EngineWorkerSpec<E extends Closable, R> {
   readonly queue: string;
   readonly config: Pick<
     WorkerConfig,
-    'redisUrl' | 'modelDir' | 'concurrency' | 'lockDurationMs' | 'stalledIntervalMs' | 'shutdownGraceMs' | 'httpHost' | 'httpPort' | 'readyTimeoutMs'
+    'redisUrl' | 'modelDir' | 'concurrency' | 'lockDurationMs' | 'lockRenewMs' | 'stalledIntervalMs' | 'shutdownGraceMs' | 'httpHost' | 'httpPort' | 'readyTimeoutMs'
   >;
   /** The `service` label of its metrics (e.g. 'decoder-worker'). @defaultValue `name` with '-' for spaces */
   readonly service?: string;
@@ -179,6 +179,7 @@ export async function startEngineWorker<E extends Closable, R>(spec: EngineWorke
     connection: workerConnection,
     concurrency,
     lockDuration: config.lockDurationMs,
+    lockRenewTime: config.lockRenewMs,
     stalledInterval: config.stalledIntervalMs,
     // a worker killed mid-job (OOM, SIGKILL, node loss) makes its job stall; allow two such losses
     maxStalledCount: 2,

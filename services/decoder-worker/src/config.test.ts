@@ -8,14 +8,15 @@ import { decoderEngineOptions } from './worker.js';
 
 const BASE = { REDIS_URL: 'redis://127.0.0.1:6379', CSA2_MODEL_DIR: '/models/tiny' };
 
-test('defaults: jobs at once sized by the engine (unset), 30 s locks checked every 5 s, 50 ms cancel polls, no store, engine defaults', () => {
+test('defaults: jobs at once sized by the engine (unset), 6 s locks renewed and checked every second, 50 ms cancel polls, no store, engine defaults', () => {
   const c = loadDecoderConfig(BASE);
   assert.deepEqual(c, {
     redisUrl: 'redis://127.0.0.1:6379',
     modelDir: '/models/tiny',
     scheduler: {},
-    lockDurationMs: 30_000,
-    stalledIntervalMs: 5000,
+    lockDurationMs: 6000,
+    lockRenewMs: 1000,
+    stalledIntervalMs: 1000,
     threads: 'auto',
     scanThreads: 'auto',
     provider: 'cpu',
@@ -75,12 +76,16 @@ test('CSA2_DOCUMENT_PREFAULT_BYTES: read, unset by default, a bad value names th
 
 test('stalled checks run at least twice per lock duration, so a dead worker\'s job is back within lock + interval', () => {
   const c = loadDecoderConfig(BASE);
-  assert.equal(stalledRecoveryBoundMs(c), 35_000);
-  assert.equal(loadDecoderConfig({ ...BASE, CSA2_LOCK_DURATION_MS: '4000' }).stalledIntervalMs, 2000, 'the default follows a short lock');
-  assert.equal(loadDecoderConfig({ ...BASE, CSA2_STALLED_INTERVAL_MS: '15000' }).stalledIntervalMs, 15_000);
+  assert.equal(stalledRecoveryBoundMs(c), 7000, 'a killed worker\'s job is back within 7 s by default');
+  assert.equal(c.lockRenewMs, 1000, 'a live worker keeps its jobs through a 5 s stall');
+  assert.equal(loadDecoderConfig({ ...BASE, CSA2_LOCK_DURATION_MS: '1500' }).lockRenewMs, 750, 'the renewal follows a short lock');
+  assert.throws(() => loadDecoderConfig({ ...BASE, CSA2_LOCK_RENEW_MS: '3001' }), (err: unknown) => err instanceof EnvConfigError && err.variable === 'CSA2_LOCK_RENEW_MS' && /at most half of CSA2_LOCK_DURATION_MS \(3000\)/.test(err.message));
+  assert.throws(() => loadDecoderConfig({ ...BASE, CSA2_LOCK_RENEW_MS: '50' }), (err: unknown) => err instanceof EnvConfigError && err.variable === 'CSA2_LOCK_RENEW_MS');
+  assert.equal(loadDecoderConfig({ ...BASE, CSA2_LOCK_DURATION_MS: '1500' }).stalledIntervalMs, 750, 'the default follows a short lock');
+  assert.equal(loadDecoderConfig({ ...BASE, CSA2_LOCK_DURATION_MS: '30000', CSA2_STALLED_INTERVAL_MS: '15000' }).stalledIntervalMs, 15_000);
   assert.throws(
-    () => loadDecoderConfig({ ...BASE, CSA2_STALLED_INTERVAL_MS: '30000' }),
-    (err: unknown) => err instanceof EnvConfigError && err.variable === 'CSA2_STALLED_INTERVAL_MS' && /at most half of CSA2_LOCK_DURATION_MS \(15000\)/.test(err.message),
+    () => loadDecoderConfig({ ...BASE, CSA2_STALLED_INTERVAL_MS: '4000' }),
+    (err: unknown) => err instanceof EnvConfigError && err.variable === 'CSA2_STALLED_INTERVAL_MS' && /at most half of CSA2_LOCK_DURATION_MS \(3000\)/.test(err.message),
   );
 });
 

@@ -58,6 +58,7 @@ before(async () => {
     concurrency: 1,
   scheduler: {},
     lockDurationMs: 30_000,
+    lockRenewMs: 15_000,
     stalledIntervalMs: 30_000,
     threads: 'auto',
     scanThreads: 'auto',

@@ -12,8 +12,12 @@ test('defaults, and every variable read', () => {
   assert.equal(c.concurrency, undefined, 'unset: the worker sizes it from its engine');
   assert.deepEqual(c.scheduler, {});
   assert.equal(c.chunkTokens, undefined);
-  assert.equal(c.lockDurationMs, 30_000);
-  assert.equal(c.stalledIntervalMs, 5000, 'a dead worker\'s job is back within 35 s');
+  assert.equal(c.lockDurationMs, 6000);
+  assert.equal(c.lockRenewMs, 1000);
+  assert.equal(c.stalledIntervalMs, 1000, 'a dead worker\'s job is back within 7 s');
+  assert.equal(c.reservedSlots, 2);
+  assert.equal(c.slotPollMs, 100);
+  assert.deepEqual([loadEncoderConfig({ ...BASE, CSA2_PREFILL_RESERVED_SLOTS: '0' }).reservedSlots, loadEncoderConfig({ ...BASE, CSA2_PREFILL_SLOT_POLL_MS: '25' }).slotPollMs], [0, 25]);
   assert.equal(c.progressIntervalMs, 200);
   assert.deepEqual([c.httpHost, c.httpPort, c.readyTimeoutMs], ['127.0.0.1', 9301, 1000], 'its own default port, not the decoder\'s 9302');
   assert.equal(c.cancelPollMs, 50);
@@ -30,7 +34,11 @@ test('the store is required; bad numbers name their variable', () => {
   assert.throws(() => loadEncoderConfig({ ...BASE, CSA2_PREFILL_CONCURRENCY: '-1' }), named('CSA2_PREFILL_CONCURRENCY'));
   assert.throws(() => loadEncoderConfig({ ...BASE, CSA2_CHUNK_TOKENS: '4k' }), named('CSA2_CHUNK_TOKENS'));
   assert.throws(() => loadEncoderConfig({ ...BASE, CSA2_WORKER_HTTP_PORT: 'http' }), named('CSA2_WORKER_HTTP_PORT'));
-  assert.throws(() => loadEncoderConfig({ ...BASE, CSA2_STALLED_INTERVAL_MS: '20000' }), named('CSA2_STALLED_INTERVAL_MS'));
+  assert.throws(() => loadEncoderConfig({ ...BASE, CSA2_STALLED_INTERVAL_MS: '4000' }), named('CSA2_STALLED_INTERVAL_MS'));
+  assert.throws(() => loadEncoderConfig({ ...BASE, CSA2_LOCK_RENEW_MS: '4000' }), named('CSA2_LOCK_RENEW_MS'));
+  assert.throws(() => loadEncoderConfig({ ...BASE, CSA2_PREFILL_RESERVED_SLOTS: '65' }), named('CSA2_PREFILL_RESERVED_SLOTS'));
+  assert.throws(() => loadEncoderConfig({ ...BASE, CSA2_PREFILL_RESERVED_SLOTS: 'two' }), named('CSA2_PREFILL_RESERVED_SLOTS'));
+  assert.throws(() => loadEncoderConfig({ ...BASE, CSA2_PREFILL_SLOT_POLL_MS: '5' }), named('CSA2_PREFILL_SLOT_POLL_MS'));
   assert.throws(() => loadEncoderConfig({ ...BASE, CSA2_CANCEL_POLL_MS: '1' }), named('CSA2_CANCEL_POLL_MS'));
   for (const bad of ['-1', '65', 'two', '1.5']) assert.throws(() => loadEncoderConfig({ ...BASE, CSA2_SCAN_THREADS: bad }), named('CSA2_SCAN_THREADS'));
 });

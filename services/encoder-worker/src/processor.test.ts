@@ -31,7 +31,7 @@ import {
   type PrefillResult,
   type Redis,
 } from '@csa2/jobs';
-import { createEncodeProcessor, type EncodeEngine } from './processor.js';
+import { DOCUMENT_ENGINE_PRIORITY, PROMPT_ENGINE_PRIORITY, createEncodeProcessor, type EncodeEngine } from './processor.js';
 
 const STEP_TOKENS = 256;
 const STEP_MS = 30;
@@ -45,7 +45,7 @@ let prefillQueue: Queue;
 let decodeQueue: Queue;
 let worker: Worker;
 /** What the fake engine saw, per document id: the steps it encoded and whether it was stopped. */
-const runs = new Map<string, { steps: number; aborted: boolean }>();
+const runs = new Map<string, { steps: number; aborted: boolean; req: IngestRequest }>();
 /** Called by the fake engine after its last step (before it returns), per document id. */
 const atEnd = new Map<string, () => Promise<void>>();
 
@@ -54,7 +54,7 @@ const engine: EncodeEngine = {
   async close() {},
   async ingest(req: IngestRequest, hooks: IngestHooks = {}): Promise<IngestOutcome> {
     const total = req.tokenIds?.length ?? 0;
-    const run = { steps: 0, aborted: false };
+    const run = { steps: 0, aborted: false, req };
     runs.set(req.documentId, run);
     for (let done = 0; done < total; done = Math.min(total, done + STEP_TOKENS)) {
       if (hooks.signal?.aborted === true) {
@@ -177,4 +177,20 @@ test('a request that is not cancelled gets its decode job and keeps its artifact
   assert.equal(state, 'completed', job.failedReason);
   assert.notEqual(await store.head(manifestObjectKey('acme', promptDocumentId(requestId))), null);
   assert.notEqual(await decodeQueue.getJob(requestDecodeJobId(requestId)), undefined);
+  // before its tenant's documents in the engine, and without an encoder tail (its one question computes it)
+  const req = runs.get(promptDocumentId(requestId))?.req;
+  assert.equal(req?.priority, PROMPT_ENGINE_PRIORITY);
+  assert.equal(req?.tailReplayTokens, 0);
+});
+
+test('a document is ingested after its tenant\'s prompts in the engine, with its encoder tail', async () => {
+  const documentId = `doc-${randomUUID()}`;
+  const job: PrefillJob = { v: 1, kind: 'document', tenant: 'acme', documentId, model: 'tiny', input: { tokenIds: [1, 2, 3, 4, 5] }, acceptedAtMs: Date.now() };
+  await prefillQueue.add(PREFILL_JOB_NAME, job, { ...DEFAULT_PREFILL_JOB_OPTIONS, jobId: documentId });
+  const { state, job: done } = await waitForJobSettled(prefillQueue, documentId);
+  assert.equal(state, 'completed', done.failedReason);
+  const req = runs.get(documentId)?.req;
+  assert.equal(req?.priority, DOCUMENT_ENGINE_PRIORITY);
+  assert.ok(DOCUMENT_ENGINE_PRIORITY > PROMPT_ENGINE_PRIORITY);
+  assert.equal(req?.tailReplayTokens, undefined, 'the engine\'s default: a stored tail');
 });

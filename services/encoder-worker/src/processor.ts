@@ -25,6 +25,7 @@
  */
 import { deleteTokenList, getTokenList, manifestObjectKey, type ObjectStore } from '@csa2/artifacts';
 import type { IngestHooks, IngestOutcome, IngestProgress, IngestRequest } from '@csa2/engine';
+import type { PrefillSlots } from './slots.js';
 import {
   DECODE_JOB_NAME,
   DEFAULT_DECODE_JOB_OPTIONS,
@@ -78,7 +79,17 @@ export interface EncodeDeps extends EngineJobDeps<EncodeEngine> {
   readonly chunkTokens?: number;
   /** Least time between two progress updates of one job. @defaultValue 200 */
   readonly progressIntervalMs?: number;
+  /** The worker's slots (reserved slots for prompts and starved tenants); told when each job starts and ends. */
+  readonly slots?: Pick<PrefillSlots, 'enter' | 'leave'>;
 }
+
+/**
+ * The engine priority of a prefill (lower first among one tenant's work; the engine goes round-robin
+ * across tenants): an interactive prompt before its tenant's documents, so a document yields to it
+ * between two chunks; a batch line's prompt with the documents.
+ */
+export const PROMPT_ENGINE_PRIORITY = 0;
+export const DOCUMENT_ENGINE_PRIORITY = 1;
 
 export type EncodeProcessor = (job: Job<unknown, PrefillResult>, token: string | undefined, signal: AbortSignal | undefined) => Promise<PrefillResult>;
 
@@ -202,6 +213,7 @@ export function createEncodeProcessor(deps: EncodeDeps): EncodeProcessor {
     const req: IngestRequest = {
       tenant: data.tenant,
       documentId: data.documentId,
+      priority: DOCUMENT_ENGINE_PRIORITY,
       ...('text' in input ? { text: input.text } : { tokenIds: await tokenList(data.tenant, 'tokenIds' in input ? input.tokenIds : undefined, 'tokensRef' in input ? input.tokensRef : undefined) }),
       ...(deps.chunkTokens !== undefined ? { chunkTokens: deps.chunkTokens } : {}),
       createdAtMs: data.acceptedAtMs,
@@ -245,6 +257,11 @@ export function createEncodeProcessor(deps: EncodeDeps): EncodeProcessor {
           tenant,
           documentId,
           tokenIds,
+          priority: data.batch === true ? DOCUMENT_ENGINE_PRIORITY : PROMPT_ENGINE_PRIORITY,
+          // no stored encoder tail: a prompt's artifact has one question, whose decoder computes the
+          // same rows itself (bit for bit); here they were ~10 more engine steps of 16–128 rows, each
+          // sharing its step with a whole chunk of any document being ingested (issue 31's flood)
+          tailReplayTokens: 0,
           createdAtMs: data.acceptedAtMs,
           ...(prefixDocumentId !== null ? { prefix: { tenant, documentId: prefixDocumentId } } : {}),
           ...(deps.chunkTokens !== undefined ? { chunkTokens: deps.chunkTokens } : {}),
@@ -289,6 +306,8 @@ export function createEncodeProcessor(deps: EncodeDeps): EncodeProcessor {
     const data = await parseJobPayload(job, parsePrefillJob, { what: 'prefill', log, requestIdOf: (d) => readableRequestId(d, 'prompt'), writeError });
     const requestId = data.kind === 'prompt' ? data.requestId : null;
     const inputRef = data.kind === 'prompt' ? data.tokensRef : 'tokensRef' in data.input ? data.input.tokensRef : undefined;
+    const slotId = job.id ?? token ?? '';
+    deps.slots?.enter(slotId, { kind: data.kind, tenant: data.tenant, batch: data.kind === 'prompt' && data.batch === true });
     try {
       const result = data.kind === 'document' ? await runDocument(job, data, signal) : await runPrompt(job, data, signal);
       await dropInput(job, inputRef);
@@ -298,6 +317,8 @@ export function createEncodeProcessor(deps: EncodeDeps): EncodeProcessor {
       const failure = await failJob(err, job, { log, msg: 'prefill failed', fields: { jobId: job.id, kind: data.kind, requestId }, requestId, writeError });
       if (isFinalFailure(err, job)) await dropInput(job, inputRef);
       throw failure;
+    } finally {
+      deps.slots?.leave(slotId);
     }
   };
 }

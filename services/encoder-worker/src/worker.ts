@@ -14,6 +14,7 @@ import { EngineHost, type EngineOptions } from '@csa2/engine';
 import { DECODE_QUEUE, PREFILL_QUEUE, Queue, jsonLogger, startEngineWorker, type EngineWorker, type Logger, type PrefillResult } from '@csa2/jobs';
 import { DEFAULT_PREFILL_CONCURRENCY, type EncoderConfig } from './config.js';
 import { createEncodeProcessor } from './processor.js';
+import { PrefillSlots } from './slots.js';
 
 /** The running worker: `worker`, `engine()`, `engineStarts()` and `close()` (see EngineWorker). */
 export type EncoderWorker = EngineWorker<EngineHost, PrefillResult>;
@@ -38,7 +39,8 @@ export function encoderEngineOptions(config: EncoderConfig): EngineOptions {
 }
 
 export async function startEncoderWorker(config: EncoderConfig, options: EncoderWorkerOptions = {}): Promise<EncoderWorker> {
-  return startEngineWorker({
+  let slots: PrefillSlots | null = null;
+  const w = await startEngineWorker({
     name: 'encoder worker',
     service: 'encoder-worker',
     queue: PREFILL_QUEUE,
@@ -59,8 +61,10 @@ export async function startEncoderWorker(config: EncoderConfig, options: Encoder
       const decodeQueue = new Queue(DECODE_QUEUE, { connection: deps.redis });
       // the engine thread has its own client of the same store; this one serves the processor
       const store = openStore(config.storeUrl);
+      slots = new PrefillSlots({ redis: deps.redis, queueName: PREFILL_QUEUE, reservedSlots: config.reservedSlots, pollMs: config.slotPollMs, log: deps.log });
       const processor = createEncodeProcessor({
         ...deps,
+        slots,
         decodeQueue,
         store,
         progressIntervalMs: config.progressIntervalMs,
@@ -69,6 +73,17 @@ export async function startEncoderWorker(config: EncoderConfig, options: Encoder
       });
       return { processor, close: () => Promise.allSettled([decodeQueue.close(), store.close()]) };
     },
-    startedFields: { store: config.storeUrl },
+    startedFields: { store: config.storeUrl, reservedSlots: config.reservedSlots },
   });
+  const own = slots as PrefillSlots | null;
+  if (own === null) return w;
+  // the base slots are the worker's concurrency (CSA2_PREFILL_CONCURRENCY, or sized from the engine)
+  own.attach(w.worker);
+  return {
+    ...w,
+    close() {
+      own.close();
+      return w.close();
+    },
+  };
 }

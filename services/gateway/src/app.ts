@@ -96,7 +96,11 @@ export function createApp(deps: GatewayDeps): GatewayApp {
   // a body declared too large is refused (413) before it waits for the body budget; uploads have their
   // own limits (CSA2_MAX_FILE_BYTES, CSA2_UPLOAD_CONCURRENCY) and do not hold the budget
   const bodyLimit = maxBody({ maxBodyBytes: deps.limits.maxBodyBytes });
-  const budget = bodyBudget({ budget: deps.bodyBudget, maxBodyBytes: deps.limits.maxBodyBytes });
+  const budget = bodyBudget({
+    budget: deps.bodyBudget,
+    maxBodyBytes: deps.limits.maxBodyBytes,
+    ...(deps.smallBodyBudget !== null ? { small: { budget: deps.smallBodyBudget, maxBodyBytes: deps.limits.smallBodyBytes } } : {}),
+  });
   const uploadLimit = maxBody({ maxBodyBytes: deps.config.batch.maxFileBytes, variable: 'CSA2_MAX_FILE_BYTES' });
   const isUpload = (c: { req: { method: string; path: string } }) => c.req.method === 'POST' && c.req.path === '/v1/files';
   app.use('/v1/*', (c, next) => (isUpload(c) ? uploadLimit(c, next) : bodyLimit(c, next)));

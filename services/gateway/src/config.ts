@@ -38,6 +38,12 @@ export interface GatewayConfig {
    * wait their turn (middleware/body-budget). At least CSA2_MAX_BODY_BYTES. @defaultValue 4 × CSA2_MAX_BODY_BYTES
    */
   readonly maxInflightBodyBytes: number;
+  /**
+   * CSA2_SMALL_BODY_BYTES: bodies of at most this many bytes (a usual prompt) wait in a lane of their
+   * own, SMALL_BODY_LANE_BODIES of them at once, not behind large ones (middleware/body-budget);
+   * 0 = one lane for all. At most CSA2_MAX_BODY_BYTES. @defaultValue 256 KiB
+   */
+  readonly smallBodyBytes: number;
   /** CSA2_MAX_PROMPT_TOKENS: prompt tokens (document included) per completion. @defaultValue model max_seq_len - 1 */
   readonly maxPromptTokens: number | undefined;
   /** CSA2_MAX_DOCUMENT_TOKENS: tokens per ingested document. @defaultValue model max_seq_len - 1 */
@@ -189,6 +195,7 @@ export function loadGatewayConfig(env: Env = process.env): GatewayConfig {
     defaultKeyLimits,
     maxBodyBytes,
     maxInflightBodyBytes: envInt(env, 'CSA2_MAX_INFLIGHT_BODY_BYTES', 4 * maxBodyBytes, { min: maxBodyBytes }),
+    smallBodyBytes: envInt(env, 'CSA2_SMALL_BODY_BYTES', Math.min(256 * 1024, maxBodyBytes), { min: 0, max: maxBodyBytes }),
     maxPromptTokens,
     maxDocumentTokens,
     maxTokens,
@@ -215,6 +222,7 @@ export function loadGatewayConfig(env: Env = process.env): GatewayConfig {
 export interface GatewayLimits {
   readonly maxBodyBytes: number;
   readonly maxInflightBodyBytes: number;
+  readonly smallBodyBytes: number;
   /** The model's context: prompt tokens + max_tokens never exceed it. */
   readonly contextTokens: number;
   readonly maxPromptTokens: number;
@@ -243,6 +251,7 @@ export function resolveLimits(config: GatewayConfig, model: { readonly maxSeqLen
   return {
     maxBodyBytes: config.maxBodyBytes,
     maxInflightBodyBytes: config.maxInflightBodyBytes,
+    smallBodyBytes: config.smallBodyBytes,
     contextTokens,
     maxPromptTokens: check('CSA2_MAX_PROMPT_TOKENS', config.maxPromptTokens),
     maxDocumentTokens: check('CSA2_MAX_DOCUMENT_TOKENS', config.maxDocumentTokens),

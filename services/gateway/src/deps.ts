@@ -26,7 +26,7 @@ import {
 import { Cancellations } from './cancellations.js';
 import { resolveKeyLimits, type KeyLimits } from './key-limits-config.js';
 import { KeyLimiter, keyIdOf } from './key-limiter.js';
-import { ByteBudget } from './middleware/body-budget.js';
+import { ByteBudget, SMALL_BODY_LANE_BODIES } from './middleware/body-budget.js';
 import { OffThreadTokenizer } from './tokenize-pool.js';
 import { DEFAULT_TENANT, generateApiKey, resolveLimits, type GatewayConfig, type GatewayLimits } from './config.js';
 import { withTimeout } from './errors.js';
@@ -74,6 +74,8 @@ export interface GatewayDeps {
   readonly keyLimits: (keyId: string) => KeyLimits;
   /** Bytes of request bodies being read and tokenized at once (CSA2_MAX_INFLIGHT_BODY_BYTES). */
   readonly bodyBudget: ByteBudget;
+  /** The lane of bodies up to CSA2_SMALL_BODY_BYTES (SMALL_BODY_LANE_BODIES of them at once); null: none. */
+  readonly smallBodyBudget: ByteBudget | null;
   /** Sets cancel keys, retrying while Redis refuses them. */
   readonly cancellations: Cancellations;
   readonly once: ObserveOnce;
@@ -187,6 +189,7 @@ export async function connectGatewayDeps(config: GatewayConfig, options: Connect
     keyLimiter: new KeyLimiter(redis, { leaseMs: config.requestTimeoutMs + 60_000 }),
     keyLimits: (keyId) => limitsById.get(keyId) ?? defaultLimits,
     bodyBudget: new ByteBudget(limits.maxInflightBodyBytes),
+    smallBodyBudget: limits.smallBodyBytes > 0 ? new ByteBudget(SMALL_BODY_LANE_BODIES * limits.smallBodyBytes) : null,
     cancellations: new Cancellations(redis, logger),
     once: new ObserveOnce(redis),
     backlog: createBacklogCollector(redis),

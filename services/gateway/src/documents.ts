@@ -29,7 +29,7 @@ import {
   PREFILL_JOB_NAME,
   PREFILL_QUEUE,
   documentDamageKey,
-  fairFlow,
+  documentFlow,
   fairPriority,
   documentJobId,
   parseFailure,
@@ -270,8 +270,9 @@ export async function ingestDocument(
   const input = tokenIds.length > MAX_INLINE_TOKEN_IDS ? { tokensRef: await putTokenList(deps.store, tenant, jobId, tokenIds) } : { tokenIds: [...tokenIds] };
   const reqId = options.reqId !== undefined ? { reqId: options.reqId } : {};
   const data = parsePrefillJob({ v: 1, kind: 'document', ...reqId, tenant, documentId, model: deps.model.name, input, acceptedAtMs } satisfies PrefillJob);
-  // fair shares between tenants (and a tenant's batch lines): the job's priority is its start tag (fair-priority)
-  const priority = await fairPriority(deps.redis, PREFILL_QUEUE, { tenant: fairFlow(tenant, options.batch === true), costTokens: tokenIds.length, ...(options.weight !== undefined ? { weight: options.weight } : {}) });
+  // fair shares between tenants (a tenant's documents and its batch lines are flows of their own,
+  // apart from its long prompts): the job's priority is its start tag (fair-priority)
+  const priority = await fairPriority(deps.redis, PREFILL_QUEUE, { tenant: documentFlow(tenant, options.batch === true), costTokens: tokenIds.length, ...(options.weight !== undefined ? { weight: options.weight } : {}) });
   await deps.queues.prefill.add(PREFILL_JOB_NAME, data, { ...DEFAULT_PREFILL_JOB_OPTIONS, jobId, priority });
   options.onEnqueued?.(jobId);
   deps.metrics.prefillTokens.inc({ kind: 'document' }, tokenIds.length);

@@ -68,6 +68,9 @@ export class OffThreadTokenizer {
    */
   encode(text: string, maxTokens: number = Number.MAX_SAFE_INTEGER): Promise<number[]> {
     if (Buffer.byteLength(text) <= this.inlineMaxBytes) return this.inline({ op: 'encode', text, maxTokens });
+    // refused from its bytes alone here, without copying it to the thread or waiting for it there
+    const atLeast = minTokens(this.tokenizer, text);
+    if (atLeast > maxTokens) return Promise.reject(new TokenLimitError(atLeast, maxTokens));
     return this.call({ id: 0, op: 'encode', text, maxTokens });
   }
 
@@ -75,6 +78,8 @@ export class OffThreadTokenizer {
   applyChatTemplate(messages: readonly ChatMessage[], maxTokens: number = Number.MAX_SAFE_INTEGER): Promise<number[]> {
     const bytes = messages.reduce((a, m) => a + Buffer.byteLength(m.content), 0);
     if (bytes <= this.inlineMaxBytes) return this.inline({ op: 'chat', messages: [...messages], maxTokens });
+    const atLeast = messages.reduce((n, m) => n + minTokens(this.tokenizer, m.content), 0);
+    if (atLeast > maxTokens) return Promise.reject(new TokenLimitError(atLeast, maxTokens));
     return this.call({ id: 0, op: 'chat', messages: [...messages], maxTokens });
   }
 

@@ -4,13 +4,18 @@
  * refusing must not be the cost of tokenizing it all (16 MiB of text is ~12 s of DeepSeek BPE here,
  * and its ids a 16M-element array with the byte tokenizer).
  *
- * 1. Before: every tokenizer kind whose tokens cover a bounded number of UTF-8 bytes gives a lower
- *    bound, ⌈bytes / maxBytesPerToken⌉ tokens; past the limit the text is refused untokenized.
- * 2. While: the byte tokenizer's count is the byte count (exact); the DeepSeek-V3 tokenizer encodes
- *    the text in segments cut where its pre-tokenizer always cuts (after a '\n' that a letter
- *    [A-Za-z] follows: no pre-tokenizer split, added token or vocabulary entry spans such a point),
- *    so the ids are those of the whole text, and it stops at the first segment past the limit.
- *    Other tokenizers (a model's tokenizer.json) are encoded whole, then counted.
+ * 1. Before: every tokenizer whose tokens cover a bounded number of UTF-8 bytes gives a lower
+ *    bound, ⌈bytes / maxBytesPerToken⌉ tokens; past the limit the text is refused untokenized. The
+ *    byte and DeepSeek-V3 tokenizers have one; a model's tokenizer.json has one when it says so
+ *    (`maxInputBytesPerToken`: byte-level BPE without a normalizer, as the served model's, whose
+ *    longest entry is 14 bytes: a 16 MiB text is then refused at once, where it was tokenized whole
+ *    for minutes and GBs, issue 31).
+ * 2. While: the byte tokenizer's count is the byte count (exact); the DeepSeek-V3 tokenizer, and a
+ *    tokenizer.json that allows it (`cutsAfterNewlineBeforeLetter`), encode the text in segments cut
+ *    where their pre-tokenizer always cuts (after a '\n' that a letter [A-Za-z] follows: no
+ *    pre-tokenizer split, added token or vocabulary entry spans such a point), so the ids are those
+ *    of the whole text, the memory a segment's, and they stop at the first segment past the limit.
+ *    Other tokenizers are encoded whole, then counted.
  *
  * @example
  * const r = encodeWithin(tokenizer, text, 16_383);
@@ -29,20 +34,28 @@ export const DEFAULT_SEGMENT_CHARS = 64 * 1024;
 
 export type BoundedEncoding = { readonly ok: true; readonly ids: number[] } | { readonly ok: false; readonly tokensAtLeast: number };
 
+type BoundedTokenizer = Pick<Tokenizer, 'kind' | 'maxInputBytesPerToken' | 'cutsAfterNewlineBeforeLetter'>;
+
 /** Most UTF-8 bytes one token covers, or null when the tokenizer gives no such bound. */
-export function maxBytesPerToken(tokenizer: Pick<Tokenizer, 'kind'>): number | null {
+export function maxBytesPerToken(tokenizer: BoundedTokenizer): number | null {
   switch (tokenizer.kind) {
     case 'byte':
       return 1;
     case 'deepseek-v3':
       return DEEPSEEK_V3_MAX_BYTES_PER_TOKEN;
     case 'huggingface':
-      return null; // normalizers may shrink the text: no lower bound on its tokens
+      // a normalizer or a pre-tokenizer that drops text leaves no lower bound on its tokens
+      return tokenizer.maxInputBytesPerToken ?? null;
   }
 }
 
+/** Whether a text may be encoded a segment at a time (cut after '\n' before an ASCII letter). */
+export function encodesInSegments(tokenizer: BoundedTokenizer): boolean {
+  return tokenizer.kind === 'deepseek-v3' || (tokenizer.kind === 'huggingface' && tokenizer.cutsAfterNewlineBeforeLetter === true);
+}
+
 /** Fewest tokens `text` can have with this tokenizer (0 when unknown). */
-export function minTokens(tokenizer: Pick<Tokenizer, 'kind'>, text: string): number {
+export function minTokens(tokenizer: BoundedTokenizer, text: string): number {
   const per = maxBytesPerToken(tokenizer);
   return per === null ? 0 : Math.ceil(Buffer.byteLength(text, 'utf8') / per);
 }
@@ -64,7 +77,7 @@ function nextCut(text: string, from: number): number {
 export function encodeWithin(tokenizer: Tokenizer, text: string, maxTokens: number, segmentChars = DEFAULT_SEGMENT_CHARS): BoundedEncoding {
   const atLeast = minTokens(tokenizer, text);
   if (atLeast > maxTokens) return { ok: false, tokensAtLeast: atLeast };
-  if (tokenizer.kind !== 'deepseek-v3' || text.length <= segmentChars) {
+  if (!encodesInSegments(tokenizer) || text.length <= segmentChars) {
     const ids = tokenizer.encode(text);
     return ids.length > maxTokens ? { ok: false, tokensAtLeast: ids.length } : { ok: true, ids };
   }

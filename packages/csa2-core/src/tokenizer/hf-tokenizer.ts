@@ -83,6 +83,39 @@ function tokenBytesScheme(tokenizerJson: Record<string, unknown>): TokenBytesSch
   return 'decoded';
 }
 
+/** Pre-tokenizer types of tokenizer.json (a Sequence's members, flattened). */
+function preTokenizerSteps(pre: unknown): Record<string, unknown>[] {
+  if (!isRecord(pre)) return [];
+  if (pre['type'] === 'Sequence') return Array.isArray(pre['pretokenizers']) ? pre['pretokenizers'].flatMap(preTokenizerSteps) : [{ type: 'unknown' }];
+  return [pre];
+}
+
+/**
+ * What bounded encoding may rely on for this tokenizer.json (bounded-encode):
+ *
+ * - `bounded`: every input byte is covered by a token and no token covers more input bytes than its
+ *   vocabulary entry's bytes: no normalizer (one could shrink the text), byte-level token bytes (each
+ *   entry's bytes known exactly), and only pre-tokenizers that split without dropping anything
+ *   (ByteLevel, Digits, Punctuation, and Split that does not remove its matches).
+ * - `segmentable`: additionally a cut just past '\n' before an ASCII letter is a split point of every
+ *   pre-tokenizer step: ByteLevel with its GPT-2 regex and no prefix space (a letter preceded by a
+ *   newline starts a word, and the newline's whitespace run ends there) and Digits; no added token
+ *   holds a newline (added tokens are matched before pre-tokenization).
+ */
+function boundedEncodingTraits(tokenizerJson: Record<string, unknown>, byteLevelBytes: boolean): { bounded: boolean; segmentable: boolean } {
+  const normalizer = tokenizerJson['normalizer'];
+  const steps = preTokenizerSteps(tokenizerJson['pre_tokenizer']);
+  const keeps = (p: Record<string, unknown>) =>
+    p['type'] === 'ByteLevel' || p['type'] === 'Digits' || p['type'] === 'Punctuation' || (p['type'] === 'Split' && p['behavior'] !== 'Removed');
+  const bounded = (normalizer === null || normalizer === undefined) && byteLevelBytes && steps.length > 0 && steps.every(keeps);
+  const addedTokens = Array.isArray(tokenizerJson['added_tokens']) ? tokenizerJson['added_tokens'] : [];
+  const segmentable =
+    bounded &&
+    steps.every((p) => (p['type'] === 'ByteLevel' && p['use_regex'] !== false && p['add_prefix_space'] !== true) || p['type'] === 'Digits') &&
+    addedTokens.every((t) => isRecord(t) && typeof t['content'] === 'string' && !t['content'].includes('\n'));
+  return { bounded, segmentable };
+}
+
 interface ChatRenderer {
   apply_chat_template(messages: ChatMessage[], opts: { tokenize: false; add_generation_prompt: true }): unknown;
 }
@@ -100,6 +133,9 @@ export class HuggingFaceTokenizer implements Tokenizer {
   readonly #bytesScheme: TokenBytesScheme;
   /** Added tokens by id: their content. */
   readonly #added: ReadonlyMap<number, string>;
+  /** See Tokenizer: the most input bytes a token covers (null: unbounded), and whether segments may be cut at '\n' + letter. */
+  readonly maxInputBytesPerToken: number | null;
+  readonly cutsAfterNewlineBeforeLetter: boolean;
 
   constructor(files: HuggingFaceTokenizerFiles) {
     const source = files.source ?? 'tokenizer';
@@ -145,6 +181,13 @@ export class HuggingFaceTokenizer implements Tokenizer {
     this.#added = new Map(
       addedTokens.filter((t): t is { id: number; content: string } => isRecord(t) && typeof t['id'] === 'number' && typeof t['content'] === 'string').map((t) => [t.id, t.content]),
     );
+    const traits = boundedEncodingTraits(files.tokenizerJson, this.#bytesScheme === 'byte-level');
+    let most = 0;
+    if (traits.bounded) {
+      for (let id = 0; id < this.vocabSize; id++) most = Math.max(most, this.tokenBytes(id).length);
+    }
+    this.maxInputBytesPerToken = traits.bounded && most > 0 ? most : null;
+    this.cutsAfterNewlineBeforeLetter = this.maxInputBytesPerToken !== null && traits.segmentable;
 
     let template: unknown = files.chatTemplate ?? config['chat_template'];
     if (Array.isArray(template)) {

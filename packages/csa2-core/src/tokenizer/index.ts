@@ -17,7 +17,7 @@ export {
 export type { HuggingFaceTokenizerFiles } from './hf-tokenizer.js';
 export { HuggingFaceTokenizer, loadHuggingFaceTokenizer } from './hf-tokenizer.js';
 export type { BoundedEncoding } from './bounded-encode.js';
-export { DEEPSEEK_V3_MAX_BYTES_PER_TOKEN, encodeWithin, maxBytesPerToken, minTokens } from './bounded-encode.js';
+export { DEEPSEEK_V3_MAX_BYTES_PER_TOKEN, encodeWithin, encodesInSegments, maxBytesPerToken, minTokens } from './bounded-encode.js';
 export type { LoadTokenizerOptions } from './load-tokenizer.js';
 export { loadTokenizer } from './load-tokenizer.js';
 export { byteFallbackByte, byteLevelTokenBytes } from './token-bytes.js';

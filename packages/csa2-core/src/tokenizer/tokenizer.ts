@@ -45,6 +45,17 @@ export interface Tokenizer {
   readonly eosIds: readonly number[];
   /** Renders the conversation and a trailing generation prompt for the assistant, as token ids. */
   applyChatTemplate(messages: readonly ChatMessage[]): number[];
+  /**
+   * Most UTF-8 bytes of the input one token covers, when the tokenizer bounds it (bounded-encode);
+   * absent or null: no such bound (then a text's bytes say nothing about its token count).
+   */
+  readonly maxInputBytesPerToken?: number | null;
+  /**
+   * True when encoding a text in pieces cut just past a '\n' that an ASCII letter follows gives exactly
+   * the ids of the whole text (no pre-tokenizer split, added token or vocabulary entry spans such a
+   * point), so a long text can be encoded a segment at a time (bounded-encode).
+   */
+  readonly cutsAfterNewlineBeforeLetter?: boolean;
 }
 
 /** Throws `InputError` naming the first id (and its index) that is not an integer in `[0, vocabSize)`. */
