@@ -1,6 +1,6 @@
 /**
  * @module bodies-bench
- * The gateway under large bodies (issue 31 item 5), through the whole pipeline as processes on the
+ * The gateway under large bodies, through the whole pipeline as processes on the
  * served model (whose tokenizer is a tokenizer.json): N concurrent POST /v1/documents, each
  *
  * - **at the body limit**: a text just under CSA2_MAX_BODY_BYTES (16 MiB) — refused for its length;

@@ -1,13 +1,13 @@
 /**
  * @module fairness-bench
- * Fair prefill between tenants (issue 31 item 4), through the whole pipeline as processes on the
+ * Fair prefill between tenants, through the whole pipeline as processes on the
  * served model: tenant B's long prompt (the prefill route) and small document, each timed alone, then
  * again while tenant A floods the prefill queue with documents (its documents hold every base slot
  * of the encoder). Prints each time alone, under the flood, and their ratio (goal ≤ 2×), and how
  * many of A's documents were still waiting then.
  *
  * `npm run bench -- fairness [--fairness-reserved-slots 0]` (0: the encoder takes no job past its
- * concurrency, as before issue 31).
+ * concurrency, as the encoder had before its reserved slots).
  */
 import { API_KEY, OTHER_API_KEY, Pipeline, connectRedis } from '@csa2/test';
 import { completion, documentStatus, documentsReady, postDocuments, secs, sleep, tokenIds } from './api-client.js';

@@ -1,6 +1,6 @@
 /**
  * @module recovery-bench
- * Recovery after a worker is killed (issue 31 item 3), through the whole pipeline as processes (the
+ * Recovery after a worker is killed, through the whole pipeline as processes (the
  * @csa2/test harness: redis-server, gateway, one encoder, one decoder), on the served model
  * (`models/v41-mini-128k`) with the services' own lock and stalled-check defaults unless given:
  *

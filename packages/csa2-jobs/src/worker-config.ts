@@ -133,7 +133,7 @@ export const WORKER_HTTP_PORTS = { encoder: 9301, decoder: 9302 } as const;
  * renewed from the worker's event loop, which inference never blocks: it runs in the engine
  * thread). Should a live job's lock lapse anyway, its second run is safe (stream appends refuse
  * duplicates, chunks are content-addressed). With the earlier 30 s lock renewed every 15 s, 20
- * streams whose decoder was killed finished 43 s after the kill (issue 31); `npm run bench --
+ * streams whose decoder was killed finished 43 s after the kill; `npm run bench --
  * recovery` measures it.
  */
 export const DEFAULT_STALLED_INTERVAL_MS = 1000;

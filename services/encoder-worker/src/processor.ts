@@ -260,7 +260,7 @@ export function createEncodeProcessor(deps: EncodeDeps): EncodeProcessor {
           priority: data.batch === true ? DOCUMENT_ENGINE_PRIORITY : PROMPT_ENGINE_PRIORITY,
           // no stored encoder tail: a prompt's artifact has one question, whose decoder computes the
           // same rows itself (bit for bit); here they were ~10 more engine steps of 16–128 rows, each
-          // sharing its step with a whole chunk of any document being ingested (issue 31's flood)
+          // sharing its step with a whole chunk of any document being ingested (another tenant's flood)
           tailReplayTokens: 0,
           createdAtMs: data.acceptedAtMs,
           ...(prefixDocumentId !== null ? { prefix: { tenant, documentId: prefixDocumentId } } : {}),

@@ -1,7 +1,7 @@
 /**
  * @module slots
  * How many prefill jobs an encoder takes at once, and which ones may take a slot past its base
- * concurrency (issue 31, items 3 and 4).
+ * concurrency.
  *
  * The worker takes up to `baseSlots` jobs (CSA2_PREFILL_CONCURRENCY) as before; their chunks share
  * the engine's steps, round-robin across tenants and, within a tenant, a prompt before a document

@@ -1,5 +1,5 @@
 /**
- * Chaos suite (issue 31): recovery after a worker is SIGKILLed under load, and prefill that no
+ * Chaos suite: recovery after a worker is SIGKILLed under load, and prefill that no
  * document holds up, through the whole pipeline as processes (redis-server, gateway, encoder and
  * decoder workers, a filesystem store, a seeded tiny model). Behaviour only — nothing lost, nothing
  * duplicated, the texts of an undisturbed run, and which job started before which other ended (read

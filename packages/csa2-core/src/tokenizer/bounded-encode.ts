@@ -9,7 +9,7 @@
  *    byte and DeepSeek-V3 tokenizers have one; a model's tokenizer.json has one when it says so
  *    (`maxInputBytesPerToken`: byte-level BPE without a normalizer, as the served model's, whose
  *    longest entry is 14 bytes: a 16 MiB text is then refused at once, where it was tokenized whole
- *    for minutes and GBs, issue 31).
+ *    for minutes and GBs).
  * 2. While: the byte tokenizer's count is the byte count (exact); the DeepSeek-V3 tokenizer, and a
  *    tokenizer.json that allows it (`cutsAfterNewlineBeforeLetter`), encode the text in segments cut
  *    where their pre-tokenizer always cuts (after a '\n' that a letter [A-Za-z] follows: no

@@ -15,7 +15,7 @@
  *
  * Small bodies (at most CSA2_SMALL_BODY_BYTES declared, a usual prompt) take a budget of their own,
  * so they never wait behind large ones: with one first-come-first-served budget, a 4-token completion
- * sent after 32 bodies of 16 MiB waited until 28 of them had been read and parsed (5.8–10 s, issue 31).
+ * sent after 32 bodies of 16 MiB waited until 28 of them had been read and parsed (5.8–10 s).
  * The small lane's budget, SMALL_BODY_LANE_BODIES bodies at its size, bounds its memory too.
  */
 import type { MiddlewareHandler } from 'hono';
