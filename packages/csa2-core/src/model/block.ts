@@ -19,7 +19,8 @@ import { runAttention, type AttentionContext } from './attention.js';
 import { compressGroups, feedCompressor, type CompletedGroups, type CompressorRows } from './compressor.js';
 import { runFfn } from './ffn.js';
 import { splitMixes } from './hc-sinkhorn.js';
-import { runIndexers, type IndexerContext } from './indexer.js';
+import { runIndexers } from './indexer.js';
+import type { IndexerContext } from './indexer-job.js';
 import type { LayerGraphs, ModelGraphs } from './model-graphs.js';
 import type { BlockStep, ForwardObserver, LayerTimer, SpanLayout, SpanState } from './span.js';
 

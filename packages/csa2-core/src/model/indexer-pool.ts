@@ -16,7 +16,7 @@ import type { LayerPlanEntry } from '../config/layer-plan.js';
 import { bool, i32, u8 } from '../runtime/ort-session.js';
 import type { TypedGraph } from './graph-io.js';
 import type { INDEXER_POOL } from './graphs/signatures.js';
-import { queryRows, requireCandidates, type IndexerContext, type IndexerJob } from './indexer.js';
+import { queryRows, requireCandidates, type IndexerContext, type IndexerJob } from './indexer-job.js';
 import { BoundedHeaps } from './indexer-ranking.js';
 import { ABOVE_MIN_KEYS, keyChunks, pushScores } from './indexer-scan-run.js';
 import type { IndexScorer } from './indexer-scores.js';

@@ -26,7 +26,7 @@ import { Csa2Error } from '../errors.js';
 import { bool, i32, i64, u8, type TensorOf } from '../runtime/ort-session.js';
 import type { TypedGraph } from './graph-io.js';
 import type { INDEXER_SCAN } from './graphs/signatures.js';
-import { queryRows, type IndexerContext, type IndexerJob } from './indexer.js';
+import { queryRows, type IndexerContext, type IndexerJob } from './indexer-job.js';
 import { candidateMask } from './indexer-pool.js';
 import { BoundedHeaps, RunningRanking } from './indexer-ranking.js';
 import type { IndexScorer } from './indexer-scores.js';

@@ -20,7 +20,7 @@ import { openGraphSession } from '../runtime/ort-session.js';
 import { bundledConfig } from '../testing/seeded-model.js';
 import { SeededRandom } from '../weights/init-model.js';
 import { buildIndexScoresGraph } from './graphs/indexer-graphs.js';
-import type { IndexerContext, IndexerJob } from './indexer.js';
+import type { IndexerContext, IndexerJob } from './indexer-job.js';
 import { scanSplit, scanSplitShared, threadScanStats, type ScanResult } from './indexer-scan.js';
 import { IndexScorer } from './indexer-scores.js';
 import { MAX_AUTO_SCAN_THREADS, ScanThreads, keysIn, resolveScanThreads } from './scan-threads.js';

@@ -13,7 +13,8 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { Sequence, SeededRandom, fixturesRoot } from '@csa2/core';
 import { Engine } from '../engine.js';
-import { DocumentCache, MAX_TAIL_REPLAY, MAX_TAILS_PER_DOCUMENT, type PrimedTail } from './document-cache.js';
+import { DocumentCache, MAX_TAIL_REPLAY, MAX_TAILS_PER_DOCUMENT } from './document-cache.js';
+import type { PrimedTail } from './stored-tail.js';
 import { globalCacheBytes, sequenceBytes } from './work-context.js';
 
 function seqOf(rows: number): Sequence {

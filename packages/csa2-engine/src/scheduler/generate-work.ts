@@ -37,10 +37,10 @@ import {
 } from '@csa2/core';
 import { StopMatcher } from '../stop-matcher.js';
 import type { ChoiceOutcome, DocumentRef, FinishReason, GenerateHooks, GenerateOutcome, GenerateRequest, PromptTokenLogprob } from '../types.js';
-import { documentCacheKey, MAX_TAIL_REPLAY, type DocumentLease, type PrimedTail } from './document-cache.js';
+import { documentCacheKey, MAX_TAIL_REPLAY, type DocumentLease } from './document-cache.js';
 import { SegmentRun } from './segment-run.js';
 import { listedChunks } from './stored-chunks.js';
-import { applyTailState, copySelections, joinSelections, primedTailOf, tailCandidatesOf, tailShapeOf, tailStateBytes, tailStateOf } from './stored-tail.js';
+import { applyTailState, copySelections, joinSelections, primedTailOf, tailCandidatesOf, tailShapeOf, tailStateBytes, tailStateOf, type PrimedTail } from './stored-tail.js';
 import { globalCacheBytes, sequenceBytes, type WorkContext } from './work-context.js';
 import type { NextRows, Work } from './work.js';
 
