@@ -548,7 +548,7 @@ export class GenerateWork implements Work {
 /**
  * Whether the encoder's run over a document's last R tokens gives the same state for every question on
  * it: the encode segment is [P - R, P + Q) and its layout depends on its end only through
- * min(end - start, window) window columns and min(top-k, end / ratio) index picks (model/span), both
+ * min(end - start, window) window columns and min(top-k, end / ratio) index picks (model/sequence/span), both
  * the same for every end ≥ P once R ≥ the window, P ≥ R and every encoder layer with compressed
  * entries has top-k of them among the document's P tokens.
  */
