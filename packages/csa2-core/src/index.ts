@@ -1,7 +1,8 @@
 /**
  * @module @csa2/core
  * The public surface of csa2-core: the DeepSeek-V4.1 (CSA2) model, its config, weights, numerics,
- * tokenizers and the generation loop. Services import from here only.
+ * tokenizers and the generation loop. Services import from here only; test helpers (fixtures, seeded
+ * checkpoints, synthetic caches) are in `@csa2/core/testing`.
  */
 export * from './errors.js';
 export type { ModelConfig, ScoreFunc, WeightDtype, ExpertDtype, UnsupportedSetting } from './config/model-config.js';
@@ -45,11 +46,8 @@ export { RowArena, MIN_REGION_BYTES, type RowArenaStats } from './model/sequence
 export { TokenBuffer } from './model/sequence/token-buffer.js';
 export type { SamplingParams } from './model/generation/sampler.js';
 export { Sampler, TokenHistory, adjustLogits, argmax, klDivergence, sampleToken, uniformAt, validateSampling, GREEDY_TEMPERATURE, LOGIT_BIAS_LIMIT, PENALTY_LIMIT } from './model/generation/sampler.js';
-export { runGreedy } from './testing/greedy.js';
-export { fillSyntheticCache } from './testing/synthetic-cache.js';
 export { loadModel } from './model/load-model.js';
 export type { TokenLogprob, TokenLogprobs } from './model/generation/logprobs.js';
 export { tokenLogprobs } from './model/generation/logprobs.js';
-export { fixturesRoot, goldenFixtures } from './testing/fixtures.js';
 export { modelFingerprint } from './weights/fingerprint.js';
 export { seededUniform } from './weights/init-model.js';
