@@ -1,6 +1,6 @@
 /**
- * @module store/conformance
- * The conformance suite every ObjectStore backend runs (fs-store.test.ts, s3-store.test.ts): the
+ * @module testing/store-conformance
+ * The conformance suite every ObjectStore backend runs (store/fs-store.test.ts, store/s3-store.test.ts): the
  * behaviour store/object-store promises, checked the same way for each. Each test opens a fresh,
  * empty store and cleans it up afterwards.
  *
@@ -13,7 +13,7 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import { InvalidKeyError, ObjectNotFoundError } from '../errors.js';
-import type { ObjectInfo, ObjectStore } from './object-store.js';
+import type { ObjectInfo, ObjectStore } from '../store/object-store.js';
 
 export interface OpenedStore<S extends ObjectStore> {
   readonly store: S;
