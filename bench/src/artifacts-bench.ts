@@ -54,12 +54,12 @@ import {
   buildLayerPlan,
   dequantizeIndexKRows,
   dequantizeMainKvRows,
-  fixturesRoot,
   parseModelConfig,
   quantizeIndexKRows,
   quantizeMainKvRows,
   SeededRandom,
 } from '@csa2/core';
+import { fixturesRoot } from '@csa2/core/testing';
 import { packIndexKRows, packMainKvRows, unpackIndexKRows, unpackMainKvRows } from './legacy-row-packing.js';
 import type { BenchIo, BenchSuite, OptionValues } from './suite.js';
 import { UsageError, positiveIntOption } from './suite.js';

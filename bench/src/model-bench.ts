@@ -22,13 +22,13 @@ import {
   DEFAULT_RUNTIME_OPTIONS,
   SeededRandom,
   argmax,
-  fixturesRoot,
   loadModel,
   parameterCount,
   resolveIntraOpThreads,
   type Csa2Model,
   type RuntimeOptions,
 } from '@csa2/core';
+import { fixturesRoot } from '@csa2/core/testing';
 import { DEFAULT_CEILING_SHAPES, measureMatmulCeiling, type CeilingResult, type MatmulShape } from './ceiling.js';
 import { ensureSeededCheckpoint } from './checkpoint-cache.js';
 import { decodeStepFlops, decoderReplayFlops, encodeFlops, exactPrefillFlops } from './flops.js';

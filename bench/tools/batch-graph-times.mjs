@@ -7,7 +7,8 @@
  *
  *   npm run build && node bench/tools/batch-graph-times.mjs MODEL_DIR N B [STEPS]
  */
-import { argmax, fillSyntheticCache, loadModel } from '@csa2/core';
+import { argmax, loadModel } from '@csa2/core';
+import { fillSyntheticCache } from '@csa2/core/testing';
 import { bySignatureLines, timeOrtRuns } from './ort-timing.mjs';
 
 const [dir, nText, bText, stepsText] = process.argv.slice(2);

@@ -12,7 +12,8 @@
  * Prints the step time, then per graph signature its ms per step, runs per step and the input shapes
  * that took the most time.
  */
-import { argmax, fillSyntheticCache, loadModel } from '@csa2/core';
+import { argmax, loadModel } from '@csa2/core';
+import { fillSyntheticCache } from '@csa2/core/testing';
 import { bySignatureLines, timeOrtRuns } from './ort-timing.mjs';
 
 const [dir, nText, stepsText] = process.argv.slice(2);

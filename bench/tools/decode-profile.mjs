@@ -12,7 +12,8 @@
  */
 import { writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
-import { argmax, DECODE_ATTENTION_ARENA_ROWS, DEFAULT_RUNTIME_OPTIONS, fillSyntheticCache, loadModel } from '@csa2/core';
+import { argmax, DECODE_ATTENTION_ARENA_ROWS, DEFAULT_RUNTIME_OPTIONS, loadModel } from '@csa2/core';
+import { fillSyntheticCache } from '@csa2/core/testing';
 
 const [dir, nText, stepsText, out] = process.argv.slice(2);
 if (dir === undefined || nText === undefined) {

@@ -15,7 +15,7 @@
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { fillSyntheticCache } from '@csa2/core';
+import { fillSyntheticCache } from '@csa2/core/testing';
 import { ArtifactWriter, openStore } from '@csa2/artifacts';
 import { Engine } from '@csa2/engine';
 import { WORKER_MALLOC_ENV } from '@csa2/jobs';

@@ -17,7 +17,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { fillSyntheticCache } from '@csa2/core';
+import { fillSyntheticCache } from '@csa2/core/testing';
 import { ArtifactWriter, openStore } from '@csa2/artifacts';
 import { Engine } from '@csa2/engine';
 

@@ -9,7 +9,8 @@
  *
  *   npm run build && MALLOC_MMAP_THRESHOLD_=1048576 node bench/tools/scan-threads-ab.mjs MODEL_DIR N [ROUNDS]
  */
-import { argmax, DECODE_ATTENTION_ARENA_ROWS, DEFAULT_RUNTIME_OPTIONS, fillSyntheticCache, loadModel, threadScanStats } from '@csa2/core';
+import { argmax, DECODE_ATTENTION_ARENA_ROWS, DEFAULT_RUNTIME_OPTIONS, loadModel, threadScanStats } from '@csa2/core';
+import { fillSyntheticCache } from '@csa2/core/testing';
 const [dir, nText, roundsText] = process.argv.slice(2);
 if (dir === undefined || nText === undefined) {
   console.error('usage: node bench/tools/scan-threads-ab.mjs MODEL_DIR N [ROUNDS]');

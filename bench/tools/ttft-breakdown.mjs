@@ -15,7 +15,7 @@
  */
 import { existsSync, mkdirSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
-import { fillSyntheticCache } from '@csa2/core';
+import { fillSyntheticCache } from '@csa2/core/testing';
 import { ArtifactWriter, openStore } from '@csa2/artifacts';
 import { Engine } from '@csa2/engine';
 import { timeOrtRuns } from './ort-timing.mjs';

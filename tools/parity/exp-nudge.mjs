@@ -12,7 +12,8 @@
  *   (defaults: fixtures/deepseek-v41-tiny-a, step 4; ~1 min on tiny-a)
  */
 import { join } from 'node:path';
-import { Csa2Model, fixturesRoot, loadCheckpoint, openSafetensors } from '@csa2/core';
+import { Csa2Model, loadCheckpoint, openSafetensors } from '@csa2/core';
+import { fixturesRoot } from '@csa2/core/testing';
 
 const dir = process.argv[2] ?? join(fixturesRoot(), 'deepseek-v41-tiny-a');
 const step = Number(process.argv[3] ?? 4);

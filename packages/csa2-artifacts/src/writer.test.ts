@@ -11,7 +11,7 @@ import { bytesPerToken, createArtifactLayout } from './layout.js';
 import { chunkHeaderBytes, chunkObjectBytes, chunkTrailerHex } from './format/chunk-codec.js';
 import { fullChunkKeys } from './format/chunk-key.js';
 import { chunkObjectKey, ingestMarkersPrefix, manifestObjectKey, tenantPrefix } from './format/keys.js';
-import { keyAndSize } from './store/conformance.js';
+import { keyAndSize } from './testing/store-conformance.js';
 import { parseManifest } from './format/manifest.js';
 import { SequenceStateError, sequenceEntryCount, sequenceLength, truncateEntries } from './format/sequence-rows.js';
 import { ArtifactReader } from './reader.js';

@@ -1,7 +1,8 @@
 /**
  * @module @csa2/core
  * The public surface of csa2-core: the DeepSeek-V4.1 (CSA2) model, its config, weights, numerics,
- * tokenizers and the generation loop. Services import from here only.
+ * tokenizers and the generation loop. Services import from here only; test helpers (fixtures, seeded
+ * checkpoints, synthetic caches) are in `@csa2/core/testing`.
  */
 export * from './errors.js';
 export type { ModelConfig, ScoreFunc, WeightDtype, ExpertDtype, UnsupportedSetting } from './config/model-config.js';
@@ -31,25 +32,22 @@ export type { GraphSession, HostTensor, TensorOf, TensorType } from './runtime/o
 export { openGraphSession, f32 } from './runtime/ort-session.js';
 export type { ElemType, Dim } from './onnx/graph-builder.js';
 export { GraphBuilder } from './onnx/graph-builder.js';
-export type { NumericsMode } from './model/graph-ops.js';
+export type { NumericsMode } from './model/graphs/graph-ops.js';
 export type { ModelOptions, ScanThreadsState } from './model/model.js';
 export { Csa2Model, DEFAULT_MODEL_OPTIONS, DEFAULT_REPLAY_TOKENS } from './model/model.js';
-export type { Span, SpanLayout, SpanOutput, SourceSelections, StreamRows, ForwardObserver, LayerTimer, BlockStep, ProgressCallback } from './model/span.js';
-export { knownSourceStats } from './model/indexer.js';
-export { threadScanStats } from './model/indexer-scan.js';
-export { MAX_AUTO_SCAN_THREADS, MAX_SCAN_THREADS, THREAD_MIN_SCORES, resolveScanThreads } from './model/scan-threads.js';
-export { Sequence, KvSourceCache, WindowRing } from './model/sequence.js';
-export type { SequenceShape } from './model/sequence.js';
-export { PackedRowStore } from './model/packed-rows.js';
-export { RowArena, MIN_REGION_BYTES, type RowArenaStats } from './model/row-arena.js';
-export { TokenBuffer } from './model/token-buffer.js';
-export type { SamplingParams } from './model/sampler.js';
-export { Sampler, TokenHistory, adjustLogits, argmax, klDivergence, sampleToken, uniformAt, validateSampling, GREEDY_TEMPERATURE, LOGIT_BIAS_LIMIT, PENALTY_LIMIT } from './model/sampler.js';
-export { runGreedy } from './testing/greedy.js';
-export { fillSyntheticCache } from './testing/synthetic-cache.js';
+export type { Span, SpanLayout, SpanOutput, SourceSelections, StreamRows, ForwardObserver, LayerTimer, BlockStep, ProgressCallback } from './model/sequence/span.js';
+export { knownSourceStats } from './model/indexer/indexer.js';
+export { threadScanStats } from './model/indexer/indexer-scan.js';
+export { MAX_AUTO_SCAN_THREADS, MAX_SCAN_THREADS, THREAD_MIN_SCORES, resolveScanThreads } from './model/indexer/scan-threads.js';
+export { Sequence, KvSourceCache, WindowRing } from './model/sequence/sequence.js';
+export type { SequenceShape } from './model/sequence/sequence.js';
+export { PackedRowStore } from './model/sequence/packed-rows.js';
+export { RowArena, MIN_REGION_BYTES, type RowArenaStats } from './model/sequence/row-arena.js';
+export { TokenBuffer } from './model/sequence/token-buffer.js';
+export type { SamplingParams } from './model/generation/sampler.js';
+export { Sampler, TokenHistory, adjustLogits, argmax, klDivergence, sampleToken, uniformAt, validateSampling, GREEDY_TEMPERATURE, LOGIT_BIAS_LIMIT, PENALTY_LIMIT } from './model/generation/sampler.js';
 export { loadModel } from './model/load-model.js';
-export type { TokenLogprob, TokenLogprobs } from './model/logprobs.js';
-export { tokenLogprobs } from './model/logprobs.js';
-export { fixturesRoot, goldenFixtures } from './testing/fixtures.js';
+export type { TokenLogprob, TokenLogprobs } from './model/generation/logprobs.js';
+export { tokenLogprobs } from './model/generation/logprobs.js';
 export { modelFingerprint } from './weights/fingerprint.js';
 export { seededUniform } from './weights/init-model.js';

@@ -9,7 +9,7 @@ import { mkdtempSync, readFileSync, rmSync, unlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { fixturesRoot } from '@csa2/core';
+import { fixturesRoot } from '@csa2/core/testing';
 import { EngineHost, type GenerateRequest } from '@csa2/engine';
 import {
   DECODE_JOB_NAME,

@@ -9,7 +9,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { fixturesRoot } from '@csa2/core';
+import { fixturesRoot } from '@csa2/core/testing';
 import { FsObjectStore, manifestObjectKey, parseManifest } from '@csa2/artifacts';
 import {
   DECODE_QUEUE,

@@ -2,7 +2,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { fixturesRoot, loadTokenizer } from '@csa2/core';
+import { loadTokenizer } from '@csa2/core';
+import { fixturesRoot } from '@csa2/core/testing';
 import { OffThreadTokenizer } from './tokenize-pool.js';
 
 const MODEL_DIR = join(fixturesRoot(), 'deepseek-v41-tiny-a');

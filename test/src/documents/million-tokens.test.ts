@@ -36,7 +36,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { chunkObjectKey, manifestObjectKey, openStore, parseManifest, putTokenList, type DocumentManifest, type ObjectStore } from '@csa2/artifacts';
-import { SeededRandom, fixturesRoot, initModel } from '@csa2/core';
+import { SeededRandom, initModel } from '@csa2/core';
+import { fixturesRoot } from '@csa2/core/testing';
 import { WORKER_MALLOC_ENV } from '@csa2/jobs';
 import type { MillionAnswer, MillionQuestion, MillionRoleArgs, MillionRoleReport, MillionStep } from './million-role.js';
 

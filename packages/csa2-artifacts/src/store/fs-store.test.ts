@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { InvalidKeyError, ObjectNotFoundError, StoreConfigError } from '../errors.js';
-import { runObjectStoreConformance } from './conformance.js';
+import { runObjectStoreConformance } from '../testing/store-conformance.js';
 import { FsObjectStore } from './fs-store.js';
 import type { FsObjectStoreOptions } from './fs-store.js';
 

@@ -25,7 +25,7 @@ import { after, describe, it } from 'node:test';
 import { HeadObjectCommand, ListObjectsV2Command, PutObjectCommand } from '@aws-sdk/client-s3';
 import { InvalidKeyError, ObjectNotFoundError, StoreConfigError, StoreUnavailableError } from '../errors.js';
 import { startS3Server } from '../testing/s3-server.js';
-import { keyAndSize, runObjectStoreConformance } from './conformance.js';
+import { keyAndSize, runObjectStoreConformance } from '../testing/store-conformance.js';
 import { S3ObjectStore } from './s3-store.js';
 import type { S3ObjectStoreOptions } from './s3-store.js';
 

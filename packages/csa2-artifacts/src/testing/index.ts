@@ -4,5 +4,5 @@
  * child process) and the object-store conformance suite.
  */
 export { startS3Server, S3RVER_CREDENTIALS } from './s3-server.js';
-export { runObjectStoreConformance } from '../store/conformance.js';
+export { runObjectStoreConformance } from './store-conformance.js';
 export { assertSameBits, randomFakeQuantRows } from './artifact-test-support.js';

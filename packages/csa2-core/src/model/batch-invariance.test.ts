@@ -13,10 +13,10 @@ import { bundledConfig, withSeededCheckpoint } from '../testing/seeded-model.js'
 import { loadCheckpoint, type Checkpoint } from '../weights/checkpoint.js';
 import { SeededRandom } from '../weights/init-model.js';
 import { Csa2Model } from './model.js';
-import { sharedScanStats } from './indexer-scan.js';
-import { argmax } from './sampler.js';
-import type { Sequence } from './sequence.js';
-import type { Span, StreamRows } from './span.js';
+import { sharedScanStats } from './indexer/indexer-scan.js';
+import { argmax } from './generation/sampler.js';
+import type { Sequence } from './sequence/sequence.js';
+import type { Span, StreamRows } from './sequence/span.js';
 
 /** A sequence driven call by call: each call contributes at most one span and consumes its output. */
 interface Driver {

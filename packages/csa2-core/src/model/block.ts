@@ -15,13 +15,14 @@
 import type { ModelConfig } from '../config/model-config.js';
 import type { LayerPlanEntry } from '../config/layer-plan.js';
 import { f32, type TensorOf } from '../runtime/ort-session.js';
-import { runAttention, type AttentionContext } from './attention.js';
-import { compressGroups, feedCompressor, type CompletedGroups, type CompressorRows } from './compressor.js';
-import { runFfn } from './ffn.js';
-import { splitMixes } from './hc-sinkhorn.js';
-import { runIndexers, type IndexerContext } from './indexer.js';
+import { runAttention, type AttentionContext } from './attention/attention.js';
+import { compressGroups, feedCompressor, type CompletedGroups, type CompressorRows } from './attention/compressor.js';
+import { runFfn } from './ffn/ffn.js';
+import { splitMixes } from './hc/hc-sinkhorn.js';
+import { runIndexers } from './indexer/indexer.js';
+import type { IndexerContext } from './indexer/indexer-job.js';
 import type { LayerGraphs, ModelGraphs } from './model-graphs.js';
-import type { BlockStep, ForwardObserver, LayerTimer, SpanLayout, SpanState } from './span.js';
+import type { BlockStep, ForwardObserver, LayerTimer, SpanLayout, SpanState } from './sequence/span.js';
 
 export interface BlockContext extends AttentionContext, IndexerContext {
   readonly config: ModelConfig;

@@ -10,7 +10,7 @@ import { loadCheckpoint } from '../weights/checkpoint.js';
 import { openSafetensors } from '../weights/safetensors.js';
 import { Csa2Model, type ModelOptions } from './model.js';
 import { runGreedy } from '../testing/greedy.js';
-import { attentionTableStats } from './attention.js';
+import { attentionTableStats } from './attention/attention.js';
 import { DEFAULT_RUNTIME_OPTIONS } from '../runtime/ort-session.js';
 
 const dir = goldenFixtures().find((d) => d.endsWith('deepseek-v41-tiny-a')) ?? (goldenFixtures()[0] as string);

@@ -1,6 +1,6 @@
 /**
  * @module model/forward
- * One forward call over a batch of spans (model/span): the layers run in order; at each layer the
+ * One forward call over a batch of spans (model/sequence/span): the layers run in order; at each layer the
  * spans that run it form a LayerBatch (their rows concatenated, re-laid out only where a span enters
  * or leaves), which model/block runs. After the layers: the encode spans' compressor step into the
  * first decoder KV source (one graph run for all), then the head over the last row of every span that
@@ -16,8 +16,8 @@ import type { ModelConfig } from '../config/model-config.js';
 import type { LayerPlan, LayerPlanEntry } from '../config/layer-plan.js';
 import { f32, type TensorOf } from '../runtime/ort-session.js';
 import { compressSpans, runBlock, type BlockContext, type LayerBatch } from './block.js';
-import { ropeRows } from './rope.js';
-import type { LayerTimer, Span, SpanOutput, SpanState } from './span.js';
+import { ropeRows } from './attention/rope.js';
+import type { LayerTimer, Span, SpanOutput, SpanState } from './sequence/span.js';
 
 export interface ForwardContext extends BlockContext {
   readonly timer: LayerTimer | null;

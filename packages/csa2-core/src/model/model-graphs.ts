@@ -7,8 +7,8 @@
  * of every visible entry, or, for layers after the candidate source, a scan of the candidate pool
  * only (`indexerPool`, the default) or of every entry masked to the pool (the official code's way).
  * By default (`indexerScores: 'split'`) the scans and pools score in one WebAssembly loop (up to 4
- * index heads, model/indexer-fused) or unpack, finish and pick in TypeScript around one shared Gemm
- * session (model/indexer-scores), and pick in TypeScript; with 'graph' each layer has its ONNX scan or
+ * index heads, model/indexer/indexer-fused) or unpack, finish and pick in TypeScript around one shared Gemm
+ * session (model/indexer/indexer-scores), and pick in TypeScript; with 'graph' each layer has its ONNX scan or
  * pool graph (unpack, scores, masks and TopK in the graph), as does the masked reference path always.
  * Shared by all layers: the two sparse-attention graphs (one per layer kind) and the head.
  */
@@ -16,16 +16,16 @@ import { Csa2Error } from '../errors.js';
 import type { ModelConfig } from '../config/model-config.js';
 import type { LayerPlan, LayerPlanEntry } from '../config/layer-plan.js';
 import { openGraphSession, resolveIntraOpThreads, type GraphSession, type RuntimeOptions } from '../runtime/ort-session.js';
-import type { NumericsMode } from './graph-ops.js';
-import { TypedGraph, type GraphSignature, type Io } from './graph-io.js';
+import type { NumericsMode } from './graphs/graph-ops.js';
+import { TypedGraph, type GraphSignature, type Io } from './graphs/graph-io.js';
 import type { GraphContext, WeightSource } from './graphs/context.js';
 import { buildAttnInGraph, buildAttnOutGraph } from './graphs/attention-sublayer-graphs.js';
 import { buildAttentionGraph } from './graphs/attention-graphs.js';
 import { buildCompressGraph } from './graphs/compress-graph.js';
 import { buildHeadGraph, buildMoeGraph } from './graphs/ffn-graphs.js';
 import { buildIndexScoresGraph, buildIndexerPoolGraph, buildIndexerScanGraph } from './graphs/indexer-graphs.js';
-import { IndexScorer, MAX_HEADS_SUMMED_IN_TS } from './indexer-scores.js';
-import { ScanThreads } from './scan-threads.js';
+import { IndexScorer, MAX_HEADS_SUMMED_IN_TS } from './indexer/indexer-scores.js';
+import { ScanThreads } from './indexer/scan-threads.js';
 import {
   ATTENTION,
   ATTN_IN,
@@ -36,45 +36,28 @@ import {
   INDEXER_POOL,
   INDEXER_SCAN,
   moeSignature,
-  type MoeSignature,
 } from './graphs/signatures.js';
-import type { HcSplitParams } from './hc-sinkhorn.js';
-import type { MoeGateParams } from './moe-gate.js';
+import type { HcSplitParams } from './hc/hc-sinkhorn.js';
+import type { AttentionGraphs } from './attention/attention.js';
+import type { FfnGraphs } from './ffn/ffn.js';
+import type { IndexerGraphs, LayerIndexer } from './indexer/indexer-job.js';
 
-/** A layer's indexer: a scan of all visible entries, or of its candidate pool (model/indexer). */
-export type LayerIndexer =
-  | { readonly kind: 'scan'; readonly graph: TypedGraph<typeof INDEXER_SCAN>; readonly maskedToCandidates: boolean }
-  | { readonly kind: 'pool'; readonly graph: TypedGraph<typeof INDEXER_POOL> }
-  /** model/indexer-scores with the model's IndexScorer: every visible entry, or the candidate pool */
-  | { readonly kind: 'split-scan' }
-  | { readonly kind: 'split-pool' };
-
-export interface LayerGraphs {
-  readonly entry: LayerPlanEntry;
+export interface LayerGraphs extends FfnGraphs {
   readonly attnIn: TypedGraph<typeof ATTN_IN>;
   readonly attnOut: TypedGraph<typeof ATTN_OUT>;
-  readonly moe: TypedGraph<MoeSignature>;
   readonly compress: TypedGraph<typeof COMPRESS> | null;
   readonly indexer: LayerIndexer | null;
   /** The layer's attention sink logits [H] (input of the shared attention graph). */
   readonly sink: Float32Array;
-  /** hc_split_sinkhorn parameters of the attention and FFN mixes. */
+  /** hc_split_sinkhorn parameters of the attention mix (FfnGraphs.hcFfn: the FFN's). */
   readonly hcAttn: HcSplitParams;
-  readonly hcFfn: HcSplitParams;
-  readonly gate: MoeGateParams;
 }
 
-export interface ModelGraphs {
+export interface ModelGraphs extends AttentionGraphs, IndexerGraphs {
   readonly layers: readonly LayerGraphs[];
   readonly head: TypedGraph<typeof HEAD>;
   /** The first decoder KV source's compressor inputs from the encoder output (encode mode), if split. */
   readonly compressOnly: TypedGraph<typeof ATTN_IN_COMPRESS> | null;
-  readonly attentionWindow: TypedGraph<typeof ATTENTION>;
-  readonly attentionCompressed: TypedGraph<typeof ATTENTION>;
-  /** The same two graphs without an arena, for runs of more rows than RuntimeOptions.attentionArenaMaxRows; null when every run uses the sessions above. */
-  readonly attentionNoArena: { readonly window: TypedGraph<typeof ATTENTION>; readonly compressed: TypedGraph<typeof ATTENTION>; readonly aboveRows: number } | null;
-  /** The split indexer's scorer (its Gemm session and buffers); null with indexerScores 'graph'. */
-  readonly indexScorer: IndexScorer | null;
 }
 
 export interface GraphBuildOptions {
@@ -88,7 +71,7 @@ export interface GraphBuildOptions {
   readonly sinkhornInGraph?: boolean;
   /** GraphContext.bf16Gemm. @defaultValue true on the CUDA provider, false on the CPU */
   readonly bf16Gemm?: boolean;
-  /** Scan threads for the split scorer (model/scan-threads), a resolved count (0: none). @defaultValue 0 */
+  /** Scan threads for the split scorer (model/indexer/scan-threads), a resolved count (0: none). @defaultValue 0 */
   readonly scanThreads?: number;
 }
 

@@ -5,7 +5,7 @@
  *
  * `forward(spans)` is the one compute entry point: a batch of spans from different sequences (decode
  * steps, exact-prefill, encode and decoder-replay chunks) in one pass through the layers (model/forward,
- * model/span). The single-sequence entry points below are built on it (all positions absolute):
+ * model/sequence/span). The single-sequence entry points below are built on it (all positions absolute):
  *   prefillExact  — the whole prompt through all layers as one segment, as the official code does;
  *   step          — one decode step through all layers;
  *   encode        — tokens through the encoder layers plus the first decoder KV source's compressor,
@@ -17,23 +17,23 @@ import type { ModelConfig } from '../config/model-config.js';
 import type { LayerPlan } from '../config/layer-plan.js';
 import { Csa2Error, InputError } from '../errors.js';
 import { DEFAULT_RUNTIME_OPTIONS, type RuntimeOptions } from '../runtime/ort-session.js';
-import { type NumericsMode } from './graph-ops.js';
+import { type NumericsMode } from './graphs/graph-ops.js';
 import type { WeightSource } from './graphs/context.js';
-import { AttentionScratch } from './attention.js';
+import { AttentionScratch } from './attention/attention.js';
 import { forward, ropeTensors, type ForwardContext } from './forward.js';
-import { poolKeyCacheOf, type PoolKeyCache } from './indexer-pool.js';
+import { poolKeyCacheOf, type PoolKeyCache } from './indexer/indexer-pool.js';
 import { disposeModelGraphs, openModelGraphs, type IndexerScores, type ModelGraphs } from './model-graphs.js';
-import { ropeFrequencies } from './rope.js';
-import { resolveScanThreads } from './scan-threads.js';
-import { Sequence } from './sequence.js';
-import type { ForwardObserver, LayerTimer, ProgressCallback, Span, SpanOutput, StreamRows } from './span.js';
+import { ropeFrequencies } from './attention/rope.js';
+import { resolveScanThreads } from './indexer/scan-threads.js';
+import { Sequence } from './sequence/sequence.js';
+import type { ForwardObserver, LayerTimer, ProgressCallback, Span, SpanOutput, StreamRows } from './sequence/span.js';
 
 /** Bounded replay: the decoder (and, on a stored prefix, the encoder) re-run the last R tokens (the report's 128). */
 export const DEFAULT_REPLAY_TOKENS = 128;
 
 export interface ModelOptions {
   /**
-   * Where the hyper-connections' Sinkhorn split runs: in TypeScript (model/hc-sinkhorn; the CPU's
+   * Where the hyper-connections' Sinkhorn split runs: in TypeScript (model/hc/hc-sinkhorn; the CPU's
    * exact path, cheapest for decode steps) or inside the attnIn/attnOut graphs (GraphOps.hcSplitSinkhorn;
    * for the CUDA provider's prefill spans of thousands of rows). @defaultValue 'typescript'
    */
@@ -64,13 +64,13 @@ export interface ModelOptions {
   readonly indexerPool: boolean;
   /**
    * Where the indexer unpacks its keys, finishes the scores and picks: TypeScript around one shared
-   * Gemm ('split', model/indexer-scores), or the ONNX graphs of every index layer ('graph': the FP4
+   * Gemm ('split', model/indexer/indexer-scores), or the ONNX graphs of every index layer ('graph': the FP4
    * unpack, scores, masks and TopK in the graph; the reference the split path is tested against, bit
    * for bit). @defaultValue 'split'
    */
   readonly indexerScores: IndexerScores;
   /**
-   * Worker threads that take part of the long index scans (model/scan-threads; the split scorer's fused
+   * Worker threads that take part of the long index scans (model/indexer/scan-threads; the split scorer's fused
    * kernel only): a count, or 'auto' = min(3, cores − 1). Each holds ~12 MB. The same lists, bit for
    * bit, with any count. @defaultValue 'auto'
    */
@@ -172,7 +172,7 @@ export class Csa2Model {
     return this.graphs.indexScorer?.runs ?? null;
   }
 
-  /** Bytes of gathered pool keys the split indexer holds (model/indexer-pool POOL_KEY_CACHE_BYTES): 0 between forward calls. */
+  /** Bytes of gathered pool keys the split indexer holds (model/indexer/indexer-pool POOL_KEY_CACHE_BYTES): 0 between forward calls. */
   get poolKeyBytes(): number {
     return this.poolKeys()?.heldBytes ?? 0;
   }
@@ -341,4 +341,4 @@ export class Csa2Model {
   }
 }
 
-export type { ForwardObserver, LayerTimer, ProgressCallback, StreamRows } from './span.js';
+export type { ForwardObserver, LayerTimer, ProgressCallback, StreamRows } from './sequence/span.js';

@@ -25,7 +25,7 @@ import { goldenFixtures } from '../testing/fixtures.js';
 import { loadCheckpoint } from '../weights/checkpoint.js';
 import { openSafetensors } from '../weights/safetensors.js';
 import { Csa2Model } from './model.js';
-import { argmax } from './sampler.js';
+import { argmax } from './generation/sampler.js';
 import { BF16_ULP } from '../numerics/bf16.js';
 import { dequantizeIndexKRows, dequantizeMainKvRows } from '../numerics/formats.js';
 

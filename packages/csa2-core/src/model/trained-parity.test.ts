@@ -32,7 +32,7 @@ import { fileURLToPath } from 'node:url';
 import { loadCheckpoint } from '../weights/checkpoint.js';
 import { openSafetensors } from '../weights/safetensors.js';
 import { Csa2Model } from './model.js';
-import { argmax } from './sampler.js';
+import { argmax } from './generation/sampler.js';
 
 // dist/model -> packages/csa2-core -> the repository root
 const ROOT = fileURLToPath(new URL('../../../../', import.meta.url));

@@ -1,6 +1,6 @@
 /**
  * @module testing/graph-harness
- * Test helper for the GraphOps emitters (model/graph-ops.ts): builds a tiny ONNX graph around one
+ * Test helper for the GraphOps emitters (model/graphs/graph-ops.ts): builds a tiny ONNX graph around one
  * emitter with GraphBuilder, opens it with onnxruntime-node exactly as the model does
  * (`openGraphSession` with DEFAULT_RUNTIME_OPTIONS, i.e. CPU, 'basic' optimization) and runs it;
  * plus the few comparison helpers the emitter tests share (bit equality, fp32 error bounds, bf16
@@ -13,7 +13,7 @@
  *   const y = outF32(out, 'y');
  */
 import { GraphBuilder, type Dim, type ElemType } from '../onnx/graph-builder.js';
-import { GraphOps, type NumericsMode } from '../model/graph-ops.js';
+import { GraphOps, type NumericsMode } from '../model/graphs/graph-ops.js';
 import { DEFAULT_RUNTIME_OPTIONS, openGraphSession, type GraphSession, type HostTensor } from '../runtime/ort-session.js';
 import { roundBf16 } from '../numerics/bf16.js';
 import type { SeededRandom } from '../weights/init-model.js';

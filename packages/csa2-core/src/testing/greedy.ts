@@ -4,7 +4,7 @@
  * model's forward modes. Serving uses @csa2/engine's scheduler instead.
  */
 import type { Csa2Model } from '../model/model.js';
-import { argmax } from '../model/sampler.js';
+import { argmax } from '../model/generation/sampler.js';
 
 export interface GreedyRun {
   readonly tokens: number[];

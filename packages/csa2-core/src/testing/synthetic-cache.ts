@@ -6,7 +6,7 @@
  * decoder replay, decode steps) runs on such a sequence exactly as on an encoded one; only the
  * values are not a model's.
  */
-import type { Sequence } from '../model/sequence.js';
+import type { Sequence } from '../model/sequence/sequence.js';
 import { SeededRandom } from '../weights/init-model.js';
 
 /** Random rows: payload bytes uniform, scale bytes from `scaleBytes` (inclusive range). */

@@ -6,7 +6,7 @@ import { existsSync, mkdtempSync, mkdirSync, readFileSync, statSync, writeFileSy
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { fixturesRoot } from '@csa2/core';
+import { fixturesRoot } from '@csa2/core/testing';
 
 const BIN = fileURLToPath(new URL('../../bin/csa2.js', import.meta.url));
 const TINY = join(fixturesRoot(), 'deepseek-v41-tiny-a');

@@ -18,7 +18,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { goldenFixtures, openSafetensors, SeededRandom, type ForwardObserver } from '@csa2/core';
+import { openSafetensors, SeededRandom, type ForwardObserver } from '@csa2/core';
+import { goldenFixtures } from '@csa2/core/testing';
 import { Engine } from '../engine.js';
 
 const ROOT = fileURLToPath(new URL('../../../../', import.meta.url));

@@ -2,7 +2,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { fixturesRoot } from '@csa2/core';
+import { fixturesRoot } from '@csa2/core/testing';
 import { Engine } from '../engine.js';
 import { EngineHost, EngineError } from './engine-host.js';
 

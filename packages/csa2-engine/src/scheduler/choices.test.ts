@@ -14,7 +14,8 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { SeededRandom, fixturesRoot } from '@csa2/core';
+import { SeededRandom } from '@csa2/core';
+import { fixturesRoot } from '@csa2/core/testing';
 import { Engine } from '../engine.js';
 import type { GenerateRequest, TokenEvent } from '../types.js';
 

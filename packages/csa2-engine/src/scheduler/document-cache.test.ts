@@ -11,9 +11,11 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { Sequence, SeededRandom, fixturesRoot } from '@csa2/core';
+import { Sequence, SeededRandom } from '@csa2/core';
+import { fixturesRoot } from '@csa2/core/testing';
 import { Engine } from '../engine.js';
-import { DocumentCache, MAX_TAIL_REPLAY, MAX_TAILS_PER_DOCUMENT, type PrimedTail } from './document-cache.js';
+import { DocumentCache, MAX_TAIL_REPLAY, MAX_TAILS_PER_DOCUMENT } from './document-cache.js';
+import type { PrimedTail } from './stored-tail.js';
 import { globalCacheBytes, sequenceBytes } from './work-context.js';
 
 function seqOf(rows: number): Sequence {

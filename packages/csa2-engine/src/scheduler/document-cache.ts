@@ -16,8 +16,8 @@
  */
 import { createHash } from 'node:crypto';
 import type { DocumentManifest } from '@csa2/artifacts';
-import { Csa2Error, RowArena, type RowArenaStats, type Sequence, type SourceSelections, type StreamRows } from '@csa2/core';
-import type { TailState } from './stored-tail.js';
+import { Csa2Error, RowArena, type RowArenaStats, type Sequence } from '@csa2/core';
+import type { PrimedTail } from './stored-tail.js';
 
 /**
  * Encoder tails are kept for replays of at most this many rows (their stream is R × hc × dim floats:
@@ -63,32 +63,6 @@ export interface DocumentCacheStats {
    * loads' requests it served and those it could not (they allocated as before). Null with the arena off.
    */
   readonly arena: RowArenaStats | null;
-}
-
-/**
- * A document's encoder tail for CED questions with replay R: the state after the encoder layers ran
- * over its last R tokens (as the encode run of every question on it begins: rows [P - R, P) of the
- * segment [P - R, P + Q), whose layout does not depend on Q once R ≥ the window and the document holds
- * top-k entries at every ratio), and those rows' output stream (the decoder replay's input). A
- * question forks `seq` and encodes only its own tokens.
- */
-export interface PrimedTail {
-  /**
-   * How the document's sequence differs after the encoder over its last R tokens (scheduler/stored-tail
-   * TailState: the encoder layers' windows, open groups, the index-K slot): a question forks the
-   * document and applies it, so a tail holds no copy of the document's token ids.
-   */
-  readonly state: TailState;
-  /** The encoder's output for rows [P - R, P). */
-  readonly stream: StreamRows;
-  /**
-   * The candidate source's picks of the document rows the storing question's decoder replay ran (they
-   * depend on those rows' encoder output only): later replays take them instead of scanning. Set when
-   * that replay completes; null before.
-   */
-  sources: SourceSelections | null;
-  /** Bytes counted for it (its selections included at their most). */
-  readonly bytes: number;
 }
 
 /** A loaded document lent to one work item; `release` once the work no longer reads it. */

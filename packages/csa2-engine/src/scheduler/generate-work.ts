@@ -37,10 +37,10 @@ import {
 } from '@csa2/core';
 import { StopMatcher } from '../stop-matcher.js';
 import type { ChoiceOutcome, DocumentRef, FinishReason, GenerateHooks, GenerateOutcome, GenerateRequest, PromptTokenLogprob } from '../types.js';
-import { documentCacheKey, MAX_TAIL_REPLAY, type DocumentLease, type PrimedTail } from './document-cache.js';
+import { documentCacheKey, MAX_TAIL_REPLAY, type DocumentLease } from './document-cache.js';
 import { SegmentRun } from './segment-run.js';
 import { listedChunks } from './stored-chunks.js';
-import { applyTailState, copySelections, joinSelections, primedTailOf, tailCandidatesOf, tailShapeOf, tailStateBytes, tailStateOf } from './stored-tail.js';
+import { applyTailState, copySelections, joinSelections, primedTailOf, tailCandidatesOf, tailShapeOf, tailStateBytes, tailStateOf, type PrimedTail } from './stored-tail.js';
 import { globalCacheBytes, sequenceBytes, type WorkContext } from './work-context.js';
 import type { NextRows, Work } from './work.js';
 
@@ -548,7 +548,7 @@ export class GenerateWork implements Work {
 /**
  * Whether the encoder's run over a document's last R tokens gives the same state for every question on
  * it: the encode segment is [P - R, P + Q) and its layout depends on its end only through
- * min(end - start, window) window columns and min(top-k, end / ratio) index picks (model/span), both
+ * min(end - start, window) window columns and min(top-k, end / ratio) index picks (model/sequence/span), both
  * the same for every end ≥ P once R ≥ the window, P ≥ R and every encoder layer with compressed
  * entries has top-k of them among the document's P tokens.
  */

@@ -1,6 +1,6 @@
 /**
  * @module scheduler/stored-tail
- * A document's encoder tail (document-cache PrimedTail) as the artifact stores it (@csa2/artifacts
+ * A document's encoder tail (PrimedTail) as the artifact stores it (@csa2/artifacts
  * format/tail-codec): the ingest computes it once, after the document's chunks (IngestWork), and a
  * question's first load takes it from the store instead of encoding the document's last R tokens
  * (GenerateWork). Either way the state is the same, bit for bit (engine-documents.test).
@@ -12,7 +12,6 @@
  */
 import type { StoredTail, TailShape, TailPending, TailWindow } from '@csa2/artifacts';
 import { Csa2Error, type Csa2Model, type Sequence, type SourceSelections, type StreamRows } from '@csa2/core';
-import type { PrimedTail } from './document-cache.js';
 
 /** The model's side of a stored tail's shape (the manifest gives the token count and the replay length). */
 export function tailShapeOf(model: Pick<Csa2Model, 'config' | 'plan'>): Omit<TailShape, 'tokenCount' | 'replayTokens' | 'modelId' | 'layoutId'> {
@@ -69,6 +68,32 @@ export function storedTailOf(seq: Sequence, stream: StreamRows, sources: SourceS
     pre: stream.pre.slice(),
     sources,
   };
+}
+
+/**
+ * A document's encoder tail for CED questions with replay R: the state after the encoder layers ran
+ * over its last R tokens (as the encode run of every question on it begins: rows [P - R, P) of the
+ * segment [P - R, P + Q), whose layout does not depend on Q once R ≥ the window and the document holds
+ * top-k entries at every ratio), and those rows' output stream (the decoder replay's input). A
+ * question forks `seq` and encodes only its own tokens.
+ */
+export interface PrimedTail {
+  /**
+   * How the document's sequence differs after the encoder over its last R tokens (TailState
+   * below: the encoder layers' windows, open groups, the index-K slot): a question forks the
+   * document and applies it, so a tail holds no copy of the document's token ids.
+   */
+  readonly state: TailState;
+  /** The encoder's output for rows [P - R, P). */
+  readonly stream: StreamRows;
+  /**
+   * The candidate source's picks of the document rows the storing question's decoder replay ran (they
+   * depend on those rows' encoder output only): later replays take them instead of scanning. Set when
+   * that replay completes; null before.
+   */
+  sources: SourceSelections | null;
+  /** Bytes counted for it (its selections included at their most). */
+  readonly bytes: number;
 }
 
 /** What a document's sequence gains from the encoder over its last R tokens: windows, open groups, the index-K slot (a stored tail's part of it). */

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { pino } from 'pino';
-import { fixturesRoot } from '@csa2/core';
+import { fixturesRoot } from '@csa2/core/testing';
 import { FsObjectStore, encodeManifest, manifestObjectKey, type DocumentManifest } from '@csa2/artifacts';
 import {
   DECODE_QUEUE,

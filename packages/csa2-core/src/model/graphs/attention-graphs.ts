@@ -3,18 +3,18 @@
  * The sparse attention of one layer kind, shared by every layer of that kind (it has no weights: the
  * sink comes in as an input), so all layers use one session and one memory arena. Rows may come from
  * many sequences at once: each row's index list points into the one key table of the run, and the
- * caller lays every sequence's keys out in it (model/attention).
+ * caller lays every sequence's keys out in it (model/attention/attention).
  *
  *   window-only (ratio 0) and compressed (ratio > 0) differ in their column count C only; the key table
  *   kv [N, D] holds, per span, the compressed entries its rows selected (unpacked by
- *   model/indexer-kernels' MainKvUnpacker, bit for bit graphs/packed-ops unpackMainKv) and its window
- *   rows (model/attention lays them out).
+ *   model/indexer/indexer-kernels' MainKvUnpacker, bit for bit graphs/packed-ops unpackMainKv) and its window
+ *   rows (model/attention/attention lays them out).
  *
  * idx [S, C] (C = attentionColumns) holds the reference's column order (window columns, then compressed
  * ones) as rows of the table, -1 = no key. Output att [S, H, D] (bf16 values in bf16 mode).
  */
 import { GraphBuilder } from '../../onnx/graph-builder.js';
-import { GraphOps } from '../graph-ops.js';
+import { GraphOps } from './graph-ops.js';
 import { attentionColumns, type GraphContext } from './context.js';
 
 export function buildAttentionGraph(ctx: GraphContext, compressed: boolean): Uint8Array {

@@ -13,7 +13,7 @@
 import { GraphBuilder } from '../../onnx/graph-builder.js';
 import type { ModelConfig } from '../../config/model-config.js';
 import type { LayerPlanEntry } from '../../config/layer-plan.js';
-import { GraphOps } from '../graph-ops.js';
+import { GraphOps } from './graph-ops.js';
 import type { GraphContext, WeightSource } from './context.js';
 
 /** The mixes of one hc parameter set (`which`: 'attn' or 'ffn') of the block at `prefix`. */
@@ -39,7 +39,7 @@ function outputMixes(o: GraphOps, ctx: GraphContext, prefix: string, which: 'att
 
 /**
  * attnIn: the attention sublayer up to the sparse-attention call, and the attention mixes (a_mix, before
- * hc_split_sinkhorn, which model/hc-sinkhorn runs). `compressOnly` builds just the compressor inputs
+ * hc_split_sinkhorn, which model/hc/hc-sinkhorn runs). `compressOnly` builds just the compressor inputs
  * (ATTN_IN_COMPRESS: the first decoder KV source's cache extended from the encoder output in encode mode).
  */
 export function buildAttnInGraph(ctx: GraphContext, e: LayerPlanEntry, opts: { compressOnly?: boolean } = {}): Uint8Array {
@@ -91,8 +91,8 @@ export function buildAttnInGraph(ctx: GraphContext, e: LayerPlanEntry, opts: { c
 
 /**
  * attnOut: inverse RoPE of the attention output, output projection + hc_post, then the FFN sublayer's
- * mixes (f_mix, before hc_split_sinkhorn, which model/hc-sinkhorn runs), its input and the MoE gate
- * logits (routing: model/moe-gate).
+ * mixes (f_mix, before hc_split_sinkhorn, which model/hc/hc-sinkhorn runs), its input and the MoE gate
+ * logits (routing: model/ffn/moe-gate).
  */
 export function buildAttnOutGraph(ctx: GraphContext, e: LayerPlanEntry): Uint8Array {
   const { config: c, weights: w } = ctx;
@@ -129,7 +129,7 @@ export function buildAttnOutGraph(ctx: GraphContext, e: LayerPlanEntry): Uint8Ar
   const xf = o.rmsNorm(o.hcPre(X1, aPre), 'ffn_norm', w.get(`${p}.ffn_norm.weight`), c.normEps);
   g.output(xf, 'xf', 'float32', ['S', d]);
 
-  // MoE gate logits (trunk §3.1): x·W^T in fp32; scoring and routing run in model/moe-gate
+  // MoE gate logits (trunk §3.1): x·W^T in fp32; scoring and routing run in model/ffn/moe-gate
   g.output(o.linearF32(xf, 'gate_w', w.get(`${p}.ffn.gate.weight`), c.numRoutedExperts, d), 'gate_logits', 'float32', ['S', c.numRoutedExperts]);
   return g.toBytes();
 }

@@ -10,7 +10,7 @@
  */
 import { GraphBuilder } from '../../onnx/graph-builder.js';
 import type { LayerPlanEntry } from '../../config/layer-plan.js';
-import { GraphOps } from '../graph-ops.js';
+import { GraphOps } from './graph-ops.js';
 import type { GraphContext } from './context.js';
 import { packIndexK, packMainKv } from './packed-ops.js';
 

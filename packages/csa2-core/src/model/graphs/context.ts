@@ -4,7 +4,7 @@
  * numerics mode; plus the attention column count shared by builders and the model code.
  */
 import type { ModelConfig } from '../../config/model-config.js';
-import { ATTENTION_BLOCK, type NumericsMode } from '../graph-ops.js';
+import { ATTENTION_BLOCK, type NumericsMode } from './graph-ops.js';
 
 /** Weights by official state_dict name, as float32 (bf16 values widened exactly). */
 export interface WeightSource {
@@ -24,7 +24,7 @@ export interface GraphContext {
   readonly bf16Gemm?: boolean;
   /**
    * attnIn and attnOut split their hc mixes in the graph (GraphOps.hcSplitSinkhorn: a_pre/a_post/a_comb
-   * and f_pre/f_post/f_comb outputs) instead of returning the mixes for model/hc-sinkhorn. For the CUDA
+   * and f_pre/f_post/f_comb outputs) instead of returning the mixes for model/hc/hc-sinkhorn. For the CUDA
    * provider's large prefill spans. @defaultValue false
    */
   readonly sinkhornInGraph?: boolean;

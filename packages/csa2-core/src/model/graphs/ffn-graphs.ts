@@ -8,7 +8,7 @@
  */
 import { GraphBuilder } from '../../onnx/graph-builder.js';
 import type { LayerPlanEntry } from '../../config/layer-plan.js';
-import { GraphOps } from '../graph-ops.js';
+import { GraphOps } from './graph-ops.js';
 import type { GraphContext } from './context.js';
 
 /** moe: Inputs xf [S,d], X1 [S,n,d], f_post [S,n], f_comb [S,n,n], and per expert e: rows_e [n_e] int64, w_e [n_e,1]. */

@@ -10,12 +10,12 @@
  *        candidate source also publishes level one of the hierarchical indexer: its kept candidate
  *        blocks per row (`cand`).
  *   pool (INDEXER_POOL): only the keys of the rows' candidate pool, gathered by the caller
- *        (model/indexer), with a per-row mask of what each row may pick; returns the ranked picks,
+ *        (model/indexer/indexer), with a per-row mask of what each row may pick; returns the ranked picks,
  *        which the caller maps back to positions. The per-entry scores are the scan's, bit for bit.
  */
 import { GraphBuilder } from '../../onnx/graph-builder.js';
 import type { LayerPlanEntry } from '../../config/layer-plan.js';
-import { GraphOps } from '../graph-ops.js';
+import { GraphOps } from './graph-ops.js';
 import type { GraphContext } from './context.js';
 import { unpackIndexK } from './packed-ops.js';
 
@@ -36,7 +36,7 @@ function indexScores(g: GraphBuilder, o: GraphOps, ctx: GraphContext, K: string)
  * masked out). Returns each row's best k = min(kk, N) (topv scores, topi coordinates; by score, ties to
  * the lower coordinate) and, at the candidate source, its best min(topBlocks, blocks) candidate blocks
  * (blockv block maxima, the block `pin` — its newest visible one — pinned at +inf; blocki block
- * coordinates). model/indexer-scan merges key chunks and splits groups. kbase is a multiple of the
+ * coordinates). model/indexer/indexer-scan merges key chunks and splits groups. kbase is a multiple of the
  * candidate block size.
  */
 export function buildIndexerScanGraph(ctx: GraphContext, e: LayerPlanEntry): Uint8Array {
@@ -63,7 +63,7 @@ export function buildIndexerScanGraph(ctx: GraphContext, e: LayerPlanEntry): Uin
   const negInf = g.scalar(-Infinity);
   scores = g.where(g.op('And', [g.greaterOrEqual(coords, lo), g.less(coords, hi)]), scores, negInf);
   if (e.usesCandidates) {
-    // the official code's way: score every entry, then keep the candidate pool's (cand_in, from model/indexer)
+    // the official code's way: score every entry, then keep the candidate pool's (cand_in, from model/indexer/indexer)
     scores = g.where(g.input('cand_in', 'bool', ['G', 'S', 'N']), scores, negInf);
   }
   if (e.isCandidateSource) {
@@ -116,7 +116,7 @@ export function buildIndexerPoolGraph(ctx: GraphContext, e: LayerPlanEntry): Uin
 }
 
 /**
- * The index scores as the default scan and pool compute them (model/indexer-scores): the keys come
+ * The index scores as the default scan and pool compute them (model/indexer/indexer-scores): the keys come
  * unpacked (the exact fake-quantized values, as unpackIndexK gives them) and one Gemm takes every
  * row's heads at once, p = q · kᵀ [rows·hI, N] — per element the same product as the scan's batched
  * MatMul over [S, hI, dI] (the same kernel and order for M ≥ 2; the caller pads M = 1 and N = 1). With

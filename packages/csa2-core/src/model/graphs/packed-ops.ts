@@ -13,7 +13,7 @@
  */
 import type { GraphBuilder } from '../../onnx/graph-builder.js';
 import { E2M1_VALUES, E4M3_VALUES, decodeUe8m0 } from '../../numerics/formats.js';
-import type { Fp4Blocks, GraphOps } from '../graph-ops.js';
+import type { Fp4Blocks, GraphOps } from './graph-ops.js';
 
 /** E4M3 values of the positive finite bytes 0x01..0x7E, ascending with the byte. */
 const E4M3_POSITIVE = Array.from(E4M3_VALUES.subarray(1, 0x7f));

@@ -5,7 +5,7 @@
  * hI × dI index heads, R = D/2 + D/16 and r = dI/2 + dI/32 packed row bytes, G compressed groups of m
  * rows, C attention columns, E routed experts.
  */
-import type { GraphSignature, Io } from '../graph-io.js';
+import type { GraphSignature, Io } from './graph-io.js';
 
 type AnySignature = GraphSignature<Io, Io, Io, Io>;
 
@@ -64,7 +64,7 @@ export const INDEXER_POOL = {
 } as const satisfies AnySignature;
 
 /**
- * index_scores (every index source by default; model/indexer-scores unpacks the keys and picks):
+ * index_scores (every index source by default; model/indexer/indexer-scores unpacks the keys and picks):
  * q [M,dI] the rows' index queries, M = rows × hI (row-major [rows, hI]); k [N,dI] the keys' values
  * → p [M,N] the per-head products q·k (fp32, the scan's einsum before its bf16 rounding); where the
  * head sum is not done in TypeScript (more than 4 index heads), also iw [rows,hI] → scores [rows,N],
