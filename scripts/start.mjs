@@ -39,7 +39,8 @@ const { startLocalRedis } = await import(pathToFileURL(join(root, 'packages/csa2
 let modelDir = process.env.CSA2_MODEL_DIR;
 if (modelDir === undefined || modelDir === '') {
   modelDir = join(root, 'models/v41-mini-128k');
-  if (!existsSync(join(modelDir, 'model.safetensors'))) fail(`the default model is missing (${modelDir}/model.safetensors); set CSA2_MODEL_DIR to a checkpoint`);
+  if (!existsSync(join(modelDir, 'model.safetensors')))
+    fail(`the default model is missing (${modelDir}/model.safetensors); set CSA2_MODEL_DIR to a checkpoint`);
 }
 
 // --- object store ---
@@ -54,7 +55,8 @@ if (storeUrl === undefined || storeUrl === '') {
 let redis = null; // our own redis-server, when we started one
 let redisUrl = process.env.REDIS_URL;
 if (redisUrl === undefined || redisUrl === '') {
-  if (!ensureRedisServer({ log: say })) fail('redis-server is needed (npm start runs its own on a free port), or set REDIS_URL=redis://host:port to a running Redis (maxmemory-policy noeviction)');
+  if (!ensureRedisServer({ log: say }))
+    fail('redis-server is needed (npm start runs its own on a free port), or set REDIS_URL=redis://host:port to a running Redis (maxmemory-policy noeviction)');
   redis = await startLocalRedis({ detached: true });
   redisUrl = redis.url;
 }
@@ -76,7 +78,16 @@ const port = process.env.PORT !== undefined && process.env.PORT !== '' ? process
 
 // --- services ---
 // the workers' glibc allocator settings (packages/csa2-jobs/src/malloc-env.ts, infra/README.md)
-const env = { MALLOC_MMAP_THRESHOLD_: '1048576', ...process.env, REDIS_URL: redisUrl, CSA2_STORE_URL: storeUrl, CSA2_MODEL_DIR: modelDir, CSA2_API_KEYS: apiKeys, CSA2_OPERATOR_KEYS: operatorKeys, PORT: port };
+const env = {
+  MALLOC_MMAP_THRESHOLD_: '1048576',
+  ...process.env,
+  REDIS_URL: redisUrl,
+  CSA2_STORE_URL: storeUrl,
+  CSA2_MODEL_DIR: modelDir,
+  CSA2_API_KEYS: apiKeys,
+  CSA2_OPERATOR_KEYS: operatorKeys,
+  PORT: port,
+};
 const children = new Map(); // name -> ChildProcess
 let stopping = false;
 let exitCode = 0;

@@ -23,7 +23,11 @@ function* walk(dir) {
 }
 const files = [];
 for (const r of ['packages', 'services', 'test', 'bench'].map((d) => join(root, d))) {
-  try { statSync(r); } catch { continue; }
+  try {
+    statSync(r);
+  } catch {
+    continue;
+  }
   for (const f of walk(r)) if (f.includes('/dist/')) files.push(f);
 }
 const selected = files.filter((f) => filters.length === 0 || filters.some((s) => relative(root, f).includes(s))).sort();

@@ -35,9 +35,19 @@ function maxAbsDiff(a, b) {
 function stats(d, same) {
   const s = [...d].sort((x, y) => x - y);
   const r = (x) => Math.round(x * 1000) / 1000;
-  return { mean: r(d.reduce((a, x) => a + x, 0) / d.length), median: r(s[Math.floor(s.length / 2)]), max: r(s[s.length - 1]), row0: r(d[0]), sameArgmax: same === undefined ? undefined : `${same}/${d.length}` };
+  return {
+    mean: r(d.reduce((a, x) => a + x, 0) / d.length),
+    median: r(s[Math.floor(s.length / 2)]),
+    max: r(s[s.length - 1]),
+    row0: r(d[0]),
+    sameArgmax: same === undefined ? undefined : `${same}/${d.length}`,
+  };
 }
-const leading = (a, b) => { let n = 0; while (n < Math.min(a.length, b.length) && a[n] === b[n]) n++; return n; };
+const leading = (a, b) => {
+  let n = 0;
+  while (n < Math.min(a.length, b.length) && a[n] === b[n]) n++;
+  return n;
+};
 
 /** Teacher-forced logits rows of csa2-core in one mode. */
 async function forcedRows(numerics, replay) {
@@ -81,11 +91,17 @@ for (let t = 0; t < rows; t++) {
   if (argmax(row(cpu, t)) === argmax(row(gpu, t))) sameCpu++;
 }
 res['official CPU vs official GPU'] = stats(spread, sameCpu);
-for (const [name, numerics, replay] of [['csa2-core exact', 'bf16', 0], ['csa2-core replay R=128', 'bf16', 128], ['csa2-core fp32 numerics', 'fp32', 0]]) {
+for (const [name, numerics, replay] of [
+  ['csa2-core exact', 'bf16', 0],
+  ['csa2-core replay R=128', 'bf16', 128],
+  ['csa2-core fp32 numerics', 'fp32', 0],
+]) {
   const t0 = Date.now();
   const mine = await forcedRows(numerics, replay);
-  const dg = [], dc = [];
-  let sg = 0, sc = 0;
+  const dg = [],
+    dc = [];
+  let sg = 0,
+    sc = 0;
   for (let t = 0; t < rows; t++) {
     dg.push(maxAbsDiff(mine[t], row(gpu, t)));
     dc.push(maxAbsDiff(mine[t], row(cpu, t)));

@@ -76,14 +76,35 @@ export async function streamCompletion(url: string, key: string, body: Record<st
   } catch (err) {
     error = err instanceof Error ? err.message : String(err);
   }
-  return { status, sentAtMs, firstTokenAtMs: tokenTimesMs[0] ?? null, endedAtMs: performance.now(), text, completionTokens, finished, error, tokenEvents: tokenTimesMs.length, tokenTimesMs };
+  return {
+    status,
+    sentAtMs,
+    firstTokenAtMs: tokenTimesMs[0] ?? null,
+    endedAtMs: performance.now(),
+    text,
+    completionTokens,
+    finished,
+    error,
+    tokenEvents: tokenTimesMs.length,
+    tokenTimesMs,
+  };
 }
 
 /** A non-streamed completion: its status, text and time. */
-export async function completion(url: string, key: string, body: Record<string, unknown>, timeoutMs = 600_000): Promise<{ status: number; ms: number; text: string; body: string }> {
+export async function completion(
+  url: string,
+  key: string,
+  body: Record<string, unknown>,
+  timeoutMs = 600_000,
+): Promise<{ status: number; ms: number; text: string; body: string }> {
   const t0 = performance.now();
   try {
-    const r = await fetch(`${url}/v1/completions`, { method: 'POST', headers: headers(key), body: JSON.stringify({ model: 'tiny', ...body }), signal: AbortSignal.timeout(timeoutMs) });
+    const r = await fetch(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: headers(key),
+      body: JSON.stringify({ model: 'tiny', ...body }),
+      signal: AbortSignal.timeout(timeoutMs),
+    });
     const raw = await r.text();
     let text = '';
     try {
@@ -99,7 +120,10 @@ export async function completion(url: string, key: string, body: Record<string, 
 
 /** POST /v1/documents with the given documents ({ id, token_ids }); throws unless 202. */
 export async function postDocuments(url: string, key: string, documents: readonly { id: string; tokenIds: readonly number[] }[]): Promise<void> {
-  const body = documents.length === 1 ? { id: documents[0]?.id, token_ids: documents[0]?.tokenIds } : { documents: documents.map((d) => ({ id: d.id, token_ids: d.tokenIds })) };
+  const body =
+    documents.length === 1
+      ? { id: documents[0]?.id, token_ids: documents[0]?.tokenIds }
+      : { documents: documents.map((d) => ({ id: d.id, token_ids: d.tokenIds })) };
   const r = await fetch(`${url}/v1/documents`, { method: 'POST', headers: headers(key), body: JSON.stringify(body) });
   if (r.status !== 202) throw new Error(`POST /v1/documents: ${r.status} ${(await r.text()).slice(0, 300)}`);
   await r.text();
@@ -117,7 +141,13 @@ export async function documentStatus(url: string, key: string, id: string): Prom
 }
 
 /** Polls until every document is ready (or failed, or the time is up); the time (performance.now()) each became ready. */
-export async function documentsReady(url: string, key: string, ids: readonly string[], timeoutMs: number, everyMs = 200): Promise<Map<string, number | 'failed' | 'timeout'>> {
+export async function documentsReady(
+  url: string,
+  key: string,
+  ids: readonly string[],
+  timeoutMs: number,
+  everyMs = 200,
+): Promise<Map<string, number | 'failed' | 'timeout'>> {
   const out = new Map<string, number | 'failed' | 'timeout'>();
   const deadline = performance.now() + timeoutMs;
   while (out.size < ids.length) {

@@ -32,7 +32,12 @@ function run(store: string, path: 'packed' | 'float', writeMBps: number, readMBp
 
 describe('artifacts goals', () => {
   it('met in every round, missed in one, not measured without the filesystem packed path', () => {
-    const met = artifactGoals([run('filesystem', 'packed', 600, 1500, 1), run('filesystem', 'packed', 550, 1200, 2), run('filesystem', 'float', 10, 100, 1), run('s3 (s3rver, local)', 'packed', 100, 200)]);
+    const met = artifactGoals([
+      run('filesystem', 'packed', 600, 1500, 1),
+      run('filesystem', 'packed', 550, 1200, 2),
+      run('filesystem', 'float', 10, 100, 1),
+      run('s3 (s3rver, local)', 'packed', 100, 200),
+    ]);
     assert.deepEqual(
       met.map((g) => g.met),
       [true, true],

@@ -50,15 +50,7 @@ import {
   type ObjectStore,
 } from '@csa2/artifacts';
 import { startS3Server } from '@csa2/artifacts/testing';
-import {
-  buildLayerPlan,
-  dequantizeIndexKRows,
-  dequantizeMainKvRows,
-  parseModelConfig,
-  quantizeIndexKRows,
-  quantizeMainKvRows,
-  SeededRandom,
-} from '@csa2/core';
+import { buildLayerPlan, dequantizeIndexKRows, dequantizeMainKvRows, parseModelConfig, quantizeIndexKRows, quantizeMainKvRows, SeededRandom } from '@csa2/core';
 import { fixturesRoot } from '@csa2/core/testing';
 import { packIndexKRows, packMainKvRows, unpackIndexKRows, unpackMainKvRows } from './legacy-row-packing.js';
 import type { BenchIo, BenchSuite, OptionValues } from './suite.js';
@@ -149,7 +141,15 @@ export interface StoreRun {
 }
 
 /** Writes and reads one synthetic document of `tokens` tokens through `store`, on one path. */
-export async function runStore(name: string, store: ObjectStore, layout: ArtifactLayout, path: ArtifactPath, opts: ArtifactsBenchOptions, io: BenchIo, round = 1): Promise<StoreRun> {
+export async function runStore(
+  name: string,
+  store: ObjectStore,
+  layout: ArtifactLayout,
+  path: ArtifactPath,
+  opts: ArtifactsBenchOptions,
+  io: BenchIo,
+  round = 1,
+): Promise<StoreRun> {
   const C = opts.chunkTokens;
   const chunkCount = Math.ceil(opts.tokens / C);
   const templates = [templateRows(layout, C, 1), templateRows(layout, C, 2)];
@@ -176,7 +176,8 @@ export async function runStore(name: string, store: ObjectStore, layout: Artifac
     const te = performance.now();
     const sources: ChunkSourceRows[] = layout.kvSources.map((s) => {
       const n = Math.floor(end / s.ratio) - Math.floor(start / s.ratio);
-      if (path === 'packed') return { layer: s.layer, mainKvU8: tpl.mainU8.subarray(0, n * layout.mainKvRowBytes), indexKU8: tpl.indexU8.subarray(0, n * layout.indexKRowBytes) };
+      if (path === 'packed')
+        return { layer: s.layer, mainKvU8: tpl.mainU8.subarray(0, n * layout.mainKvRowBytes), indexKU8: tpl.indexU8.subarray(0, n * layout.indexKRowBytes) };
       return {
         layer: s.layer,
         mainKvU8: packMainKvRows(tpl.mainF32.subarray(0, n * layout.headDim), layout.headDim).bytesU8,
@@ -230,7 +231,9 @@ export async function runStore(name: string, store: ObjectStore, layout: Artifac
     if (stats.tokensLoaded !== opts.tokens) throw new Error(`read back ${stats.tokensLoaded} tokens, wrote ${opts.tokens}`);
   } else {
     const t1 = performance.now();
-    await pool(chunkCount, opts.inFlight, async (c) => unpackAll(layout, decodeChunk(layout, keys[c] as string, await store.get(chunkObjectKey(tenant, keys[c] as string)))));
+    await pool(chunkCount, opts.inFlight, async (c) =>
+      unpackAll(layout, decodeChunk(layout, keys[c] as string, await store.get(chunkObjectKey(tenant, keys[c] as string)))),
+    );
     readMs = performance.now() - t1;
   }
   const readCpuMs = cpuMs(cpu1);
@@ -250,7 +253,22 @@ export async function runStore(name: string, store: ObjectStore, layout: Artifac
   // leave the storage as it was (the next round writes the same keys, and puts with ifAbsent would skip them)
   await pool(chunkCount, opts.inFlight, (c) => store.delete(chunkObjectKey(tenant, keys[c] as string)));
   await store.delete(manifestObjectKey(tenant, documentId));
-  return { store: name, round, path, objects: chunkCount + 1, bytes, writeMs, encodeMs, putMs, readMs, getMs, verifyMs, manifestBytes: manifestBytes.length, writeCpuMs, readCpuMs };
+  return {
+    store: name,
+    round,
+    path,
+    objects: chunkCount + 1,
+    bytes,
+    writeMs,
+    encodeMs,
+    putMs,
+    readMs,
+    getMs,
+    verifyMs,
+    manifestBytes: manifestBytes.length,
+    writeCpuMs,
+    readCpuMs,
+  };
 }
 
 function cpuMs(since: NodeJS.CpuUsage): number {
@@ -367,7 +385,9 @@ export function renderArtifactsBench(layout: ArtifactLayout, opts: ArtifactsBenc
     spread(g, (r) => rate(r.bytes, r.verifyMs)),
   ]);
   const goals = artifactGoals(runs);
-  const s3 = opts.stores.includes('s3') ? `; S3: objects above ${(opts.s3ReadPartSizeBytes / MIB).toFixed(2)} MiB are read as ranged GETs of that size, ${opts.s3ReadParallelism} per object in flight` : '';
+  const s3 = opts.stores.includes('s3')
+    ? `; S3: objects above ${(opts.s3ReadPartSizeBytes / MIB).toFixed(2)} MiB are read as ranged GETs of that size, ${opts.s3ReadParallelism} per object in flight`
+    : '';
   return [
     `### Cache artifacts: ${opts.tokens.toLocaleString('en-US')} tokens of the released layout (${bytesPerToken(layout)} B/token of global cache), chunks of ${opts.chunkTokens} tokens, ${opts.inFlight} requests in flight${s3}`,
     '',
@@ -397,7 +417,11 @@ export function renderArtifactsBench(layout: ArtifactLayout, opts: ArtifactsBenc
     'Goals (filesystem store, packed path):',
     '',
     markdownTable(
-      [{ header: 'goal', align: 'left' }, { header: 'met', align: 'left' }, { header: 'figure (median, range over the rounds)', align: 'left' }],
+      [
+        { header: 'goal', align: 'left' },
+        { header: 'met', align: 'left' },
+        { header: 'figure (median, range over the rounds)', align: 'left' },
+      ],
       goals.map((g) => [g.goal, g.met === null ? 'not measured' : g.met ? 'yes' : 'no', g.figure]),
     ),
     '',
@@ -499,9 +523,19 @@ export const artifactsSuite: BenchSuite = {
     stores: { type: 'string', description: 'stores to measure', defaultText: 'fs,s3', valueName: 'fs,s3' },
     'float-stores': { type: 'string', description: 'stores the float (pre-packed) path also runs on', defaultText: 'fs', valueName: 'fs,s3|none' },
     'in-flight': { type: 'string', description: 'puts/gets in flight', defaultText: '4', valueName: 'N' },
-    's3-read-part-bytes': { type: 'string', description: 'part size of the S3 ranged GETs (smaller than a chunk to use them)', defaultText: '8388608', valueName: 'BYTES' },
+    's3-read-part-bytes': {
+      type: 'string',
+      description: 'part size of the S3 ranged GETs (smaller than a chunk to use them)',
+      defaultText: '8388608',
+      valueName: 'BYTES',
+    },
     's3-read-parallelism': { type: 'string', description: 'ranged GETs of one object in flight', defaultText: '4', valueName: 'N' },
-    'artifact-repeats': { type: 'string', description: 'rounds of the packed path (every store once per round, fresh storage; the float path runs in round 1)', defaultText: '3 (1 with --quick)', valueName: 'N' },
+    'artifact-repeats': {
+      type: 'string',
+      description: 'rounds of the packed path (every store once per round, fresh storage; the float path runs in round 1)',
+      defaultText: '3 (1 with --quick)',
+      valueName: 'N',
+    },
     quick: { type: 'boolean', description: 'small sizes for a smoke run' },
   },
   async run(values, io) {

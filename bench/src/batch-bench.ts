@@ -73,7 +73,15 @@ async function prefillContext(model: Csa2Model, ids: readonly number[]): Promise
  * `batch` forks of the prefilled context in one forward call a step. A tiny model's step at B = 1 is ~3 ms:
  * 12 steps alone measured ~40 ms, and its ratios moved by up to 3× between runs.
  */
-async function decodeBatch(model: Csa2Model, base: { seq: Sequence; logits: Float32Array }, batch: number, steps: number, seed: number, minMs = 0, maxSteps = steps): Promise<BatchRow> {
+async function decodeBatch(
+  model: Csa2Model,
+  base: { seq: Sequence; logits: Float32Array },
+  batch: number,
+  steps: number,
+  seed: number,
+  minMs = 0,
+  maxSteps = steps,
+): Promise<BatchRow> {
   const L = model.config.numLayers;
   const runs = Array.from({ length: batch }, (_, b) => {
     const seq = base.seq.fork();
@@ -118,7 +126,12 @@ async function interference(modelDir: string, streams: number, promptTokens: num
     const ac = new AbortController();
     const gens = Array.from({ length: streams }, (_, s) =>
       engine.generate(
-        { promptIds: seededTokenIds(seed + s, 16, vocab), maxTokens: Math.min(4096, engine.info().maxSeqLen - 64), sampling: { temperature: 1, topP: 1, seed: s }, ignoreEos: true },
+        {
+          promptIds: seededTokenIds(seed + s, 16, vocab),
+          maxTokens: Math.min(4096, engine.info().maxSeqLen - 64),
+          sampling: { temperature: 1, topP: 1, seed: s },
+          ignoreEos: true,
+        },
         {
           signal: ac.signal,
           onToken: (t) => {
@@ -136,7 +149,12 @@ async function interference(modelDir: string, streams: number, promptTokens: num
     await new Promise((r) => setTimeout(r, 4000));
     const arrive = performance.now();
     io.log(`${tag} a ${fmtTokens(promptTokens)}-token prompt arrives while ${streams} streams decode`);
-    const long = await engine.generate({ promptIds: seededTokenIds(seed + 99, promptTokens, vocab), maxTokens: 1, sampling: { temperature: 0, topP: 1, seed: 0 }, ignoreEos: true });
+    const long = await engine.generate({
+      promptIds: seededTokenIds(seed + 99, promptTokens, vocab),
+      maxTokens: 1,
+      sampling: { temperature: 0, topP: 1, seed: 0 },
+      ignoreEos: true,
+    });
     const done = performance.now();
     ac.abort();
     await Promise.all(gens);
@@ -162,7 +180,8 @@ export async function runBatchBench(opts: BatchBenchOptions, io: BenchIo): Promi
     try {
       await model.warmUp();
       for (const N of opts.contexts) {
-        if (N + opts.steps > model.config.maxSeqLen) throw new UsageError(`${key}: context ${N} + ${opts.steps} steps exceeds max_seq_len ${model.config.maxSeqLen}`);
+        if (N + opts.steps > model.config.maxSeqLen)
+          throw new UsageError(`${key}: context ${N} + ${opts.steps} steps exceeds max_seq_len ${model.config.maxSeqLen}`);
         const tag = `[batch ${key} ${fmtTokens(N)}]`;
         io.log(`${tag} prefilling the shared context`);
         const t0 = performance.now();
@@ -187,7 +206,14 @@ export async function runBatchBench(opts: BatchBenchOptions, io: BenchIo): Promi
                 { header: 'inter-token p99 ms', align: 'right' },
                 { header: 'steps', align: 'right' },
               ],
-              rows.map((r) => [String(r.batch), fmtSig(r.tokensPerS), `${fmtSig(r.tokensPerS / one)}×`, fmtSig(percentile(r.stepMs, 50)), fmtSig(percentile(r.stepMs, 99)), String(r.stepMs.length)]),
+              rows.map((r) => [
+                String(r.batch),
+                fmtSig(r.tokensPerS),
+                `${fmtSig(r.tokensPerS / one)}×`,
+                fmtSig(percentile(r.stepMs, 50)),
+                fmtSig(percentile(r.stepMs, 99)),
+                String(r.stepMs.length),
+              ]),
             ),
         );
         io.out(out[out.length - 1] as string);
@@ -225,8 +251,11 @@ export async function runBatchBench(opts: BatchBenchOptions, io: BenchIo): Promi
 function listOption(values: OptionValues, name: string, fallback: readonly number[]): number[] {
   const v = values[name];
   if (v === undefined) return [...fallback];
-  const xs = String(v).split(',').map((s) => Number(s.trim().replace(/k$/i, '000')));
-  if (xs.length === 0 || xs.some((x) => !Number.isSafeInteger(x) || x < 1)) throw new UsageError(`--${name} must be a list of positive integers, got ${String(v)}`);
+  const xs = String(v)
+    .split(',')
+    .map((s) => Number(s.trim().replace(/k$/i, '000')));
+  if (xs.length === 0 || xs.some((x) => !Number.isSafeInteger(x) || x < 1))
+    throw new UsageError(`--${name} must be a list of positive integers, got ${String(v)}`);
   return xs;
 }
 
@@ -238,12 +267,23 @@ export const batchSuite: BenchSuite = {
     'batch-contexts': { type: 'string', description: 'context lengths in tokens', valueName: 'N,N', defaultText: '1024,16384' },
     'batch-sizes': { type: 'string', description: 'decode batch sizes', valueName: 'B,B', defaultText: '1,2,4,8,16,32' },
     'batch-steps': { type: 'string', description: 'decode steps per batch size, at least', valueName: 'N', defaultText: '12' },
-    'batch-min-seconds': { type: 'string', description: 'measured decode time per batch size, at least (more steps if needed)', valueName: 'S', defaultText: '2' },
+    'batch-min-seconds': {
+      type: 'string',
+      description: 'measured decode time per batch size, at least (more steps if needed)',
+      valueName: 'S',
+      defaultText: '2',
+    },
     'batch-streams': { type: 'string', description: 'streams decoding when the long prompt arrives (0: skip that part)', valueName: 'N', defaultText: '8' },
     'batch-prompt-tokens': { type: 'string', description: 'tokens of the long prompt', valueName: 'N', defaultText: '16384' },
   },
   async run(values, io) {
-    const models = (values['batch-models'] === undefined ? ['tiny', '1024'] : String(values['batch-models']).split(',').map((s) => s.trim())) as Array<'tiny' | '1024'>;
+    const models = (
+      values['batch-models'] === undefined
+        ? ['tiny', '1024']
+        : String(values['batch-models'])
+            .split(',')
+            .map((s) => s.trim())
+    ) as Array<'tiny' | '1024'>;
     for (const m of models) if (m !== 'tiny' && m !== '1024') throw new UsageError(`--batch-models: unknown model "${m}" (tiny, 1024)`);
     const streams = values['batch-streams'] === '0' ? 0 : positiveIntOption(values, 'batch-streams', DEFAULT_BATCH_BENCH_OPTIONS.streams);
     await runBatchBench(

@@ -37,7 +37,12 @@ function memoryMb(pid: number): { rssMb: number; peakMb: number } {
 async function postDocument(url: string, body: string): Promise<{ status: number | string; ms: number; code: string }> {
   const t0 = performance.now();
   try {
-    const r = await fetch(`${url}/v1/documents`, { method: 'POST', headers: { authorization: `Bearer ${API_KEY}`, 'content-type': 'application/json' }, body, signal: AbortSignal.timeout(300_000) });
+    const r = await fetch(`${url}/v1/documents`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${API_KEY}`, 'content-type': 'application/json' },
+      body,
+      signal: AbortSignal.timeout(300_000),
+    });
     const text = await r.text();
     let code = '';
     try {
@@ -71,7 +76,8 @@ async function oneCase(o: BodiesBenchOptions, what: string, body: string, io: Be
     const answers = await Promise.all(posts);
     const after = memoryMb(pid);
     const statuses = new Map<string, number>();
-    for (const a of answers) statuses.set(`${a.status}${a.code !== '' ? ` ${a.code}` : ''}`, (statuses.get(`${a.status}${a.code !== '' ? ` ${a.code}` : ''}`) ?? 0) + 1);
+    for (const a of answers)
+      statuses.set(`${a.status}${a.code !== '' ? ` ${a.code}` : ''}`, (statuses.get(`${a.status}${a.code !== '' ? ` ${a.code}` : ''}`) ?? 0) + 1);
     const aloneMed = [...alone].sort((a, b) => a - b)[Math.floor((alone.length - 1) / 2)] as number;
     return [
       `${o.count} × ${what}`,
@@ -91,12 +97,21 @@ export async function runBodiesBench(o: BodiesBenchOptions, io: BenchIo): Promis
   const atBodyLimit = JSON.stringify({ text: 'It is a truth universally acknowledged. '.repeat(Math.ceil((16 * 2 ** 20) / 40)).slice(0, 16 * 2 ** 20 - 64) });
   // one token a digit (the tokenizer splits digits): just under the context
   const atTokenLimit = JSON.stringify({ text: '7'.repeat(maxTokens - 8) });
-  const rows = [await oneCase(o, 'bodies just under 16 MiB of text', atBodyLimit, io), await oneCase(o, `texts of ${maxTokens - 8} tokens (one digit a token)`, atTokenLimit, io)];
+  const rows = [
+    await oneCase(o, 'bodies just under 16 MiB of text', atBodyLimit, io),
+    await oneCase(o, `texts of ${maxTokens - 8} tokens (one digit a token)`, atTokenLimit, io),
+  ];
   return [
     `### The gateway under ${o.count} concurrent large documents (served model's tokenizer.json), and a 4-token completion sent with them`,
     '',
     markdownTable(
-      [{ header: 'bodies', align: 'left' }, { header: 'gateway RSS → peak (VmHWM)', align: 'left' }, { header: 'answers', align: 'left' }, { header: 'slowest answer', align: 'left' }, { header: '4-token completion', align: 'left' }],
+      [
+        { header: 'bodies', align: 'left' },
+        { header: 'gateway RSS → peak (VmHWM)', align: 'left' },
+        { header: 'answers', align: 'left' },
+        { header: 'slowest answer', align: 'left' },
+        { header: '4-token completion', align: 'left' },
+      ],
       rows,
     ),
     '',
@@ -113,7 +128,7 @@ export function parseBodiesOptions(values: OptionValues): BodiesBenchOptions {
 
 export const bodiesSuite: BenchSuite = {
   name: 'bodies',
-  summary: 'the gateway\'s memory and a small request\'s time under 32 concurrent documents at the body limit and at the token limit (~2 min)',
+  summary: "the gateway's memory and a small request's time under 32 concurrent documents at the body limit and at the token limit (~2 min)",
   options: {
     'bodies-model': { type: 'string', description: 'model directory', defaultText: 'models/v41-mini-128k', valueName: 'DIR' },
     'bodies-count': { type: 'string', description: 'concurrent documents', defaultText: '32', valueName: 'N' },

@@ -54,7 +54,10 @@ export function canonicalJson(value: unknown): string {
 }
 
 export function checkpointHash(configJson: unknown, seed: number): string {
-  return createHash('sha256').update(`${RECIPE_VERSION}\n${seed}\n${canonicalJson(configJson)}`).digest('hex').slice(0, 16);
+  return createHash('sha256')
+    .update(`${RECIPE_VERSION}\n${seed}\n${canonicalJson(configJson)}`)
+    .digest('hex')
+    .slice(0, 16);
 }
 
 async function readStamp(dir: string): Promise<Stamp | null> {
@@ -80,7 +83,10 @@ export async function ensureSeededCheckpoint(
   const dir = join(opts.cacheRoot, `${basename(configPath, '.json')}-seed${opts.seed}-${hash}`);
   const stamp = await readStamp(dir);
   if (stamp !== null && stamp.hash === hash && existsSync(join(dir, 'config.json'))) {
-    const size = await stat(join(dir, 'model.safetensors')).then((s) => s.size, () => -1);
+    const size = await stat(join(dir, 'model.safetensors')).then(
+      (s) => s.size,
+      () => -1,
+    );
     if (size === stamp.bytes) return { dir, hash, created: false, createMs: 0, parameterCount: stamp.parameterCount, bytes: stamp.bytes };
   }
   await rm(dir, { recursive: true, force: true });

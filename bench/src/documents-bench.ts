@@ -108,7 +108,10 @@ export async function runDocumentsBench(opts: DocumentsBenchOptions, io: BenchIo
       await fresh.close();
     }
     io.log('documents: cold CED prefill (encoder over everything + decoder replay)');
-    rows.push({ path: 'cold prefill, encoder + decoder replay', ttftMs: await first(engine, { promptIds: [...doc, ...question], replayTokens: opts.replayTokens }) });
+    rows.push({
+      path: 'cold prefill, encoder + decoder replay',
+      ttftMs: await first(engine, { promptIds: [...doc, ...question], replayTokens: opts.replayTokens }),
+    });
     if (!opts.skipExact) {
       io.log('documents: cold exact prefill (every layer over everything)');
       rows.push({ path: 'cold prefill, exact (all layers)', ttftMs: await first(engine, { promptIds: [...doc, ...question], exact: true }) });
@@ -163,4 +166,3 @@ export const documentsSuite: BenchSuite = {
     io.out(await runDocumentsBench(parseDocumentsBenchOptions(values, cacheRoot), io));
   },
 };
-

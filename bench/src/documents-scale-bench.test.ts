@@ -79,7 +79,11 @@ describe('documents-scale figures', () => {
 
   it('goals met: RSS within model + 1.2 × artifact, TTFT within 8K + artifact at 1 GB/s, Reindex flat', () => {
     const goals = evaluateGoals(
-      result({ d4k: [report({ reindexMs: 8 })], d8k: [report({ fetched: 1000 })], big: [report({ warm: 200 * MIB, peak: 300 * MIB, fetched: 1100, reindexMs: 8.7 })] }),
+      result({
+        d4k: [report({ reindexMs: 8 })],
+        d8k: [report({ fetched: 1000 })],
+        big: [report({ warm: 200 * MIB, peak: 300 * MIB, fetched: 1100, reindexMs: 8.7 })],
+      }),
     );
     assert.deepEqual(
       goals.map((g) => g.met),
@@ -132,17 +136,23 @@ describe('documents-scale options', () => {
     assert.equal(parseScaleBenchOptions({}).scanThreads, 'auto');
     assert.equal(parseScaleBenchOptions({ 'scale-scan-threads': '0' }).scanThreads, 0);
     assert.equal(parseScaleBenchOptions({ 'scale-scan-threads': '3' }).scanThreads, 3);
-    for (const bad of ['-1', '65', 'x', '1.5']) assert.throws(() => parseScaleBenchOptions({ 'scale-scan-threads': bad }), /--scale-scan-threads takes 'auto' or an integer from 0 to 64/);
+    for (const bad of ['-1', '65', 'x', '1.5'])
+      assert.throws(() => parseScaleBenchOptions({ 'scale-scan-threads': bad }), /--scale-scan-threads takes 'auto' or an integer from 0 to 64/);
   });
 });
 
 describe('documents-scale bench (40-layer tiny smoke run)', () => {
-  it('ingests 256 tokens, writes its synthetic twin and a 1,024-token synthetic artifact, runs a decoder process on each and prints the tables', { timeout: SMOKE_TIMEOUT_MS }, async () => {
+  it('ingests 256 tokens, writes its synthetic twin and a 1,024-token synthetic artifact, runs a decoder process on each and prints the tables', {
+    timeout: SMOKE_TIMEOUT_MS,
+  }, async () => {
     const cacheRoot = await mkdtemp(join(tmpdir(), 'csa2-scale-smoke-'));
     const lines: string[] = [];
     const io: BenchIo = { out: (t) => lines.push(t), log: (l) => lines.push(l) };
     try {
-      const r = await runScaleBench({ ...DEFAULT_SCALE_OPTIONS, sizes: [256, 1024], realMaxTokens: 256, repeats: 1, decodeSteps: 2, questionTokens: 8, cacheRoot }, io);
+      const r = await runScaleBench(
+        { ...DEFAULT_SCALE_OPTIONS, sizes: [256, 1024], realMaxTokens: 256, repeats: 1, decodeSteps: 2, questionTokens: 8, cacheRoot },
+        io,
+      );
       assert.deepEqual(
         r.documents.map((d) => [d.tokens, d.source]),
         [
@@ -153,7 +163,10 @@ describe('documents-scale bench (40-layer tiny smoke run)', () => {
       );
       const [real, twin] = r.documents;
       assert.ok(real !== undefined && twin !== undefined);
-      assert.ok(Math.abs(real.artifactBytes - twin.artifactBytes) < 64, `an ingested document and its synthetic twin take the same chunk bytes (${real.artifactBytes} vs ${twin.artifactBytes}; the manifests differ by their ids)`);
+      assert.ok(
+        Math.abs(real.artifactBytes - twin.artifactBytes) < 64,
+        `an ingested document and its synthetic twin take the same chunk bytes (${real.artifactBytes} vs ${twin.artifactBytes}; the manifests differ by their ids)`,
+      );
       for (const d of r.documents) {
         assert.equal(d.globalBytesPerToken, 132.5, 'v41-tiny-40l: 3 ratio-2 sources and 1 ratio-1 source of 53 B per entry');
         const runs = r.runs[d.documentId] ?? [];
@@ -166,7 +179,10 @@ describe('documents-scale bench (40-layer tiny smoke run)', () => {
         assert.deepEqual(run.layerCounts, COUNTS);
         assert.ok(run.peakRssBytes >= run.warmRssBytes && run.warmRssBytes > 0);
         assert.ok(run.ttftFetchedMs > 0 && run.ttftWarmMs > 0 && run.loadMs > 0);
-        assert.ok(Math.abs(run.loadedBytes - d.artifactBytes) < 1024, `the load read the artifact's chunks (${run.loadedBytes} of ${d.artifactBytes} bytes with the manifest)`);
+        assert.ok(
+          Math.abs(run.loadedBytes - d.artifactBytes) < 1024,
+          `the load read the artifact's chunks (${run.loadedBytes} of ${d.artifactBytes} bytes with the manifest)`,
+        );
         for (const s of run.steps) {
           for (const k of ['full', 'reindex', 'reuse', 'swa'] as const) assert.ok(s.byKindMs[k] > 0, `${d.documentId}: ${k} timed`);
           assert.ok(s.wallMs >= s.byKindMs.full + s.byKindMs.reindex + s.byKindMs.reuse + s.byKindMs.swa, 'the layers run within the step');

@@ -43,7 +43,8 @@ import { fmtDuration, fmtTokens, markdownTable } from './table.js';
 
 const BENCH_DIR = join(dirname(fileURLToPath(import.meta.url)), '..');
 const MODEL_CONFIG = join(BENCH_DIR, '..', 'packages', 'csa2-core', 'configs', 'v41-tiny-40l.json');
-const MODEL_LABEL = 'the released 40-layer V4.1 schedule at tiny width (configs/v41-tiny-40l.json: dim 64, head_dim 64, index_head_dim 32, window 128, top-k 512, 2,048 candidate blocks of 8)';
+const MODEL_LABEL =
+  'the released 40-layer V4.1 schedule at tiny width (configs/v41-tiny-40l.json: dim 64, head_dim 64, index_head_dim 32, window 128, top-k 512, 2,048 candidate blocks of 8)';
 const DECODER_SCRIPT = fileURLToPath(new URL('./documents-scale-decoder.js', import.meta.url));
 const TENANT = 'bench';
 const MB = 1e6;
@@ -133,7 +134,13 @@ export function stepFigures(run: DecoderRunReport): StepFigures {
   }
   const headMs = mean((s) => s.headMs);
   const wall = mean((s) => s.wallMs);
-  return { stepMs: median(run.steps.map((s) => s.wallMs)), kindMs, perLayerMs, headMs, untimedMs: wall - headMs - KIND_ORDER.reduce((a, k) => a + kindMs[k], 0) };
+  return {
+    stepMs: median(run.steps.map((s) => s.wallMs)),
+    kindMs,
+    perLayerMs,
+    headMs,
+    untimedMs: wall - headMs - KIND_ORDER.reduce((a, k) => a + kindMs[k], 0),
+  };
 }
 
 const fmtMs = (ms: number): string => (ms >= 1000 ? fmtDuration(ms) : ms >= 10 ? `${ms.toFixed(0)} ms` : `${ms.toFixed(2)} ms`);
@@ -224,7 +231,8 @@ export function evaluateGoals(result: ScaleResult): GoalResult[] {
     if (big === null || n === 0 || (rb[0] as DecoderRunReport).layerCounts.reindex === 0) goals.push({ goal, figure: 'not measured', met: null });
     else {
       const ratios: number[] = [];
-      for (let i = 0; i < n; i++) ratios.push(stepFigures(rb[i] as DecoderRunReport).perLayerMs.reindex / stepFigures(r4[i] as DecoderRunReport).perLayerMs.reindex);
+      for (let i = 0; i < n; i++)
+        ratios.push(stepFigures(rb[i] as DecoderRunReport).perLayerMs.reindex / stepFigures(r4[i] as DecoderRunReport).perLayerMs.reindex);
       const ok = ratios.filter((x) => x <= GOAL_REINDEX_FACTOR).length;
       const mb = median(rb.map((r) => stepFigures(r).perLayerMs.reindex));
       const m4 = median(r4.map((r) => stepFigures(r).perLayerMs.reindex));
@@ -249,14 +257,22 @@ export function renderScaleBench(result: ScaleResult): string {
     d.tokens.toLocaleString('en-US'),
     fmtMB(d.artifactBytes),
     (d.artifactBytes / d.tokens).toFixed(2),
-    d.source === 'ingest' ? `${((d.tokens * 1000) / d.makeMs).toFixed(0)} tok/s` : `(written ${((d.artifactBytes / MB) / (d.writeMs / 1000)).toFixed(0)} MB/s)`,
+    d.source === 'ingest' ? `${((d.tokens * 1000) / d.makeMs).toFixed(0)} tok/s` : `(written ${(d.artifactBytes / MB / (d.writeMs / 1000)).toFixed(0)} MB/s)`,
     spread(d, (r) => r.ttftFetchedMs, fmtMs),
     spread(d, (r) => r.ttftWarmMs, fmtMs),
     spread(d, (r) => r.loadMs, fmtMs),
-    spread(d, (r) => r.loadedBytes / MB / (r.loadMs / 1000), (x) => x.toFixed(0)),
+    spread(
+      d,
+      (r) => r.loadedBytes / MB / (r.loadMs / 1000),
+      (x) => x.toFixed(0),
+    ),
     spread(d, (r) => r.warmRssBytes, fmtMB),
     spread(d, (r) => r.peakRssBytes, fmtMB),
-    spread(d, (r) => (r.peakRssBytes - r.warmRssBytes) / d.artifactBytes, (x) => `${x.toFixed(2)}×`),
+    spread(
+      d,
+      (r) => (r.peakRssBytes - r.warmRssBytes) / d.artifactBytes,
+      (x) => `${x.toFixed(2)}×`,
+    ),
   ]);
   const counts = Object.values(result.runs)[0]?.[0]?.layerCounts;
   const kindHeader = (k: LayerMode): string => `${KIND_LABEL[k]}${counts !== undefined ? ` ×${counts[k]}` : ''}`;
@@ -264,14 +280,34 @@ export function renderScaleBench(result: ScaleResult): string {
     const f = runs(d).map(stepFigures);
     return [
       docLabel(d),
-      fmtSpread(f.map((x) => x.stepMs), fmtMsBare),
-      ...KIND_ORDER.map((k) => `${fmtSpread(f.map((x) => x.kindMs[k]), fmtMsBare)} [${fmtSpread(f.map((x) => x.perLayerMs[k]), fmtMsBare)}]`),
-      fmtSpread(f.map((x) => x.headMs), fmtMsBare),
-      fmtSpread(f.map((x) => x.untimedMs), fmtMsBare),
+      fmtSpread(
+        f.map((x) => x.stepMs),
+        fmtMsBare,
+      ),
+      ...KIND_ORDER.map(
+        (k) =>
+          `${fmtSpread(
+            f.map((x) => x.kindMs[k]),
+            fmtMsBare,
+          )} [${fmtSpread(
+            f.map((x) => x.perLayerMs[k]),
+            fmtMsBare,
+          )}]`,
+      ),
+      fmtSpread(
+        f.map((x) => x.headMs),
+        fmtMsBare,
+      ),
+      fmtSpread(
+        f.map((x) => x.untimedMs),
+        fmtMsBare,
+      ),
     ];
   });
   const goals = evaluateGoals(result);
-  const firstTokensDiffer = Object.entries(result.runs).filter(([, rs]) => rs.some((r) => !r.sameFirstToken)).map(([id]) => id);
+  const firstTokensDiffer = Object.entries(result.runs)
+    .filter(([, rs]) => rs.some((r) => !r.sameFirstToken))
+    .map(([id]) => id);
   return [
     `### Documents from ${docLabel(docs[0] as ScaleDocument)} to ${docLabel({ ...(docs.at(-1) as ScaleDocument), source: 'ingest' })} tokens (${MODEL_LABEL}, seeded weights)`,
     '',
@@ -280,7 +316,13 @@ export function renderScaleBench(result: ScaleResult): string {
       `Question ${o.questionTokens} tokens, replay R = ${o.replayTokens}, ${o.decodeSteps} decode steps, greedy, scan threads ${o.scanThreads === 'auto' ? `auto (${resolveScanThreads('auto')})` : o.scanThreads}. ${o.repeats} round(s): each cell is the median over the rounds (range in brackets); each round ran every size once, in a fresh decoder process.`,
     '',
     ...(docs.some((d) => d.tokens !== d.requestedTokens)
-      ? [`\\* ${docs.filter((d) => d.tokens !== d.requestedTokens).map((d) => `${fmtSize(d.requestedTokens)}: ${d.tokens.toLocaleString('en-US')} tokens`).join(', ')}: the document, the question and the answer fill the model's context (max_seq_len).`, '']
+      ? [
+          `\\* ${docs
+            .filter((d) => d.tokens !== d.requestedTokens)
+            .map((d) => `${fmtSize(d.requestedTokens)}: ${d.tokens.toLocaleString('en-US')} tokens`)
+            .join(', ')}: the document, the question and the answer fill the model's context (max_seq_len).`,
+          '',
+        ]
       : []),
     `Documents up to ${fmtTokens(o.realMaxTokens)} tokens were ingested (Engine.ingest: encoder + writer); larger ones are synthetic: random valid packed rows (fillSyntheticCache) written through the real ArtifactWriter — real artifacts for the decoder, not a model's values.`,
     '',
@@ -323,10 +365,16 @@ export function renderScaleBench(result: ScaleResult): string {
     'Goals:',
     '',
     markdownTable(
-      [{ header: 'goal', align: 'left' }, { header: 'met', align: 'left' }, { header: 'figures (medians over the rounds)', align: 'left' }],
+      [
+        { header: 'goal', align: 'left' },
+        { header: 'met', align: 'left' },
+        { header: 'figures (medians over the rounds)', align: 'left' },
+      ],
       goals.map((g) => [g.goal, g.met === null ? 'not measured' : g.met ? 'yes' : 'no', g.figure]),
     ),
-    ...(firstTokensDiffer.length > 0 ? ['', `WARNING: the fetched and the cached question chose different first tokens on ${firstTokensDiffer.join(', ')}`] : []),
+    ...(firstTokensDiffer.length > 0
+      ? ['', `WARNING: the fetched and the cached question chose different first tokens on ${firstTokensDiffer.join(', ')}`]
+      : []),
   ].join('\n');
 }
 
@@ -381,14 +429,31 @@ async function makeDocuments(engine: Engine, store: ObjectStore, opts: ScaleBenc
         },
       );
       const ms = performance.now() - t0;
-      out.push({ documentId, tokens: n, requestedTokens: requested, source: 'ingest', makeMs: ms, writeMs: ms, artifactBytes: ing.artifactBytes, globalBytesPerToken: ing.bytesPerToken });
+      out.push({
+        documentId,
+        tokens: n,
+        requestedTokens: requested,
+        source: 'ingest',
+        makeMs: ms,
+        writeMs: ms,
+        artifactBytes: ing.artifactBytes,
+        globalBytesPerToken: ing.bytesPerToken,
+      });
     }
-    if (n > opts.realMaxTokens || requested === twin) out.push({ ...(await syntheticDocument(engine, store, n, opts.chunkTokens, 200 + i, io)), requestedTokens: requested });
+    if (n > opts.realMaxTokens || requested === twin)
+      out.push({ ...(await syntheticDocument(engine, store, n, opts.chunkTokens, 200 + i, io)), requestedTokens: requested });
   }
   return out;
 }
 
-async function syntheticDocument(engine: Engine, store: ObjectStore, tokens: number, chunkTokens: number, seed: number, io: BenchIo): Promise<Omit<ScaleDocument, 'requestedTokens'>> {
+async function syntheticDocument(
+  engine: Engine,
+  store: ObjectStore,
+  tokens: number,
+  chunkTokens: number,
+  seed: number,
+  io: BenchIo,
+): Promise<Omit<ScaleDocument, 'requestedTokens'>> {
   // whole chunks, so that the ingest below finds every chunk stored and computes only the encoder tail (a
   // document shorter than a chunk keeps its length and gets no tail: its questions compute it)
   const whole = Math.floor(tokens / chunkTokens) * chunkTokens;
@@ -410,7 +475,9 @@ async function syntheticDocument(engine: Engine, store: ObjectStore, tokens: num
     const ing = await engine.ingest({ tenant: TENANT, documentId, tokenIds: Array.from(seq.tokens.view()), chunkTokens });
     const t3 = performance.now();
     if (ing.reusedTokens !== tokens) throw new Error(`the synthetic artifact of ${tokens} tokens was not re-used whole (${ing.reusedTokens})`);
-    io.log(`  its encoder tail: ${(ing.tailBytes / MB).toFixed(2)} MB (replay ${ing.tailReplayTokens}) in ${((t3 - t2) / 1000).toFixed(1)} s, the chunks' reading and verification included`);
+    io.log(
+      `  its encoder tail: ${(ing.tailBytes / MB).toFixed(2)} MB (replay ${ing.tailReplayTokens}) in ${((t3 - t2) / 1000).toFixed(1)} s, the chunks' reading and verification included`,
+    );
   } else io.log(`  shorter than a chunk: no stored encoder tail`);
   return { documentId, tokens, source: 'synthetic', makeMs: t2 - t0, writeMs: t2 - t1, artifactBytes, globalBytesPerToken: engine.info().bytesPerToken };
 }
@@ -427,7 +494,8 @@ export async function runScaleBench(opts: ScaleBenchOptions, io: BenchIo): Promi
     let V: number;
     try {
       const max = Math.max(...opts.sizes);
-      if (max > engine.model.config.maxSeqLen) throw new UsageError(`--scale-tokens: ${max} tokens exceed the model's max_seq_len ${engine.model.config.maxSeqLen}`);
+      if (max > engine.model.config.maxSeqLen)
+        throw new UsageError(`--scale-tokens: ${max} tokens exceed the model's max_seq_len ${engine.model.config.maxSeqLen}`);
       V = engine.model.config.vocabSize;
       documents = await makeDocuments(engine, store, opts, io);
     } finally {
@@ -492,17 +560,38 @@ export function parseScaleBenchOptions(values: OptionValues): ScaleBenchOptions 
 
 export const documentsScaleSuite: BenchSuite = {
   name: 'documents-scale',
-  summary: 'documents from 4K to 1M tokens (40-layer tiny model): artifact MB and bytes/token, ingest tok/s, TTFT fetched and cached, decode step by layer kind, decoder peak RSS, and the scale goals',
+  summary:
+    'documents from 4K to 1M tokens (40-layer tiny model): artifact MB and bytes/token, ingest tok/s, TTFT fetched and cached, decode step by layer kind, decoder peak RSS, and the scale goals',
   options: {
-    'scale-tokens': { type: 'string', description: 'document sizes (K = 1024, M = 1024²)', defaultText: '4K,8K,32K,128K,512K,1M (4K,8K,64K with --quick)', valueName: 'N,N,...' },
-    'scale-real-max': { type: 'string', description: 'ingest documents up to this size; larger ones are synthetic artifacts', defaultText: '32K (4K with --quick)', valueName: 'N' },
-    'scale-repeats': { type: 'string', description: 'rounds (every size once per round, a fresh decoder process each)', defaultText: '3 (1 with --quick)', valueName: 'N' },
+    'scale-tokens': {
+      type: 'string',
+      description: 'document sizes (K = 1024, M = 1024²)',
+      defaultText: '4K,8K,32K,128K,512K,1M (4K,8K,64K with --quick)',
+      valueName: 'N,N,...',
+    },
+    'scale-real-max': {
+      type: 'string',
+      description: 'ingest documents up to this size; larger ones are synthetic artifacts',
+      defaultText: '32K (4K with --quick)',
+      valueName: 'N',
+    },
+    'scale-repeats': {
+      type: 'string',
+      description: 'rounds (every size once per round, a fresh decoder process each)',
+      defaultText: '3 (1 with --quick)',
+      valueName: 'N',
+    },
     'scale-steps': { type: 'string', description: 'decode steps timed per run', defaultText: '16 (4 with --quick)', valueName: 'N' },
     'scale-json': { type: 'string', description: 'write the raw results (every run, every step) to FILE', valueName: 'FILE' },
     'question-tokens': { type: 'string', description: 'question length in tokens', defaultText: '32', valueName: 'N' },
     replay: { type: 'string', description: 'bounded replay R', defaultText: '128', valueName: 'R' },
     'cache-dir': { type: 'string', description: 'seeded checkpoints', defaultText: '.csa2/bench', valueName: 'DIR' },
-    'scale-scan-threads': { type: 'string', description: 'scan threads of the ingesting engine and the decoders (CSA2_SCAN_THREADS)', defaultText: 'auto', valueName: 'N|auto' },
+    'scale-scan-threads': {
+      type: 'string',
+      description: 'scan threads of the ingesting engine and the decoders (CSA2_SCAN_THREADS)',
+      defaultText: 'auto',
+      valueName: 'N|auto',
+    },
     quick: { type: 'boolean', description: 'small sizes for a smoke run' },
   },
   async run(values, io) {

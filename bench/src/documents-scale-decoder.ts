@@ -69,7 +69,13 @@ const zero = (): Record<LayerMode, number> => ({ full: 0, reindex: 0, reuse: 0, 
 
 export async function runDecoder(args: DecoderRunArgs): Promise<DecoderRunReport> {
   // as a decoder worker opens it (decoderEngineOptions): decode batches keep the attention arena, the replay runs without
-  const engine = await Engine.open({ modelDir: args.modelDir, store: args.storeUrl, warmUp: true, runtime: { attentionArenaMaxRows: DECODE_ATTENTION_ARENA_ROWS }, scanThreads: args.scanThreads ?? 'auto' });
+  const engine = await Engine.open({
+    modelDir: args.modelDir,
+    store: args.storeUrl,
+    warmUp: true,
+    runtime: { attentionArenaMaxRows: DECODE_ATTENTION_ARENA_ROWS },
+    scanThreads: args.scanThreads ?? 'auto',
+  });
   try {
     const warmRssBytes = peakRssBytes();
     const document = { tenant: args.tenant, documentId: args.documentId };

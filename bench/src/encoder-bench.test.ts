@@ -13,13 +13,25 @@ test('defaults: both models, 8K/32K/128K, the CPU only; lists and limits parsed,
   assert.deepEqual(d.providers, ['cpu']);
   assert.deepEqual(d.lengths, [8192, 32768, 131072]);
   assert.equal(d.cpuMaxTokens, Infinity);
-  const o = parseEncoderBenchOptions({ provider: 'cpu,cuda', 'encoder-lengths': '8K,1M', 'encoder-cpu-max': '8K', 'encoder-threads': '16', 'encoder-models': 'served' });
+  const o = parseEncoderBenchOptions({
+    provider: 'cpu,cuda',
+    'encoder-lengths': '8K,1M',
+    'encoder-cpu-max': '8K',
+    'encoder-threads': '16',
+    'encoder-models': 'served',
+  });
   assert.deepEqual(o.providers, ['cpu', 'cuda']);
   assert.deepEqual(o.lengths, [8192, 1048576]);
   assert.equal(o.cpuMaxTokens, 8192);
   assert.equal(o.cpuThreads, 16);
-  assert.throws(() => parseEncoderBenchOptions({ provider: 'tpu' }), (e: Error) => e instanceof UsageError && /--provider/.test(e.message));
-  assert.throws(() => parseEncoderBenchOptions({ 'encoder-models': '2048' }), (e: Error) => e instanceof UsageError && /--encoder-models/.test(e.message));
+  assert.throws(
+    () => parseEncoderBenchOptions({ provider: 'tpu' }),
+    (e: Error) => e instanceof UsageError && /--provider/.test(e.message),
+  );
+  assert.throws(
+    () => parseEncoderBenchOptions({ 'encoder-models': '2048' }),
+    (e: Error) => e instanceof UsageError && /--encoder-models/.test(e.message),
+  );
   assert.throws(() => parseEncoderBenchOptions({ 'encoder-threads': '0' }), UsageError);
 });
 

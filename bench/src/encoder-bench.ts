@@ -13,7 +13,18 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { GraphBuilder, SeededRandom, buildLayerPlan, f32, graphIoBytes, openGraphSession, readModelConfigFile, DEFAULT_RUNTIME_OPTIONS, type ExecutionProvider, type RuntimeOptions } from '@csa2/core';
+import {
+  GraphBuilder,
+  SeededRandom,
+  buildLayerPlan,
+  f32,
+  graphIoBytes,
+  openGraphSession,
+  readModelConfigFile,
+  DEFAULT_RUNTIME_OPTIONS,
+  type ExecutionProvider,
+  type RuntimeOptions,
+} from '@csa2/core';
 import { Engine } from '@csa2/engine';
 import { ensureSeededCheckpoint } from './checkpoint-cache.js';
 import { measureMatmulCeiling } from './ceiling.js';
@@ -68,7 +79,11 @@ const STEP_ORDER = ['attn-in', 'compress', 'indexer', 'attention', 'sinkhorn', '
  * one graph run whose input is one row (expanded on the device) and whose output is a scalar, so the
  * run is the GEMMs and a launch. TFLOP/s of the best of `runs`.
  */
-export async function measureBf16MatmulRate(runtime: RuntimeOptions, shape: { m: number; k: number; depth: number } = { m: 8192, k: 4096, depth: 16 }, runs = 10): Promise<number> {
+export async function measureBf16MatmulRate(
+  runtime: RuntimeOptions,
+  shape: { m: number; k: number; depth: number } = { m: 8192, k: 4096, depth: 16 },
+  runs = 10,
+): Promise<number> {
   const { m, k, depth } = shape;
   const g = new GraphBuilder('bf16_matmul_chain');
   const x = g.input('x', 'float32', [1, k]);
@@ -228,7 +243,13 @@ export function renderEncoderTable(rows: readonly EncoderBenchRow[], ceilings: R
   );
   const fallbacks = [...new Set(rows.flatMap((r) => r.cpuFallbackGraphs))];
   const stepTable = markdownTable(
-    [{ header: 'model', align: 'left' }, { header: 'provider', align: 'left' }, { header: 'tokens' }, ...STEP_ORDER.map((s) => ({ header: `${s} s` })), { header: 'rest s' }],
+    [
+      { header: 'model', align: 'left' },
+      { header: 'provider', align: 'left' },
+      { header: 'tokens' },
+      ...STEP_ORDER.map((s) => ({ header: `${s} s` })),
+      { header: 'rest s' },
+    ],
     rows.map((r) => {
       const sum = STEP_ORDER.reduce((a, s) => a + (r.steps[s] ?? 0), 0);
       return [r.model, r.provider, fmtTokens(r.tokens), ...STEP_ORDER.map((s) => ((r.steps[s] ?? 0) / 1000).toFixed(2)), ((r.ms - sum) / 1000).toFixed(2)];
@@ -256,10 +277,14 @@ function parseList<T extends string>(text: string | undefined, allowed: readonly
 export function parseEncoderBenchOptions(values: OptionValues): EncoderBenchOptions {
   const str = (k: string): string | undefined => (typeof values[k] === 'string' ? (values[k] as string) : undefined);
   const quick = values['quick'] === true;
-  const lengths = str('encoder-lengths')?.split(',').map((s) => tokenCount(s, 'encoder-lengths')) ?? (quick ? [1024] : [8192, 32768, 131072]);
+  const lengths =
+    str('encoder-lengths')
+      ?.split(',')
+      .map((s) => tokenCount(s, 'encoder-lengths')) ?? (quick ? [1024] : [8192, 32768, 131072]);
   const threadsText = str('encoder-threads') ?? 'auto';
   const cpuThreads = threadsText === 'auto' ? 'auto' : Number(threadsText);
-  if (cpuThreads !== 'auto' && !(Number.isInteger(cpuThreads) && cpuThreads >= 1)) throw new UsageError(`--encoder-threads: a positive integer or auto, got "${threadsText}"`);
+  if (cpuThreads !== 'auto' && !(Number.isInteger(cpuThreads) && cpuThreads >= 1))
+    throw new UsageError(`--encoder-threads: a positive integer or auto, got "${threadsText}"`);
   const seed = Number(str('seed') ?? '1');
   if (!Number.isInteger(seed) || seed < 0) throw new UsageError(`--seed: a non-negative integer, got "${str('seed')}"`);
   return {
@@ -275,7 +300,8 @@ export function parseEncoderBenchOptions(values: OptionValues): EncoderBenchOpti
 
 export const encoderSuite: BenchSuite = {
   name: 'encoder',
-  summary: 'encoder tokens/s (whole ingest) per execution provider at 8K/32K/128K tokens, dim-1024 bench model and served model, against the measured matmul rate',
+  summary:
+    'encoder tokens/s (whole ingest) per execution provider at 8K/32K/128K tokens, dim-1024 bench model and served model, against the measured matmul rate',
   options: {
     provider: { type: 'string', valueName: 'cpu,cuda', description: 'execution providers, side by side in this run', defaultText: 'cpu' },
     'encoder-models': { type: 'string', valueName: '1024,served', description: 'models to ingest with', defaultText: '1024,served' },

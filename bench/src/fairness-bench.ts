@@ -27,7 +27,11 @@ export interface FairnessBenchOptions {
 }
 
 export async function runFairnessBench(o: FairnessBenchOptions, io: BenchIo): Promise<string> {
-  const env: Record<string, string> = { CSA2_THREADS: 'auto', CSA2_PROGRESS_INTERVAL_MS: '0', ...(o.reservedSlots !== null ? { CSA2_PREFILL_RESERVED_SLOTS: String(o.reservedSlots) } : {}) };
+  const env: Record<string, string> = {
+    CSA2_THREADS: 'auto',
+    CSA2_PROGRESS_INTERVAL_MS: '0',
+    ...(o.reservedSlots !== null ? { CSA2_PREFILL_RESERVED_SLOTS: String(o.reservedSlots) } : {}),
+  };
   const pipe = await Pipeline.start({ modelDir: o.modelDir, env });
   const redis = connectRedis(pipe.redis.url);
   let seq = 0;
@@ -38,7 +42,8 @@ export async function runFairnessBench(o: FairnessBenchOptions, io: BenchIo): Pr
     return `queued ${secs(Number(p) - Number(ts))} s + encoding ${f === null ? `until ready` : `${secs(Number(f) - Number(p))} s`}`;
   };
   const splits: string[] = [];
-  const promptJobs = async (): Promise<Set<string>> => new Set((await redis.keys('bull:csa2-prefill:req.*.prefill')).map((k) => k.slice('bull:csa2-prefill:'.length)));
+  const promptJobs = async (): Promise<Set<string>> =>
+    new Set((await redis.keys('bull:csa2-prefill:req.*.prefill')).map((k) => k.slice('bull:csa2-prefill:'.length)));
   // B's requests: a long prompt (different ids each time, so no stored chunk is re-used) and a small document
   const promptOnce = async (): Promise<number> => {
     const before = await promptJobs();
@@ -80,13 +85,26 @@ export async function runFairnessBench(o: FairnessBenchOptions, io: BenchIo): Pr
     const states = await Promise.all(flood.map((d) => documentStatus(pipe.url, API_KEY, d.id)));
     const waiting = states.filter((s) => s.status !== 'ready').length;
     const med = (xs: readonly number[]) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)] as number;
-    const row = (what: string, solo: number[], flooded: number[]) => [what, solo.map((ms) => secs(ms)).join(', '), flooded.map((ms) => secs(ms)).join(', '), `${(med(flooded) / med(solo)).toFixed(2)}×`];
+    const row = (what: string, solo: number[], flooded: number[]) => [
+      what,
+      solo.map((ms) => secs(ms)).join(', '),
+      flooded.map((ms) => secs(ms)).join(', '),
+      `${(med(flooded) / med(solo)).toFixed(2)}×`,
+    ];
     return [
       `### Prefill fairness: tenant B alone and while tenant A floods the prefill queue (${o.floodDocuments} × ${o.floodTokens}-token documents; reserved prefill slots: ${o.reservedSlots ?? 'default'})`,
       '',
       markdownTable(
-        [{ header: 'tenant B\'s request', align: 'left' }, { header: 'alone (s)', align: 'left' }, { header: 'under the flood (s)', align: 'left' }, { header: 'ratio (medians)', align: 'left' }],
-        [row(`${o.promptTokens}-token prompt, 4 tokens out (prefill route)`, soloPrompt, floodPrompt), row(`${o.documentTokens}-token document, POST to ready`, soloDocument, floodDocument)],
+        [
+          { header: "tenant B's request", align: 'left' },
+          { header: 'alone (s)', align: 'left' },
+          { header: 'under the flood (s)', align: 'left' },
+          { header: 'ratio (medians)', align: 'left' },
+        ],
+        [
+          row(`${o.promptTokens}-token prompt, 4 tokens out (prefill route)`, soloPrompt, floodPrompt),
+          row(`${o.documentTokens}-token document, POST to ready`, soloDocument, floodDocument),
+        ],
       ),
       '',
       `Tenant A's documents not ready when B's last request ended: ${waiting} of ${o.floodDocuments}. Tenant B's prefill jobs (alone, then under the flood): ${splits.join('; ')}.`,
@@ -101,7 +119,8 @@ export async function runFairnessBench(o: FairnessBenchOptions, io: BenchIo): Pr
 export function parseFairnessOptions(values: OptionValues): FairnessBenchOptions {
   const rs = values['fairness-reserved-slots'];
   const reservedSlots = rs === undefined ? null : Number(rs);
-  if (reservedSlots !== null && !(Number.isSafeInteger(reservedSlots) && reservedSlots >= 0)) throw new UsageError(`--fairness-reserved-slots must be an integer ≥ 0, got ${String(rs)}`);
+  if (reservedSlots !== null && !(Number.isSafeInteger(reservedSlots) && reservedSlots >= 0))
+    throw new UsageError(`--fairness-reserved-slots must be an integer ≥ 0, got ${String(rs)}`);
   return {
     modelDir: typeof values['fairness-model'] === 'string' ? values['fairness-model'] : SERVED_MODEL_DIR,
     reservedSlots,
@@ -115,15 +134,20 @@ export function parseFairnessOptions(values: OptionValues): FairnessBenchOptions
 
 export const fairnessSuite: BenchSuite = {
   name: 'fairness',
-  summary: 'tenant B\'s long prompt and small document alone and while tenant A floods the prefill queue with documents (~4 min)',
+  summary: "tenant B's long prompt and small document alone and while tenant A floods the prefill queue with documents (~4 min)",
   options: {
     'fairness-model': { type: 'string', description: 'model directory', defaultText: 'models/v41-mini-128k', valueName: 'DIR' },
-    'fairness-reserved-slots': { type: 'string', description: 'CSA2_PREFILL_RESERVED_SLOTS of the encoder (0: none, as before)', defaultText: 'the encoder\'s default', valueName: 'N' },
+    'fairness-reserved-slots': {
+      type: 'string',
+      description: 'CSA2_PREFILL_RESERVED_SLOTS of the encoder (0: none, as before)',
+      defaultText: "the encoder's default",
+      valueName: 'N',
+    },
     'fairness-flood-documents': { type: 'string', description: 'documents tenant A queues', defaultText: '12', valueName: 'N' },
     'fairness-flood-tokens': { type: 'string', description: 'tokens per flood document', defaultText: '8000', valueName: 'N' },
-    'fairness-prompt-tokens': { type: 'string', description: 'tokens of tenant B\'s long prompt', defaultText: '2500', valueName: 'N' },
-    'fairness-document-tokens': { type: 'string', description: 'tokens of tenant B\'s small document', defaultText: '1000', valueName: 'N' },
-    'fairness-samples': { type: 'string', description: 'times each of B\'s requests is timed, alone and under the flood', defaultText: '2', valueName: 'N' },
+    'fairness-prompt-tokens': { type: 'string', description: "tokens of tenant B's long prompt", defaultText: '2500', valueName: 'N' },
+    'fairness-document-tokens': { type: 'string', description: "tokens of tenant B's small document", defaultText: '1000', valueName: 'N' },
+    'fairness-samples': { type: 'string', description: "times each of B's requests is timed, alone and under the flood", defaultText: '2', valueName: 'N' },
   },
   async run(values, io) {
     io.out(await runFairnessBench(parseFairnessOptions(values), io));

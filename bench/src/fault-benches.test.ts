@@ -8,13 +8,19 @@ import { UsageError } from './suite.js';
 
 const usage = (name: string) => (err: unknown) => err instanceof UsageError && err.message.includes(name);
 
-test('recovery: the services\' own lock settings and the issue\'s scenario by default; overrides and extra variables', () => {
+test("recovery: the services' own lock settings and the issue's scenario by default; overrides and extra variables", () => {
   const o = parseRecoveryOptions({});
   assert.deepEqual([o.lockMs, o.stalledMs, o.reservedSlots, o.modelDir], [null, null, null, SERVED_MODEL_DIR]);
   assert.deepEqual([o.streams, o.streamTokens, o.documents, o.documentTokens, o.longPrompts, o.longPromptTokens], [20, 200, 4, 15_000, 3, 2500]);
   assert.deepEqual(o.scenarios, ['decoder', 'encoder']);
   assert.deepEqual(o.extraEnv, {});
-  const p = parseRecoveryOptions({ 'recovery-lock-ms': '30000', 'recovery-stalled-ms': '5000', 'recovery-reserved-slots': '0', 'recovery-scenarios': 'encoder', 'recovery-env': 'CSA2_MAX_STEP_TOKENS=256,CSA2_THREADS=1' });
+  const p = parseRecoveryOptions({
+    'recovery-lock-ms': '30000',
+    'recovery-stalled-ms': '5000',
+    'recovery-reserved-slots': '0',
+    'recovery-scenarios': 'encoder',
+    'recovery-env': 'CSA2_MAX_STEP_TOKENS=256,CSA2_THREADS=1',
+  });
   assert.deepEqual([p.lockMs, p.stalledMs, p.reservedSlots], [30_000, 5000, 0]);
   assert.deepEqual(p.scenarios, ['encoder']);
   assert.deepEqual(p.extraEnv, { CSA2_MAX_STEP_TOKENS: '256', CSA2_THREADS: '1' });

@@ -6,16 +6,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { buildLayerPlan, parseModelConfig } from '@csa2/core';
-import {
-  attendedKeys,
-  decodeStepFlops,
-  decoderReplayFlops,
-  denseLayerFlopsPerToken,
-  encodeFlops,
-  exactPrefillFlops,
-  headFlops,
-  spanFlops,
-} from './flops.js';
+import { attendedKeys, decodeStepFlops, decoderReplayFlops, denseLayerFlopsPerToken, encodeFlops, exactPrefillFlops, headFlops, spanFlops } from './flops.js';
 
 // d=8, n=2, H=2, D=32, qL=4, G=2, R=4, hI=2, dI=32, E=2, k=1, I=4, V=16, W=2, K(topk)=1
 const config = parseModelConfig({

@@ -66,7 +66,8 @@ test('property: every UE8M0 scale byte with finite values and random codes round
     for (let trial = 0; trial < 20; trial++) {
       const packed = new Uint8Array(16 + 1);
       const maxCode = 1 + (rng.nextU32() % 7);
-      for (let i = 0; i < 16; i++) packed[i] = ((rng.nextU32() % (maxCode + 1)) | (rng.nextU32() & 8)) | (((rng.nextU32() % (maxCode + 1)) | (rng.nextU32() & 8)) << 4);
+      for (let i = 0; i < 16; i++)
+        packed[i] = (rng.nextU32() % (maxCode + 1)) | (rng.nextU32() & 8) | (((rng.nextU32() % (maxCode + 1)) | (rng.nextU32() & 8)) << 4);
       packed[16] = scaleByte;
       const values = dequantizeIndexKRows(packed, 32);
       assertSameBits(unpackIndexKRows(packIndexKRows(values, 32).bytesU8, 32), values, `scale byte ${scaleByte}`);
@@ -124,7 +125,10 @@ test('rows that are not fake-quantized values are refused, naming the row and bl
   for (const bad of [Number.NaN, Number.POSITIVE_INFINITY]) {
     const index = randomFakeQuantRows(rng, 2, 32, 'index-k');
     index[40] = bad;
-    assert.throws(() => packIndexKRows(index, 32), (e: unknown) => e instanceof RowNotRepresentableError && e.row === 1 && e.block === 0);
+    assert.throws(
+      () => packIndexKRows(index, 32),
+      (e: unknown) => e instanceof RowNotRepresentableError && e.row === 1 && e.block === 0,
+    );
   }
   const index = fakeQuantFp4Ue8m0Block32(new Float32Array(32).fill(1));
   index[4] = 1.25; // the block max 1.25 is no E2M1 magnitude times a power of two

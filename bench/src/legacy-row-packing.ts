@@ -136,7 +136,13 @@ function searchBlock(fmt: Fp4RowFormat, valuesF32: Float32Array, start: number):
   return `no ${fmt.rowKind} scale represents the block exactly (max |x| = ${amax}); the values were not fake-quantized with this format`;
 }
 
-function writeBlock(bytesU8: Uint8Array, rowLength: number, blockElements: number, blockIndex: number, packed: { scaleByte: number; codesU8: Uint8Array }): void {
+function writeBlock(
+  bytesU8: Uint8Array,
+  rowLength: number,
+  blockElements: number,
+  blockIndex: number,
+  packed: { scaleByte: number; codesU8: Uint8Array },
+): void {
   const blocksPerRow = rowLength / blockElements;
   const row = Math.floor(blockIndex / blocksPerRow);
   const block = blockIndex % blocksPerRow;

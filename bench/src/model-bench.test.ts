@@ -83,8 +83,14 @@ describe('model bench (tiny-a smoke run)', () => {
     const text = renderModelBench(result);
     const header = text.split('\n').find((l) => l.startsWith('| context'));
     assert.ok(header !== undefined, `a model table in:\n${text}`);
-    const cells = header.split('|').slice(1, -1).map((c) => c.trim());
-    assert.deepEqual(cells, modelTableColumns(128).map((c) => c.header));
+    const cells = header
+      .split('|')
+      .slice(1, -1)
+      .map((c) => c.trim());
+    assert.deepEqual(
+      cells,
+      modelTableColumns(128).map((c) => c.header),
+    );
     const row = text.split('\n').find((l) => l.startsWith('| 32 '));
     assert.ok(row !== undefined, `a row for context 32 in:\n${text}`);
     assert.equal(row.split('|').length, header.split('|').length);

@@ -354,7 +354,10 @@ async function benchModel(spec: BenchModelSpec, opts: ModelBenchOptions, ceiling
     const contexts = resolveContexts(opts.contexts ?? spec.defaultContexts, cap);
     const capNote = contexts.some((c) => c.capped)
       ? `contexts capped at ${cap} tokens (max_seq_len ${config.maxSeqLen} − ${opts.decodeSteps} decode steps): ` +
-        contexts.filter((c) => c.capped).map((c) => `${fmtTokens(c.requested)} → ${c.context}`).join(', ')
+        contexts
+          .filter((c) => c.capped)
+          .map((c) => `${fmtTokens(c.requested)} → ${c.context}`)
+          .join(', ')
       : null;
 
     // warm-up: first runs of every session at full chunk size (allocator arenas, thread pools) are not
@@ -532,7 +535,8 @@ export function parseModelBenchOptions(values: OptionValues): ModelBenchOptions 
   const quick = values['quick'] === true;
   const modelsText = stringOpt(values, 'models');
   const models = modelsText === undefined ? d.models : modelsText.split(',').map((s) => s.trim());
-  for (const k of models) if (!(MODEL_KEYS as readonly string[]).includes(k)) throw new UsageError(`--models: unknown model "${k}" (known: ${MODEL_KEYS.join(', ')})`);
+  for (const k of models)
+    if (!(MODEL_KEYS as readonly string[]).includes(k)) throw new UsageError(`--models: unknown model "${k}" (known: ${MODEL_KEYS.join(', ')})`);
   const contextsText = stringOpt(values, 'contexts');
   const contexts = contextsText !== undefined ? contextsText.split(',').map((s) => positiveInt(s, 'contexts')) : quick ? [1024] : d.contexts;
   const threadsText = stringOpt(values, 'threads');
@@ -568,11 +572,31 @@ export const modelSuite: BenchSuite = {
   summary: 'exact prefill, encoder-only (CED) prefill and decode tok/s of tiny-a and a seeded 40-layer dim-1024 model, against the matmul ceiling',
   options: {
     models: { type: 'string', valueName: 'tiny,1024', description: `models to run (${MODEL_KEYS.join(', ')})`, defaultText: 'tiny,1024' },
-    contexts: { type: 'string', valueName: 'N,N,...', description: 'context lengths in tokens (1K = 1024); capped at max_seq_len − decode steps', defaultText: 'tiny: 48,128,240; 1024: 1K,4K,16K' },
+    contexts: {
+      type: 'string',
+      valueName: 'N,N,...',
+      description: 'context lengths in tokens (1K = 1024); capped at max_seq_len − decode steps',
+      defaultText: 'tiny: 48,128,240; 1024: 1K,4K,16K',
+    },
     'decode-steps': { type: 'string', valueName: 'N', description: 'decode steps timed after each exact prefill', defaultText: '16' },
-    threads: { type: 'string', valueName: 'N|auto', description: "intra-op threads of the model's sessions", defaultText: "auto (csa2-core's choice: 1 below dim 512, else all cores)" },
-    spin: { type: 'string', valueName: 'on|off', description: 'let idle intra-op threads spin', defaultText: DEFAULT_RUNTIME_OPTIONS.allowSpinning ? 'on' : 'off' },
-    'graph-opt': { type: 'string', valueName: 'LEVEL', description: 'ORT graph optimization: disabled, basic, extended, all', defaultText: DEFAULT_RUNTIME_OPTIONS.graphOptimization },
+    threads: {
+      type: 'string',
+      valueName: 'N|auto',
+      description: "intra-op threads of the model's sessions",
+      defaultText: "auto (csa2-core's choice: 1 below dim 512, else all cores)",
+    },
+    spin: {
+      type: 'string',
+      valueName: 'on|off',
+      description: 'let idle intra-op threads spin',
+      defaultText: DEFAULT_RUNTIME_OPTIONS.allowSpinning ? 'on' : 'off',
+    },
+    'graph-opt': {
+      type: 'string',
+      valueName: 'LEVEL',
+      description: 'ORT graph optimization: disabled, basic, extended, all',
+      defaultText: DEFAULT_RUNTIME_OPTIONS.graphOptimization,
+    },
     'chunk-tokens': { type: 'string', valueName: 'N', description: 'token rows per forward chunk', defaultText: String(DEFAULT_MODEL_OPTIONS.chunkTokens) },
     'attention-budget': {
       type: 'string',

@@ -31,7 +31,11 @@ export interface PipelineBenchOptions {
   readonly docTokens: number;
 }
 
-async function completion(url: string, body: Record<string, unknown>, apiKey = API_KEY): Promise<{ ms: number; ttftMs: number; json: Record<string, unknown> }> {
+async function completion(
+  url: string,
+  body: Record<string, unknown>,
+  apiKey = API_KEY,
+): Promise<{ ms: number; ttftMs: number; json: Record<string, unknown> }> {
   const t0 = performance.now();
   const r = await fetch(`${url}/v1/completions`, {
     method: 'POST',
@@ -115,7 +119,14 @@ export async function runPipelineBench(opts: PipelineBenchOptions, io: BenchIo):
 
     // 2. 1, 8, 32 … concurrent streamed completions against the same requests one at a time
     const streamTokens = opts.streamTokens;
-    const request = (i: number) => ({ prompt: `Stream ${i} of the concurrency probe: `, max_tokens: streamTokens, temperature: 0.8, seed: i, stream: true, ignore_eos: true });
+    const request = (i: number) => ({
+      prompt: `Stream ${i} of the concurrency probe: `,
+      max_tokens: streamTokens,
+      temperature: 0.8,
+      seed: i,
+      stream: true,
+      ignore_eos: true,
+    });
     const rows: string[][] = [];
     const cpuRows: string[][] = [];
     for (const n of opts.concurrencyLevels) {
@@ -140,12 +151,20 @@ export async function runPipelineBench(opts: PipelineBenchOptions, io: BenchIo):
       const cpu1 = cpuByRole(pipe);
       const used = [...cpu1].map(([role, v]) => [role, v === null || cpu0.get(role) == null ? null : (v - (cpu0.get(role) as number)) / opts.rounds] as const);
       const total = used.reduce((a, [, v]) => a + (v ?? 0), 0);
-      cpuRows.push([String(n), fmtDuration(timedMs / opts.rounds), ...used.map(([role, v]) => (v === null ? `${role}: –` : `${role} ${v.toFixed(2)} s`)), `${total.toFixed(2)} s = ${((total * 1000 * opts.rounds) / timedMs).toFixed(2)} cores`]);
+      cpuRows.push([
+        String(n),
+        fmtDuration(timedMs / opts.rounds),
+        ...used.map(([role, v]) => (v === null ? `${role}: –` : `${role} ${v.toFixed(2)} s`)),
+        `${total.toFixed(2)} s = ${((total * 1000 * opts.rounds) / timedMs).toFixed(2)} cores`,
+      ]);
       t0 = performance.now();
       const serial: Array<{ ms: number; ttftMs: number }> = [];
       for (let i = 0; i < n; i++) serial.push(await completion(pipe.url, request(i)));
       const serialMs = performance.now() - t0;
-      const oneMs = percentile(serial.map((r) => r.ms), 50);
+      const oneMs = percentile(
+        serial.map((r) => r.ms),
+        50,
+      );
       rows.push([
         String(n),
         fmtDuration(percentile(ttft, 50)),
@@ -176,12 +195,22 @@ export async function runPipelineBench(opts: PipelineBenchOptions, io: BenchIo):
       '',
       `CPU time of each process while the concurrent completions ran (user + system, /proc; a timed round's mean), against the machine's ${availableParallelism()} cores:`,
       '',
-      markdownTable([{ header: 'concurrent' }, { header: 'wall' }, ...(cpuRows[0] ?? []).slice(2, -1).map(() => ({ header: 'process', align: 'left' as const })), { header: 'all', align: 'left' }], cpuRows),
+      markdownTable(
+        [
+          { header: 'concurrent' },
+          { header: 'wall' },
+          ...(cpuRows[0] ?? []).slice(2, -1).map(() => ({ header: 'process', align: 'left' as const })),
+          { header: 'all', align: 'left' },
+        ],
+        cpuRows,
+      ),
       '',
     );
 
     // 3. a question on an ingested document vs the whole text as the prompt
-    const text = Array.from({ length: Math.ceil(opts.docTokens / 32) }, (_, i) => `Section ${i} of the long document. `.padEnd(32, '.')).join('').slice(0, opts.docTokens);
+    const text = Array.from({ length: Math.ceil(opts.docTokens / 32) }, (_, i) => `Section ${i} of the long document. `.padEnd(32, '.'))
+      .join('')
+      .slice(0, opts.docTokens);
     io.log(`pipeline: ingesting a ${text.length}-token document`);
     const created = await fetch(`${pipe.url}/v1/documents`, {
       method: 'POST',
@@ -200,7 +229,13 @@ export async function runPipelineBench(opts: PipelineBenchOptions, io: BenchIo):
     const question = ' Question: what does section 3 say?';
     io.log('pipeline: questions on the stored document');
     const storedFirst = await completion(pipe.url, { prompt: question, max_tokens: 4, temperature: 0, stream: true, document_id: 'bench-doc' });
-    const stored = await completion(pipe.url, { prompt: ' Another question: and section 7?', max_tokens: 4, temperature: 0, stream: true, document_id: 'bench-doc' });
+    const stored = await completion(pipe.url, {
+      prompt: ' Another question: and section 7?',
+      max_tokens: 4,
+      temperature: 0,
+      stream: true,
+      document_id: 'bench-doc',
+    });
     // another tenant shares no chunks with the ingested document, so nothing is reused
     io.log('pipeline: the whole text as the prompt (another tenant)');
     const whole = await completion(pipe.url, { prompt: text + question, max_tokens: 4, temperature: 0, stream: true }, OTHER_API_KEY);
@@ -228,9 +263,21 @@ export async function runPipelineBench(opts: PipelineBenchOptions, io: BenchIo):
 export function parsePipelineBenchOptions(values: OptionValues): PipelineBenchOptions {
   const int = (name: string, fallback: number): number => positiveIntOption(values, name, fallback);
   const quick = values['quick'] === true;
-  const levels = values['concurrency'] === undefined ? [1, 8, 32] : String(values['concurrency']).split(',').map((v) => Number(v));
-  if (levels.some((n) => !Number.isSafeInteger(n) || n < 1)) throw new UsageError(`--concurrency must be a list of positive integers, got ${String(values['concurrency'])}`);
-  return { samples: int('samples', quick ? 10 : 50), rounds: int('pipeline-rounds', quick ? 1 : 3), concurrencyLevels: levels, streamTokens: int('stream-tokens', quick ? 16 : 64), docTokens: int('pipeline-doc-tokens', quick ? 2048 : 32768) };
+  const levels =
+    values['concurrency'] === undefined
+      ? [1, 8, 32]
+      : String(values['concurrency'])
+          .split(',')
+          .map((v) => Number(v));
+  if (levels.some((n) => !Number.isSafeInteger(n) || n < 1))
+    throw new UsageError(`--concurrency must be a list of positive integers, got ${String(values['concurrency'])}`);
+  return {
+    samples: int('samples', quick ? 10 : 50),
+    rounds: int('pipeline-rounds', quick ? 1 : 3),
+    concurrencyLevels: levels,
+    streamTokens: int('stream-tokens', quick ? 16 : 64),
+    docTokens: int('pipeline-doc-tokens', quick ? 2048 : 32768),
+  };
 }
 
 export const pipelineSuite: BenchSuite = {
@@ -238,7 +285,12 @@ export const pipelineSuite: BenchSuite = {
   summary: 'gateway + queue + worker overhead against one process, concurrent throughput, TTFT on an ingested document',
   options: {
     samples: { type: 'string', description: 'one-token completions per path', defaultText: '50 (10 with --quick)', valueName: 'N' },
-    'pipeline-rounds': { type: 'string', description: 'timed rounds of each concurrency level, after a first one reported apart', defaultText: '3 (1 with --quick)', valueName: 'N' },
+    'pipeline-rounds': {
+      type: 'string',
+      description: 'timed rounds of each concurrency level, after a first one reported apart',
+      defaultText: '3 (1 with --quick)',
+      valueName: 'N',
+    },
     concurrency: { type: 'string', description: 'concurrency levels of the streamed-completions comparison', defaultText: '1,8,32', valueName: 'N,N' },
     'stream-tokens': { type: 'string', description: 'tokens per streamed completion', defaultText: '64 (16 with --quick)', valueName: 'N' },
     'pipeline-doc-tokens': { type: 'string', description: 'document length (byte tokens)', defaultText: '32768 (2048 with --quick)', valueName: 'N' },

@@ -56,7 +56,11 @@ function pipelineEnv(o: RecoveryBenchOptions): Record<string, string> {
 }
 
 const settings = (o: RecoveryBenchOptions): string =>
-  `lock ${o.lockMs === null ? 'default' : `${o.lockMs} ms`}, stalled check ${o.stalledMs === null ? 'default' : `${o.stalledMs} ms`}${o.reservedSlots !== null ? `, reserved prefill slots ${o.reservedSlots}` : ''}${Object.entries(o.extraEnv).map(([k, v]) => `, ${k}=${v}`).join('')}`;
+  `lock ${o.lockMs === null ? 'default' : `${o.lockMs} ms`}, stalled check ${o.stalledMs === null ? 'default' : `${o.stalledMs} ms`}${o.reservedSlots !== null ? `, reserved prefill slots ${o.reservedSlots}` : ''}${Object.entries(
+    o.extraEnv,
+  )
+    .map(([k, v]) => `, ${k}=${v}`)
+    .join('')}`;
 
 function whole(s: StreamOutcome, tokens: number): boolean {
   return s.finished && s.error === null && s.completionTokens === tokens;
@@ -65,7 +69,12 @@ function whole(s: StreamOutcome, tokens: number): boolean {
 async function decoderKill(o: RecoveryBenchOptions, io: BenchIo): Promise<string[][]> {
   const pipe = await Pipeline.start({ modelDir: o.modelDir, env: pipelineEnv(o) });
   try {
-    const bodies = Array.from({ length: o.streams }, (_, i) => ({ prompt: tokenIds(48, 100 + i), max_tokens: o.streamTokens, ignore_eos: true, temperature: 0 }));
+    const bodies = Array.from({ length: o.streams }, (_, i) => ({
+      prompt: tokenIds(48, 100 + i),
+      max_tokens: o.streamTokens,
+      ignore_eos: true,
+      temperature: 0,
+    }));
     const running = bodies.map((b) => streamCompletion(pipe.url, API_KEY, b));
     // wait until every stream holds a few tokens (its Redis stream), then kill the decoder
     const redis = connectRedis(pipe.redis.url);
@@ -98,14 +107,16 @@ async function decoderKill(o: RecoveryBenchOptions, io: BenchIo): Promise<string
     const again = await Promise.all(bodies.map((b) => completion(pipe.url, API_KEY, b)));
     const undisturbedMs = performance.now() - t0;
     const differing = outs.filter((s, i) => !whole(s, o.streamTokens) || s.text !== again[i]?.text).length;
-    return [[
-      `decoder SIGKILL under ${o.streams} streams × ${o.streamTokens} tokens`,
-      settings(o),
-      `new decoder ready ${secs(readyAt - killedAt)} s; jobs running again ${restarted}; first token again ${resumed.length > 0 ? `${secs(Math.min(...resumed) - killedAt)} s` : 'never'}`,
-      `${secs(lastEnd - killedAt)} s (the same ${o.streams} requests undisturbed: ${secs(undisturbedMs)} s)`,
-      `${lost} of ${o.streams}`,
-      `${differing} of ${o.streams}`,
-    ]];
+    return [
+      [
+        `decoder SIGKILL under ${o.streams} streams × ${o.streamTokens} tokens`,
+        settings(o),
+        `new decoder ready ${secs(readyAt - killedAt)} s; jobs running again ${restarted}; first token again ${resumed.length > 0 ? `${secs(Math.min(...resumed) - killedAt)} s` : 'never'}`,
+        `${secs(lastEnd - killedAt)} s (the same ${o.streams} requests undisturbed: ${secs(undisturbedMs)} s)`,
+        `${lost} of ${o.streams}`,
+        `${differing} of ${o.streams}`,
+      ],
+    ];
   } finally {
     await pipe.stop();
   }
@@ -125,8 +136,12 @@ async function encoderKill(o: RecoveryBenchOptions, io: BenchIo): Promise<string
       await sleep(100);
     }
     const tokens = 32;
-    const long = Array.from({ length: o.longPrompts }, (_, i) => streamCompletion(pipe.url, API_KEY, { prompt: tokenIds(o.longPromptTokens, 500 + i), max_tokens: tokens, ignore_eos: true, temperature: 0 }));
-    const short = Array.from({ length: o.streams - o.longPrompts }, (_, i) => streamCompletion(pipe.url, API_KEY, { prompt: tokenIds(48, 200 + i), max_tokens: tokens, ignore_eos: true, temperature: 0 }));
+    const long = Array.from({ length: o.longPrompts }, (_, i) =>
+      streamCompletion(pipe.url, API_KEY, { prompt: tokenIds(o.longPromptTokens, 500 + i), max_tokens: tokens, ignore_eos: true, temperature: 0 }),
+    );
+    const short = Array.from({ length: o.streams - o.longPrompts }, (_, i) =>
+      streamCompletion(pipe.url, API_KEY, { prompt: tokenIds(48, 200 + i), max_tokens: tokens, ignore_eos: true, temperature: 0 }),
+    );
     await sleep(1500); // the long prompts are on the prefill queue, or encoding
     io.log(`recovery/encoder: ${o.documents} documents encoding, ${o.longPrompts} long prompts sent; SIGKILL the encoder`);
     await pipe.kill('encoder', 'SIGKILL');
@@ -135,23 +150,35 @@ async function encoderKill(o: RecoveryBenchOptions, io: BenchIo): Promise<string
     const restart = pipe.startService('encoder').then(() => performance.now());
     const longOut = await Promise.all(long);
     const shortOut = await Promise.all(short);
-    const ready = await documentsReady(pipe.url, API_KEY, docs.map((d) => d.id), 900_000, 250);
+    const ready = await documentsReady(
+      pipe.url,
+      API_KEY,
+      docs.map((d) => d.id),
+      900_000,
+      250,
+    );
     const readyAt = await restart;
     const restarted = await attemptStarts(pipe, 'csa2-prefill', killedAtWallMs);
     // the same long prompts again with nothing else running: the least they take on this machine
-    const alone = await Promise.all(Array.from({ length: o.longPrompts }, (_, i) => completion(pipe.url, API_KEY, { prompt: tokenIds(o.longPromptTokens, 500 + i), max_tokens: tokens, ignore_eos: true, temperature: 0 })));
+    const alone = await Promise.all(
+      Array.from({ length: o.longPrompts }, (_, i) =>
+        completion(pipe.url, API_KEY, { prompt: tokenIds(o.longPromptTokens, 500 + i), max_tokens: tokens, ignore_eos: true, temperature: 0 }),
+      ),
+    );
     const aloneMs = alone.map((r) => r.ms);
     const readyTimes = [...ready.values()].filter((v): v is number => typeof v === 'number');
     const docsLost = [...ready.values()].filter((v) => typeof v !== 'number').length;
     const fmtLong = longOut.map((s) => (whole(s, tokens) ? secs(s.endedAtMs - killedAt) : 'lost')).join(', ');
-    return [[
-      `encoder SIGKILL with ${o.documents} × ${o.documentTokens}-token documents encoding, ${o.longPrompts} × ${o.longPromptTokens}-token prompts and ${o.streams - o.longPrompts} short streams`,
-      settings(o),
-      `new encoder ready ${secs(readyAt - killedAt)} s; prefill jobs running again ${restarted}; long prompts done ${fmtLong} s (the same ${o.longPrompts} at once, nothing else running: ${aloneMs.map((ms) => secs(ms)).join(', ')} s); short streams by ${secs(Math.max(...shortOut.map((s) => s.endedAtMs)) - killedAt)} s`,
-      `documents ready ${readyTimes.map((t) => secs(t - killedAt)).join(', ')} s`,
-      `${longOut.concat(shortOut).filter((s) => !s.finished || s.error !== null).length} streams, ${docsLost} documents`,
-      `${longOut.concat(shortOut).filter((s) => !whole(s, tokens)).length} streams not whole`,
-    ]];
+    return [
+      [
+        `encoder SIGKILL with ${o.documents} × ${o.documentTokens}-token documents encoding, ${o.longPrompts} × ${o.longPromptTokens}-token prompts and ${o.streams - o.longPrompts} short streams`,
+        settings(o),
+        `new encoder ready ${secs(readyAt - killedAt)} s; prefill jobs running again ${restarted}; long prompts done ${fmtLong} s (the same ${o.longPrompts} at once, nothing else running: ${aloneMs.map((ms) => secs(ms)).join(', ')} s); short streams by ${secs(Math.max(...shortOut.map((s) => s.endedAtMs)) - killedAt)} s`,
+        `documents ready ${readyTimes.map((t) => secs(t - killedAt)).join(', ')} s`,
+        `${longOut.concat(shortOut).filter((s) => !s.finished || s.error !== null).length} streams, ${docsLost} documents`,
+        `${longOut.concat(shortOut).filter((s) => !whole(s, tokens)).length} streams not whole`,
+      ],
+    ];
   } finally {
     await pipe.stop();
   }
@@ -183,7 +210,14 @@ export async function runRecoveryBench(o: RecoveryBenchOptions, io: BenchIo): Pr
     `### Recovery after SIGKILL (model ${o.modelDir.replace(`${REPO_ROOT}`, '')}: ${cfg.n_layers ?? '?'} layers, dim ${cfg.dim ?? '?'}; a new worker started at once)`,
     '',
     markdownTable(
-      [{ header: 'scenario', align: 'left' }, { header: 'settings', align: 'left' }, { header: 'first token again / streams done (from the kill)', align: 'left' }, { header: 'all done / documents (from the kill)', align: 'left' }, { header: 'lost', align: 'left' }, { header: 'not identical / not whole', align: 'left' }],
+      [
+        { header: 'scenario', align: 'left' },
+        { header: 'settings', align: 'left' },
+        { header: 'first token again / streams done (from the kill)', align: 'left' },
+        { header: 'all done / documents (from the kill)', align: 'left' },
+        { header: 'lost', align: 'left' },
+        { header: 'not identical / not whole', align: 'left' },
+      ],
       rows,
     ),
     '',
@@ -237,15 +271,25 @@ export const recoverySuite: BenchSuite = {
   options: {
     'recovery-model': { type: 'string', description: 'model directory', defaultText: 'models/v41-mini-128k', valueName: 'DIR' },
     'recovery-scenarios': { type: 'string', description: 'which worker to kill', defaultText: 'decoder,encoder', valueName: 'LIST' },
-    'recovery-lock-ms': { type: 'string', description: 'CSA2_LOCK_DURATION_MS of the workers', defaultText: 'the services\' default', valueName: 'MS' },
-    'recovery-stalled-ms': { type: 'string', description: 'CSA2_STALLED_INTERVAL_MS of the workers', defaultText: 'the services\' default', valueName: 'MS' },
-    'recovery-reserved-slots': { type: 'string', description: 'CSA2_PREFILL_RESERVED_SLOTS of the encoder', defaultText: 'the encoder\'s default', valueName: 'N' },
+    'recovery-lock-ms': { type: 'string', description: 'CSA2_LOCK_DURATION_MS of the workers', defaultText: "the services' default", valueName: 'MS' },
+    'recovery-stalled-ms': { type: 'string', description: 'CSA2_STALLED_INTERVAL_MS of the workers', defaultText: "the services' default", valueName: 'MS' },
+    'recovery-reserved-slots': {
+      type: 'string',
+      description: 'CSA2_PREFILL_RESERVED_SLOTS of the encoder',
+      defaultText: "the encoder's default",
+      valueName: 'N',
+    },
     'recovery-env': { type: 'string', description: 'more CSA2_* variables for every service, NAME=VALUE,…', defaultText: 'none', valueName: 'LIST' },
     'recovery-streams': { type: 'string', description: 'streams running when the worker is killed', defaultText: '20', valueName: 'N' },
     'recovery-stream-tokens': { type: 'string', description: 'tokens per stream (decoder scenario)', defaultText: '200', valueName: 'N' },
     'recovery-documents': { type: 'string', description: 'documents encoding when the encoder is killed', defaultText: '4', valueName: 'N' },
     'recovery-document-tokens': { type: 'string', description: 'tokens per document', defaultText: '15000', valueName: 'N' },
-    'recovery-long-prompts': { type: 'string', description: 'streams with a long prompt (the prefill route), among the streams', defaultText: '3', valueName: 'N' },
+    'recovery-long-prompts': {
+      type: 'string',
+      description: 'streams with a long prompt (the prefill route), among the streams',
+      defaultText: '3',
+      valueName: 'N',
+    },
     'recovery-long-prompt-tokens': { type: 'string', description: 'tokens per long prompt', defaultText: '2500', valueName: 'N' },
   },
   async run(values, io) {

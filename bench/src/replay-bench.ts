@@ -32,12 +32,26 @@ export async function runReplayBench(opts: ReplayBenchOptions, io: BenchIo): Pro
     io.log(`replay: ingesting ${opts.docTokens} tokens`);
     await engine.ingest({ tenant: 'bench', documentId: 'doc', tokenIds: doc });
     io.log('replay: exact generation over document + question');
-    const exact = await engine.generate({ promptIds: [...doc, ...question], maxTokens: opts.steps, sampling: GREEDY, exact: true, keepLogits: true, ignoreEos: true });
+    const exact = await engine.generate({
+      promptIds: [...doc, ...question],
+      maxTokens: opts.steps,
+      sampling: GREEDY,
+      exact: true,
+      keepLogits: true,
+      ignoreEos: true,
+    });
     const rows: string[][] = [];
     for (const R of opts.replays) {
       io.log(`replay: R = ${R}`);
       // a warm-up query first, so the TTFT column does not include one-time session growth
-      await engine.generate({ promptIds: question, document: { tenant: 'bench', documentId: 'doc' }, maxTokens: 1, sampling: GREEDY, replayTokens: R, ignoreEos: true });
+      await engine.generate({
+        promptIds: question,
+        document: { tenant: 'bench', documentId: 'doc' },
+        maxTokens: 1,
+        sampling: GREEDY,
+        replayTokens: R,
+        ignoreEos: true,
+      });
       const r = await engine.generate({
         promptIds: question,
         document: { tenant: 'bench', documentId: 'doc' },

@@ -14,7 +14,11 @@ test('retrieval options: defaults, K suffixes, and every bad value named', () =>
   assert.deepEqual(q.lengths, [2048, 131072]);
   assert.equal(q.klTokens, 0);
   assert.deepEqual(q.depths, [0.5]);
-  assert.deepEqual([d.klPassages, q.klPassages, parseRetrievalBenchOptions({ 'retrieval-kl-passages': '3' }).klPassages], [8, 1, 3], 'the KL passages: 8 by default, 1 quick');
+  assert.deepEqual(
+    [d.klPassages, q.klPassages, parseRetrievalBenchOptions({ 'retrieval-kl-passages': '3' }).klPassages],
+    [8, 1, 3],
+    'the KL passages: 8 by default, 1 quick',
+  );
   for (const [name, value, message] of [
     ['retrieval-tasks', 'passkey,haystack', /unknown task "haystack"/],
     ['retrieval-modes', 'exact,fast', /unknown mode "fast"/],
@@ -22,7 +26,11 @@ test('retrieval options: defaults, K suffixes, and every bad value named', () =>
     ['retrieval-lengths', '4K,lots', /not a token count: "lots"/],
     ['retrieval-kl-passages', '9', /integer in \[1, 8\], got 9/],
   ] as const) {
-    assert.throws(() => parseRetrievalBenchOptions({ [name]: value }), (e: unknown) => e instanceof UsageError && message.test(e.message), `${name}=${value}`);
+    assert.throws(
+      () => parseRetrievalBenchOptions({ [name]: value }),
+      (e: unknown) => e instanceof UsageError && message.test(e.message),
+      `${name}=${value}`,
+    );
   }
 });
 

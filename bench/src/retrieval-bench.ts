@@ -21,7 +21,16 @@ import { klDivergence, type ForwardObserver } from '@csa2/core';
 import { Engine } from '@csa2/engine';
 import { API_KEY, Pipeline } from '@csa2/test';
 import OpenAI from 'openai';
-import { answerCorrect, instanceSeed, loadRetrievalCorpus, RETRIEVAL_TASKS, retrievalInstance, type RetrievalCorpus, type RetrievalInstance, type RetrievalTask } from './retrieval-tasks.js';
+import {
+  answerCorrect,
+  instanceSeed,
+  loadRetrievalCorpus,
+  RETRIEVAL_TASKS,
+  retrievalInstance,
+  type RetrievalCorpus,
+  type RetrievalInstance,
+  type RetrievalTask,
+} from './retrieval-tasks.js';
 import type { BenchIo, BenchSuite, OptionValues } from './suite.js';
 import { UsageError, positiveIntOption, tokenCount, tokenCountsOption } from './suite.js';
 import { fmtDuration, markdownTable } from './table.js';
@@ -89,7 +98,13 @@ function tokenizeInstance(engine: Engine, instance: RetrievalInstance): { docIds
  */
 function needleSpans(engine: Engine, instance: RetrievalInstance): Array<readonly [number, number]> {
   const head = engine.info().bosId === null ? 0 : 1;
-  return instance.needles.map((n) => [head + engine.tokenize(instance.document.slice(0, n.offset).trimEnd()).length, head + engine.tokenize(instance.document.slice(0, n.offset + n.text.length)).length] as const);
+  return instance.needles.map(
+    (n) =>
+      [
+        head + engine.tokenize(instance.document.slice(0, n.offset).trimEnd()).length,
+        head + engine.tokenize(instance.document.slice(0, n.offset + n.text.length)).length,
+      ] as const,
+  );
 }
 
 /** An instance whose document + question come to about `length` tokens (the haystack scaled to fit). */
@@ -249,7 +264,12 @@ export async function runRetrievalBench(opts: RetrievalBenchOptions, io: BenchIo
 }
 
 /** The same instances through gateway → encoder worker → store → decoder worker, with the official client. */
-async function runThroughPipeline(opts: RetrievalBenchOptions, prepared: readonly { p: Prepared; documentId: string }[], outcomes: Outcome[], io: BenchIo): Promise<void> {
+async function runThroughPipeline(
+  opts: RetrievalBenchOptions,
+  prepared: readonly { p: Prepared; documentId: string }[],
+  outcomes: Outcome[],
+  io: BenchIo,
+): Promise<void> {
   io.log('retrieval: starting redis, gateway, encoder and decoder workers on the model');
   const pipe = await Pipeline.start({ modelDir: opts.modelDir, readyTimeoutMs: 600_000 });
   try {
@@ -263,7 +283,10 @@ async function runThroughPipeline(opts: RetrievalBenchOptions, prepared: readonl
       });
       if (created.status !== 202) throw new Error(`ingest of ${documentId} failed: ${created.status} ${await created.text()}`);
       for (;;) {
-        const st = (await (await fetch(`${pipe.url}/v1/documents/${documentId}`, { headers: { authorization: `Bearer ${API_KEY}` } })).json()) as { status: string; tokens?: number };
+        const st = (await (await fetch(`${pipe.url}/v1/documents/${documentId}`, { headers: { authorization: `Bearer ${API_KEY}` } })).json()) as {
+          status: string;
+          tokens?: number;
+        };
         if (st.status === 'ready') break;
         if (st.status === 'failed') throw new Error(`document ${documentId} failed: ${JSON.stringify(st)}`);
         await new Promise((r) => setTimeout(r, 250));
@@ -293,7 +316,14 @@ async function runThroughPipeline(opts: RetrievalBenchOptions, prepared: readonl
  * CPU figures are of the same text.
  */
 export const KL_PASSAGE_STARTS: ReadonlyArray<readonly [number, number]> = [
-  [0, 1 / 3], [0, 0.1], [0, 0.6], [1, 0.1], [1, 0.6], [2, 0.1], [2, 1 / 3], [2, 0.6],
+  [0, 1 / 3],
+  [0, 0.1],
+  [0, 0.6],
+  [1, 0.1],
+  [1, 0.6],
+  [2, 0.1],
+  [2, 1 / 3],
+  [2, 0.6],
 ];
 
 /**
@@ -319,9 +349,26 @@ async function klOnRealText(engine: Engine, corpus: RetrievalCorpus, opts: Retri
     const forced = ids.slice(opts.klTokens + questionTokens, opts.klTokens + questionTokens + steps);
     const documentId = `kl-text-${pi}`;
     await engine.ingest({ tenant: 'bench', documentId, tokenIds: doc });
-    const exact = await engine.generate({ promptIds: [...doc, ...question], maxTokens: steps, sampling: GREEDY, exact: true, keepLogits: true, ignoreEos: true, forceIds: forced });
+    const exact = await engine.generate({
+      promptIds: [...doc, ...question],
+      maxTokens: steps,
+      sampling: GREEDY,
+      exact: true,
+      keepLogits: true,
+      ignoreEos: true,
+      forceIds: forced,
+    });
     for (const R of opts.klReplays) {
-      const r = await engine.generate({ promptIds: question, document: { tenant: 'bench', documentId }, replayTokens: R, maxTokens: steps, sampling: GREEDY, keepLogits: true, ignoreEos: true, forceIds: forced });
+      const r = await engine.generate({
+        promptIds: question,
+        document: { tenant: 'bench', documentId },
+        replayTokens: R,
+        maxTokens: steps,
+        sampling: GREEDY,
+        keepLogits: true,
+        ignoreEos: true,
+        forceIds: forced,
+      });
       (kls.get(R) as number[][]).push(r.logits.map((row, i) => klDivergence(exact.logits[i] as Float32Array, row)));
     }
     io.log(`  passage ${pi + 1}/${passages.length} done`);
@@ -332,13 +379,27 @@ async function klOnRealText(engine: Engine, corpus: RetrievalCorpus, opts: Retri
     const all = per.flat();
     const m = mean(all);
     const passageMeans = per.map(mean).sort((a, b) => a - b);
-    return [String(R), m.toExponential(2), Math.max(...all).toExponential(2), mean(per[0] as number[]).toExponential(2), (passageMeans[Math.floor((passageMeans.length - 1) / 2)] as number).toExponential(2), R === 128 ? (m <= 0.005 ? 'yes' : 'no') : ''];
+    return [
+      String(R),
+      m.toExponential(2),
+      Math.max(...all).toExponential(2),
+      mean(per[0] as number[]).toExponential(2),
+      (passageMeans[Math.floor((passageMeans.length - 1) / 2)] as number).toExponential(2),
+      R === 128 ? (m <= 0.005 ? 'yes' : 'no') : '',
+    ];
   });
   return [
     `### KL(exact ‖ bounded replay) on real text: ${passages.length} held-out passage(s) of ${opts.klTokens} tokens, each stored as a document, the next ${questionTokens} tokens as the question, ${steps} teacher-forced steps of the text`,
     '',
     markdownTable(
-      [{ header: 'R' }, { header: 'mean KL (nats), every row' }, { header: 'max KL' }, { header: 'passage 1 mean' }, { header: 'median passage mean' }, { header: 'goal ≤ 0.005 (R = 128, mean)' }],
+      [
+        { header: 'R' },
+        { header: 'mean KL (nats), every row' },
+        { header: 'max KL' },
+        { header: 'passage 1 mean' },
+        { header: 'median passage mean' },
+        { header: 'goal ≤ 0.005 (R = 128, mean)' },
+      ],
       rows,
     ),
   ].join('\n');
@@ -346,8 +407,13 @@ async function klOnRealText(engine: Engine, corpus: RetrievalCorpus, opts: Retri
 
 function report(opts: RetrievalBenchOptions, outcomes: readonly Outcome[], klSection: string): string {
   const lengths = [...new Set(outcomes.map((o) => o.length))];
-  const keys = [...(opts.modes.includes('exact') ? ['exact'] : []), ...(opts.modes.includes('ced') ? opts.replays.map((R) => `R=${R}`) : []), ...(opts.modes.includes('pipeline') ? ['pipeline'] : [])];
-  const modeLabel = (k: string) => (k === 'exact' ? 'exact (one process)' : k === 'pipeline' ? 'pipeline (document_id, R = 128)' : `stored document, ${k.replace('=', ' = ')}`);
+  const keys = [
+    ...(opts.modes.includes('exact') ? ['exact'] : []),
+    ...(opts.modes.includes('ced') ? opts.replays.map((R) => `R=${R}`) : []),
+    ...(opts.modes.includes('pipeline') ? ['pipeline'] : []),
+  ];
+  const modeLabel = (k: string) =>
+    k === 'exact' ? 'exact (one process)' : k === 'pipeline' ? 'pipeline (document_id, R = 128)' : `stored document, ${k.replace('=', ' = ')}`;
   const accRows: string[][] = [];
   for (const task of opts.tasks) {
     for (const k of keys) {
@@ -369,7 +435,9 @@ function report(opts: RetrievalBenchOptions, outcomes: readonly Outcome[], klSec
       }),
     ]);
   }
-  const layerLabels = [...new Set(outcomes.flatMap((o) => Object.keys(o.selected)))].filter((l) => !l.endsWith('|chance')).sort((a, b) => parseInt(a, 10) - parseInt(b, 10) || a.localeCompare(b));
+  const layerLabels = [...new Set(outcomes.flatMap((o) => Object.keys(o.selected)))]
+    .filter((l) => !l.endsWith('|chance'))
+    .sort((a, b) => parseInt(a, 10) - parseInt(b, 10) || a.localeCompare(b));
   const mean = (os: readonly Outcome[], key: string) => os.reduce((a, o) => a + (o.selected[key] ?? 0), 0) / os.length;
   const selRows = layerLabels.map((label) => [
     label,
@@ -394,7 +462,7 @@ function report(opts: RetrievalBenchOptions, outcomes: readonly Outcome[], klSec
     '',
     markdownTable([{ header: 'depth', align: 'left' }, ...lengthHeaders], depthRows),
     '',
-    '### Needles selected at the question\'s last row, by index layer (stored document, R = 128): share of the value-carrying needles with at least one entry in the layer\'s top-k (Full, Reindex) or in the candidate pool; chance: the same share for a selection of as many entries (the pool: candidate blocks) drawn at random from all visible ones',
+    "### Needles selected at the question's last row, by index layer (stored document, R = 128): share of the value-carrying needles with at least one entry in the layer's top-k (Full, Reindex) or in the candidate pool; chance: the same share for a selection of as many entries (the pool: candidate blocks) drawn at random from all visible ones",
     '',
     selRows.length > 0 ? markdownTable([{ header: 'layer', align: 'left' }, ...lengthHeaders], selRows) : '(no CED runs)',
     ...(klSection === '' ? [] : ['', klSection]),
@@ -411,10 +479,13 @@ export function parseRetrievalBenchOptions(values: OptionValues): RetrievalBench
   const quick = values['quick'] === true;
   const tasksText = values['retrieval-tasks'];
   const tasks = typeof tasksText === 'string' ? tasksText.split(',').map((t) => t.trim()) : [...RETRIEVAL_TASKS];
-  for (const t of tasks) if (!(RETRIEVAL_TASKS as readonly string[]).includes(t)) throw new UsageError(`--retrieval-tasks: unknown task ${JSON.stringify(t)} (tasks: ${RETRIEVAL_TASKS.join(', ')})`);
+  for (const t of tasks)
+    if (!(RETRIEVAL_TASKS as readonly string[]).includes(t))
+      throw new UsageError(`--retrieval-tasks: unknown task ${JSON.stringify(t)} (tasks: ${RETRIEVAL_TASKS.join(', ')})`);
   const modesText = values['retrieval-modes'];
   const modes = typeof modesText === 'string' ? modesText.split(',').map((t) => t.trim()) : [...MODES];
-  for (const m of modes) if (!(MODES as readonly string[]).includes(m)) throw new UsageError(`--retrieval-modes: unknown mode ${JSON.stringify(m)} (modes: ${MODES.join(', ')})`);
+  for (const m of modes)
+    if (!(MODES as readonly string[]).includes(m)) throw new UsageError(`--retrieval-modes: unknown mode ${JSON.stringify(m)} (modes: ${MODES.join(', ')})`);
   const depths = listOption(values, 'retrieval-depths', quick ? [0.5] : [0.1, 0.5, 0.9], (t) => {
     const d = Number(t);
     if (!(d >= 0 && d <= 1)) throw new UsageError(`--retrieval-depths: ${JSON.stringify(t)} is not within [0, 1]`);
@@ -442,27 +513,59 @@ export function parseRetrievalBenchOptions(values: OptionValues): RetrievalBench
 
 function klPassagesOption(text: string): number {
   const n = Number(text);
-  if (!(Number.isInteger(n) && n >= 1 && n <= KL_PASSAGE_STARTS.length)) throw new UsageError(`--retrieval-kl-passages must be an integer in [1, ${KL_PASSAGE_STARTS.length}], got ${text}`);
+  if (!(Number.isInteger(n) && n >= 1 && n <= KL_PASSAGE_STARTS.length))
+    throw new UsageError(`--retrieval-kl-passages must be an integer in [1, ${KL_PASSAGE_STARTS.length}], got ${text}`);
   return n;
 }
 
 export const retrievalSuite: BenchSuite = {
   name: 'retrieval',
-  summary: 'retrieval on real text (passkey, NIAH single/multi-key/multi-value, variable tracking): exact, stored document with R = 128/512/2560, through the pipeline; needles in each layer\'s top-k; KL(exact ‖ replay) on real text',
+  summary:
+    "retrieval on real text (passkey, NIAH single/multi-key/multi-value, variable tracking): exact, stored document with R = 128/512/2560, through the pipeline; needles in each layer's top-k; KL(exact ‖ replay) on real text",
   options: {
     'retrieval-model': { type: 'string', description: 'model directory', defaultText: 'models/v41-mini-128k', valueName: 'DIR' },
     'retrieval-tasks': { type: 'string', description: 'tasks', defaultText: RETRIEVAL_TASKS.join(','), valueName: 'T,T' },
-    'retrieval-lengths': { type: 'string', description: 'prompt lengths in tokens (K = 1024)', defaultText: '1K,4K,16K,32K (1K with --quick)', valueName: 'N,N' },
-    'retrieval-depths': { type: 'string', description: 'depths of the first needle in the haystack, 0..1', defaultText: '0.1,0.5,0.9 (0.5 with --quick)', valueName: 'D,D' },
+    'retrieval-lengths': {
+      type: 'string',
+      description: 'prompt lengths in tokens (K = 1024)',
+      defaultText: '1K,4K,16K,32K (1K with --quick)',
+      valueName: 'N,N',
+    },
+    'retrieval-depths': {
+      type: 'string',
+      description: 'depths of the first needle in the haystack, 0..1',
+      defaultText: '0.1,0.5,0.9 (0.5 with --quick)',
+      valueName: 'D,D',
+    },
     'retrieval-samples': { type: 'string', description: 'instances per task, length and depth', defaultText: '1', valueName: 'N' },
-    'retrieval-replays': { type: 'string', description: 'decoder replay lengths R of the stored-document path', defaultText: '128,512,2560 (128 with --quick)', valueName: 'R,R' },
+    'retrieval-replays': {
+      type: 'string',
+      description: 'decoder replay lengths R of the stored-document path',
+      defaultText: '128,512,2560 (128 with --quick)',
+      valueName: 'R,R',
+    },
     'retrieval-modes': { type: 'string', description: 'paths: exact, ced (stored document), pipeline', defaultText: MODES.join(','), valueName: 'M,M' },
     'retrieval-exact-max': { type: 'string', description: 'longest prompt the exact path runs', defaultText: '16K', valueName: 'N' },
-    'retrieval-kl-tokens': { type: 'string', description: 'held-out text of the KL comparison (0 skips it)', defaultText: '4K (1K with --quick)', valueName: 'N' },
-    'retrieval-kl-replays': { type: 'string', description: 'R values of the KL comparison', defaultText: '32,128,512,2560 (128 with --quick)', valueName: 'R,R' },
-    'retrieval-kl-passages': { type: 'string', description: `held-out passages of the KL comparison (1–${KL_PASSAGE_STARTS.length})`, defaultText: `${KL_PASSAGE_STARTS.length} (1 with --quick)`, valueName: 'N' },
+    'retrieval-kl-tokens': {
+      type: 'string',
+      description: 'held-out text of the KL comparison (0 skips it)',
+      defaultText: '4K (1K with --quick)',
+      valueName: 'N',
+    },
+    'retrieval-kl-replays': {
+      type: 'string',
+      description: 'R values of the KL comparison',
+      defaultText: '32,128,512,2560 (128 with --quick)',
+      valueName: 'R,R',
+    },
+    'retrieval-kl-passages': {
+      type: 'string',
+      description: `held-out passages of the KL comparison (1–${KL_PASSAGE_STARTS.length})`,
+      defaultText: `${KL_PASSAGE_STARTS.length} (1 with --quick)`,
+      valueName: 'N',
+    },
     seed: { type: 'string', description: 'seed of the instances', defaultText: '1', valueName: 'S' },
-    'retrieval-json': { type: 'string', description: 'write every instance\'s outputs, correctness and selections to FILE', valueName: 'FILE' },
+    'retrieval-json': { type: 'string', description: "write every instance's outputs, correctness and selections to FILE", valueName: 'FILE' },
     quick: { type: 'boolean', description: 'smoke run: 1K, depth 0.5, R = 128' },
   },
   async run(values, io) {

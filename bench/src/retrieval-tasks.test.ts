@@ -31,7 +31,10 @@ test('every value-carrying needle is in the document at its offset, carries its 
       for (const n of inst.needles) assert.equal(inst.document.slice(n.offset, n.offset + n.text.length), n.text, `${task} at ${depth}`);
       const first = Math.min(...inst.needles.map((n) => n.offset));
       for (const v of inst.expected) {
-        assert.ok(inst.needles.some((n) => n.text.includes(v)), `${task}: ${v} is carried by a needle`);
+        assert.ok(
+          inst.needles.some((n) => n.text.includes(v)),
+          `${task}: ${v} is carried by a needle`,
+        );
         assert.ok(!inst.document.slice(0, first).includes(v), `${task}: ${v} appears before the needles`);
       }
       assert.ok(inst.question.startsWith('\n') && inst.answer.startsWith(' '), task);

@@ -83,7 +83,10 @@ export function loadRetrievalCorpus(corpusDir: string): RetrievalCorpus {
     for (const m of train.slice(0, Math.max(0, 2_000_000 - counted)).matchAll(/\b[a-z]{4,9}\b/g)) counts.set(m[0], (counts.get(m[0]) ?? 0) + 1);
     counted += train.length;
   }
-  const words = [...counts].filter(([, c]) => c >= 5).map(([w]) => w).sort();
+  const words = [...counts]
+    .filter(([, c]) => c >= 5)
+    .map(([w]) => w)
+    .sort();
   if (words.length < 100) throw new Error(`retrieval corpus: only ${words.length} key words in ${corpusDir}`);
   return { heldOut, words };
 }
@@ -139,7 +142,8 @@ export function retrievalInstance(corpus: RetrievalCorpus, task: RetrievalTask, 
   switch (task) {
     case 'passkey': {
       const k = String(randInt(rnd, 10000, 99999));
-      intro = 'There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. I will quiz you about the important information there.\n';
+      intro =
+        'There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. I will quiz you about the important information there.\n';
       needles = [`The pass key is ${k}. Remember it. ${k} is the pass key.`];
       carrying = [0];
       question = '\nWhat is the pass key? The pass key is';

@@ -4,7 +4,13 @@ import { fmtDuration, fmtPercent, fmtSig, fmtTokens, markdownTable } from './tab
 
 describe('markdownTable', () => {
   it('pads every column to its widest cell and marks alignment', () => {
-    const t = markdownTable([{ header: 'N', align: 'left' }, { header: 'tok/s' }], [['1024', '41.2'], ['16K', '3.05']]);
+    const t = markdownTable(
+      [{ header: 'N', align: 'left' }, { header: 'tok/s' }],
+      [
+        ['1024', '41.2'],
+        ['16K', '3.05'],
+      ],
+    );
     assert.equal(t, ['| N    | tok/s |', '| :--- | ----: |', '| 1024 |  41.2 |', '| 16K  |  3.05 |'].join('\n'));
   });
 

@@ -35,7 +35,9 @@ const seqs = Array.from({ length: B }, (_, b) => {
   return s;
 });
 const stepOnce = async () => {
-  const outs = await model.forward(seqs.map((seq) => ({ seq, layout: { kind: 'step' }, p0: seq.length - 1, p1: seq.length, l0: 0, l1: L, input: null, logits: true })));
+  const outs = await model.forward(
+    seqs.map((seq) => ({ seq, layout: { kind: 'step' }, p0: seq.length - 1, p1: seq.length, l0: 0, l1: L, input: null, logits: true })),
+  );
   outs.forEach((o, b) => seqs[b].tokens.push(argmax(o.logits)));
 };
 await stepOnce(); // untimed
@@ -46,5 +48,7 @@ const stepMs = (performance.now() - t0) / steps;
 ortTimes.on = false;
 let ortMs = 0;
 for (const a of ortTimes.bySignature.values()) ortMs += a.ms;
-console.log(`N = ${N}, B = ${B}: ${stepMs.toFixed(1)} ms per step (${(stepMs / B).toFixed(2)} ms a row), onnxruntime ${(ortMs / steps).toFixed(1)} ms of it; by graph signature (ms per step, runs per step, costliest shapes):`);
+console.log(
+  `N = ${N}, B = ${B}: ${stepMs.toFixed(1)} ms per step (${(stepMs / B).toFixed(2)} ms a row), onnxruntime ${(ortMs / steps).toFixed(1)} ms of it; by graph signature (ms per step, runs per step, costliest shapes):`,
+);
 for (const line of bySignatureLines(ortTimes, steps)) console.log(line);

@@ -36,7 +36,9 @@ model.timer = { layer: add, other: add };
 const q0 = performance.now();
 let logits = await model.decoderReplay(seq, await model.encode(seq, question, { replayTokens: 128, keepRows: 128 }));
 const questionMs = performance.now() - q0;
-console.log(`N = ${N}, scan threads ${scanThreads}: the question (encode + decoder replay) ${questionMs.toFixed(0)} ms; by layer kind (ms): ${[...byKind].map(([k, ms]) => `${k} ${ms.toFixed(0)}`).join(', ')}`);
+console.log(
+  `N = ${N}, scan threads ${scanThreads}: the question (encode + decoder replay) ${questionMs.toFixed(0)} ms; by layer kind (ms): ${[...byKind].map(([k, ms]) => `${k} ${ms.toFixed(0)}`).join(', ')}`,
+);
 byKind.clear();
 model.timer = null;
 logits = await model.step(seq, argmax(logits)); // one untimed step
@@ -56,5 +58,7 @@ if (out !== undefined) {
   writeFileSync(out, JSON.stringify(profile));
 }
 model.timer = null;
-console.log(`N = ${N}, scan threads ${scanThreads}: ${stepMs.toFixed(2)} ms per decode step; by layer kind (ms per step): ${[...byKind].map(([k, ms]) => `${k} ${(ms / steps).toFixed(2)}`).join(', ')}`);
+console.log(
+  `N = ${N}, scan threads ${scanThreads}: ${stepMs.toFixed(2)} ms per decode step; by layer kind (ms per step): ${[...byKind].map(([k, ms]) => `${k} ${(ms / steps).toFixed(2)}`).join(', ')}`,
+);
 await model.dispose();

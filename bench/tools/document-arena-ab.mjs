@@ -36,12 +36,26 @@ if (process.env.ARENA_CHILD !== undefined) {
   const on = mode !== 'off';
   const cacheBytes = Number(process.env.ARENA_CACHE_BYTES);
   const questions = Number(a5 ?? 6);
-  const engine = await Engine.open({ modelDir, store: storeUrl, warmUp: true, documentArena: on, documentCacheBytes: cacheBytes, ...(mode === 'prefault' ? { documentPrefaultBytes: cacheBytes } : {}) });
+  const engine = await Engine.open({
+    modelDir,
+    store: storeUrl,
+    warmUp: true,
+    documentArena: on,
+    documentCacheBytes: cacheBytes,
+    ...(mode === 'prefault' ? { documentPrefaultBytes: cacheBytes } : {}),
+  });
   const prompt = Array.from({ length: 32 }, (_, i) => (5 + i * 3) % engine.info().vocabSize);
   const out = [];
   for (let i = 0; i < questions; i++) {
     const t0 = performance.now();
-    await engine.generate({ promptIds: prompt, maxTokens: 1, sampling: { temperature: 0, topP: 1, seed: 0 }, ignoreEos: true, replayTokens: 128, document: { tenant: 't', documentId: docs[i % 2] } });
+    await engine.generate({
+      promptIds: prompt,
+      maxTokens: 1,
+      sampling: { temperature: 0, topP: 1, seed: 0 },
+      ignoreEos: true,
+      replayTokens: 128,
+      document: { tenant: 't', documentId: docs[i % 2] },
+    });
     out.push({ ms: performance.now() - t0, rss: rssMb() });
   }
   const s = engine.stats().documentCache;
@@ -84,6 +98,8 @@ for (let r = 0; r < rounds; r++) {
     }).toString();
     const rep = JSON.parse(text.trim().split('\n').at(-1));
     const q = rep.out.map((o) => `${(o.ms / 1000).toFixed(2)} s / ${o.rss.toFixed(0)} MB`).join(' | ');
-    console.log(`round ${r + 1}, arena ${mode}${rep.prefaultMs !== null ? ` (prefault ${rep.prefaultMs.toFixed(0)} ms at open)` : ''}: TTFT / RSS after each question (documents alternating, every one loaded): ${q}; loads ${rep.misses}, evictions ${rep.evictions}${rep.arena !== null ? `, arena ${(rep.arena.touchedBytes / 1e6).toFixed(1)} MB touched, ${rep.arena.taken} regions taken, ${rep.arena.declined} declined` : ''}`);
+    console.log(
+      `round ${r + 1}, arena ${mode}${rep.prefaultMs !== null ? ` (prefault ${rep.prefaultMs.toFixed(0)} ms at open)` : ''}: TTFT / RSS after each question (documents alternating, every one loaded): ${q}; loads ${rep.misses}, evictions ${rep.evictions}${rep.arena !== null ? `, arena ${(rep.arena.touchedBytes / 1e6).toFixed(1)} MB touched, ${rep.arena.taken} regions taken, ${rep.arena.declined} declined` : ''}`,
+    );
   }
 }

@@ -25,5 +25,7 @@ for (let i = 0; i < 3; i++) {
   copy(b);
   const t2 = performance.now();
   const rate = (ms) => `${(N / 1e6 / (ms / 1e3)).toFixed(0)} MB/s`;
-  console.log(`${mb} MB: into fresh memory ${(t1 - t0).toFixed(0)} ms (${rate(t1 - t0)}), into the same memory again ${(t2 - t1).toFixed(0)} ms (${rate(t2 - t1)})`);
+  console.log(
+    `${mb} MB: into fresh memory ${(t1 - t0).toFixed(0)} ms (${rate(t1 - t0)}), into the same memory again ${(t2 - t1).toFixed(0)} ms (${rate(t2 - t1)})`,
+  );
 }

@@ -39,7 +39,10 @@ check.set(out);
 viaStore(sets[0]);
 if (Buffer.compare(Buffer.from(check), Buffer.from(out)) !== 0) throw new Error('gatherBlocks copied other bytes than the plain copy');
 for (let round = 0; round < 2; round++) {
-  for (const [name, f] of [['Buffer.copy a block at a time', plain], ['PackedRowStore.gatherBlocks (touch pass, then copies)', viaStore]]) {
+  for (const [name, f] of [
+    ['Buffer.copy a block at a time', plain],
+    ['PackedRowStore.gatherBlocks (touch pass, then copies)', viaStore],
+  ]) {
     for (let w = 0; w < 64; w++) f(sets[w]);
     const t0 = performance.now();
     for (let w = 0; w < 640; w++) f(sets[w % 64]);
@@ -62,7 +65,10 @@ for (let round = 0; round < 2; round++) {
     for (let i = 0; i < ix.length; i++) s2.copy(d2, i * MR, ix[i] * MR, ix[i] * MR + MR);
   };
   for (let round = 0; round < 2; round++) {
-    for (const [name, f] of [['Buffer.copy a row at a time', plainRows], ['PackedRowStore.gather (touch pass, then copies)', (ix) => main.gather(ix, o2)]]) {
+    for (const [name, f] of [
+      ['Buffer.copy a row at a time', plainRows],
+      ['PackedRowStore.gather (touch pass, then copies)', (ix) => main.gather(ix, o2)],
+    ]) {
       for (let w = 0; w < 64; w++) f(picks[w]);
       const t0 = performance.now();
       for (let w = 0; w < 640; w++) f(picks[w % 64]);

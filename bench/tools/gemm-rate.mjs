@@ -21,8 +21,11 @@ const s = await openGraphSession('bw', g.toBytes(), DEFAULT_RUNTIME_OPTIONS, thr
 for (const B of [1, 8, 32, 128]) {
   const X = new Float32Array(B * K).fill(1);
   await s.run({ x: f32(X, [B, K]) });
-  const t0 = performance.now(); const R = 5;
+  const t0 = performance.now();
+  const R = 5;
   for (let r = 0; r < R; r++) await s.run({ x: f32(X, [B, K]) });
   const ms = (performance.now() - t0) / R;
-  console.log(`threads ${threads}, B = ${B}: ${ms.toFixed(1)} ms, ${(K * N * 4 / ms / 1e6).toFixed(1)} GB/s of weights, ${(2 * B * K * N / ms / 1e6).toFixed(1)} GFLOP/s`);
+  console.log(
+    `threads ${threads}, B = ${B}: ${ms.toFixed(1)} ms, ${((K * N * 4) / ms / 1e6).toFixed(1)} GB/s of weights, ${((2 * B * K * N) / ms / 1e6).toFixed(1)} GFLOP/s`,
+  );
 }

@@ -16,7 +16,9 @@ export async function timeOrtRuns() {
     const out = await run.call(this, feeds, ...rest);
     const ms = performance.now() - t0;
     const key = `${this.inputNames.join(',')} -> ${this.outputNames.join(',')}`;
-    const shapes = Object.values(feeds).map((t) => t.dims.join('x')).join(' ');
+    const shapes = Object.values(feeds)
+      .map((t) => t.dims.join('x'))
+      .join(' ');
     const a = state.bySignature.get(key) ?? { ms: 0, runs: 0, shapes: new Map() };
     a.ms += ms;
     a.runs++;
@@ -32,7 +34,11 @@ export function bySignatureLines(state, steps) {
   return [...state.bySignature.entries()]
     .sort((x, y) => y[1].ms - x[1].ms)
     .map(([key, a]) => {
-      const top = [...a.shapes.entries()].sort((x, y) => y[1] - x[1]).slice(0, 2).map(([sh, ms]) => `${sh} (${(ms / steps).toFixed(1)} ms)`).join('; ');
+      const top = [...a.shapes.entries()]
+        .sort((x, y) => y[1] - x[1])
+        .slice(0, 2)
+        .map(([sh, ms]) => `${sh} (${(ms / steps).toFixed(1)} ms)`)
+        .join('; ');
       return `${(a.ms / steps).toFixed(1).padStart(8)} ms ${String(+(a.runs / steps).toFixed(1)).padStart(5)} runs  ${key}  [${top}]`;
     });
 }

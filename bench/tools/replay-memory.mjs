@@ -59,7 +59,14 @@ try {
   const engine = await Engine.open({ modelDir, store: storeUrl, warmUp: true });
   console.log('engine warmed up:', JSON.stringify(status()));
   const question = Array.from({ length: 32 }, (_, i) => (5 + i * 3) % engine.info().vocabSize);
-  const request = { promptIds: question, maxTokens: 1, sampling: { temperature: 0, topP: 1, seed: 0 }, ignoreEos: true, replayTokens: 128, document: { tenant: 't', documentId: 'd' } };
+  const request = {
+    promptIds: question,
+    maxTokens: 1,
+    sampling: { temperature: 0, topP: 1, seed: 0 },
+    ignoreEos: true,
+    replayTokens: 128,
+    document: { tenant: 't', documentId: 'd' },
+  };
   for (const label of ['document fetched', 'document cache warm']) {
     writeFileSync('/proc/self/clear_refs', '5'); // VmHWM := VmRSS
     console.log(`\n${label}: start ${JSON.stringify(status())}`);

@@ -32,18 +32,29 @@ for (let round = 0; round < Number(roundsText ?? 3); round++) {
     const m = models[i];
     const seq = doc.fork();
     let full = 0;
-    m.timer = { layer: (k, ms) => { if (k === 'full') full += ms; }, other: () => {} };
+    m.timer = {
+      layer: (k, ms) => {
+        if (k === 'full') full += ms;
+      },
+      other: () => {},
+    };
     let t = performance.now();
     let logits = await m.decoderReplay(seq, await m.encode(seq, question, { replayTokens: 128, keepRows: 128 }));
-    res[i].q.push(performance.now() - t); res[i].qFull.push(full); full = 0;
+    res[i].q.push(performance.now() - t);
+    res[i].qFull.push(full);
+    full = 0;
     t = performance.now();
     for (let s = 0; s < 16; s++) logits = await m.step(seq, argmax(logits));
-    res[i].step.push((performance.now() - t) / 16); res[i].sFull.push(full / 16);
+    res[i].step.push((performance.now() - t) / 16);
+    res[i].sFull.push(full / 16);
     m.timer = null;
   }
 }
 const f = (a) => a.map((x) => x.toFixed(0)).join(' / ');
 const g = (a) => a.map((x) => x.toFixed(1)).join(' / ');
-for (const i of [0, 1]) console.log(`scan threads ${i === 0 ? 0 : threads}: question ${f(res[i].q)} ms (Full ${f(res[i].qFull)}); step ${g(res[i].step)} ms (Full ${g(res[i].sFull)})`);
+for (const i of [0, 1])
+  console.log(
+    `scan threads ${i === 0 ? 0 : threads}: question ${f(res[i].q)} ms (Full ${f(res[i].qFull)}); step ${g(res[i].step)} ms (Full ${g(res[i].sFull)})`,
+  );
 console.log(JSON.stringify(threadScanStats));
 for (const m of models) await m.dispose();

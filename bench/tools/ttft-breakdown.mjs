@@ -55,7 +55,14 @@ engine.model.timer = {
   other: (what, ms) => sums.set(what, (sums.get(what) ?? 0) + ms),
 };
 const question = Array.from({ length: 32 }, (_, i) => (5 + i * 3) % engine.info().vocabSize);
-const request = { promptIds: question, maxTokens: 1, sampling: { temperature: 0, topP: 1, seed: 0 }, ignoreEos: true, replayTokens: 128, document: { tenant: 't', documentId } };
+const request = {
+  promptIds: question,
+  maxTokens: 1,
+  sampling: { temperature: 0, topP: 1, seed: 0 },
+  ignoreEos: true,
+  replayTokens: 128,
+  document: { tenant: 't', documentId },
+};
 for (const label of ['document fetched', 'document cache warm']) {
   sums.clear();
   ortTimes.on = label === 'document cache warm';
@@ -64,7 +71,9 @@ for (const label of ['document fetched', 'document cache warm']) {
   const total = performance.now() - t0;
   const timed = [...sums.values()].reduce((a, b) => a + b, 0);
   const parts = [...sums.entries()].map(([k, v]) => `${k} ${v.toFixed(0)}`).join(', ');
-  console.log(`${label}: TTFT ${total.toFixed(0)} ms = layers+head ${timed.toFixed(0)} (${parts}) + untimed ${(total - timed).toFixed(0)}; token ${out.tokens[0]}`);
+  console.log(
+    `${label}: TTFT ${total.toFixed(0)} ms = layers+head ${timed.toFixed(0)} (${parts}) + untimed ${(total - timed).toFixed(0)}; token ${out.tokens[0]}`,
+  );
 }
 ortTimes.on = false;
 // decode steps after the same question (the document cache warm): ms a step, by layer kind
@@ -76,7 +85,10 @@ ortTimes.on = false;
   const perStep = [...sums.entries()].map(([k, v]) => `${k} ${(v / steps).toFixed(1)}`).join(', ');
   console.log(`decode: ${(out.timings.decodeMs / steps).toFixed(1)} ms a step (by layer kind: ${perStep})`);
 }
-for (const [k, a] of [...bySignature.entries()].sort((x, y) => y[1].ms - x[1].ms).slice(0, 12)) console.log(`  onnxruntime ${a.ms.toFixed(0)} ms in ${a.runs} runs: ${k.slice(0, 150)}`);
+for (const [k, a] of [...bySignature.entries()].sort((x, y) => y[1].ms - x[1].ms).slice(0, 12))
+  console.log(`  onnxruntime ${a.ms.toFixed(0)} ms in ${a.runs} runs: ${k.slice(0, 150)}`);
 const s = engine.stats().documentCache;
-console.log(`tails: loaded ${s.tailsLoaded}, stored ${s.tailsStored}, used ${s.tailHits}, rejected ${s.tailsRejected}${s.lastTailRejection !== null ? ` (${s.lastTailRejection})` : ""}`);
+console.log(
+  `tails: loaded ${s.tailsLoaded}, stored ${s.tailsStored}, used ${s.tailHits}, rejected ${s.tailsRejected}${s.lastTailRejection !== null ? ` (${s.lastTailRejection})` : ''}`,
+);
 await engine.close();

@@ -10,7 +10,7 @@ function present() {
 }
 
 /** Returns true when chromium is available (possibly after installing it). */
-export function ensureChromium({ log = (m) => process.stderr.write(m + '\n') } = {}) {
+export function ensureChromium({ log = (m) => process.stderr.write(`${m}\n`) } = {}) {
   if (present()) return true;
   const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
   const hasApt = spawnSync('apt-get', ['--version'], { stdio: 'ignore' }).status === 0;

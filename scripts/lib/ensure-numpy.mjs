@@ -7,7 +7,7 @@ function present() {
 }
 
 /** Returns true when python3 can import numpy (possibly after installing it). */
-export function ensureNumpy({ log = (m) => process.stderr.write(m + '\n') } = {}) {
+export function ensureNumpy({ log = (m) => process.stderr.write(`${m}\n`) } = {}) {
   if (present()) return true;
   const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
   const hasApt = spawnSync('apt-get', ['--version'], { stdio: 'ignore' }).status === 0;

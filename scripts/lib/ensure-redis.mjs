@@ -9,7 +9,7 @@ function present() {
 }
 
 /** Returns true when redis-server is available (possibly after installing it). */
-export function ensureRedisServer({ log = (m) => process.stderr.write(m + '\n') } = {}) {
+export function ensureRedisServer({ log = (m) => process.stderr.write(`${m}\n`) } = {}) {
   if (present()) return true;
   const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
   const hasApt = spawnSync('apt-get', ['--version'], { stdio: 'ignore' }).status === 0;

@@ -15,7 +15,9 @@ const pipe = await Pipeline.start({ modelDir });
 const redis = connectRedis(pipe.redis.url);
 try {
   const abort = new AbortController();
-  const r = postJson(pipe, '/v1/completions', { model: 'tiny', prompt: 'x '.padEnd(16_000, 'a long prompt '), max_tokens: 8, stream: true }, API_KEY, { signal: abort.signal });
+  const r = postJson(pipe, '/v1/completions', { model: 'tiny', prompt: 'x '.padEnd(16_000, 'a long prompt '), max_tokens: 8, stream: true }, API_KEY, {
+    signal: abort.signal,
+  });
   await sleep(500);
   abort.abort();
   await r.then((res) => res.text()).catch(() => undefined);
@@ -23,7 +25,7 @@ try {
   const requestId = jobKey.slice('bull:csa2-prefill:req.'.length, -'.prefill'.length);
   let state = '';
   for (let i = 0; i < 600; i++) {
-    state = await redis.hget(jobKey, 'finishedOn') !== null ? 'finished' : 'running';
+    state = (await redis.hget(jobKey, 'finishedOn')) !== null ? 'finished' : 'running';
     if (state === 'finished') break;
     await sleep(100);
   }
@@ -33,7 +35,9 @@ try {
   console.log(`client left after 0.5 s; the prefill job ${state}: progress ${JSON.stringify(progress)}, result ${JSON.stringify(returnvalue)}`);
   const storeDir = fileURLToPath(pipe.storeUrl);
   const manifest = join(storeDir, 'tenants/acme/documents', `prompt-${requestId}`, 'manifest.json');
-  console.log(`prompt manifest in the store: ${existsSync(manifest) ? 'yes' : 'no'}; documents dir: ${existsSync(join(storeDir, 'tenants/acme/documents')) ? readdirSync(join(storeDir, 'tenants/acme/documents')).join(', ') : '(none)'}`);
+  console.log(
+    `prompt manifest in the store: ${existsSync(manifest) ? 'yes' : 'no'}; documents dir: ${existsSync(join(storeDir, 'tenants/acme/documents')) ? readdirSync(join(storeDir, 'tenants/acme/documents')).join(', ') : '(none)'}`,
+  );
   const get = await fetch(`${pipe.url}/v1/documents/prompt-${requestId}`, { headers: { authorization: `Bearer ${API_KEY}` } });
   console.log(`GET /v1/documents/prompt-${requestId.slice(0, 8)}…: ${get.status} ${(await get.text()).slice(0, 160)}`);
 } finally {

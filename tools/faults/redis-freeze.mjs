@@ -15,7 +15,7 @@ try {
   const clients = Array.from({ length: 20 }, async (_, i) => {
     const r = await postJson(pipe, '/v1/completions', { model: 'tiny', prompt: `freeze ${i} `, max_tokens: 300, ignore_eos: true, stream: true });
     const text = await r.text();
-    ends.push(text.includes('[DONE]') ? 'done' : /"error":\{"message":"([^"]{0,60})/.exec(text)?.[1] ?? 'cut');
+    ends.push(text.includes('[DONE]') ? 'done' : (/"error":\{"message":"([^"]{0,60})/.exec(text)?.[1] ?? 'cut'));
   });
   await sleep(1500);
   const pid = pipe.redis.process.pid;
@@ -26,7 +26,9 @@ try {
   await Promise.all(clients);
   const counts = {};
   for (const e of ends) counts[e] = (counts[e] ?? 0) + 1;
-  console.log(`20 clients after a ${freezeMs / 1000} s freeze: ${JSON.stringify(counts)} (answered ${fmt((Date.now() - thawedAt) / 1000)} s after Redis came back)`);
+  console.log(
+    `20 clients after a ${freezeMs / 1000} s freeze: ${JSON.stringify(counts)} (answered ${fmt((Date.now() - thawedAt) / 1000)} s after Redis came back)`,
+  );
   for (const key of await redis.keys('bull:csa2-decode:req.*.decode')) ids.push(key.slice('bull:csa2-decode:req.'.length, -'.decode'.length));
   const t0 = Date.now();
   const small = await postJson(pipe, '/v1/completions', { model: 'tiny', prompt: 'after the freeze ', max_tokens: 4 });

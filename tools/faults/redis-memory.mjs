@@ -26,12 +26,18 @@ try {
     console.log(`${what}: statuses ${JSON.stringify(statuses)}; Redis ${fmt(before)} -> ${fmt(after)} MB (+${fmt(after - before)} MB)`);
   };
   const stop = (i) => Array.from({ length: 4 }, (_, k) => `${'~'.repeat(4 * 1024 * 1024 - 64)}${i}-${k}`);
-  await round('20 completions, 4 stop strings of 4 MiB', (i) => postJson(pipe, '/v1/completions', { model: 'tiny', prompt: `stop test ${i} `, max_tokens: 4, stop: stop(i) }));
-  await round('20 long prompts (3,500 tokens)', (i) => postJson(pipe, '/v1/completions', { model: 'tiny', prompt: `${i} `.padEnd(3500, 'long prompt text '), max_tokens: 4 }));
+  await round('20 completions, 4 stop strings of 4 MiB', (i) =>
+    postJson(pipe, '/v1/completions', { model: 'tiny', prompt: `stop test ${i} `, max_tokens: 4, stop: stop(i) }),
+  );
+  await round('20 long prompts (3,500 tokens)', (i) =>
+    postJson(pipe, '/v1/completions', { model: 'tiny', prompt: `${i} `.padEnd(3500, 'long prompt text '), max_tokens: 4 }),
+  );
   const ids = Array.from({ length: 20 }, (_, i) => `mem-doc-${i}`);
   await round('20 documents (4,000 tokens)', (i) => postJson(pipe, '/v1/documents', { id: ids[i], text: `${i} `.padEnd(4000, 'document text ') }));
   for (;;) {
-    const states = await Promise.all(ids.map(async (id) => (await (await fetch(`${pipe.url}/v1/documents/${id}`, { headers: { authorization: 'Bearer test-key-acme-0001' } })).json()).status));
+    const states = await Promise.all(
+      ids.map(async (id) => (await (await fetch(`${pipe.url}/v1/documents/${id}`, { headers: { authorization: 'Bearer test-key-acme-0001' } })).json()).status),
+    );
     if (states.every((s) => s === 'ready' || s === 'failed')) break;
     await sleep(500);
   }

@@ -40,8 +40,12 @@ try {
       }
     }
     await reader.cancel().catch(() => undefined);
-    console.log(`run ${run + 1}: decoder killed after 20 tokens; next token ${resumedAt > 0 ? `${fmt((resumedAt - killedAt) / 1000)} s later` : 'never (stream ended)'}`);
-    console.log(`  the client's stream meanwhile (from the kill; repeats left out): ${comments.length === 0 ? 'nothing' : comments.map((c) => `${fmt(c.atS)} s ${c.event}`).join(' | ')}`);
+    console.log(
+      `run ${run + 1}: decoder killed after 20 tokens; next token ${resumedAt > 0 ? `${fmt((resumedAt - killedAt) / 1000)} s later` : 'never (stream ended)'}`,
+    );
+    console.log(
+      `  the client's stream meanwhile (from the kill; repeats left out): ${comments.length === 0 ? 'nothing' : comments.map((c) => `${fmt(c.atS)} s ${c.event}`).join(' | ')}`,
+    );
   }
 } finally {
   await pipe.stop();

@@ -72,7 +72,9 @@ for (let call = 0; call < base.inputs.length; call++) {
     if (Math.max(...r.gpu) <= 1e-6) {
       found++;
       const x = Math.fround(base.inputs[call]);
-      console.log(`  exp #${call} ${dir > 0 ? '+1' : '-1'} ulp: all ${r.gpu.length} rows within ${Math.max(...r.gpu).toExponential(1)} of the GPU run (input ${x}, 0x${bitsOf(x)}; exp 0x${bitsOf(exp(x))})`);
+      console.log(
+        `  exp #${call} ${dir > 0 ? '+1' : '-1'} ulp: all ${r.gpu.length} rows within ${Math.max(...r.gpu).toExponential(1)} of the GPU run (input ${x}, 0x${bitsOf(x)}; exp 0x${bitsOf(exp(x))})`,
+      );
     }
   }
 }

@@ -16,5 +16,5 @@ for (const text of texts) {
   // as hf-tokenizer.ts: the empty text is [] without calling the library (its decode refuses [])
   const ids = text === '' ? [] : tok.encode(text, { add_special_tokens: false }).ids;
   const back = ids.length === 0 ? '' : tok.decode(ids, { skip_special_tokens: false, clean_up_tokenization_spaces: false });
-  process.stdout.write(JSON.stringify({ ids, roundtrip: back === text }) + '\n');
+  process.stdout.write(`${JSON.stringify({ ids, roundtrip: back === text })}\n`);
 }

@@ -60,7 +60,10 @@ test('getOrLoad: one load for concurrent callers, hits afterwards, failures cach
     throw new Error('store down');
   };
   const results = await Promise.allSettled([cache.getOrLoad('x', fail), cache.getOrLoad('x', fail)]);
-  assert.deepEqual(results.map((r) => r.status), ['rejected', 'rejected']);
+  assert.deepEqual(
+    results.map((r) => r.status),
+    ['rejected', 'rejected'],
+  );
   assert.equal(failing, 1);
   assert.equal(cache.has('x'), false);
   await assert.rejects(cache.getOrLoad('x', fail), /store down/);

@@ -10,9 +10,27 @@ import { chunkKey, fullChunkKeys } from './format/chunk-key.js';
 import { parseManifest, encodeManifest } from './format/manifest.js';
 import { ArtifactReader } from './reader.js';
 import { ArtifactWriter, existingChunkPrefix } from './writer.js';
-import { STORE_FACTORIES, assertSequencePrefix, emptySequence, syntheticSequence, withStore, TEST_LAYOUT as LAYOUT, TEST_CHUNK_TOKENS as C, TEST_DOC_TOKENS as DOC_TOKENS, TEST_TENANT as TENANT, tokensOf } from './testing/artifact-test-support.js';
+import {
+  STORE_FACTORIES,
+  assertSequencePrefix,
+  emptySequence,
+  syntheticSequence,
+  withStore,
+  TEST_LAYOUT as LAYOUT,
+  TEST_CHUNK_TOKENS as C,
+  TEST_DOC_TOKENS as DOC_TOKENS,
+  TEST_TENANT as TENANT,
+  tokensOf,
+} from './testing/artifact-test-support.js';
 
-const CUDA_LAYOUT = createArtifactLayout({ modelId: LAYOUT.modelId, encoder: 'cuda', headDim: LAYOUT.headDim, indexHeadDim: LAYOUT.indexHeadDim, kvSources: LAYOUT.kvSources, candidateBlockTokens: LAYOUT.candidateBlockTokens });
+const CUDA_LAYOUT = createArtifactLayout({
+  modelId: LAYOUT.modelId,
+  encoder: 'cuda',
+  headDim: LAYOUT.headDim,
+  indexHeadDim: LAYOUT.indexHeadDim,
+  kvSources: LAYOUT.kvSources,
+  candidateBlockTokens: LAYOUT.candidateBlockTokens,
+});
 
 test('the encoder name enters the key: the same tokens under two encoders get two keys, the reference encoder the empty name', () => {
   const ids = [5, 6, 7, 8];

@@ -43,10 +43,19 @@ export class ArtifactCorruptError extends Csa2Error {
   readonly key: string;
   readonly offset: number;
   readonly reason: string;
-  constructor(key: string, offset: number, reason: string, options?: { readonly document?: { readonly tenant: string; readonly documentId: string }; readonly cause?: unknown }) {
+  constructor(
+    key: string,
+    offset: number,
+    reason: string,
+    options?: { readonly document?: { readonly tenant: string; readonly documentId: string }; readonly cause?: unknown },
+  ) {
     const doc = options?.document;
     const whose = doc === undefined ? '' : `document ${doc.documentId} of tenant ${doc.tenant} is damaged (ingesting it again repairs it): `;
-    super('artifact-corrupt', `${whose}corrupt artifact object ${key} at byte ${offset}: ${reason}`, options?.cause !== undefined ? { cause: options.cause } : undefined);
+    super(
+      'artifact-corrupt',
+      `${whose}corrupt artifact object ${key} at byte ${offset}: ${reason}`,
+      options?.cause !== undefined ? { cause: options.cause } : undefined,
+    );
     this.key = key;
     this.offset = offset;
     this.reason = reason;

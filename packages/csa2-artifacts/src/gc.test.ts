@@ -149,7 +149,10 @@ async function assertLoads(store: ObjectStore, documentId: string, expected: Seq
 /** A store that runs `hook` once, before gc's first conditional delete (after all its listings); every delete waits for it. */
 class BeforeFirstDelete extends TrackingStore {
   private ran: Promise<void> | null = null;
-  constructor(inner: ObjectStore, private readonly hook: () => Promise<void>) {
+  constructor(
+    inner: ObjectStore,
+    private readonly hook: () => Promise<void>,
+  ) {
     super(inner);
   }
   override async deleteIfUnmodifiedSince(key: string, sinceMs: number): Promise<ConditionalDeleteResult> {
@@ -161,7 +164,7 @@ class BeforeFirstDelete extends TrackingStore {
 
 for (const backend of BACKENDS) {
   describe(`gc on ${backend.name}`, () => {
-    it('what goes (unreferenced past the grace period, prompt artifacts) and what stays (referenced, young, touched mid-collection, an unreadable manifest\'s tenant); a dry run deletes nothing', async () => {
+    it("what goes (unreferenced past the grace period, prompt artifacts) and what stays (referenced, young, touched mid-collection, an unreadable manifest's tenant); a dry run deletes nothing", async () => {
       await withBackend(backend.open, async (b) => {
         // --- written before the grace period ---
         const docB = syntheticSequence(LAYOUT, 3 * C + 10, 1);
@@ -222,7 +225,7 @@ for (const backend of BACKENDS) {
         const t = report.tenants.find((r) => r.tenant === TENANT);
         assert.ok(t !== undefined);
         assert.equal(t.skipped, null);
-        assert.equal(t.keptTouched, 2, 'doc-again\'s full chunks were touched before the deletion: kept');
+        assert.equal(t.keptTouched, 2, "doc-again's full chunks were touched before the deletion: kept");
         const againPartial = 1;
         assert.equal(t.chunksDeleted, garbage.size + againPartial);
         assert.deepEqual([t.markersDeleted, t.promptManifestsDeleted], [0, 1]);
@@ -257,19 +260,30 @@ for (const backend of BACKENDS) {
 
         // Only the named tenants, when given; promptTtlMs null keeps prompt manifests.
         const only = await gc(b, { tenants: ['broken'] });
-        assert.deepEqual(only.tenants.map((r) => r.tenant), ['broken']);
+        assert.deepEqual(
+          only.tenants.map((r) => r.tenant),
+          ['broken'],
+        );
         const second = await gc(b, { promptTtlMs: null });
         assert.equal(second.tenants.find((r) => r.tenant === TENANT)?.chunksDeleted, 0, 'a second run finds nothing more');
         assert.notEqual(await b.store.head(manifestObjectKey(TENANT, 'prompt-fresh')), null);
       });
     });
 
-    it('an ingest longer than the grace period keeps its chunks (and its tenant\'s newer ones) through its live marker; an abandoned ingest\'s marker expires, its chunks go after', async () => {
+    it("an ingest longer than the grace period keeps its chunks (and its tenant's newer ones) through its live marker; an abandoned ingest's marker expires, its chunks go after", async () => {
       await withBackend(backend.open, async (b) => {
         // An ingest that runs longer than the grace period (its marker renews at every write) …
         const longDoc = syntheticSequence(LAYOUT, 3 * C, 21);
         const longSeq = emptySequence(LAYOUT);
-        const long = new ArtifactWriter({ store: b.store, layout: LAYOUT, tenant: TENANT, documentId: 'long', chunkTokens: C, now: () => new Date(b.clock()), markerRenewMs: 0 });
+        const long = new ArtifactWriter({
+          store: b.store,
+          layout: LAYOUT,
+          tenant: TENANT,
+          documentId: 'long',
+          chunkTokens: C,
+          now: () => new Date(b.clock()),
+          markerRenewMs: 0,
+        });
         growTo(longSeq, longDoc, LAYOUT, C);
         await long.writeAvailable(longSeq);
         // … and one abandoned after its first chunk (a crash, a cancel): nothing renews its marker.
@@ -286,10 +300,10 @@ for (const backend of BACKENDS) {
         const during = await gc(b, { markerTtlMs: b.graceMs });
         const t = during.tenants[0];
         assert.ok(t !== undefined);
-        assert.equal(t.liveMarkers, 1, 'the long ingest\'s');
-        assert.equal(t.markersDeleted, 1, 'the abandoned ingest\'s expired');
+        assert.equal(t.liveMarkers, 1, "the long ingest's");
+        assert.equal(t.markersDeleted, 1, "the abandoned ingest's expired");
         assert.equal(await b.store.head(crashedMarker.key), null);
-        assert.deepEqual([t.chunksDeleted, t.unreferencedKept], [0, 3], 'the live marker keeps every chunk modified since its start, the abandoned one\'s too');
+        assert.deepEqual([t.chunksDeleted, t.unreferencedKept], [0, 3], "the live marker keeps every chunk modified since its start, the abandoned one's too");
 
         growTo(longSeq, longDoc, LAYOUT, 3 * C);
         const m = await long.finish(longSeq);
@@ -298,7 +312,7 @@ for (const backend of BACKENDS) {
         await assertLoads(b.store, 'long', longDoc);
 
         const after = await gc(b, { markerTtlMs: b.graceMs });
-        assert.deepEqual([after.tenants[0]?.chunksDeleted, after.tenants[0]?.liveMarkers], [1, 0], 'with no live marker, the abandoned ingest\'s chunk goes');
+        assert.deepEqual([after.tenants[0]?.chunksDeleted, after.tenants[0]?.liveMarkers], [1, 0], "with no live marker, the abandoned ingest's chunk goes");
         assert.deepEqual(new Set(await chunkKeys(b.store)), new Set(objectKeys(m)));
       });
     });
@@ -335,9 +349,22 @@ for (const backend of BACKENDS) {
         const positions = new Int32Array(W);
         for (let p = P - W; p < P; p++) positions[p % W] = p;
         const tail: StoredTail = {
-          modelId: LAYOUT.modelId, layoutId: LAYOUT.layoutId, tokenCount: P, replayTokens: R, window: W, headDim: HD, hcMult: 2, dim: 4,
-          indexKSlot: null, windows: [{ layer: 0, positions, rows: Float32Array.from({ length: W * HD }, (_, i) => i / 8) }], pending: [],
-          streamStart: P - R, streamRows: R, X: Float32Array.from({ length: R * 8 }, (_, i) => i * 0.25), pre: new Float32Array(R * 2).fill(1.5), sources: null,
+          modelId: LAYOUT.modelId,
+          layoutId: LAYOUT.layoutId,
+          tokenCount: P,
+          replayTokens: R,
+          window: W,
+          headDim: HD,
+          hcMult: 2,
+          dim: 4,
+          indexKSlot: null,
+          windows: [{ layer: 0, positions, rows: Float32Array.from({ length: W * HD }, (_, i) => i / 8) }],
+          pending: [],
+          streamStart: P - R,
+          streamRows: R,
+          X: Float32Array.from({ length: R * 8 }, (_, i) => i * 0.25),
+          pre: new Float32Array(R * 2).fill(1.5),
+          sources: null,
         };
         const bytes = encodeTail(tail);
         const m = await writer(b, 'doc').finish(doc, { tail: { bytes, replayTokens: R } });

@@ -54,7 +54,16 @@
 import { ArtifactCorruptError } from './errors.js';
 import type { ObjectInfo, ObjectStore } from './store/object-store.js';
 import { Semaphore } from './format/bounded-concurrency.js';
-import { chunksPrefix, documentsPrefix, ingestMarkersPrefix, parseChunkObjectKey, parseIngestMarkerKey, parseManifestObjectKey, tenantOfKey, validateTenant } from './format/keys.js';
+import {
+  chunksPrefix,
+  documentsPrefix,
+  ingestMarkersPrefix,
+  parseChunkObjectKey,
+  parseIngestMarkerKey,
+  parseManifestObjectKey,
+  tenantOfKey,
+  validateTenant,
+} from './format/keys.js';
 import { parseManifest } from './format/manifest.js';
 import { DEFAULT_INGEST_MARKER_TTL_MS } from './ingest-marker.js';
 
@@ -139,7 +148,15 @@ export async function collectGarbage(options: GcOptions): Promise<GcReport> {
   const concurrency = options.concurrency ?? 8;
   if (!Number.isSafeInteger(concurrency) || concurrency < 1) throw new RangeError(`gc concurrency must be a positive integer, got ${concurrency}`);
   const now = options.now ?? (() => Date.now());
-  const settings: TenantSettings = { store: options.store, graceMs, markerTtlMs, promptTtlMs, dryRun: options.dryRun === true, now, gate: new Semaphore(concurrency) };
+  const settings: TenantSettings = {
+    store: options.store,
+    graceMs,
+    markerTtlMs,
+    promptTtlMs,
+    dryRun: options.dryRun === true,
+    now,
+    gate: new Semaphore(concurrency),
+  };
   const startedAtMs = now();
   const reports: GcTenantReport[] = [];
   const tenants = options.tenants !== undefined ? options.tenants.map((t) => validateTenant(t)) : null;
@@ -285,5 +302,11 @@ async function collectTenant(s: TenantSettings, tenant: string): Promise<GcTenan
 }
 
 function isNotFound(error: unknown): boolean {
-  return typeof error === 'object' && error !== null && 'code' in error && (error as { code: unknown }).code === 'not-found' && !(error instanceof ArtifactCorruptError);
+  return (
+    typeof error === 'object' &&
+    error !== null &&
+    'code' in error &&
+    (error as { code: unknown }).code === 'not-found' &&
+    !(error instanceof ArtifactCorruptError)
+  );
 }

@@ -66,7 +66,13 @@ export class IngestMarker {
     const now = this.now();
     if (this.renewedAtMs !== null && now - this.renewedAtMs < this.renewMs) return;
     if (this.renewedAtMs === null || (await this.store.touch(this.key)) === null) {
-      const body = { tenant: this.tenant, documentId: this.documentId, startedAt: new Date(this.startedAtMs).toISOString(), host: hostname(), pid: process.pid };
+      const body = {
+        tenant: this.tenant,
+        documentId: this.documentId,
+        startedAt: new Date(this.startedAtMs).toISOString(),
+        host: hostname(),
+        pid: process.pid,
+      };
       await this.store.put(this.key, new TextEncoder().encode(`${JSON.stringify(body)}\n`));
     }
     this.renewedAtMs = now;

@@ -37,15 +37,36 @@ test('tiny-a: 36 B + 17 B rows, ratios 2 and 1 → 79.5 bytes per token', async 
 });
 
 test('layoutId is stable for equal inputs and changes with each input', () => {
-  const base = { modelId: 'm', headDim: 64, indexHeadDim: 32, kvSources: [{ layer: 1, ratio: 2 }, { layer: 3, ratio: 1 }], candidateBlockTokens: 4 };
+  const base = {
+    modelId: 'm',
+    headDim: 64,
+    indexHeadDim: 32,
+    kvSources: [
+      { layer: 1, ratio: 2 },
+      { layer: 3, ratio: 1 },
+    ],
+    candidateBlockTokens: 4,
+  };
   const id = createArtifactLayout(base).layoutId;
   assert.match(id, /^[0-9a-f]{16}$/);
   assert.equal(createArtifactLayout({ ...base, modelId: 'other-model' }).layoutId, id, 'the model id is not part of the layout');
   const variants = [
     { ...base, headDim: 128 },
     { ...base, indexHeadDim: 64 },
-    { ...base, kvSources: [{ layer: 1, ratio: 2 }, { layer: 3, ratio: 2 }] },
-    { ...base, kvSources: [{ layer: 1, ratio: 2 }, { layer: 4, ratio: 1 }] },
+    {
+      ...base,
+      kvSources: [
+        { layer: 1, ratio: 2 },
+        { layer: 3, ratio: 2 },
+      ],
+    },
+    {
+      ...base,
+      kvSources: [
+        { layer: 1, ratio: 2 },
+        { layer: 4, ratio: 1 },
+      ],
+    },
     { ...base, kvSources: [{ layer: 1, ratio: 2 }] },
     { ...base, candidateBlockTokens: 8 },
   ];
@@ -54,13 +75,31 @@ test('layoutId is stable for equal inputs and changes with each input', () => {
 });
 
 test('chunkTokens must be a positive multiple of every ratio and of the candidate block size', () => {
-  const layout = createArtifactLayout({ modelId: 'm', headDim: 32, indexHeadDim: 32, kvSources: [{ layer: 0, ratio: 4 }, { layer: 2, ratio: 1 }], candidateBlockTokens: 8 });
+  const layout = createArtifactLayout({
+    modelId: 'm',
+    headDim: 32,
+    indexHeadDim: 32,
+    kvSources: [
+      { layer: 0, ratio: 4 },
+      { layer: 2, ratio: 1 },
+    ],
+    candidateBlockTokens: 8,
+  });
   assert.equal(validateChunkTokens(layout, 16), 16);
   assert.equal(validateChunkTokens(layout, 8), 8);
-  assert.throws(() => validateChunkTokens(layout, 6), (e: unknown) => e instanceof ConfigError && /chunkTokens/.test(e.message) && /6 is not a multiple of ratio 4/.test(e.message));
-  assert.throws(() => validateChunkTokens(layout, 12), (e: unknown) => e instanceof ConfigError && /12 is not a multiple of 8 tokens/.test(e.message) && /candidate block/.test(e.message));
+  assert.throws(
+    () => validateChunkTokens(layout, 6),
+    (e: unknown) => e instanceof ConfigError && /chunkTokens/.test(e.message) && /6 is not a multiple of ratio 4/.test(e.message),
+  );
+  assert.throws(
+    () => validateChunkTokens(layout, 12),
+    (e: unknown) => e instanceof ConfigError && /12 is not a multiple of 8 tokens/.test(e.message) && /candidate block/.test(e.message),
+  );
   for (const bad of [0, -8, 8.5, Number.NaN]) {
-    assert.throws(() => validateChunkTokens(layout, bad), (e: unknown) => e instanceof ConfigError && e.message.includes(String(bad)) && /positive integer/.test(e.message));
+    assert.throws(
+      () => validateChunkTokens(layout, bad),
+      (e: unknown) => e instanceof ConfigError && e.message.includes(String(bad)) && /positive integer/.test(e.message),
+    );
   }
   const noHsi = createArtifactLayout({ modelId: 'm', headDim: 32, indexHeadDim: 32, kvSources: [{ layer: 0, ratio: 2 }] });
   assert.equal(validateChunkTokens(noHsi, 2), 2);
@@ -85,7 +124,17 @@ test('model ids and layouts are validated', () => {
   assert.throws(() => createArtifactLayout({ ...ok, headDim: 24 }), /headDim.*multiple of 16/);
   assert.throws(() => createArtifactLayout({ ...ok, indexHeadDim: 48 }), /indexHeadDim.*multiple of 32/);
   assert.throws(() => createArtifactLayout({ ...ok, kvSources: [] }), /at least one/);
-  assert.throws(() => createArtifactLayout({ ...ok, kvSources: [{ layer: 3, ratio: 1 }, { layer: 2, ratio: 1 }] }), /ascending/);
+  assert.throws(
+    () =>
+      createArtifactLayout({
+        ...ok,
+        kvSources: [
+          { layer: 3, ratio: 1 },
+          { layer: 2, ratio: 1 },
+        ],
+      }),
+    /ascending/,
+  );
   assert.throws(() => createArtifactLayout({ ...ok, kvSources: [{ layer: 0, ratio: 0 }] }), /ratio/);
 });
 

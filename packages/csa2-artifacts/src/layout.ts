@@ -12,13 +12,7 @@
  *   tokens, so every full chunk holds whole entries and whole candidate blocks.
  */
 import { createHash } from 'node:crypto';
-import {
-  ConfigError,
-  INDEX_K_BLOCK_ELEMENTS,
-  MAIN_KV_BLOCK_ELEMENTS,
-  type LayerPlan,
-  type ModelConfig,
-} from '@csa2/core';
+import { ConfigError, INDEX_K_BLOCK_ELEMENTS, MAIN_KV_BLOCK_ELEMENTS, type LayerPlan, type ModelConfig } from '@csa2/core';
 
 /** Default tokens per chunk object. */
 export const DEFAULT_CHUNK_TOKENS = 4096;
@@ -178,7 +172,10 @@ export function validateChunkTokens(layout: ArtifactLayout, chunkTokens: number)
   }
   for (const s of layout.kvSources) {
     if (chunkTokens % s.ratio !== 0) {
-      throw new ConfigError('chunkTokens', `must be a multiple of every compress ratio; ${chunkTokens} is not a multiple of ratio ${s.ratio} (layer ${s.layer})`);
+      throw new ConfigError(
+        'chunkTokens',
+        `must be a multiple of every compress ratio; ${chunkTokens} is not a multiple of ratio ${s.ratio} (layer ${s.layer})`,
+      );
     }
   }
   if (layout.candidateBlockTokens > 0 && chunkTokens % layout.candidateBlockTokens !== 0) {

@@ -21,11 +21,19 @@ import { assertSequencePrefix, emptySequence, randomPackedRows, tokensOf } from 
 const TOKENS = 1_048_576;
 const C = 4096;
 /** Two KV sources at large ratios: every token id travels, the rows stay few (8192 + 2048). */
-const LAYOUT = createArtifactLayout({ modelId: 'million', headDim: 16, indexHeadDim: 32, kvSources: [{ layer: 0, ratio: 128 }, { layer: 1, ratio: 512 }] });
+const LAYOUT = createArtifactLayout({
+  modelId: 'million',
+  headDim: 16,
+  indexHeadDim: 32,
+  kvSources: [
+    { layer: 0, ratio: 128 },
+    { layer: 1, ratio: 512 },
+  ],
+});
 
 test('a 1,048,576-token document: write, prefix lookup, load, chunk-prefix load and token read, no argument spreading', async () => {
   // The guard this test stands on: spreading an array this long throws.
-  assert.throws(() => new Array<number>().push(...new Array<number>(TOKENS).fill(0)), RangeError);
+  assert.throws(() => ([] as number[]).push(...new Array<number>(TOKENS).fill(0)), RangeError);
 
   const root = await mkdtemp(join(tmpdir(), 'csa2-million-'));
   const store = new FsObjectStore(root, { durable: false });

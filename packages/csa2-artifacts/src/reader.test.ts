@@ -27,8 +27,12 @@ import {
   TEST_TENANT as TENANT,
 } from './testing/artifact-test-support.js';
 
-
-async function writeDoc(store: ObjectStore, documentId: string, seed: number, tokens = DOC_TOKENS): Promise<{ seq: ReturnType<typeof syntheticSequence>; manifest: DocumentManifest }> {
+async function writeDoc(
+  store: ObjectStore,
+  documentId: string,
+  seed: number,
+  tokens = DOC_TOKENS,
+): Promise<{ seq: ReturnType<typeof syntheticSequence>; manifest: DocumentManifest }> {
   const seq = syntheticSequence(LAYOUT, tokens, seed);
   const manifest = await new ArtifactWriter({ store, layout: LAYOUT, tenant: TENANT, documentId, chunkTokens: C }).finish(seq);
   return { seq, manifest };
@@ -39,7 +43,13 @@ function chunkKeyOf(manifest: DocumentManifest, i: number): string {
 }
 
 function corruptAt(e: unknown, key: string, offset?: number, reason?: RegExp): boolean {
-  return e instanceof ArtifactCorruptError && e.key === key && e.message.includes(key) && (offset === undefined || e.offset === offset) && (reason?.test(e.message) ?? true);
+  return (
+    e instanceof ArtifactCorruptError &&
+    e.key === key &&
+    e.message.includes(key) &&
+    (offset === undefined || e.offset === offset) &&
+    (reason?.test(e.message) ?? true)
+  );
 }
 
 for (const factory of STORE_FACTORIES) {
@@ -63,7 +73,11 @@ for (const factory of STORE_FACTORIES) {
     await withStore(factory.open, async (store) => {
       const { manifest } = await writeDoc(store, 'doc-1', 2);
       const reader = new ArtifactReader({ store, layout: LAYOUT });
-      await assert.rejects(reader.readManifest(TENANT, 'nope'), (e: unknown) => e instanceof ObjectNotFoundError && /document nope of tenant acme not found/.test(e.message) && e.key === manifestObjectKey(TENANT, 'nope'));
+      await assert.rejects(
+        reader.readManifest(TENANT, 'nope'),
+        (e: unknown) =>
+          e instanceof ObjectNotFoundError && /document nope of tenant acme not found/.test(e.message) && e.key === manifestObjectKey(TENANT, 'nope'),
+      );
       await assert.rejects(reader.readManifest('other', 'doc-1'), ObjectNotFoundError);
       const busy = emptySequence(LAYOUT);
       appendTokenIds(busy, [5]);
@@ -71,13 +85,24 @@ for (const factory of STORE_FACTORIES) {
       const rowsOnly = emptySequence(LAYOUT);
       appendPackedRows(rowsOnly, LAYOUT, 3, new Uint8Array(LAYOUT.mainKvRowBytes), new Uint8Array(LAYOUT.indexKRowBytes));
       await assert.rejects(reader.loadInto(rowsOnly, manifest), SequenceStateError);
-      const otherShape = emptySequence(createArtifactLayout({ ...LAYOUT, kvSources: [{ layer: 1, ratio: 2 }, { layer: 3, ratio: 2 }] }));
+      const otherShape = emptySequence(
+        createArtifactLayout({
+          ...LAYOUT,
+          kvSources: [
+            { layer: 1, ratio: 2 },
+            { layer: 3, ratio: 2 },
+          ],
+        }),
+      );
       await assert.rejects(reader.loadInto(otherShape, manifest), (e: unknown) => e instanceof SequenceStateError && /3:2/.test(e.message));
 
       const modelB = new ArtifactReader({ store, layout: createArtifactLayout({ ...LAYOUT, modelId: 'model-b' }) });
       await assert.rejects(modelB.readManifest(TENANT, 'doc-1'), (e: unknown) => e instanceof ModelMismatchError && /model-a/.test(e.message));
       // A manifest claiming model-b over model-a chunks: the chunks themselves are refused.
-      await assert.rejects(modelB.loadInto(emptySequence(LAYOUT), { ...manifest, modelId: 'model-b' }), (e: unknown) => e instanceof ModelMismatchError && e.key === chunkKeyOf(manifest, 0));
+      await assert.rejects(
+        modelB.loadInto(emptySequence(LAYOUT), { ...manifest, modelId: 'model-b' }),
+        (e: unknown) => e instanceof ModelMismatchError && e.key === chunkKeyOf(manifest, 0),
+      );
       const otherLayout = new ArtifactReader({ store, layout: createArtifactLayout({ ...LAYOUT, candidateBlockTokens: 8 }) });
       await assert.rejects(otherLayout.readManifest(TENANT, 'doc-1'), (e: unknown) => e instanceof ModelMismatchError && e.message.includes(LAYOUT.layoutId));
     });
@@ -115,7 +140,9 @@ for (const factory of STORE_FACTORIES) {
       const key = chunkKeyOf(manifest, 1);
       const foreign = await store.get(chunkKeyOf(other, 1)); // same token range, other tokens and rows
       await store.put(key, foreign);
-      await assert.rejects(reader.loadInto(emptySequence(LAYOUT), manifest), (e: unknown) => corruptAt(e, key, foreign.length - 32, /differs from the manifest/));
+      await assert.rejects(reader.loadInto(emptySequence(LAYOUT), manifest), (e: unknown) =>
+        corruptAt(e, key, foreign.length - 32, /differs from the manifest/),
+      );
       const forged: DocumentManifest = { ...manifest, chunks: manifest.chunks.map((c, i) => (i === 1 ? { ...c, sha256: other.chunks[1]?.sha256 ?? '' } : c)) };
       await assert.rejects(reader.loadInto(emptySequence(LAYOUT), forged), (e: unknown) => corruptAt(e, key, undefined, /do not hash to the chunk key/));
       const shifted = await store.get(chunkKeyOf(manifest, 0));
@@ -152,7 +179,10 @@ for (const factory of STORE_FACTORIES) {
       const reader = new ArtifactReader({ store, layout: LAYOUT, cache });
       const first = await reader.loadInto(emptySequence(LAYOUT), manifest);
       assert.deepEqual([first.cacheHits, first.chunksLoaded], [0, 4]);
-      assert.equal(first.bytesFetched, manifest.chunks.reduce((s, c) => s + c.sizeBytes, 0));
+      assert.equal(
+        first.bytesFetched,
+        manifest.chunks.reduce((s, c) => s + c.sizeBytes, 0),
+      );
       const again = emptySequence(LAYOUT);
       const second = await reader.loadInto(again, manifest);
       assert.deepEqual([second.cacheHits, second.bytesFetched], [4, 0]);
@@ -185,8 +215,15 @@ for (const factory of STORE_FACTORIES) {
       const loaded = emptySequence(LAYOUT);
       await new ArtifactReader({ store, layout: LAYOUT, maxInFlightGets: 3 }).loadInto(loaded, manifest);
       assert.equal(store.maxGetsInFlight, 3);
-      assert.deepEqual(store.getHints, manifest.chunks.map((c) => c.sizeBytes), 'each get carries the manifest size as a hint (S3: ranged parts)');
-      assert.ok(store.getIntoBuffers.size <= 4, `${store.getIntoBuffers.size} buffers for ${manifest.chunks.length} chunks: at most maxInFlightGets + 1, reused`);
+      assert.deepEqual(
+        store.getHints,
+        manifest.chunks.map((c) => c.sizeBytes),
+        'each get carries the manifest size as a hint (S3: ranged parts)',
+      );
+      assert.ok(
+        store.getIntoBuffers.size <= 4,
+        `${store.getIntoBuffers.size} buffers for ${manifest.chunks.length} chunks: at most maxInFlightGets + 1, reused`,
+      );
       assertSequencePrefix(loaded, seq, LAYOUT);
     });
   });

@@ -139,7 +139,8 @@ export class ArtifactReader {
     }
     const manifest = parseManifest(key, bytes);
     if (manifest.tenant !== tenant) throw new ManifestFieldError(key, 'tenant', `names tenant ${manifest.tenant}, stored under tenant ${tenant}`);
-    if (manifest.documentId !== documentId) throw new ManifestFieldError(key, 'documentId', `names document ${manifest.documentId}, stored under ${documentId}`);
+    if (manifest.documentId !== documentId)
+      throw new ManifestFieldError(key, 'documentId', `names document ${manifest.documentId}, stored under ${documentId}`);
     this.checkManifest(key, manifest);
     return manifest;
   }
@@ -150,20 +151,33 @@ export class ArtifactReader {
    * and the manifest's token count and replay length. ArtifactMissingError when the store lacks it,
    * ArtifactCorruptError when a check fails; the caller then computes the tail (it is optional).
    */
-  async readTail(manifest: DocumentManifest, shape: Omit<TailShape, 'tokenCount' | 'replayTokens' | 'modelId' | 'layoutId'>, candidates: { readonly sourceRatio: number; readonly blockSize: number } | null): Promise<StoredTail> {
+  async readTail(
+    manifest: DocumentManifest,
+    shape: Omit<TailShape, 'tokenCount' | 'replayTokens' | 'modelId' | 'layoutId'>,
+    candidates: { readonly sourceRatio: number; readonly blockSize: number } | null,
+  ): Promise<StoredTail> {
     const t = manifest.tail;
-    if (t === undefined) throw new ObjectNotFoundError(manifestObjectKey(manifest.tenant, manifest.documentId), `stored encoder tail of document ${manifest.documentId}`);
+    if (t === undefined)
+      throw new ObjectNotFoundError(manifestObjectKey(manifest.tenant, manifest.documentId), `stored encoder tail of document ${manifest.documentId}`);
     const objectKey = chunkObjectKey(manifest.tenant, t.key);
     let bytes: Uint8Array;
     try {
       bytes = await this.store.get(objectKey);
     } catch (error) {
-      if (error instanceof ObjectNotFoundError) throw new ArtifactMissingError(objectKey, `the stored encoder tail of document ${manifest.documentId}`, { cause: error });
+      if (error instanceof ObjectNotFoundError)
+        throw new ArtifactMissingError(objectKey, `the stored encoder tail of document ${manifest.documentId}`, { cause: error });
       throw error;
     }
-    if (bytes.length !== t.sizeBytes) throw new ArtifactCorruptError(objectKey, Math.min(bytes.length, t.sizeBytes), `encoder tail has ${bytes.length} bytes, the manifest records ${t.sizeBytes}`);
-    if (!tailChecksumValid(bytes)) throw new ArtifactCorruptError(objectKey, bytes.length - TAIL_CHECKSUM_BYTES, 'encoder tail: its SHA-256 checksum does not match its bytes');
-    if (tailKey(bytes) !== t.key) throw new ArtifactCorruptError(objectKey, bytes.length - TAIL_CHECKSUM_BYTES, 'encoder tail: its checksum is not the key the manifest names');
+    if (bytes.length !== t.sizeBytes)
+      throw new ArtifactCorruptError(
+        objectKey,
+        Math.min(bytes.length, t.sizeBytes),
+        `encoder tail has ${bytes.length} bytes, the manifest records ${t.sizeBytes}`,
+      );
+    if (!tailChecksumValid(bytes))
+      throw new ArtifactCorruptError(objectKey, bytes.length - TAIL_CHECKSUM_BYTES, 'encoder tail: its SHA-256 checksum does not match its bytes');
+    if (tailKey(bytes) !== t.key)
+      throw new ArtifactCorruptError(objectKey, bytes.length - TAIL_CHECKSUM_BYTES, 'encoder tail: its checksum is not the key the manifest names');
     const { modelId, layoutId } = this.layout;
     return decodeTail(objectKey, bytes, { ...shape, modelId, layoutId, tokenCount: manifest.tokenCount, replayTokens: t.replayTokens }, candidates);
   }
@@ -214,7 +228,11 @@ export class ArtifactReader {
    */
   async visitChunks(manifest: DocumentManifest, visit: (chunk: DecodedChunk) => void): Promise<LoadStats> {
     this.checkManifest(manifestObjectKey(manifest.tenant, manifest.documentId), manifest);
-    const refs = manifest.chunks.map((c, i) => ({ ...c, encoder: manifest.encoder ?? '', previousKey: i === 0 ? null : (manifest.chunks[i - 1]?.key ?? null) }));
+    const refs = manifest.chunks.map((c, i) => ({
+      ...c,
+      encoder: manifest.encoder ?? '',
+      previousKey: i === 0 ? null : (manifest.chunks[i - 1]?.key ?? null),
+    }));
     const stats: MutableStats = { tokensLoaded: 0, chunksLoaded: 0, bytesFetched: 0, cacheHits: 0 };
     await this.forEachChunk(manifest.tenant, refs, stats, (chunk) => {
       visit(chunk);
@@ -238,8 +256,15 @@ export class ArtifactReader {
     checkSequenceLayout(seq, this.layout);
     validateChunkTokens(this.layout, chunkTokens);
     const keys = fullChunkKeys(this.layout.modelId, tokenIds, chunkTokens, chunkCount, this.layout.encoder);
-    if (keys.length < chunkCount) throw new SequenceStateError(`${tokenIds.length} tokens hold ${keys.length} full chunks of ${chunkTokens}, ${chunkCount} requested`);
-    const refs = keys.map((key, i) => ({ key, encoder: this.layout.encoder, previousKey: i === 0 ? null : (keys[i - 1] ?? null), startToken: i * chunkTokens, endToken: (i + 1) * chunkTokens }));
+    if (keys.length < chunkCount)
+      throw new SequenceStateError(`${tokenIds.length} tokens hold ${keys.length} full chunks of ${chunkTokens}, ${chunkCount} requested`);
+    const refs = keys.map((key, i) => ({
+      key,
+      encoder: this.layout.encoder,
+      previousKey: i === 0 ? null : (keys[i - 1] ?? null),
+      startToken: i * chunkTokens,
+      endToken: (i + 1) * chunkTokens,
+    }));
     const stats: MutableStats = { tokensLoaded: 0, chunksLoaded: 0, bytesFetched: 0, cacheHits: 0 };
     await this.forEachChunk(validateTenant(tenant), refs, stats, (chunk) => {
       appendChunk(seq, this.layout, chunk);
@@ -320,7 +345,11 @@ export class ArtifactReader {
   /** Checks a decoded (self-verified) chunk against what the manifest and the key chain say. */
   private check(objectKey: string, ref: ChunkRef, bytes: Uint8Array, chunk: DecodedChunk): DecodedChunk {
     if (chunk.startToken !== ref.startToken || chunk.endToken !== ref.endToken) {
-      throw new ArtifactCorruptError(objectKey, 14, `chunk covers tokens [${chunk.startToken}, ${chunk.endToken}), the manifest says [${ref.startToken}, ${ref.endToken})`);
+      throw new ArtifactCorruptError(
+        objectKey,
+        14,
+        `chunk covers tokens [${chunk.startToken}, ${chunk.endToken}), the manifest says [${ref.startToken}, ${ref.endToken})`,
+      );
     }
     if (ref.sizeBytes !== undefined && bytes.length !== ref.sizeBytes) {
       throw new ArtifactCorruptError(objectKey, Math.min(bytes.length, ref.sizeBytes), `object is ${bytes.length} bytes, the manifest says ${ref.sizeBytes}`);

@@ -11,7 +11,7 @@ const dir = mkdtempSync(join(tmpdir(), 'csa2-token-lists-'));
 const store = new FsObjectStore(dir, { durable: false });
 after(() => rmSync(dir, { recursive: true, force: true }));
 
-test('a token list round-trips through the store under the tenant\'s inputs, 4 bytes an id', async () => {
+test("a token list round-trips through the store under the tenant's inputs, 4 bytes an id", async () => {
   const ids = Array.from({ length: 70_000 }, (_, i) => (i * 7919) % 129_280);
   const ref = await putTokenList(store, 'acme', 'doc.acme.manual', ids);
   assert.equal(ref.key, 'tenants/acme/inputs/doc.acme.manual.u32');

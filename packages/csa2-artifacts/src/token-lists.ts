@@ -56,7 +56,12 @@ export async function putTokenList(store: ObjectStore, tenant: string, name: str
 export async function getTokenList(store: ObjectStore, tenant: string, ref: TokenListRef): Promise<number[]> {
   if (!ref.key.startsWith(`${tenantPrefix(tenant)}inputs/`)) throw new InvalidKeyError(ref.key, `not an input of tenant ${tenant}`);
   const bytes = await store.get(ref.key);
-  if (bytes.length !== ref.count * 4) throw new ArtifactCorruptError(ref.key, Math.min(bytes.length, ref.count * 4), `token list is ${bytes.length} bytes, its ref says ${ref.count} ids (${ref.count * 4} bytes)`);
+  if (bytes.length !== ref.count * 4)
+    throw new ArtifactCorruptError(
+      ref.key,
+      Math.min(bytes.length, ref.count * 4),
+      `token list is ${bytes.length} bytes, its ref says ${ref.count} ids (${ref.count * 4} bytes)`,
+    );
   const digest = sha256Hex(bytes);
   if (digest !== ref.sha256) throw new ArtifactCorruptError(ref.key, 0, `token list hashes to ${digest}, its ref says ${ref.sha256}`);
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);

@@ -51,13 +51,29 @@ for (const factory of STORE_FACTORIES) {
       assert.equal(await store.head(manifestObjectKey(TENANT, 'doc-1')), null, 'no manifest before finish');
       const manifest = await writer.finish(seq);
       assert.equal(manifest.tokenCount, DOC_TOKENS);
-      assert.deepEqual(manifest.chunks.map((c) => [c.startToken, c.endToken]), [[0, 64], [64, 128], [128, 192], [192, 229]]);
-      assert.deepEqual(manifest.chunks.slice(0, 3).map((c) => c.key), fullChunkKeys('model-a', tokensOf(full), C));
+      assert.deepEqual(
+        manifest.chunks.map((c) => [c.startToken, c.endToken]),
+        [
+          [0, 64],
+          [64, 128],
+          [128, 192],
+          [192, 229],
+        ],
+      );
+      assert.deepEqual(
+        manifest.chunks.slice(0, 3).map((c) => c.key),
+        fullChunkKeys('model-a', tokensOf(full), C),
+      );
       for (const c of manifest.chunks) {
         const bytes = await store.get(chunkObjectKey(TENANT, c.key));
         assert.equal(c.sizeBytes, bytes.length);
         assert.equal(c.sha256, chunkTrailerHex(bytes));
-        assert.equal(c.sha256, createHash('sha256').update(bytes.subarray(0, bytes.length - 32)).digest('hex'));
+        assert.equal(
+          c.sha256,
+          createHash('sha256')
+            .update(bytes.subarray(0, bytes.length - 32))
+            .digest('hex'),
+        );
       }
       assert.deepEqual(parseManifest('k', await store.get(manifestObjectKey(TENANT, 'doc-1'))), manifest);
       assert.equal(writer.stats.chunksWritten, 4);
@@ -78,7 +94,14 @@ for (const factory of STORE_FACTORIES) {
       const first = new ArtifactWriter({ store, layout: LAYOUT, tenant: TENANT, documentId: 'doc-1', chunkTokens: C, now: FIXED_NOW });
       const m1 = await first.finish(seq);
       const before = (await store.list('')).map(keyAndSize);
-      const again = new ArtifactWriter({ store, layout: LAYOUT, tenant: TENANT, documentId: 'doc-1', chunkTokens: C, now: () => new Date('2026-01-01T00:00:00Z') });
+      const again = new ArtifactWriter({
+        store,
+        layout: LAYOUT,
+        tenant: TENANT,
+        documentId: 'doc-1',
+        chunkTokens: C,
+        now: () => new Date('2026-01-01T00:00:00Z'),
+      });
       const m2 = await again.finish(seq);
       assert.deepEqual(m2, m1, 'the existing manifest (with its createdAt) stands');
       assert.equal(again.stats.bytesWritten, 0);
@@ -114,10 +137,12 @@ for (const factory of STORE_FACTORIES) {
       const writerC = new ArtifactWriter({ store, layout: LAYOUT, tenant: TENANT, documentId: 'doc-c', chunkTokens: C });
       await writerC.adoptStoredChunks(resumed, 3);
       await assert.rejects(writerC.adoptStoredChunks(resumed, 1), /before any other write/);
-      const c = await new ArtifactWriter({ store, layout: LAYOUT, tenant: TENANT, documentId: 'doc-c2', chunkTokens: C }).adoptStoredChunks(emptySequence(LAYOUT), 1).then(
-        () => 'adopted',
-        (error: unknown) => String(error),
-      );
+      const c = await new ArtifactWriter({ store, layout: LAYOUT, tenant: TENANT, documentId: 'doc-c2', chunkTokens: C })
+        .adoptStoredChunks(emptySequence(LAYOUT), 1)
+        .then(
+          () => 'adopted',
+          (error: unknown) => String(error),
+        );
       assert.match(c, /cannot adopt 1 chunks/);
       const writerD = new ArtifactWriter({ store, layout: LAYOUT, tenant: TENANT, documentId: 'doc-d', chunkTokens: C });
       await writerD.adoptStoredChunks(resumed, 3);
@@ -127,7 +152,10 @@ for (const factory of STORE_FACTORIES) {
       assert.deepEqual([writerD.stats.chunksSkipped, writerD.stats.chunksWritten], [5, 0]);
       // a chunk that is not stored cannot be adopted
       const other = syntheticSequence(LAYOUT, 2 * C, 9);
-      await assert.rejects(new ArtifactWriter({ store, layout: LAYOUT, tenant: TENANT, documentId: 'doc-e', chunkTokens: C }).adoptStoredChunks(other, 1), /not found/);
+      await assert.rejects(
+        new ArtifactWriter({ store, layout: LAYOUT, tenant: TENANT, documentId: 'doc-e', chunkTokens: C }).adoptStoredChunks(other, 1),
+        /not found/,
+      );
     });
   });
 
@@ -190,7 +218,12 @@ for (const factory of STORE_FACTORIES) {
         }
       }
       assert.ok(patched, 'the synthetic rows hold all-zero blocks');
-      other.set(createHash('sha256').update(other.subarray(0, other.length - 32)).digest(), other.length - 32);
+      other.set(
+        createHash('sha256')
+          .update(other.subarray(0, other.length - 32))
+          .digest(),
+        other.length - 32,
+      );
       await store.put(key2, other);
       const w = new ArtifactWriter({ store, layout: LAYOUT, tenant: TENANT, documentId: 'doc-2', chunkTokens: C });
       const m2 = await w.finish(seq);
@@ -222,8 +255,14 @@ test('refusals: bad tenant or document id, chunk size, sequence layout, missing 
   const opts = { store, layout: LAYOUT, tenant: TENANT, documentId: 'doc-1', chunkTokens: C };
   assert.throws(() => new ArtifactWriter({ ...opts, tenant: 'a/b' }), InvalidKeyError);
   assert.throws(() => new ArtifactWriter({ ...opts, documentId: '' }), InvalidKeyError);
-  assert.throws(() => new ArtifactWriter({ ...opts, chunkTokens: 18 }), (e: unknown) => e instanceof ConfigError && /18 is not a multiple of 4 tokens/.test(e.message));
-  assert.throws(() => new ArtifactWriter({ ...opts, chunkTokens: 9 }), (e: unknown) => e instanceof ConfigError && /9 is not a multiple of ratio 2/.test(e.message));
+  assert.throws(
+    () => new ArtifactWriter({ ...opts, chunkTokens: 18 }),
+    (e: unknown) => e instanceof ConfigError && /18 is not a multiple of 4 tokens/.test(e.message),
+  );
+  assert.throws(
+    () => new ArtifactWriter({ ...opts, chunkTokens: 9 }),
+    (e: unknown) => e instanceof ConfigError && /9 is not a multiple of ratio 2/.test(e.message),
+  );
   assert.equal(new ArtifactWriter({ store, layout: LAYOUT, tenant: TENANT, documentId: 'd' }).chunkTokens, 4096);
 
   const otherLayout = createArtifactLayout({ ...LAYOUT, kvSources: [{ layer: 1, ratio: 2 }] });
@@ -233,7 +272,10 @@ test('refusals: bad tenant or document id, chunk size, sequence layout, missing 
   truncateEntries(seq, 3, 100); // rows of tokens [100, 128) are missing
   const writer = new ArtifactWriter(opts);
   await writer.writeAvailable(seq, 64);
-  await assert.rejects(writer.writeAvailable(seq, 128), (e: unknown) => e instanceof SequenceStateError && /layer 3/.test(e.message) && /needs 128/.test(e.message));
+  await assert.rejects(
+    writer.writeAvailable(seq, 128),
+    (e: unknown) => e instanceof SequenceStateError && /layer 3/.test(e.message) && /needs 128/.test(e.message),
+  );
   await assert.rejects(writer.finish(seq), SequenceStateError, 'a failed writer stays failed');
 
   // A put that fails (store down) fails the writer; no manifest is written and nothing goes unhandled.
@@ -261,7 +303,12 @@ test('bytes on the object store per token, released dims (288 B + 68 B rows, rat
     modelId: 'f'.repeat(64),
     headDim: 512,
     indexHeadDim: 128,
-    kvSources: [{ layer: 2, ratio: 2 }, { layer: 8, ratio: 2 }, { layer: 14, ratio: 2 }, { layer: 20, ratio: 1 }],
+    kvSources: [
+      { layer: 2, ratio: 2 },
+      { layer: 8, ratio: 2 },
+      { layer: 14, ratio: 2 },
+      { layer: 20, ratio: 1 },
+    ],
     candidateBlockTokens: 8,
   });
   assert.equal(bytesPerToken(layout), 890);

@@ -192,14 +192,16 @@ export class ArtifactWriter {
         throw new SequenceStateError(`cannot adopt ${chunkCount} chunks of ${C} tokens from a sequence of ${sequenceLength(seq)} tokens`);
       }
       const keys: string[] = []; // chunk by chunk: no copy of the whole prefix's ids
-      for (let i = 0; i < chunkCount; i++) keys.push(chunkKey(this.layout.modelId, keys.at(-1) ?? null, sequenceTokenIds(seq, i * C, (i + 1) * C), this.layout.encoder));
+      for (let i = 0; i < chunkCount; i++)
+        keys.push(chunkKey(this.layout.modelId, keys.at(-1) ?? null, sequenceTokenIds(seq, i * C, (i + 1) * C), this.layout.encoder));
       const entries = await Promise.all(
         keys.map((key) =>
           this.puts.run(async () => {
             const objectKey = chunkObjectKey(this.tenant, key);
             const info = await this.store.touch(objectKey); // relied on from now: fresh for gc's grace period
             if (info === null) throw new ObjectNotFoundError(objectKey, 'stored chunk');
-            if (info.sizeBytes < CHUNK_CHECKSUM_BYTES) throw new ArtifactCorruptError(objectKey, info.sizeBytes, `stored chunk is ${info.sizeBytes} bytes, shorter than its checksum`);
+            if (info.sizeBytes < CHUNK_CHECKSUM_BYTES)
+              throw new ArtifactCorruptError(objectKey, info.sizeBytes, `stored chunk is ${info.sizeBytes} bytes, shorter than its checksum`);
             const trailer = await this.store.getRange(objectKey, { offset: info.sizeBytes - CHUNK_CHECKSUM_BYTES, length: CHUNK_CHECKSUM_BYTES });
             return { sizeBytes: info.sizeBytes, sha256: Buffer.from(trailer).toString('hex') };
           }),
@@ -273,7 +275,8 @@ export class ArtifactWriter {
           this.s.chunksRestored++;
           this.s.chunksWritten++;
           this.s.chunkBytesWritten += encoded.bytesU8.length;
-          if (encoded.checksumHex !== c.sha256 || encoded.bytesU8.length !== c.sizeBytes) replaced.set(i, { ...c, sizeBytes: encoded.bytesU8.length, sha256: encoded.checksumHex });
+          if (encoded.checksumHex !== c.sha256 || encoded.bytesU8.length !== c.sizeBytes)
+            replaced.set(i, { ...c, sizeBytes: encoded.bytesU8.length, sha256: encoded.checksumHex });
         }),
       ),
     );

@@ -27,7 +27,18 @@ export * from './numerics/bf16.js';
 export * from './numerics/formats.js';
 export * from './tokenizer/index.js';
 export type { RuntimeOptions, ExecutionProvider } from './runtime/ort-session.js';
-export { DEFAULT_RUNTIME_OPTIONS, DECODE_ATTENTION_ARENA_ROWS, resolveIntraOpThreads, SINGLE_THREAD_BELOW_DIM, applyCudaEnvironment, checkCudaProviderInstalled, graphIoBytes, cudaCpuFallbackGraphs, ortBindingDir, CUDA_PROVIDER_LIBRARIES } from './runtime/ort-session.js';
+export {
+  DEFAULT_RUNTIME_OPTIONS,
+  DECODE_ATTENTION_ARENA_ROWS,
+  resolveIntraOpThreads,
+  SINGLE_THREAD_BELOW_DIM,
+  applyCudaEnvironment,
+  checkCudaProviderInstalled,
+  graphIoBytes,
+  cudaCpuFallbackGraphs,
+  ortBindingDir,
+  CUDA_PROVIDER_LIBRARIES,
+} from './runtime/ort-session.js';
 export type { GraphSession, HostTensor, TensorOf, TensorType } from './runtime/ort-session.js';
 export { openGraphSession, f32 } from './runtime/ort-session.js';
 export type { ElemType, Dim } from './onnx/graph-builder.js';
@@ -35,7 +46,17 @@ export { GraphBuilder } from './onnx/graph-builder.js';
 export type { NumericsMode } from './model/graphs/graph-ops.js';
 export type { ModelOptions, ScanThreadsState } from './model/model.js';
 export { Csa2Model, DEFAULT_MODEL_OPTIONS, DEFAULT_REPLAY_TOKENS } from './model/model.js';
-export type { Span, SpanLayout, SpanOutput, SourceSelections, StreamRows, ForwardObserver, LayerTimer, BlockStep, ProgressCallback } from './model/sequence/span.js';
+export type {
+  Span,
+  SpanLayout,
+  SpanOutput,
+  SourceSelections,
+  StreamRows,
+  ForwardObserver,
+  LayerTimer,
+  BlockStep,
+  ProgressCallback,
+} from './model/sequence/span.js';
 export { knownSourceStats } from './model/indexer/indexer.js';
 export { threadScanStats } from './model/indexer/indexer-scan.js';
 export { MAX_AUTO_SCAN_THREADS, MAX_SCAN_THREADS, THREAD_MIN_SCORES, resolveScanThreads } from './model/indexer/scan-threads.js';
@@ -45,7 +66,19 @@ export { PackedRowStore } from './model/sequence/packed-rows.js';
 export { RowArena, MIN_REGION_BYTES, type RowArenaStats } from './model/sequence/row-arena.js';
 export { TokenBuffer } from './model/sequence/token-buffer.js';
 export type { SamplingParams } from './model/generation/sampler.js';
-export { Sampler, TokenHistory, adjustLogits, argmax, klDivergence, sampleToken, uniformAt, validateSampling, GREEDY_TEMPERATURE, LOGIT_BIAS_LIMIT, PENALTY_LIMIT } from './model/generation/sampler.js';
+export {
+  Sampler,
+  TokenHistory,
+  adjustLogits,
+  argmax,
+  klDivergence,
+  sampleToken,
+  uniformAt,
+  validateSampling,
+  GREEDY_TEMPERATURE,
+  LOGIT_BIAS_LIMIT,
+  PENALTY_LIMIT,
+} from './model/generation/sampler.js';
 export { loadModel } from './model/load-model.js';
 export type { TokenLogprob, TokenLogprobs } from './model/generation/logprobs.js';
 export { tokenLogprobs } from './model/generation/logprobs.js';

@@ -65,7 +65,14 @@ async function ingestWithHistory(h: History): Promise<{ dir: string; answer: { t
     let i = 0;
     for (const n of h.before) await engine.ingest({ tenant: 't', documentId: `prefix-${i++}`, tokenIds: DOC.slice(0, n) });
     const outcome = await engine.ingest({ tenant: 't', documentId: 'doc', tokenIds: DOC });
-    const r = await engine.generate({ promptIds: QUESTION, document: { tenant: 't', documentId: 'doc' }, maxTokens: 6, sampling: greedy, keepLogits: true, ignoreEos: true });
+    const r = await engine.generate({
+      promptIds: QUESTION,
+      document: { tenant: 't', documentId: 'doc' },
+      maxTokens: 6,
+      sampling: greedy,
+      keepLogits: true,
+      ignoreEos: true,
+    });
     return { dir, answer: { tokens: r.tokens, logits: r.logits }, reused: outcome.reusedTokens };
   } finally {
     await engine.close();

@@ -50,7 +50,10 @@ test('ingest writes chunks and a manifest once; a second run writes nothing', as
   assert.ok(first.tailBytes > 0 && first.tailReplayTokens === 128, 'the encoder tail for the default replay is stored');
   assert.ok(first.bytesWritten > 0 && first.artifactBytes + first.tailBytes >= first.bytesWritten);
   assert.equal(progress.at(-1), 150);
-  assert.ok(progress.every((v, i) => i === 0 || v >= (progress[i - 1] as number)), 'progress never goes back');
+  assert.ok(
+    progress.every((v, i) => i === 0 || v >= (progress[i - 1] as number)),
+    'progress never goes back',
+  );
   const again = await engine.ingest({ tenant: 'acme', documentId: 'doc1', tokenIds: DOC });
   assert.equal(again.bytesWritten, 0);
   assert.equal(again.chunksSkipped, 5);
@@ -59,7 +62,15 @@ test('ingest writes chunks and a manifest once; a second run writes nothing', as
 
 test('continuing a stored document with R >= its length equals exact generation over the same tokens', async () => {
   const R = DOC.length + PROMPT.length;
-  const stored = await engine.generate({ promptIds: PROMPT, document: { tenant: 'acme', documentId: 'doc1' }, maxTokens: 8, sampling: greedy, replayTokens: R, keepLogits: true, ignoreEos: true });
+  const stored = await engine.generate({
+    promptIds: PROMPT,
+    document: { tenant: 'acme', documentId: 'doc1' },
+    maxTokens: 8,
+    sampling: greedy,
+    replayTokens: R,
+    keepLogits: true,
+    ignoreEos: true,
+  });
   const exact = await engine.generate({ promptIds: [...DOC, ...PROMPT], maxTokens: 8, sampling: greedy, exact: true, keepLogits: true, ignoreEos: true });
   assert.deepEqual(stored.tokens, exact.tokens);
   assert.equal(stored.cachedTokens, 150);
@@ -105,7 +116,15 @@ test('questions on a cached document start from its stored encoder tail: the tok
   const uncached = await Engine.open({ modelDir: TINY, store: STORE, chunkTokens: 32, documentCacheBytes: 0 });
   try {
     const ask = (e: Engine, promptIds: number[], R: number) =>
-      e.generate({ promptIds, document: { tenant: 'acme', documentId: 'doc1' }, maxTokens: 6, sampling: greedy, replayTokens: R, keepLogits: true, ignoreEos: true });
+      e.generate({
+        promptIds,
+        document: { tenant: 'acme', documentId: 'doc1' },
+        maxTokens: 6,
+        sampling: greedy,
+        replayTokens: R,
+        keepLogits: true,
+        ignoreEos: true,
+      });
     const questions = [randomIds(7, 21), randomIds(12, 22), randomIds(1, 23)];
     const knownRows = knownSourceStats.rows;
     for (const R of [8, 24]) {
@@ -137,7 +156,10 @@ test('the encoder tail stored at ingest: the first question of a fresh engine st
   const plain = await engine.ingest({ tenant: 'acme', documentId: 'untailed', tokenIds: doc, tailReplayTokens: 0 });
   assert.ok(tailed.tailBytes > 0 && tailed.tailReplayTokens === R);
   assert.deepEqual([plain.tailBytes, plain.tailReplayTokens], [0, 0]);
-  const manifestOf = (id: string) => JSON.parse(readFileSync(join(root, `store/tenants/acme/documents/${id}/manifest.json`), 'utf8')) as { tail?: { key: string; sizeBytes: number; replayTokens: number } };
+  const manifestOf = (id: string) =>
+    JSON.parse(readFileSync(join(root, `store/tenants/acme/documents/${id}/manifest.json`), 'utf8')) as {
+      tail?: { key: string; sizeBytes: number; replayTokens: number };
+    };
   const tail = manifestOf('tailed').tail;
   assert.ok(tail !== undefined && tail.replayTokens === R && tail.sizeBytes === tailed.tailBytes);
   assert.equal(manifestOf('untailed').tail, undefined);
@@ -165,7 +187,11 @@ test('the encoder tail stored at ingest: the first question of a fresh engine st
       same('private copy', await ask(privateCopy, 'tailed', q), i);
     }
     const s = cached.stats().documentCache;
-    assert.deepEqual([s.tailsLoaded, s.tailsStored, s.tailHits, s.tailsRejected], [1, 0, 3, 0], 'read once from the artifact, used by every question, none computed');
+    assert.deepEqual(
+      [s.tailsLoaded, s.tailsStored, s.tailHits, s.tailsRejected],
+      [1, 0, 3, 0],
+      'read once from the artifact, used by every question, none computed',
+    );
     assert.ok(knownSourceStats.rows - knownRows > 0, 'the first question took the stored candidate-source picks of document rows');
   } finally {
     await cached.close();
@@ -174,7 +200,10 @@ test('the encoder tail stored at ingest: the first question of a fresh engine st
   // a damaged or missing stored tail is not used: the question computes it, with the same answer, and it is counted
   const flipped = Buffer.from(tailBytes);
   flipped[Math.floor(flipped.length / 2)] = (flipped[Math.floor(flipped.length / 2)] as number) ^ 0x04;
-  for (const [damage, reason] of [[() => writeFileSync(tailFile, flipped), /SHA-256/], [() => rmSync(tailFile), /missing/]] as const) {
+  for (const [damage, reason] of [
+    [() => writeFileSync(tailFile, flipped), /SHA-256/],
+    [() => rmSync(tailFile), /missing/],
+  ] as const) {
     damage();
     const fresh = await Engine.open({ modelDir: TINY, store: STORE, chunkTokens: 32 });
     try {
@@ -217,7 +246,16 @@ test('the decoder replay in chunks within the attention-table budget: the logits
   const chunked = await Engine.open({ modelDir: TINY, store: STORE, chunkTokens: 32, documentCacheBytes: 0, scheduler: { replayChunkBytes: 1 } });
   const whole = await Engine.open({ modelDir: TINY, store: STORE, chunkTokens: 32, documentCacheBytes: 0 });
   try {
-    const ask = (e: Engine) => e.generate({ promptIds: PROMPT, document: { tenant: 'acme', documentId: 'doc1' }, maxTokens: 4, sampling: greedy, replayTokens: 60, keepLogits: true, ignoreEos: true });
+    const ask = (e: Engine) =>
+      e.generate({
+        promptIds: PROMPT,
+        document: { tenant: 'acme', documentId: 'doc1' },
+        maxTokens: 4,
+        sampling: greedy,
+        replayTokens: 60,
+        keepLogits: true,
+        ignoreEos: true,
+      });
     const s0 = chunked.stats().steps;
     const a = await ask(chunked);
     const chunkedSteps = chunked.stats().steps - s0;
@@ -255,7 +293,8 @@ test('a document of exactly one chunk is re-used when ingested again; a shorter 
   assert.deepEqual([first.reusedTokens, first.chunksWritten], [0, 1]);
   const again = await engine.ingest({ tenant: 'acme', documentId: 'one-chunk-again', tokenIds: one });
   assert.deepEqual([again.reusedTokens, again.chunksSkipped, again.chunksWritten], [32, 1, 0], 'its one full chunk is loaded, not encoded');
-  const ask = (documentId: string) => engine.generate({ promptIds: PROMPT, document: { tenant: 'acme', documentId }, maxTokens: 4, sampling: greedy, ignoreEos: true });
+  const ask = (documentId: string) =>
+    engine.generate({ promptIds: PROMPT, document: { tenant: 'acme', documentId }, maxTokens: 4, sampling: greedy, ignoreEos: true });
   const [a, b] = [await ask('one-chunk'), await ask('one-chunk-again')];
   assert.deepEqual(b.tokens, a.tokens, 'the re-used document answers as the encoded one');
   const short = one.slice(0, 31);
@@ -267,8 +306,14 @@ test('a document of exactly one chunk is re-used when ingested again; a shorter 
 });
 
 test('missing documents, other tenants and damaged chunks are refused with their codes', async () => {
-  await assert.rejects(engine.generate({ promptIds: PROMPT, document: { tenant: 'acme', documentId: 'nope' }, maxTokens: 1, sampling: greedy }), (e: unknown) => (e as { code?: string }).code === 'not-found');
-  await assert.rejects(engine.generate({ promptIds: PROMPT, document: { tenant: 'intruder', documentId: 'doc1' }, maxTokens: 1, sampling: greedy }), (e: unknown) => (e as { code?: string }).code === 'not-found');
+  await assert.rejects(
+    engine.generate({ promptIds: PROMPT, document: { tenant: 'acme', documentId: 'nope' }, maxTokens: 1, sampling: greedy }),
+    (e: unknown) => (e as { code?: string }).code === 'not-found',
+  );
+  await assert.rejects(
+    engine.generate({ promptIds: PROMPT, document: { tenant: 'intruder', documentId: 'doc1' }, maxTokens: 1, sampling: greedy }),
+    (e: unknown) => (e as { code?: string }).code === 'not-found',
+  );
   // flip one byte in the middle of every stored chunk of tenant 'other' and read it back through a fresh engine (no cache)
   const chunksDir = join(root, 'store', 'tenants', 'other', 'chunks');
   const files: string[] = [];
@@ -282,7 +327,10 @@ test('missing documents, other tenants and damaged chunks are refused with their
   }
   const fresh = await Engine.open({ modelDir: TINY, store: STORE });
   try {
-    await assert.rejects(fresh.generate({ promptIds: PROMPT, document: { tenant: 'other', documentId: 'doc2' }, maxTokens: 1, sampling: greedy }), (e: unknown) => (e as { code?: string }).code === 'artifact-corrupt');
+    await assert.rejects(
+      fresh.generate({ promptIds: PROMPT, document: { tenant: 'other', documentId: 'doc2' }, maxTokens: 1, sampling: greedy }),
+      (e: unknown) => (e as { code?: string }).code === 'artifact-corrupt',
+    );
   } finally {
     await fresh.close();
   }
@@ -305,14 +353,23 @@ test('ingest verifies the stored chunks it adopts: a corrupt one is encoded agai
   flip(chunkFile(4)); // the trailing partial chunk: written by the writer, which finds it stored
   const fresh = await Engine.open({ modelDir: TINY, store: STORE, chunkTokens: 32 }); // nothing cached
   try {
-    await assert.rejects(fresh.generate({ promptIds: PROMPT, document: { tenant: 'acme', documentId: 'rot' }, maxTokens: 1, sampling: greedy }), (e: unknown) => (e as { code?: string }).code === 'artifact-corrupt');
+    await assert.rejects(
+      fresh.generate({ promptIds: PROMPT, document: { tenant: 'acme', documentId: 'rot' }, maxTokens: 1, sampling: greedy }),
+      (e: unknown) => (e as { code?: string }).code === 'artifact-corrupt',
+    );
     // the same text under a new id: chunk 0 is re-used, chunk 1 fails verification, so the rest is encoded
     const again = await fresh.ingest({ tenant: 'acme', documentId: 'rot-again', tokenIds: doc });
     assert.equal(again.reusedTokens, 32, 'the prefix ends at the corrupt chunk');
     assert.equal(again.chunksRepaired, 2, 'the corrupt full chunk and the corrupt partial chunk');
     // both documents read again (the shared chunks are sound now); the old one gives the same tokens
     const a = await fresh.generate({ promptIds: PROMPT, document: { tenant: 'acme', documentId: 'rot' }, maxTokens: 4, sampling: greedy, ignoreEos: true });
-    const b = await fresh.generate({ promptIds: PROMPT, document: { tenant: 'acme', documentId: 'rot-again' }, maxTokens: 4, sampling: greedy, ignoreEos: true });
+    const b = await fresh.generate({
+      promptIds: PROMPT,
+      document: { tenant: 'acme', documentId: 'rot-again' },
+      maxTokens: 4,
+      sampling: greedy,
+      ignoreEos: true,
+    });
     assert.deepEqual(a.tokens, b.tokens);
     // a text that shares the first 96 tokens re-uses all three of its full chunks
     const sharing = await fresh.ingest({ tenant: 'acme', documentId: 'rot-sharing', tokenIds: [...doc.slice(0, 96), ...randomIds(20, 22)] });
@@ -326,7 +383,13 @@ test('ingest verifies the stored chunks it adopts: a corrupt one is encoded agai
 test('a chunk damaged while an engine holds it in memory: questions name the document, and its next ingest repairs it without a restart', async () => {
   const doc = randomIds(140, 41); // four full chunks of 32 and a partial one
   await engine.ingest({ tenant: 'acme', documentId: 'held', tokenIds: doc });
-  const before = await engine.generate({ promptIds: PROMPT, document: { tenant: 'acme', documentId: 'held' }, maxTokens: 4, sampling: greedy, ignoreEos: true });
+  const before = await engine.generate({
+    promptIds: PROMPT,
+    document: { tenant: 'acme', documentId: 'held' },
+    maxTokens: 4,
+    sampling: greedy,
+    ignoreEos: true,
+  });
   const manifest = JSON.parse(readFileSync(join(root, 'store/tenants/acme/documents/held/manifest.json'), 'utf8')) as { chunks: { key: string }[] };
   const key = manifest.chunks[2]?.key ?? '';
   const file = join(root, 'store/tenants/acme/chunks', key.slice(0, 2), key);
@@ -346,7 +409,13 @@ test('a chunk damaged while an engine holds it in memory: questions name the doc
     assert.equal(again.chunksRepaired, 1);
     assert.equal(again.reusedTokens, 64, 'the prefix ends at the damaged chunk');
     assert.deepEqual(readFileSync(file), sound, 'the rewritten chunk holds the bytes it held (a chunk is a function of its key)');
-    const after = await other.generate({ promptIds: PROMPT, document: { tenant: 'acme', documentId: 'held' }, maxTokens: 4, sampling: greedy, ignoreEos: true });
+    const after = await other.generate({
+      promptIds: PROMPT,
+      document: { tenant: 'acme', documentId: 'held' },
+      maxTokens: 4,
+      sampling: greedy,
+      ignoreEos: true,
+    });
     assert.deepEqual(after.tokens, before.tokens);
   } finally {
     await other.close();
@@ -359,7 +428,17 @@ test('ingest with a prefix document: its tokens come first and its full chunks a
   assert.equal(out.tokens, DOC.length + question.length);
   assert.equal(out.reusedTokens, 128, 'the four full chunks of doc1');
   const direct = await engine.generate({ promptIds: [...DOC, ...question], maxTokens: 4, sampling: greedy, exact: true, ignoreEos: true });
-  const stored = await engine.generate({ promptIds: [], document: { tenant: 'acme', documentId: 'doc1-and-question' }, maxTokens: 4, sampling: greedy, replayTokens: 400, ignoreEos: true });
+  const stored = await engine.generate({
+    promptIds: [],
+    document: { tenant: 'acme', documentId: 'doc1-and-question' },
+    maxTokens: 4,
+    sampling: greedy,
+    replayTokens: 400,
+    ignoreEos: true,
+  });
   assert.deepEqual(stored.tokens, direct.tokens, 'the artifact holds the document then the question');
-  await assert.rejects(engine.ingest({ tenant: 'acme', documentId: 'x', tokenIds: question, prefix: { tenant: 'acme', documentId: 'no-such-doc' } }), (e: unknown) => (e as { code?: string }).code === 'not-found');
+  await assert.rejects(
+    engine.ingest({ tenant: 'acme', documentId: 'x', tokenIds: question, prefix: { tenant: 'acme', documentId: 'no-such-doc' } }),
+    (e: unknown) => (e as { code?: string }).code === 'not-found',
+  );
 });

@@ -42,7 +42,14 @@ test('warmUp: the engine reports how long its warm-up took, and a warmed-up engi
     assert.equal(cold.info().warmUpMs, null);
     const ms = warm.info().warmUpMs;
     assert.ok(ms !== null && ms > 0, `warm-up time ${ms}`);
-    const req = { promptIds: [1, 40, 41, 42, 43, 7, 9], maxTokens: 6, sampling: { temperature: 0, topP: 1, seed: 0 }, exact: true, ignoreEos: true, keepLogits: true };
+    const req = {
+      promptIds: [1, 40, 41, 42, 43, 7, 9],
+      maxTokens: 6,
+      sampling: { temperature: 0, topP: 1, seed: 0 },
+      exact: true,
+      ignoreEos: true,
+      keepLogits: true,
+    };
     const a = await cold.generate(req);
     const b = await warm.generate(req);
     assert.deepEqual(b.tokens, a.tokens);

@@ -13,7 +13,20 @@
  * use `EngineHost` (host/engine-host), which runs an Engine in a worker thread with the same API.
  */
 import { ChunkCache, artifactLayout, bytesPerToken, openStore, type ArtifactLayout, type ObjectStore } from '@csa2/artifacts';
-import { Csa2Error, InputError, loadModel, loadTokenizer, modelFingerprint, applyCudaEnvironment, cudaCpuFallbackGraphs, DEFAULT_RUNTIME_OPTIONS, type Csa2Model, type ModelOptions, type RowArena, type Tokenizer } from '@csa2/core';
+import {
+  Csa2Error,
+  InputError,
+  loadModel,
+  loadTokenizer,
+  modelFingerprint,
+  applyCudaEnvironment,
+  cudaCpuFallbackGraphs,
+  DEFAULT_RUNTIME_OPTIONS,
+  type Csa2Model,
+  type ModelOptions,
+  type RowArena,
+  type Tokenizer,
+} from '@csa2/core';
 import { DEFAULT_DOCUMENT_CACHE_BYTES, DocumentCache } from './scheduler/document-cache.js';
 import { EngineLoop } from './scheduler/engine-loop.js';
 import { GenerateWork } from './scheduler/generate-work.js';
@@ -81,8 +94,10 @@ export class Engine {
     this.cache = new ChunkCache({ maxBytes: options.chunkCacheBytes ?? 256 * 1024 * 1024 });
     this.documents = new DocumentCache(options.documentCacheBytes ?? DEFAULT_DOCUMENT_CACHE_BYTES, { arena: options.documentArena ?? true });
     const prefault = options.documentPrefaultBytes ?? 0;
-    if (!(Number.isSafeInteger(prefault) && prefault >= 0)) throw new Csa2Error('config-invalid', `document prefault bytes must be a non-negative integer, got ${prefault}`);
-    if (prefault > 0 && this.documents.arena === null) throw new Csa2Error('config-invalid', 'document prefault bytes need the document cache and its arena (documentCacheBytes > 0, documentArena on)');
+    if (!(Number.isSafeInteger(prefault) && prefault >= 0))
+      throw new Csa2Error('config-invalid', `document prefault bytes must be a non-negative integer, got ${prefault}`);
+    if (prefault > 0 && this.documents.arena === null)
+      throw new Csa2Error('config-invalid', 'document prefault bytes need the document cache and its arena (documentCacheBytes > 0, documentArena on)');
     this.documentPrefaultMs = prefault > 0 ? (this.documents.arena as RowArena).prefault(prefault) : null;
     const policy = resolvePolicy(schedulerOptions(options));
     this.scheduler = new Scheduler(policy, () => this.loop.poke());
@@ -146,7 +161,10 @@ export class Engine {
       documentPrefaultMs: this.documentPrefaultMs,
       scheduler: this.scheduler.policy,
       sequenceBytesAtMaxContext: sequenceBytes(this.model, this.model.config.maxSeqLen),
-      batchCapacity: Math.max(1, Math.min(this.scheduler.policy.maxRunning, Math.floor(this.scheduler.policy.kvBudgetBytes / sequenceBytes(this.model, this.model.config.maxSeqLen)))),
+      batchCapacity: Math.max(
+        1,
+        Math.min(this.scheduler.policy.maxRunning, Math.floor(this.scheduler.policy.kvBudgetBytes / sequenceBytes(this.model, this.model.config.maxSeqLen))),
+      ),
     };
   }
 

@@ -30,7 +30,10 @@ function queuesForTest(): { prefill: Queue; decode: Queue; worker: (q: Queue) =>
   const connection = { host: '127.0.0.1', port: server.port, maxRetriesPerRequest: null };
   const prefill = new Queue(names.prefillQueue, { connection });
   const decode = new Queue(names.decodeQueue, { connection });
-  closers.push(() => prefill.close(), () => decode.close());
+  closers.push(
+    () => prefill.close(),
+    () => decode.close(),
+  );
   const worker = (q: Queue): Worker => {
     // no processor: jobs are taken by hand (getNextJob) so the test decides what is active
     const w = new Worker(q.name, null, { connection, autorun: false });
@@ -47,7 +50,15 @@ async function take(worker: Worker, token: string): Promise<Job> {
 }
 
 const ids = (n: number): number[] => Array.from({ length: n }, (_, i) => i + 1);
-const doc = (tokenIds: number[]) => ({ v: 1, kind: 'document', tenant: 't', documentId: `d${tokenIds.length}`, model: 'm', input: { tokenIds }, acceptedAtMs: 0 });
+const doc = (tokenIds: number[]) => ({
+  v: 1,
+  kind: 'document',
+  tenant: 't',
+  documentId: `d${tokenIds.length}`,
+  model: 'm',
+  input: { tokenIds },
+  acceptedAtMs: 0,
+});
 const docText = (text: string) => ({ v: 1, kind: 'document', tenant: 't', documentId: 'dt', model: 'm', input: { text }, acceptedAtMs: 0 });
 const prompt = (tokenIds: number[], promptIds: number[]) => ({
   v: 1,
@@ -189,7 +200,19 @@ test('an empty pipeline reports zeros for every metric (absent keys are not erro
 
 test('renderBacklogMetrics writes valid exposition text: HELP and TYPE once per metric, one sample per queue', () => {
   const b: Backlog = {
-    prefill: { queue: 'prefill', queueName: 'p', waitJobs: 1, prioritizedJobs: 2, delayedJobs: 3, backlogJobs: 6, activeJobs: 4, paused: false, backlogTokens: 123456, activeTokens: 7, unrecognizedJobs: 0 },
+    prefill: {
+      queue: 'prefill',
+      queueName: 'p',
+      waitJobs: 1,
+      prioritizedJobs: 2,
+      delayedJobs: 3,
+      backlogJobs: 6,
+      activeJobs: 4,
+      paused: false,
+      backlogTokens: 123456,
+      activeTokens: 7,
+      unrecognizedJobs: 0,
+    },
     decode: { queue: 'decode', queueName: 'd', waitJobs: 0, prioritizedJobs: 0, delayedJobs: 9, backlogJobs: 9, activeJobs: 0, paused: true },
     collectedAtMs: 0,
   };

@@ -323,7 +323,11 @@ export function renderBacklogMetrics(backlog: Backlog): string {
     lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} gauge`);
     for (const [labels, value] of samples) lines.push(`${name}${labels} ${value}`);
   };
-  gauge(n.backlogJobs, 'Jobs accepted and not yet running (wait + prioritized + delayed), read from Redis', queues.map((q) => [`{queue="${q.queue}"}`, q.backlogJobs]));
+  gauge(
+    n.backlogJobs,
+    'Jobs accepted and not yet running (wait + prioritized + delayed), read from Redis',
+    queues.map((q) => [`{queue="${q.queue}"}`, q.backlogJobs]),
+  );
   gauge(
     n.backlogJobsByState,
     'Backlog jobs per BullMQ state',
@@ -333,8 +337,16 @@ export function renderBacklogMetrics(backlog: Backlog): string {
       [`{queue="${q.queue}",state="delayed"}`, q.delayedJobs],
     ]),
   );
-  gauge(n.activeJobs, 'Jobs running on a worker now', queues.map((q) => [`{queue="${q.queue}"}`, q.activeJobs]));
-  gauge(n.paused, '1 when the queue is paused (its backlog still counts)', queues.map((q) => [`{queue="${q.queue}"}`, q.paused ? 1 : 0]));
+  gauge(
+    n.activeJobs,
+    'Jobs running on a worker now',
+    queues.map((q) => [`{queue="${q.queue}"}`, q.activeJobs]),
+  );
+  gauge(
+    n.paused,
+    '1 when the queue is paused (its backlog still counts)',
+    queues.map((q) => [`{queue="${q.queue}"}`, q.paused ? 1 : 0]),
+  );
   gauge(n.prefillBacklogTokens, 'Tokens waiting to be encoded by encoder workers (prefill backlog jobs)', [['', backlog.prefill.backlogTokens]]);
   gauge(n.prefillActiveTokens, 'Tokens the running prefill jobs still have to encode', [['', backlog.prefill.activeTokens]]);
   return `${lines.join('\n')}\n`;

@@ -22,7 +22,21 @@ test('gauges, counters and histograms from one stats read; absent while there is
     stepMs: hist([5, 10], [10, 30, 40], 420),
     batchRows: hist([1, 2, 4], [5, 20, 35, 40], 900),
     decodeBatch: hist([1, 2, 4], [5, 20, 40, 40], 120),
-    documentCache: { hits: 7, misses: 2, bypassed: 1, evictions: 1, entries: 2, leased: 1, bytes: 5_000_000, tailBytes: 40_000, tailHits: 5, tailsStored: 2, tailsLoaded: 3, tailsRejected: 1, arena: { usedBytes: 5_000_000, touchedBytes: 9_000_000 } },
+    documentCache: {
+      hits: 7,
+      misses: 2,
+      bypassed: 1,
+      evictions: 1,
+      entries: 2,
+      leased: 1,
+      bytes: 5_000_000,
+      tailBytes: 40_000,
+      tailHits: 5,
+      tailsStored: 2,
+      tailsLoaded: 3,
+      tailsRejected: 1,
+      arena: { usedBytes: 5_000_000, touchedBytes: 9_000_000 },
+    },
     scanThreads: { count: 3, usable: true, tasks: 120, declined: 2, failed: 0 },
   };
   registerEngineMetrics(registry, async () => {
@@ -71,7 +85,11 @@ test('gauges, counters and histograms from one stats read; absent while there is
   stats = { ...stats, scanThreads: { count: 3, usable: false, tasks: 120, declined: 2, failed: 1 } };
   await new Promise((r) => setTimeout(r, 300));
   const failed = await registry.metrics();
-  for (const line of ['csa2_engine_scan_threads{service="decoder-worker"} 0', 'csa2_engine_scan_thread_tasks_total{result="failed",service="decoder-worker"} 1']) assert.ok(failed.includes(line), `missing: ${line}`);
+  for (const line of [
+    'csa2_engine_scan_threads{service="decoder-worker"} 0',
+    'csa2_engine_scan_thread_tasks_total{result="failed",service="decoder-worker"} 1',
+  ])
+    assert.ok(failed.includes(line), `missing: ${line}`);
   stats = null;
   await new Promise((r) => setTimeout(r, 300));
   assert.ok(!(await registry.metrics()).includes('csa2_engine_sequences_running{'), 'no engine: no series');

@@ -69,7 +69,13 @@ export interface EngineSchedulerStats {
     readonly arena?: { readonly usedBytes: number; readonly touchedBytes: number } | null;
   };
   /** The model's scan threads (absent or null: none). */
-  readonly scanThreads?: { readonly count: number; readonly usable: boolean; readonly tasks: number; readonly declined: number; readonly failed: number } | null;
+  readonly scanThreads?: {
+    readonly count: number;
+    readonly usable: boolean;
+    readonly tasks: number;
+    readonly declined: number;
+    readonly failed: number;
+  } | null;
 }
 
 type Value = { readonly value: number; readonly labels?: Record<string, string | number>; readonly metricName?: string };
@@ -104,7 +110,13 @@ export function registerEngineMetrics(registry: Registry, read: () => Promise<En
     if (cached === null || now - cached.atMs > 250) cached = { atMs: now, stats: read().catch(() => null) };
     return cached.stats;
   };
-  const metric = (name: string, help: string, type: SnapshotMetric['type'], values: (s: EngineSchedulerStats) => Value[], labelNames: readonly string[] = []): SnapshotMetric => ({
+  const metric = (
+    name: string,
+    help: string,
+    type: SnapshotMetric['type'],
+    values: (s: EngineSchedulerStats) => Value[],
+    labelNames: readonly string[] = [],
+  ): SnapshotMetric => ({
     name,
     help,
     type,
@@ -121,66 +133,106 @@ export function registerEngineMetrics(registry: Registry, read: () => Promise<En
   const metrics = [
     metric('csa2_engine_sequences_running', 'Engine work admitted: decoding, prefilling or loading its artifact', 'gauge', (s) => [{ value: s.running }]),
     metric('csa2_engine_sequences_waiting', 'Engine work waiting for admission (KV budget or decode batch full)', 'gauge', (s) => [{ value: s.waiting }]),
-    metric('csa2_engine_kv_bytes_in_use', 'KV bytes the admitted work reserves (packed global cache, windows, token ids)', 'gauge', (s) => [{ value: s.kvBytesInUse }]),
+    metric('csa2_engine_kv_bytes_in_use', 'KV bytes the admitted work reserves (packed global cache, windows, token ids)', 'gauge', (s) => [
+      { value: s.kvBytesInUse },
+    ]),
     metric('csa2_engine_kv_budget_bytes', 'The engine KV budget (CSA2_KV_BUDGET_BYTES)', 'gauge', (s) => [{ value: s.kvBudgetBytes }]),
     metric('csa2_engine_steps_total', 'Forward steps the engine ran', 'counter', (s) => [{ value: s.steps }]),
     metric('csa2_engine_decode_tokens_total', 'Decode rows the engine ran (one per generated token)', 'counter', (s) => [{ value: s.decodeTokens }]),
-    metric('csa2_engine_prefill_tokens_total', 'Prefill rows the engine ran (exact prefill, encode, decoder replay)', 'counter', (s) => [{ value: s.prefillTokens }]),
+    metric('csa2_engine_prefill_tokens_total', 'Prefill rows the engine ran (exact prefill, encode, decoder replay)', 'counter', (s) => [
+      { value: s.prefillTokens },
+    ]),
     metric('csa2_engine_refused_total', 'Work refused because it could not fit the KV budget even alone', 'counter', (s) => [{ value: s.refused }]),
-    metric('csa2_engine_step_seconds', 'Time of one engine step (one forward call)', 'histogram', (s) => histogramValues('csa2_engine_step_seconds', s.stepMs, 1e-3)),
-    metric('csa2_engine_step_tokens', 'Rows (tokens) per engine step, decode and prefill together', 'histogram', (s) => histogramValues('csa2_engine_step_tokens', s.batchRows, 1)),
-    metric('csa2_engine_decode_batch_sequences', 'Decode rows per engine step, in steps that decoded', 'histogram', (s) => histogramValues('csa2_engine_decode_batch_sequences', s.decodeBatch, 1)),
-    metric('csa2_engine_document_cache_bytes', 'Packed bytes of the loaded documents the engine keeps', 'gauge', (s) => (s.documentCache !== undefined ? [{ value: s.documentCache.bytes }] : [])),
-    metric('csa2_engine_document_cache_documents', 'Loaded documents the engine keeps, leased (read by running work) or idle', 'gauge', (s) =>
-      s.documentCache !== undefined
-        ? [
-            { labels: { state: 'leased' }, value: s.documentCache.leased },
-            { labels: { state: 'idle' }, value: s.documentCache.entries - s.documentCache.leased },
-          ]
-        : [],
+    metric('csa2_engine_step_seconds', 'Time of one engine step (one forward call)', 'histogram', (s) =>
+      histogramValues('csa2_engine_step_seconds', s.stepMs, 1e-3),
+    ),
+    metric('csa2_engine_step_tokens', 'Rows (tokens) per engine step, decode and prefill together', 'histogram', (s) =>
+      histogramValues('csa2_engine_step_tokens', s.batchRows, 1),
+    ),
+    metric('csa2_engine_decode_batch_sequences', 'Decode rows per engine step, in steps that decoded', 'histogram', (s) =>
+      histogramValues('csa2_engine_decode_batch_sequences', s.decodeBatch, 1),
+    ),
+    metric('csa2_engine_document_cache_bytes', 'Packed bytes of the loaded documents the engine keeps', 'gauge', (s) =>
+      s.documentCache !== undefined ? [{ value: s.documentCache.bytes }] : [],
+    ),
+    metric(
+      'csa2_engine_document_cache_documents',
+      'Loaded documents the engine keeps, leased (read by running work) or idle',
+      'gauge',
+      (s) =>
+        s.documentCache !== undefined
+          ? [
+              { labels: { state: 'leased' }, value: s.documentCache.leased },
+              { labels: { state: 'idle' }, value: s.documentCache.entries - s.documentCache.leased },
+            ]
+          : [],
       ['state'],
     ),
-    metric('csa2_engine_document_cache_lookups_total', 'Generations on a stored document: hit (shared), miss (loaded), bypassed (a private copy)', 'counter', (s) =>
-      s.documentCache !== undefined
-        ? [
-            { labels: { result: 'hit' }, value: s.documentCache.hits },
-            { labels: { result: 'miss' }, value: s.documentCache.misses },
-            { labels: { result: 'bypassed' }, value: s.documentCache.bypassed },
-          ]
-        : [],
+    metric(
+      'csa2_engine_document_cache_lookups_total',
+      'Generations on a stored document: hit (shared), miss (loaded), bypassed (a private copy)',
+      'counter',
+      (s) =>
+        s.documentCache !== undefined
+          ? [
+              { labels: { result: 'hit' }, value: s.documentCache.hits },
+              { labels: { result: 'miss' }, value: s.documentCache.misses },
+              { labels: { result: 'bypassed' }, value: s.documentCache.bypassed },
+            ]
+          : [],
       ['result'],
     ),
-    metric('csa2_engine_document_cache_evictions_total', 'Idle loaded documents dropped to make room', 'counter', (s) => (s.documentCache !== undefined ? [{ value: s.documentCache.evictions }] : [])),
-    metric('csa2_engine_document_arena_bytes', 'The memory loaded documents are written into: used (documents now) or touched (the most ever used, resident)', 'gauge', (s) => {
-      const a = s.documentCache?.arena;
-      return a != null
-        ? [
-            { labels: { state: 'used' }, value: a.usedBytes },
-            { labels: { state: 'touched' }, value: a.touchedBytes },
-          ]
-        : [];
-    }, ['state']),
-    metric('csa2_engine_document_tail_bytes', 'Bytes of the loaded documents\' stored encoder tails (held within the document cache\'s bytes)', 'gauge', (s) => (s.documentCache?.tailBytes !== undefined ? [{ value: s.documentCache.tailBytes }] : [])),
-    metric('csa2_engine_document_tail_total', 'Encoder tails of loaded documents: stored (computed by the first question that needed one), loaded (read from the artifact, stored by its ingest), rejected (a stored one missing or failing its checks: computed instead), used (a question encoded only its own tokens)', 'counter', (s) =>
-      s.documentCache?.tailHits !== undefined && s.documentCache.tailsStored !== undefined
-        ? [
-            { labels: { result: 'stored' }, value: s.documentCache.tailsStored },
-            ...(s.documentCache.tailsLoaded !== undefined ? [{ labels: { result: 'loaded' }, value: s.documentCache.tailsLoaded }] : []),
-            ...(s.documentCache.tailsRejected !== undefined ? [{ labels: { result: 'rejected' }, value: s.documentCache.tailsRejected }] : []),
-            { labels: { result: 'used' }, value: s.documentCache.tailHits },
-          ]
-        : [],
+    metric('csa2_engine_document_cache_evictions_total', 'Idle loaded documents dropped to make room', 'counter', (s) =>
+      s.documentCache !== undefined ? [{ value: s.documentCache.evictions }] : [],
+    ),
+    metric(
+      'csa2_engine_document_arena_bytes',
+      'The memory loaded documents are written into: used (documents now) or touched (the most ever used, resident)',
+      'gauge',
+      (s) => {
+        const a = s.documentCache?.arena;
+        return a != null
+          ? [
+              { labels: { state: 'used' }, value: a.usedBytes },
+              { labels: { state: 'touched' }, value: a.touchedBytes },
+            ]
+          : [];
+      },
+      ['state'],
+    ),
+    metric('csa2_engine_document_tail_bytes', "Bytes of the loaded documents' stored encoder tails (held within the document cache's bytes)", 'gauge', (s) =>
+      s.documentCache?.tailBytes !== undefined ? [{ value: s.documentCache.tailBytes }] : [],
+    ),
+    metric(
+      'csa2_engine_document_tail_total',
+      'Encoder tails of loaded documents: stored (computed by the first question that needed one), loaded (read from the artifact, stored by its ingest), rejected (a stored one missing or failing its checks: computed instead), used (a question encoded only its own tokens)',
+      'counter',
+      (s) =>
+        s.documentCache?.tailHits !== undefined && s.documentCache.tailsStored !== undefined
+          ? [
+              { labels: { result: 'stored' }, value: s.documentCache.tailsStored },
+              ...(s.documentCache.tailsLoaded !== undefined ? [{ labels: { result: 'loaded' }, value: s.documentCache.tailsLoaded }] : []),
+              ...(s.documentCache.tailsRejected !== undefined ? [{ labels: { result: 'rejected' }, value: s.documentCache.tailsRejected }] : []),
+              { labels: { result: 'used' }, value: s.documentCache.tailHits },
+            ]
+          : [],
       ['result'],
     ),
-    metric('csa2_engine_scan_threads', 'Scan threads the index scans use; 0 once one failed (the scans then run on the main thread)', 'gauge', (s) => (s.scanThreads != null ? [{ value: s.scanThreads.usable ? s.scanThreads.count : 0 }] : [])),
-    metric('csa2_engine_scan_thread_tasks_total', 'Scans shared with a scan thread: done, declined (queries the kernel does not take), failed', 'counter', (s) =>
-      s.scanThreads != null
-        ? [
-            { labels: { result: 'done' }, value: s.scanThreads.tasks },
-            { labels: { result: 'declined' }, value: s.scanThreads.declined },
-            { labels: { result: 'failed' }, value: s.scanThreads.failed },
-          ]
-        : [],
+    metric('csa2_engine_scan_threads', 'Scan threads the index scans use; 0 once one failed (the scans then run on the main thread)', 'gauge', (s) =>
+      s.scanThreads != null ? [{ value: s.scanThreads.usable ? s.scanThreads.count : 0 }] : [],
+    ),
+    metric(
+      'csa2_engine_scan_thread_tasks_total',
+      'Scans shared with a scan thread: done, declined (queries the kernel does not take), failed',
+      'counter',
+      (s) =>
+        s.scanThreads != null
+          ? [
+              { labels: { result: 'done' }, value: s.scanThreads.tasks },
+              { labels: { result: 'declined' }, value: s.scanThreads.declined },
+              { labels: { result: 'failed' }, value: s.scanThreads.failed },
+            ]
+          : [],
       ['result'],
     ),
   ];

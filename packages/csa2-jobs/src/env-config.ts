@@ -5,7 +5,10 @@
  */
 
 export class EnvConfigError extends Error {
-  constructor(readonly variable: string, message: string) {
+  constructor(
+    readonly variable: string,
+    message: string,
+  ) {
     super(`${variable}: ${message}`);
     this.name = 'EnvConfigError';
   }

@@ -20,10 +20,21 @@ after(async () => {
 });
 
 /** Adds the jobs (tenant, cost) in order with fair priorities, then lets one worker run them all; returns the tenants in service order. */
-async function serveInOrder(queueName: string, jobs: readonly { tenant: string; cost: number; weight?: number }[], addWhileRunning: readonly { afterServed: number; tenant: string; cost: number }[] = []): Promise<string[]> {
+async function serveInOrder(
+  queueName: string,
+  jobs: readonly { tenant: string; cost: number; weight?: number }[],
+  addWhileRunning: readonly { afterServed: number; tenant: string; cost: number }[] = [],
+): Promise<string[]> {
   const queue = new Queue(queueName, { connection: redis });
   const add = async (j: { tenant: string; cost: number; weight?: number }) =>
-    queue.add('j', { tenant: j.tenant }, { priority: await fairPriority(redis, queueName, { tenant: j.tenant, costTokens: j.cost, ...(j.weight !== undefined ? { weight: j.weight } : {}) }), removeOnComplete: true });
+    queue.add(
+      'j',
+      { tenant: j.tenant },
+      {
+        priority: await fairPriority(redis, queueName, { tenant: j.tenant, costTokens: j.cost, ...(j.weight !== undefined ? { weight: j.weight } : {}) }),
+        removeOnComplete: true,
+      },
+    );
   for (const j of jobs) await add(j);
   const served: string[] = [];
   const total = jobs.length + addWhileRunning.length;
@@ -45,7 +56,7 @@ async function serveInOrder(queueName: string, jobs: readonly { tenant: string; 
   return served;
 }
 
-test('a tenant that arrives behind another tenant\'s flood is served next, not after the flood', async () => {
+test("a tenant that arrives behind another tenant's flood is served next, not after the flood", async () => {
   const flood = Array.from({ length: 60 }, () => ({ tenant: 'acme', cost: 1600 }));
   const served = await serveInOrder(`fair-${randomUUID()}`, flood, [{ afterServed: 5, tenant: 'other', cost: 2100 }]);
   const at = served.indexOf('other');
@@ -54,12 +65,18 @@ test('a tenant that arrives behind another tenant\'s flood is served next, not a
 
 test('equal tenants alternate; weights give proportional shares', async () => {
   // a's 30 jobs are queued first, then b's 30: they are served alternately
-  const served = await serveInOrder(`fair-${randomUUID()}`, [...Array.from({ length: 30 }, () => ({ tenant: 'a', cost: 512 })), ...Array.from({ length: 30 }, () => ({ tenant: 'b', cost: 512 }))]);
+  const served = await serveInOrder(`fair-${randomUUID()}`, [
+    ...Array.from({ length: 30 }, () => ({ tenant: 'a', cost: 512 })),
+    ...Array.from({ length: 30 }, () => ({ tenant: 'b', cost: 512 })),
+  ]);
   const firstTwenty = served.slice(0, 20);
   const a = firstTwenty.filter((t) => t === 'a').length;
   assert.ok(a >= 9 && a <= 11, `equal weights: a got ${a} of the first 20 (${firstTwenty.join('')})`);
 
-  const weighted = [...Array.from({ length: 40 }, () => ({ tenant: 'heavy', cost: 512, weight: 3 })), ...Array.from({ length: 40 }, () => ({ tenant: 'light', cost: 512, weight: 1 }))];
+  const weighted = [
+    ...Array.from({ length: 40 }, () => ({ tenant: 'heavy', cost: 512, weight: 3 })),
+    ...Array.from({ length: 40 }, () => ({ tenant: 'light', cost: 512, weight: 1 })),
+  ];
   const order = await serveInOrder(`fair-${randomUUID()}`, weighted);
   const heavy = order.slice(0, 40).filter((t) => t === 'heavy').length;
   assert.ok(heavy >= 28 && heavy <= 32, `weight 3 vs 1: heavy got ${heavy} of the first 40`);
@@ -67,7 +84,10 @@ test('equal tenants alternate; weights give proportional shares', async () => {
 
 test('once the queue is empty the tags start again from 0', async () => {
   const queueName = `fair-${randomUUID()}`;
-  await serveInOrder(queueName, Array.from({ length: 10 }, () => ({ tenant: 'acme', cost: 4096 })));
+  await serveInOrder(
+    queueName,
+    Array.from({ length: 10 }, () => ({ tenant: 'acme', cost: 4096 })),
+  );
   assert.equal(await fairPriority(redis, queueName, { tenant: 'acme', costTokens: 4096 }), 1, 'an empty queue: priority 1 again');
   const state = await redis.hgetall(fairStateKey(queueName));
   assert.equal(state['v'], '0');

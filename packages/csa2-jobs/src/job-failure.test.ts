@@ -41,11 +41,26 @@ test('parseJobPayload: a malformed payload is logged, gets its error entry and f
     parseJobPayload(job, parseDecodeJob, { what: 'decode', log: r.log, requestIdOf: readableRequestId, writeError: r.writeError }),
     (err: unknown) => err instanceof UnrecoverableError && err.message.startsWith('[payload-invalid] malformed decode job: '),
   );
-  assert.deepEqual(r.lines.map((l) => [l.level, l.msg, l.fields?.['requestId']]), [['warn', 'malformed decode job', 'r-2']]);
-  assert.deepEqual(r.errors.map((e) => e.slice(0, 2)), [['r-2', 'payload-invalid']]);
+  assert.deepEqual(
+    r.lines.map((l) => [l.level, l.msg, l.fields?.['requestId']]),
+    [['warn', 'malformed decode job', 'r-2']],
+  );
+  assert.deepEqual(
+    r.errors.map((e) => e.slice(0, 2)),
+    [['r-2', 'payload-invalid']],
+  );
 
   const other = new Error('not a payload problem');
-  await assert.rejects(parseJobPayload(job, () => { throw other; }, { what: 'decode', log: r.log, requestIdOf: readableRequestId, writeError: r.writeError }), (e) => e === other);
+  await assert.rejects(
+    parseJobPayload(
+      job,
+      () => {
+        throw other;
+      },
+      { what: 'decode', log: r.log, requestIdOf: readableRequestId, writeError: r.writeError },
+    ),
+    (e) => e === other,
+  );
   assert.equal(await parseJobPayload(job, (d) => d, { what: 'decode', log: r.log, requestIdOf: readableRequestId, writeError: r.writeError }), job.data);
 });
 
@@ -53,7 +68,13 @@ test('failJob: a transient error before the last attempt is retried, with no err
   const r = recorder();
   const { job } = fakeJob({}, 1, 5);
   const cause = coded('store-unavailable', 'S3 said 503');
-  const thrown = await failJob(cause, job, { log: r.log, msg: 'x failed', fields: { requestId: 'r-3', jobId: 'j1' }, requestId: 'r-3', writeError: r.writeError });
+  const thrown = await failJob(cause, job, {
+    log: r.log,
+    msg: 'x failed',
+    fields: { requestId: 'r-3', jobId: 'j1' },
+    requestId: 'r-3',
+    writeError: r.writeError,
+  });
   assert.ok(!(thrown instanceof UnrecoverableError));
   assert.equal(thrown.message, '[store-unavailable] S3 said 503');
   assert.equal(thrown.cause, cause);
@@ -79,10 +100,19 @@ test('failJob: deterministic codes and JobPayloadError fail for good; no request
   const a = await failJob(coded('not-found', 'no such document'), job, { log: r.log, msg: 'x failed', fields: {}, requestId: 'r-5', writeError: r.writeError });
   assert.ok(a instanceof UnrecoverableError);
   assert.equal(a.message, '[not-found] no such document');
-  const b = await failJob(new JobPayloadError('prefill', ['decode: differs']), job, { log: r.log, msg: 'x failed', fields: {}, requestId: null, writeError: r.writeError });
+  const b = await failJob(new JobPayloadError('prefill', ['decode: differs']), job, {
+    log: r.log,
+    msg: 'x failed',
+    fields: {},
+    requestId: null,
+    writeError: r.writeError,
+  });
   assert.ok(b instanceof UnrecoverableError);
   assert.equal(b.message, '[payload-invalid] malformed prefill job: decode: differs');
-  assert.deepEqual(r.errors.map((e) => e.slice(0, 2)), [['r-5', 'not-found']]);
+  assert.deepEqual(
+    r.errors.map((e) => e.slice(0, 2)),
+    [['r-5', 'not-found']],
+  );
 });
 
 test('followJobSignal calls back once (at once when aborted already); handJobBack moves the job back', async () => {
@@ -106,5 +136,8 @@ test('followJobSignal calls back once (at once when aborted already); handJobBac
   assert.ok((await handJobBack(job, 'tok', r.log, { jobId: 'j1' })) instanceof DelayedError);
   assert.equal(moved.length, 1);
   assert.equal(moved[0]?.[1], 'tok');
-  assert.deepEqual(r.lines.map((l) => [l.level, l.msg]), [['info', 'handing the job back (shutting down)']]);
+  assert.deepEqual(
+    r.lines.map((l) => [l.level, l.msg]),
+    [['info', 'handing the job back (shutting down)']],
+  );
 });

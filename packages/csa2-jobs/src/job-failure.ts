@@ -85,7 +85,12 @@ export function followJobSignal(signal: AbortSignal | undefined, onAbort: () => 
 }
 
 /** Moves the job back to the queue without using an attempt; returns the DelayedError to throw. */
-export async function handJobBack<R>(job: Job<unknown, R>, token: string | undefined, log: Logger, fields: Readonly<Record<string, unknown>>): Promise<DelayedError> {
+export async function handJobBack<R>(
+  job: Job<unknown, R>,
+  token: string | undefined,
+  log: Logger,
+  fields: Readonly<Record<string, unknown>>,
+): Promise<DelayedError> {
   log('info', 'handing the job back (shutting down)', fields);
   await job.moveToDelayed(Date.now(), token);
   return new DelayedError();

@@ -51,7 +51,9 @@ test('withLogFields: every line inside carries the fields, awaited and timer con
   // one key per field, even when the context and the call site both name it
   const raw: string[] = [];
   pinoLogFunction(createServiceLogger('x', 'info', { write: (s: string) => void raw.push(s) }))('info', 'dup', { reqId: 'b' });
-  withLogFields({ reqId: 'a' }, () => pinoLogFunction(createServiceLogger('x', 'info', { write: (s: string) => void raw.push(s) }))('info', 'dup', { reqId: 'b' }));
+  withLogFields({ reqId: 'a' }, () =>
+    pinoLogFunction(createServiceLogger('x', 'info', { write: (s: string) => void raw.push(s) }))('info', 'dup', { reqId: 'b' }),
+  );
   for (const r of raw) assert.equal(r.split('"reqId"').length, 2, r);
 });
 

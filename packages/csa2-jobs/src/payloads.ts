@@ -76,49 +76,57 @@ export const SamplingSchema = z.object({
   presencePenalty: z.number().min(-2).max(2).optional(),
   frequencyPenalty: z.number().min(-2).max(2).optional(),
   /** [token id, bias] pairs, bias in [-100, 100]. */
-  logitBias: z.array(z.tuple([z.number().int().nonnegative(), z.number().min(-100).max(100)])).max(MAX_LOGIT_BIAS_ENTRIES).optional(),
+  logitBias: z
+    .array(z.tuple([z.number().int().nonnegative(), z.number().min(-100).max(100)]))
+    .max(MAX_LOGIT_BIAS_ENTRIES)
+    .optional(),
 });
 export type JobSampling = z.infer<typeof SamplingSchema>;
 
 /** A completion the decoder worker runs: [document tokens] + promptIds, then generation. */
-export const DecodeJobSchema = z.object({
-  v: z.literal(1),
-  requestId: id,
-  /** The x-request-id of the HTTP request that made the job (logged by the workers). */
-  reqId,
-  tenant: id,
-  model: modelName,
-  /** Tokens after the document (the whole prompt when there is no document); longer prompts go through an encoder. */
-  promptIds: tokenIds,
-  /** A stored document whose tokens precede promptIds (an ingested document or an encoded long prompt). */
-  documentId: id.nullable(),
-  /**
-   * How many of the document's tokens to report as cached (usage.prompt_tokens_details.cached_tokens):
-   * those served from chunks stored before this request. Absent or null: all of them (an ingested
-   * document). The encoder sets it for the artifact of a long prompt, which it encoded for this very
-   * request: the tokens of the leading chunks it found already stored (its first attempt's count).
-   */
-  cachedTokens: z.number().int().nonnegative().max(MAX_TOKEN_COUNT).nullable().optional(),
-  sampling: SamplingSchema,
-  /** Tokens to generate per choice; 0 = none, the prompt only (echo, usually with promptLogprobs). */
-  maxTokens: z.number().int().nonnegative().max(MAX_TOKEN_COUNT),
-  stop: z.array(z.string().min(1).max(MAX_STOP_SEQUENCE_CHARS)).max(MAX_STOP_SEQUENCES),
-  ignoreEos: z.boolean(),
-  /** Bounded replay length; null = the worker's default. */
-  replayTokens: tokenCount.nullable(),
-  /** When the gateway accepted the request (ms since epoch), for latency metrics. */
-  acceptedAtMs: z.number().int().nonnegative(),
-  /**
-   * Choices generated from one prefill (OpenAI `n`), each on its own stream (queues.ts
-   * choiceStreamId); choice i samples with `sampling.seed + i`, so choice 0 is the n = 1 answer.
-   * Absent: 1. The optional fields below are absent in jobs from before them, which parse as before.
-   */
-  n: z.number().int().min(1).max(MAX_CHOICES).optional(),
-  /** Each generated token's log-probability with this many most likely alternatives (0–20). Absent: none. */
-  logprobs: z.number().int().min(0).max(MAX_TOP_LOGPROBS).optional(),
-  /** The prompt tokens' log-probabilities (echo) with this many alternatives (0–20), one stream entry before choice 0's first token. Absent: none. */
-  promptLogprobs: z.number().int().min(0).max(MAX_TOP_LOGPROBS).optional(),
-}).refine((j) => j.sampling.seed <= Number.MAX_SAFE_INTEGER - ((j.n ?? 1) - 1), { message: 'sampling.seed + n - 1 (the last choice\'s seed) must be a safe integer', path: ['sampling', 'seed'] });
+export const DecodeJobSchema = z
+  .object({
+    v: z.literal(1),
+    requestId: id,
+    /** The x-request-id of the HTTP request that made the job (logged by the workers). */
+    reqId,
+    tenant: id,
+    model: modelName,
+    /** Tokens after the document (the whole prompt when there is no document); longer prompts go through an encoder. */
+    promptIds: tokenIds,
+    /** A stored document whose tokens precede promptIds (an ingested document or an encoded long prompt). */
+    documentId: id.nullable(),
+    /**
+     * How many of the document's tokens to report as cached (usage.prompt_tokens_details.cached_tokens):
+     * those served from chunks stored before this request. Absent or null: all of them (an ingested
+     * document). The encoder sets it for the artifact of a long prompt, which it encoded for this very
+     * request: the tokens of the leading chunks it found already stored (its first attempt's count).
+     */
+    cachedTokens: z.number().int().nonnegative().max(MAX_TOKEN_COUNT).nullable().optional(),
+    sampling: SamplingSchema,
+    /** Tokens to generate per choice; 0 = none, the prompt only (echo, usually with promptLogprobs). */
+    maxTokens: z.number().int().nonnegative().max(MAX_TOKEN_COUNT),
+    stop: z.array(z.string().min(1).max(MAX_STOP_SEQUENCE_CHARS)).max(MAX_STOP_SEQUENCES),
+    ignoreEos: z.boolean(),
+    /** Bounded replay length; null = the worker's default. */
+    replayTokens: tokenCount.nullable(),
+    /** When the gateway accepted the request (ms since epoch), for latency metrics. */
+    acceptedAtMs: z.number().int().nonnegative(),
+    /**
+     * Choices generated from one prefill (OpenAI `n`), each on its own stream (queues.ts
+     * choiceStreamId); choice i samples with `sampling.seed + i`, so choice 0 is the n = 1 answer.
+     * Absent: 1. The optional fields below are absent in jobs from before them, which parse as before.
+     */
+    n: z.number().int().min(1).max(MAX_CHOICES).optional(),
+    /** Each generated token's log-probability with this many most likely alternatives (0–20). Absent: none. */
+    logprobs: z.number().int().min(0).max(MAX_TOP_LOGPROBS).optional(),
+    /** The prompt tokens' log-probabilities (echo) with this many alternatives (0–20), one stream entry before choice 0's first token. Absent: none. */
+    promptLogprobs: z.number().int().min(0).max(MAX_TOP_LOGPROBS).optional(),
+  })
+  .refine((j) => j.sampling.seed <= Number.MAX_SAFE_INTEGER - ((j.n ?? 1) - 1), {
+    message: "sampling.seed + n - 1 (the last choice's seed) must be a safe integer",
+    path: ['sampling', 'seed'],
+  });
 export type DecodeJob = z.infer<typeof DecodeJobSchema>;
 
 /** Encode a document (ingestion) into an artifact. */
@@ -135,25 +143,27 @@ export const DocumentPrefillSchema = z.object({
 });
 
 /** Encode a long prompt into an artifact, then hand `decode` (documentId set to the artifact) to the decode queue. */
-export const PromptPrefillSchema = z.object({
-  v: z.literal(1),
-  kind: z.literal('prompt'),
-  reqId,
-  tenant: id,
-  requestId: id,
-  model: modelName,
-  /** The prompt prefix to encode, inline or stored (exactly one); decode.promptIds is the rest (at least one token). */
-  tokenIds: tokenIds.optional(),
-  tokensRef: TokenListRefSchema.optional(),
-  /** A stored document of the tenant whose tokens precede the prompt (they are re-used, not encoded again). */
-  prefixDocumentId: id.nullable().optional(),
-  decode: DecodeJobSchema,
-  /** The flow's fair-share weight (its API key's; a batch line's times CSA2_BATCH_WEIGHT), for the priority of the decode job the encoder adds. */
-  weight: z.number().min(MIN_FAIR_WEIGHT).max(MAX_FAIR_WEIGHT).optional(),
-  /** A batch line: the decode job goes to the tenant's batch flow (fair-priority fairFlow). */
-  batch: z.boolean().optional(),
-  acceptedAtMs: z.number().int().nonnegative(),
-}).refine((j) => (j.tokenIds === undefined) !== (j.tokensRef === undefined), { message: 'exactly one of tokenIds and tokensRef', path: ['tokenIds'] });
+export const PromptPrefillSchema = z
+  .object({
+    v: z.literal(1),
+    kind: z.literal('prompt'),
+    reqId,
+    tenant: id,
+    requestId: id,
+    model: modelName,
+    /** The prompt prefix to encode, inline or stored (exactly one); decode.promptIds is the rest (at least one token). */
+    tokenIds: tokenIds.optional(),
+    tokensRef: TokenListRefSchema.optional(),
+    /** A stored document of the tenant whose tokens precede the prompt (they are re-used, not encoded again). */
+    prefixDocumentId: id.nullable().optional(),
+    decode: DecodeJobSchema,
+    /** The flow's fair-share weight (its API key's; a batch line's times CSA2_BATCH_WEIGHT), for the priority of the decode job the encoder adds. */
+    weight: z.number().min(MIN_FAIR_WEIGHT).max(MAX_FAIR_WEIGHT).optional(),
+    /** A batch line: the decode job goes to the tenant's batch flow (fair-priority fairFlow). */
+    batch: z.boolean().optional(),
+    acceptedAtMs: z.number().int().nonnegative(),
+  })
+  .refine((j) => (j.tokenIds === undefined) !== (j.tokensRef === undefined), { message: 'exactly one of tokenIds and tokensRef', path: ['tokenIds'] });
 
 export const PrefillJobSchema = z.discriminatedUnion('kind', [DocumentPrefillSchema, PromptPrefillSchema]);
 export type PrefillJob = z.infer<typeof PrefillJobSchema>;

@@ -18,7 +18,8 @@ export async function waitForJobSettled(queue: Queue, jobId: string, timeoutMs =
       // read again: the job object was fetched before it settled
       if (state === 'completed' || state === 'failed') return { job: (await queue.getJob(jobId)) ?? job, state };
     }
-    if (Date.now() > deadline) throw new Error(`job ${jobId} did not settle within ${timeoutMs} ms (state ${job === undefined ? 'missing' : await job.getState()})`);
+    if (Date.now() > deadline)
+      throw new Error(`job ${jobId} did not settle within ${timeoutMs} ms (state ${job === undefined ? 'missing' : await job.getState()})`);
     await new Promise((r) => setTimeout(r, 20));
   }
 }

@@ -60,7 +60,22 @@ export async function startLocalRedis(opts: { port?: number; appendOnly?: boolea
   const ownDir = opts.dir === undefined;
   const child = spawn(
     bin,
-    ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', opts.appendOnly === true ? 'yes' : 'no', '--maxmemory-policy', 'noeviction', '--protected-mode', 'no'],
+    [
+      '--port',
+      String(port),
+      '--bind',
+      '127.0.0.1',
+      '--dir',
+      dir,
+      '--save',
+      '',
+      '--appendonly',
+      opts.appendOnly === true ? 'yes' : 'no',
+      '--maxmemory-policy',
+      'noeviction',
+      '--protected-mode',
+      'no',
+    ],
     // detached: its own process group, so a terminal's Ctrl-C reaches only the launcher, which stops
     // the server after everything that uses it (npm start)
     { stdio: ['ignore', 'pipe', 'pipe'], detached: opts.detached === true },

@@ -38,13 +38,13 @@ export class Restartable<T extends Closable> {
 
   /** The instance when one is up and alive, else null (starting, restarting, dead or closed); starts nothing. */
   get live(): T | null {
-    return this.current !== null && this.current.alive ? this.current : null;
+    return this.current?.alive ? this.current : null;
   }
 
   /** The live instance, starting one when there is none (or the last one died). */
   get(): Promise<T> {
     if (this.closed) return Promise.reject(new Error('closed'));
-    if (this.current !== null && this.current.alive) return Promise.resolve(this.current);
+    if (this.current?.alive) return Promise.resolve(this.current);
     if (this.starting !== null) return this.starting;
     const died = this.current !== null;
     this.current = null;

@@ -33,7 +33,10 @@ test('token entries go in once each, in order; a gap is refused; the final entry
   assert.equal(await appendStreamEntry(redis, r, { kind: 'error', code: 'runtime', message: 'late' }), 'ended');
   assert.equal(await appendStreamEntry(redis, r, { kind: 'final', finishReason: 'length', usage: usage(2), tokens: 2 }), 'ended');
   const entries = (await readStreamEntries(redis, r)).map((e) => e.entry);
-  assert.deepEqual(entries.map((e) => e.kind), ['token', 'token', 'final']);
+  assert.deepEqual(
+    entries.map((e) => e.kind),
+    ['token', 'token', 'final'],
+  );
   assert.ok(entries[2]?.kind === 'final' && entries[2].text === '!');
   const state = await readStreamState(redis, r);
   assert.deepEqual(state.tokenIds, [5, 6]);
@@ -55,7 +58,10 @@ test('an error entry may end the stream after any number of tokens; concurrent w
   const outcomes = (await Promise.all([worker(redis, 'a'), worker(other, 'b')])).flat();
   await other.quit();
   assert.equal(outcomes.filter((o) => o === 'written').length, 50);
-  assert.deepEqual((await readStreamState(redis, 'w3')).tokenIds, Array.from({ length: 50 }, (_, i) => i));
+  assert.deepEqual(
+    (await readStreamState(redis, 'w3')).tokenIds,
+    Array.from({ length: 50 }, (_, i) => i),
+  );
 });
 
 test('a stream holding an entry no worker wrote is refused', async () => {
@@ -65,23 +71,53 @@ test('a stream holding an entry no worker wrote is refused', async () => {
 
 test('a prompt entry goes first only, token 0 follows it, and readers skip it; token logprobs round-trip (-Infinity as null)', async () => {
   const r = 'w5';
-  const prompt: StreamEntry = { kind: 'prompt', logprobs: [null, { id: 7, logprob: -1.25, top: [{ id: 3, logprob: -0.5 }, { id: 7, logprob: -1.25 }] }] };
+  const prompt: StreamEntry = {
+    kind: 'prompt',
+    logprobs: [
+      null,
+      {
+        id: 7,
+        logprob: -1.25,
+        top: [
+          { id: 3, logprob: -0.5 },
+          { id: 7, logprob: -1.25 },
+        ],
+      },
+    ],
+  };
   assert.equal(await appendStreamEntry(redis, r, prompt), 'written');
   assert.equal(await appendStreamEntry(redis, r, prompt), 'exists', 'written once');
   await assert.rejects(appendStreamEntry(redis, r, { kind: 'token', index: 1, id: 5, text: 'a' }), /gap/);
-  const token: StreamEntry = { kind: 'token', index: 0, id: 5, text: 'a', logprob: -0.125, top: [{ id: 5, logprob: -0.125 }, { id: 9, logprob: -Infinity }] };
+  const token: StreamEntry = {
+    kind: 'token',
+    index: 0,
+    id: 5,
+    text: 'a',
+    logprob: -0.125,
+    top: [
+      { id: 5, logprob: -0.125 },
+      { id: 9, logprob: -Infinity },
+    ],
+  };
   assert.equal(await appendStreamEntry(redis, r, token), 'written');
   assert.equal(await appendStreamEntry(redis, r, prompt), 'exists', 'never after a token');
   assert.equal(await appendStreamEntry(redis, r, { kind: 'final', finishReason: 'length', usage: usage(1), tokens: 1 }), 'written');
-  assert.deepEqual((await readStreamEntries(redis, r)).map((e) => e.entry), [prompt, token, { kind: 'final', finishReason: 'length', usage: usage(1), tokens: 1 }]);
+  assert.deepEqual(
+    (await readStreamEntries(redis, r)).map((e) => e.entry),
+    [prompt, token, { kind: 'final', finishReason: 'length', usage: usage(1), tokens: 1 }],
+  );
   assert.deepEqual((await readStreamState(redis, r)).tokenIds, [5]);
-  assert.deepEqual(decodeStreamEntry(encodeStreamEntry({ kind: 'token', index: 2, id: 1, text: '' })), { kind: 'token', index: 2, id: 1, text: '' }, 'no lp: no logprob fields');
+  assert.deepEqual(
+    decodeStreamEntry(encodeStreamEntry({ kind: 'token', index: 2, id: 1, text: '' })),
+    { kind: 'token', index: 2, id: 1, text: '' },
+    'no lp: no logprob fields',
+  );
   // a prompt entry into a stream that has ended is refused like any entry
   assert.equal(await appendStreamEntry(redis, 'w6', { kind: 'final', finishReason: 'stop', usage: usage(0), tokens: 0 }), 'written');
   assert.equal(await appendStreamEntry(redis, 'w6', prompt), 'ended');
 });
 
-test('choice streams: choice 0 is the request\'s stream, choice i its own key, each with the same rules', async () => {
+test("choice streams: choice 0 is the request's stream, choice i its own key, each with the same rules", async () => {
   assert.equal(choiceStreamId('req9', 0), 'req9');
   assert.equal(streamKey(choiceStreamId('req9', 2)), 'csa2:stream:req9:2');
   assert.equal(await appendStreamEntry(redis, choiceStreamId('req9', 2), { kind: 'token', index: 0, id: 1, text: 'x' }), 'written');

@@ -113,17 +113,38 @@ export function encodeStreamEntry(e: StreamEntry): string[] {
   switch (e.kind) {
     case 'token':
       return [
-        'i', String(e.index), 'id', String(e.id), 't', e.text,
+        'i',
+        String(e.index),
+        'id',
+        String(e.id),
+        't',
+        e.text,
         ...(e.logprob !== undefined ? ['lp', JSON.stringify([toJsonLogprob(e.logprob), encodeAlternatives(e.top ?? [])])] : []),
       ];
     case 'prompt':
       return ['plp', JSON.stringify(e.logprobs.map((p) => (p === null ? null : [p.id, toJsonLogprob(p.logprob), encodeAlternatives(p.top)])))];
     case 'final':
       return [
-        'done', '1', 'finish_reason', e.finishReason, 'usage', JSON.stringify(e.usage), 'n', String(e.tokens),
+        'done',
+        '1',
+        'finish_reason',
+        e.finishReason,
+        'usage',
+        JSON.stringify(e.usage),
+        'n',
+        String(e.tokens),
         ...(e.text !== undefined && e.text !== '' ? ['t', e.text] : []),
         ...(e.timing !== undefined
-          ? ['queue_ms', String(e.timing.queueMs), 'prefill_ms', String(e.timing.prefillMs), 'decode_ms', String(e.timing.decodeMs), 'attempt', String(e.timing.attempt)]
+          ? [
+              'queue_ms',
+              String(e.timing.queueMs),
+              'prefill_ms',
+              String(e.timing.prefillMs),
+              'decode_ms',
+              String(e.timing.decodeMs),
+              'attempt',
+              String(e.timing.attempt),
+            ]
           : []),
       ];
     case 'error':

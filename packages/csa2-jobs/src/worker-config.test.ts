@@ -9,5 +9,9 @@ test("envThreads: unset, blank or 'auto' is 'auto'; otherwise an integer in [1, 
   assert.equal(envThreads({ T: ' ' }, 'T'), 'auto');
   assert.equal(envThreads({ T: 'auto' }, 'T'), 'auto');
   assert.equal(envThreads({ T: '8' }, 'T'), 8);
-  for (const bad of ['0', '1025', 'four', '2.5']) assert.throws(() => envThreads({ T: bad }, 'T'), (e) => e instanceof EnvConfigError && e.variable === 'T');
+  for (const bad of ['0', '1025', 'four', '2.5'])
+    assert.throws(
+      () => envThreads({ T: bad }, 'T'),
+      (e) => e instanceof EnvConfigError && e.variable === 'T',
+    );
 });

@@ -148,7 +148,8 @@ export const DEFAULT_LOCK_RENEW_MS = 1000;
 export function envLockRenewMs(env: Env, name: string, lockDurationMs: number): number {
   const max = Math.floor(lockDurationMs / 2);
   const v = envInt(env, name, Math.min(DEFAULT_LOCK_RENEW_MS, max), { min: 100 });
-  if (v > max) throw new EnvConfigError(name, `must be at most half of CSA2_LOCK_DURATION_MS (${max}), got ${v}: a lock renewed less often lapses at the first delay`);
+  if (v > max)
+    throw new EnvConfigError(name, `must be at most half of CSA2_LOCK_DURATION_MS (${max}), got ${v}: a lock renewed less often lapses at the first delay`);
   return v;
 }
 
@@ -170,7 +171,11 @@ export function stalledRecoveryBoundMs(config: Pick<WorkerConfig, 'lockDurationM
 export function envStalledIntervalMs(env: Env, name: string, lockDurationMs: number): number {
   const max = Math.floor(lockDurationMs / 2);
   const v = envInt(env, name, Math.min(DEFAULT_STALLED_INTERVAL_MS, max), { min: 100 });
-  if (v > max) throw new EnvConfigError(name, `must be at most half of CSA2_LOCK_DURATION_MS (${max}), got ${v}: a dead worker's job is then picked up again within their sum`);
+  if (v > max)
+    throw new EnvConfigError(
+      name,
+      `must be at most half of CSA2_LOCK_DURATION_MS (${max}), got ${v}: a dead worker's job is then picked up again within their sum`,
+    );
   return v;
 }
 

@@ -41,7 +41,10 @@ export interface WorkerHttpServer {
 export class WorkerHttpListenError extends Error {
   readonly code = 'config-invalid';
   constructor(host: string, port: number, cause: unknown) {
-    super(`cannot serve /healthz, /readyz and /metrics on ${host}:${port} (${cause instanceof Error ? cause.message : String(cause)}); set CSA2_WORKER_HTTP_PORT to a free port (0 = any)`, { cause });
+    super(
+      `cannot serve /healthz, /readyz and /metrics on ${host}:${port} (${cause instanceof Error ? cause.message : String(cause)}); set CSA2_WORKER_HTTP_PORT to a free port (0 = any)`,
+      { cause },
+    );
     this.name = 'WorkerHttpListenError';
   }
 }
@@ -55,7 +58,8 @@ function send(res: ServerResponse, status: number, body: string, contentType = '
 export async function startWorkerHttp(options: WorkerHttpOptions): Promise<WorkerHttpServer> {
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const path = (req.url ?? '/').split('?')[0];
-    if (req.method !== 'GET' && req.method !== 'HEAD') return send(res, 405, JSON.stringify({ error: `${req.method ?? '?'} is not allowed; these routes answer GET` }));
+    if (req.method !== 'GET' && req.method !== 'HEAD')
+      return send(res, 405, JSON.stringify({ error: `${req.method ?? '?'} is not allowed; these routes answer GET` }));
     switch (path) {
       case '/healthz':
         return send(res, 200, JSON.stringify({ status: 'ok' }));

@@ -56,7 +56,18 @@ before(async () => {
     name: 'test worker',
     service: 'test-worker',
     queue: queueName,
-    config: { redisUrl: server.url, modelDir: '/models/x', concurrency: 2, lockDurationMs: 30_000, lockRenewMs: 15_000, stalledIntervalMs: 30_000, shutdownGraceMs: 2000, httpHost: '127.0.0.1', httpPort: port, readyTimeoutMs: 300 },
+    config: {
+      redisUrl: server.url,
+      modelDir: '/models/x',
+      concurrency: 2,
+      lockDurationMs: 30_000,
+      lockRenewMs: 15_000,
+      stalledIntervalMs: 30_000,
+      shutdownGraceMs: 2000,
+      httpHost: '127.0.0.1',
+      httpPort: port,
+      readyTimeoutMs: 300,
+    },
     log: jsonLogger('test-worker', 'debug', { write: (s: string) => lines.push(JSON.parse(s) as Record<string, unknown>) }),
     startEngine: async () => {
       await loaded;
@@ -112,7 +123,7 @@ test('liveness, readiness and metrics on CSA2_WORKER_HTTP_PORT', async () => {
   assert.equal((await get('/nothing')).status, 404);
 });
 
-test("every line logged for a job carries its reqId, requestId and jobId; metrics count it by outcome", async () => {
+test('every line logged for a job carries its reqId, requestId and jobId; metrics count it by outcome', async () => {
   await queue.add('x', { reqId: 'trace-abc.1', requestId: 'cmpl-1', v: 1 }, { jobId: 'job-ok' });
   await queue.add('x', { reqId: 'trace-abc.2', requestId: 'cmpl-2', fail: true }, { jobId: 'job-bad' });
   await queue.add('x', { reqId: 'not a valid id!', requestId: 'cmpl-3' }, { jobId: 'job-odd' });
@@ -120,9 +131,15 @@ test("every line logged for a job carries its reqId, requestId and jobId; metric
   assert.equal((await waitForJobSettled(queue, 'job-bad')).state, 'failed');
   assert.equal((await waitForJobSettled(queue, 'job-odd')).state, 'completed');
   const of = (jobId: string) => lines.filter((l) => l['jobId'] === jobId && l['msg'] !== 'job failed');
-  for (const [jobId, reqId, requestId] of [['job-ok', 'trace-abc.1', 'cmpl-1'], ['job-bad', 'trace-abc.2', 'cmpl-2']] as const) {
+  for (const [jobId, reqId, requestId] of [
+    ['job-ok', 'trace-abc.1', 'cmpl-1'],
+    ['job-bad', 'trace-abc.2', 'cmpl-2'],
+  ] as const) {
     const mine = of(jobId);
-    assert.deepEqual(mine.map((l) => l['msg']), ['working', 'from a timer the job started']);
+    assert.deepEqual(
+      mine.map((l) => l['msg']),
+      ['working', 'from a timer the job started'],
+    );
     for (const l of mine) {
       assert.equal(l['reqId'], reqId);
       assert.equal(l['requestId'], requestId);
@@ -170,7 +187,18 @@ test('a port that is taken fails start with an error naming CSA2_WORKER_HTTP_POR
     startEngineWorker({
       name: 'second worker',
       queue: `test-${randomUUID()}`,
-      config: { redisUrl: server.url, modelDir: '/m', concurrency: 1, lockDurationMs: 30_000, lockRenewMs: 15_000, stalledIntervalMs: 30_000, shutdownGraceMs: 100, httpHost: '127.0.0.1', httpPort: port, readyTimeoutMs: 300 },
+      config: {
+        redisUrl: server.url,
+        modelDir: '/m',
+        concurrency: 1,
+        lockDurationMs: 30_000,
+        lockRenewMs: 15_000,
+        stalledIntervalMs: 30_000,
+        shutdownGraceMs: 100,
+        httpHost: '127.0.0.1',
+        httpPort: port,
+        readyTimeoutMs: 300,
+      },
       log: () => undefined,
       startEngine: async () => new StandInEngine(),
       setup: () => ({ processor: async () => 'x' }),

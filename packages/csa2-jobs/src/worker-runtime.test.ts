@@ -50,7 +50,11 @@ test('runWorkerProcess: a start that cannot work (a config-invalid error, e.g. n
 
 test('runWorkerProcess: SIGTERM closes the worker and exits 0', async () => {
   // (the timer stands for a real worker's connections, which keep the process alive)
-  const r = await runChild('return 7;', 'const t = setInterval(() => undefined, 1000); console.log("started", config); return { close: async () => { clearInterval(t); console.log("closed"); } };', (child) => child.kill('SIGTERM'));
+  const r = await runChild(
+    'return 7;',
+    'const t = setInterval(() => undefined, 1000); console.log("started", config); return { close: async () => { clearInterval(t); console.log("closed"); } };',
+    (child) => child.kill('SIGTERM'),
+  );
   assert.equal(r.code, 0);
   assert.match(r.out, /started 7/);
   assert.match(r.out, /test-worker: SIGTERM: shutting down/);

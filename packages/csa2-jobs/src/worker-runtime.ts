@@ -47,7 +47,16 @@ export interface EngineWorkerSpec<E extends Closable, R> {
   readonly queue: string;
   readonly config: Pick<
     WorkerConfig,
-    'redisUrl' | 'modelDir' | 'concurrency' | 'lockDurationMs' | 'lockRenewMs' | 'stalledIntervalMs' | 'shutdownGraceMs' | 'httpHost' | 'httpPort' | 'readyTimeoutMs'
+    | 'redisUrl'
+    | 'modelDir'
+    | 'concurrency'
+    | 'lockDurationMs'
+    | 'lockRenewMs'
+    | 'stalledIntervalMs'
+    | 'shutdownGraceMs'
+    | 'httpHost'
+    | 'httpPort'
+    | 'readyTimeoutMs'
   >;
   /** The `service` label of its metrics (e.g. 'decoder-worker'). @defaultValue `name` with '-' for spaces */
   readonly service?: string;

@@ -29,7 +29,7 @@ test('defaults: jobs at once sized by the engine (unset), 6 s locks renewed and 
   });
 });
 
-test('engine options: threads and provider from the config, the warm-up, and attention runs above a decode batch (a question\'s replay) without the arena', () => {
+test("engine options: threads and provider from the config, the warm-up, and attention runs above a decode batch (a question's replay) without the arena", () => {
   const o = decoderEngineOptions(loadDecoderConfig({ ...BASE, CSA2_THREADS: '2' }));
   assert.deepEqual(o.runtime, { intraOpThreads: 2, executionProvider: 'cpu', attentionArenaMaxRows: DECODE_ATTENTION_ARENA_ROWS });
   assert.equal(o.warmUp, true);
@@ -71,21 +71,30 @@ test('CSA2_DOCUMENT_PREFAULT_BYTES: read, unset by default, a bad value names th
   assert.equal(loadDecoderConfig(BASE).documentPrefaultBytes, undefined);
   assert.equal(decoderEngineOptions(loadDecoderConfig({ ...BASE, CSA2_DOCUMENT_PREFAULT_BYTES: '4096' })).documentPrefaultBytes, 4096, 'passed to the engine');
   assert.equal(decoderEngineOptions(loadDecoderConfig(BASE)).documentPrefaultBytes, undefined);
-  for (const bad of ['-1', 'lots', '1.5']) assert.throws(() => loadDecoderConfig({ ...BASE, CSA2_DOCUMENT_PREFAULT_BYTES: bad }), /CSA2_DOCUMENT_PREFAULT_BYTES/);
+  for (const bad of ['-1', 'lots', '1.5'])
+    assert.throws(() => loadDecoderConfig({ ...BASE, CSA2_DOCUMENT_PREFAULT_BYTES: bad }), /CSA2_DOCUMENT_PREFAULT_BYTES/);
 });
 
-test('stalled checks run at least twice per lock duration, so a dead worker\'s job is back within lock + interval', () => {
+test("stalled checks run at least twice per lock duration, so a dead worker's job is back within lock + interval", () => {
   const c = loadDecoderConfig(BASE);
-  assert.equal(stalledRecoveryBoundMs(c), 7000, 'a killed worker\'s job is back within 7 s by default');
+  assert.equal(stalledRecoveryBoundMs(c), 7000, "a killed worker's job is back within 7 s by default");
   assert.equal(c.lockRenewMs, 1000, 'a live worker keeps its jobs through a 5 s stall');
   assert.equal(loadDecoderConfig({ ...BASE, CSA2_LOCK_DURATION_MS: '1500' }).lockRenewMs, 750, 'the renewal follows a short lock');
-  assert.throws(() => loadDecoderConfig({ ...BASE, CSA2_LOCK_RENEW_MS: '3001' }), (err: unknown) => err instanceof EnvConfigError && err.variable === 'CSA2_LOCK_RENEW_MS' && /at most half of CSA2_LOCK_DURATION_MS \(3000\)/.test(err.message));
-  assert.throws(() => loadDecoderConfig({ ...BASE, CSA2_LOCK_RENEW_MS: '50' }), (err: unknown) => err instanceof EnvConfigError && err.variable === 'CSA2_LOCK_RENEW_MS');
+  assert.throws(
+    () => loadDecoderConfig({ ...BASE, CSA2_LOCK_RENEW_MS: '3001' }),
+    (err: unknown) =>
+      err instanceof EnvConfigError && err.variable === 'CSA2_LOCK_RENEW_MS' && /at most half of CSA2_LOCK_DURATION_MS \(3000\)/.test(err.message),
+  );
+  assert.throws(
+    () => loadDecoderConfig({ ...BASE, CSA2_LOCK_RENEW_MS: '50' }),
+    (err: unknown) => err instanceof EnvConfigError && err.variable === 'CSA2_LOCK_RENEW_MS',
+  );
   assert.equal(loadDecoderConfig({ ...BASE, CSA2_LOCK_DURATION_MS: '1500' }).stalledIntervalMs, 750, 'the default follows a short lock');
   assert.equal(loadDecoderConfig({ ...BASE, CSA2_LOCK_DURATION_MS: '30000', CSA2_STALLED_INTERVAL_MS: '15000' }).stalledIntervalMs, 15_000);
   assert.throws(
     () => loadDecoderConfig({ ...BASE, CSA2_STALLED_INTERVAL_MS: '4000' }),
-    (err: unknown) => err instanceof EnvConfigError && err.variable === 'CSA2_STALLED_INTERVAL_MS' && /at most half of CSA2_LOCK_DURATION_MS \(3000\)/.test(err.message),
+    (err: unknown) =>
+      err instanceof EnvConfigError && err.variable === 'CSA2_STALLED_INTERVAL_MS' && /at most half of CSA2_LOCK_DURATION_MS \(3000\)/.test(err.message),
   );
 });
 
@@ -115,7 +124,16 @@ test('the engine scheduler variables are read, and a bad one names itself', () =
   });
   assert.equal(c.concurrency, 12);
   assert.deepEqual(c.scheduler, { maxRunning: 16, maxStepTokens: 384, prefillChunkTokens: 64, kvBudgetBytes: 2 ** 31, decodeLatencyFactor: 1.5 });
-  for (const [name, bad] of [['CSA2_DECODE_LATENCY_FACTOR', '0.5'], ['CSA2_DECODE_LATENCY_FACTOR', 'fast'], ['CSA2_DECODE_BATCH_SEQUENCES', '0'], ['CSA2_KV_BUDGET_BYTES', '1k']] as const) {
-    assert.throws(() => loadDecoderConfig({ ...BASE, [name]: bad }), (err: unknown) => err instanceof EnvConfigError && err.variable === name, `${name}=${bad}`);
+  for (const [name, bad] of [
+    ['CSA2_DECODE_LATENCY_FACTOR', '0.5'],
+    ['CSA2_DECODE_LATENCY_FACTOR', 'fast'],
+    ['CSA2_DECODE_BATCH_SEQUENCES', '0'],
+    ['CSA2_KV_BUDGET_BYTES', '1k'],
+  ] as const) {
+    assert.throws(
+      () => loadDecoderConfig({ ...BASE, [name]: bad }),
+      (err: unknown) => err instanceof EnvConfigError && err.variable === name,
+      `${name}=${bad}`,
+    );
   }
 });

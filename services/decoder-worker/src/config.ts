@@ -4,7 +4,25 @@
  * engine workers' common ones (WorkerConfig, @csa2/jobs worker-config) plus the decoder's own.
  * A bad value fails start with an EnvConfigError naming the variable.
  */
-import { EXECUTION_PROVIDERS, LOG_LEVELS, envChoice, envEngineScheduler, envInt, envLockDurationMs, envLockRenewMs, envOptionalInt, envOptionalString, envRedisUrl, envStalledIntervalMs, envString, envThreads, envScanThreads, type Env, type WorkerConfig, WORKER_HTTP_PORTS } from '@csa2/jobs';
+import {
+  EXECUTION_PROVIDERS,
+  LOG_LEVELS,
+  envChoice,
+  envEngineScheduler,
+  envInt,
+  envLockDurationMs,
+  envLockRenewMs,
+  envOptionalInt,
+  envOptionalString,
+  envRedisUrl,
+  envStalledIntervalMs,
+  envString,
+  envThreads,
+  envScanThreads,
+  type Env,
+  type WorkerConfig,
+  WORKER_HTTP_PORTS,
+} from '@csa2/jobs';
 
 const optional = <K extends string, V>(k: K, v: V | undefined): { [P in K]?: V } => (v === undefined ? {} : ({ [k]: v } as { [P in K]: V }));
 

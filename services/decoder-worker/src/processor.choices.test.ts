@@ -40,7 +40,17 @@ after(async () => {
 /** Choice c's token i: a letter per choice, so a stream shows whose tokens it holds. */
 const tokenOf = (c: number, i: number): number => 97 + c * 5 + (i % 5);
 const logprobOf = (c: number, i: number): number => -(c + 1) / 10 - i / 100;
-const PROMPT_LOGPROBS = [null, { id: 11, logprob: -2.5, topLogprobs: [{ id: 12, logprob: -0.5 }, { id: 11, logprob: -2.5 }] }];
+const PROMPT_LOGPROBS = [
+  null,
+  {
+    id: 11,
+    logprob: -2.5,
+    topLogprobs: [
+      { id: 12, logprob: -0.5 },
+      { id: 11, logprob: -2.5 },
+    ],
+  },
+];
 
 interface Script {
   /** Tokens per choice. */
@@ -72,7 +82,9 @@ class ScriptedEngine implements DecodeEngine {
     let cancelled = false;
     for (let i = 0; i < steps; i++) {
       if (this.script.hangAfter !== undefined && i === this.script.hangAfter) {
-        await new Promise<void>((resolve) => (hooks.signal?.aborted === true ? resolve() : hooks.signal?.addEventListener('abort', () => resolve(), { once: true })));
+        await new Promise<void>((resolve) =>
+          hooks.signal?.aborted === true ? resolve() : hooks.signal?.addEventListener('abort', () => resolve(), { once: true }),
+        );
       }
       if (hooks.signal?.aborted === true) {
         cancelled = true;
@@ -89,7 +101,15 @@ class ScriptedEngine implements DecodeEngine {
           index: i,
           id,
           text: String.fromCharCode(id),
-          ...(req.logprobs !== undefined ? { logprob: logprobOf(c, i), topLogprobs: [{ id, logprob: logprobOf(c, i) }, { id: 3, logprob: -9 }].slice(0, Math.max(1, req.logprobs)) } : {}),
+          ...(req.logprobs !== undefined
+            ? {
+                logprob: logprobOf(c, i),
+                topLogprobs: [
+                  { id, logprob: logprobOf(c, i) },
+                  { id: 3, logprob: -9 },
+                ].slice(0, Math.max(1, req.logprobs)),
+              }
+            : {}),
         };
         hooks.onToken?.(event);
       }
@@ -99,7 +119,17 @@ class ScriptedEngine implements DecodeEngine {
     const choices = tokens.map((t) => ({ tokens: t, text: '', finishReason: cancelled ? ('cancelled' as const) : ('length' as const), logits: [] }));
     const first = choices[0] as (typeof choices)[number];
     const tail = this.script.tailRejected !== undefined ? { storedTailRejected: this.script.tailRejected } : {};
-    return { tokens: first.tokens, text: '', finishReason: first.finishReason, choices, promptTokens: req.promptIds.length, cachedTokens: 0, ...tail, timings: { prefillMs: 1, decodeMs: 1 }, logits: [] };
+    return {
+      tokens: first.tokens,
+      text: '',
+      finishReason: first.finishReason,
+      choices,
+      promptTokens: req.promptIds.length,
+      cachedTokens: 0,
+      ...tail,
+      timings: { prefillMs: 1, decodeMs: 1 },
+      logits: [],
+    };
   }
 
   async close(): Promise<void> {}
@@ -145,14 +175,19 @@ function processorFor(engine: ScriptedEngine, appendedTo?: string[], logs?: Arra
             return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
           },
         });
-  return createDecodeProcessor({ redis: spied, engine: async () => engine, cancelPollMs: 5, ...(logs !== undefined ? { log: (level, msg, fields) => logs.push({ level, msg, ...(fields !== undefined ? { fields } : {}) }) } : {}) });
+  return createDecodeProcessor({
+    redis: spied,
+    engine: async () => engine,
+    cancelPollMs: 5,
+    ...(logs !== undefined ? { log: (level, msg, fields) => logs.push({ level, msg, ...(fields !== undefined ? { fields } : {}) }) } : {}),
+  });
 }
 
 async function choiceEntries(requestId: string, choice: number): Promise<StreamEntry[]> {
   return (await readStreamEntries(redis, choiceStreamId(requestId, choice))).map((e) => e.entry);
 }
 
-test('n = 3: one generate call; each choice on its own stream, choice 0 on the request\'s; usage counts the prompt once', async () => {
+test("n = 3: one generate call; each choice on its own stream, choice 0 on the request's; usage counts the prompt once", async () => {
   const engine = new ScriptedEngine({ lengths: [6, 4, 5] });
   const job = decodeJob({ n: 3 });
   const result = await processorFor(engine)(fakeJob(job), undefined, undefined);
@@ -161,15 +196,22 @@ test('n = 3: one generate call; each choice on its own stream, choice 0 on the r
   assert.equal(engine.requests[0]?.resumeChoices, undefined);
   for (const [c, length] of [6, 4, 5].entries()) {
     const entries = await choiceEntries(job.requestId, c);
-    assert.deepEqual(entries.slice(0, -1).map((e) => (e.kind === 'token' ? [e.index, e.id] : e.kind)), Array.from({ length }, (_, i) => [i, tokenOf(c, i)]), `choice ${c}`);
+    assert.deepEqual(
+      entries.slice(0, -1).map((e) => (e.kind === 'token' ? [e.index, e.id] : e.kind)),
+      Array.from({ length }, (_, i) => [i, tokenOf(c, i)]),
+      `choice ${c}`,
+    );
     const end = entries.at(-1);
-    assert.ok(end?.kind === 'final' && end.tokens === length && end.text === `.${c}` && end.usage.prompt_tokens === 4 && end.usage.completion_tokens === length, JSON.stringify(end));
+    assert.ok(
+      end?.kind === 'final' && end.tokens === length && end.text === `.${c}` && end.usage.prompt_tokens === 4 && end.usage.completion_tokens === length,
+      JSON.stringify(end),
+    );
   }
   assert.equal(await redis.exists(`csa2:stream:${job.requestId}:3`), 0, 'no stream past n');
   assert.deepEqual(result, { finishReason: 'length', promptTokens: 4, cachedTokens: 0, completionTokens: 15 });
 });
 
-test('logprobs: token entries carry the logprob and the alternatives; the prompt entry opens choice 0\'s stream before any token', async () => {
+test("logprobs: token entries carry the logprob and the alternatives; the prompt entry opens choice 0's stream before any token", async () => {
   const engine = new ScriptedEngine({ lengths: [3, 3] });
   const job = decodeJob({ n: 2, logprobs: 2, promptLogprobs: 1 });
   const appendedTo: string[] = [];
@@ -177,10 +219,36 @@ test('logprobs: token entries carry the logprob and the alternatives; the prompt
   assert.equal(engine.requests[0]?.logprobs, 2);
   assert.equal(engine.requests[0]?.promptLogprobs, 1);
   const zero = await choiceEntries(job.requestId, 0);
-  assert.deepEqual(zero[0], { kind: 'prompt', logprobs: [null, { id: 11, logprob: -2.5, top: [{ id: 12, logprob: -0.5 }, { id: 11, logprob: -2.5 }] }] });
+  assert.deepEqual(zero[0], {
+    kind: 'prompt',
+    logprobs: [
+      null,
+      {
+        id: 11,
+        logprob: -2.5,
+        top: [
+          { id: 12, logprob: -0.5 },
+          { id: 11, logprob: -2.5 },
+        ],
+      },
+    ],
+  });
   const one = await choiceEntries(job.requestId, 1);
-  assert.deepEqual(one[1], { kind: 'token', index: 1, id: tokenOf(1, 1), text: String.fromCharCode(tokenOf(1, 1)), logprob: logprobOf(1, 1), top: [{ id: tokenOf(1, 1), logprob: logprobOf(1, 1) }, { id: 3, logprob: -9 }] });
-  assert.ok(one.every((e) => e.kind !== 'prompt'), 'the prompt entry is in choice 0 only');
+  assert.deepEqual(one[1], {
+    kind: 'token',
+    index: 1,
+    id: tokenOf(1, 1),
+    text: String.fromCharCode(tokenOf(1, 1)),
+    logprob: logprobOf(1, 1),
+    top: [
+      { id: tokenOf(1, 1), logprob: logprobOf(1, 1) },
+      { id: 3, logprob: -9 },
+    ],
+  });
+  assert.ok(
+    one.every((e) => e.kind !== 'prompt'),
+    'the prompt entry is in choice 0 only',
+  );
   // the first append of the request is the prompt entry's (choice 0), then tokens of both choices
   assert.equal(appendedTo[0], `csa2:stream:${job.requestId}`);
   assert.equal(appendedTo.length, 1 + 6 + 2, 'prompt, 3 tokens per choice, 2 finals');
@@ -200,26 +268,43 @@ test('a retry resumes every choice from its own stream; a choice whose stream en
   assert.deepEqual(engine.requests[0]?.resumeChoices, [[tokenOf(0, 0), tokenOf(0, 1)], [tokenOf(1, 0), tokenOf(1, 1), tokenOf(1, 2)], []]);
   const zero = await choiceEntries(job.requestId, 0);
   const letter = (i: number) => String.fromCharCode(tokenOf(0, i));
-  assert.deepEqual(zero.slice(0, -1).map((e) => (e.kind === 'token' ? [e.index, e.text] : e.kind)), [[0, 'p0'], [1, 'p1'], [2, letter(2)], [3, letter(3)], [4, letter(4)]]);
+  assert.deepEqual(
+    zero.slice(0, -1).map((e) => (e.kind === 'token' ? [e.index, e.text] : e.kind)),
+    [
+      [0, 'p0'],
+      [1, 'p1'],
+      [2, letter(2)],
+      [3, letter(3)],
+      [4, letter(4)],
+    ],
+  );
   assert.deepEqual(await readStreamEntries(redis, choiceStreamId(job.requestId, 1)), ended, 'the ended choice is untouched');
   const two = await choiceEntries(job.requestId, 2);
   assert.equal(two.filter((e) => e.kind === 'token').length, 5);
   assert.deepEqual(result, { finishReason: 'length', promptTokens: 4, cachedTokens: 0, completionTokens: 5 + 3 + 5 });
 });
 
-test('every choice\'s stream ended: the job returns at once, summing them; an error entry fails it for good', async () => {
+test("every choice's stream ended: the job returns at once, summing them; an error entry fails it for good", async () => {
   const job = decodeJob({ n: 2 });
   const usage = (k: number) => ({ prompt_tokens: 4, completion_tokens: k, total_tokens: 4 + k, prompt_tokens_details: { cached_tokens: 1 } });
   await appendStreamEntry(redis, job.requestId, { kind: 'final', finishReason: 'stop', usage: usage(0), tokens: 0 });
   await appendStreamEntry(redis, choiceStreamId(job.requestId, 1), { kind: 'token', index: 0, id: 1, text: 'a' });
   await appendStreamEntry(redis, choiceStreamId(job.requestId, 1), { kind: 'final', finishReason: 'length', usage: usage(1), tokens: 1 });
   const engine = new ScriptedEngine({ lengths: [5, 5] });
-  assert.deepEqual(await processorFor(engine)(fakeJob(job), undefined, undefined), { finishReason: 'stop', promptTokens: 4, cachedTokens: 1, completionTokens: 1 });
+  assert.deepEqual(await processorFor(engine)(fakeJob(job), undefined, undefined), {
+    finishReason: 'stop',
+    promptTokens: 4,
+    cachedTokens: 1,
+    completionTokens: 1,
+  });
   assert.equal(engine.requests.length, 0, 'nothing generated');
 
   const failed = decodeJob({ n: 2 });
   await appendStreamEntry(redis, failed.requestId, { kind: 'error', code: 'not-found', message: 'no such document' });
-  await assert.rejects(processorFor(engine)(fakeJob(failed), undefined, undefined), (err: unknown) => err instanceof UnrecoverableError && /not-found/.test(err.message));
+  await assert.rejects(
+    processorFor(engine)(fakeJob(failed), undefined, undefined),
+    (err: unknown) => err instanceof UnrecoverableError && /not-found/.test(err.message),
+  );
 });
 
 test('cancel stops every choice: each open stream ends cancelled after a gap-free prefix', async () => {
@@ -241,7 +326,11 @@ test('cancel stops every choice: each open stream ends cancelled after a gap-fre
   const early = decodeJob({ n: 3 });
   await redis.set(cancelKey(early.requestId), '1', 'EX', 60);
   await processorFor(engine)(fakeJob(early), undefined, undefined);
-  for (const c of [0, 1, 2]) assert.deepEqual((await choiceEntries(early.requestId, c)).map((e) => (e.kind === 'final' ? e.finishReason : e.kind)), ['cancelled']);
+  for (const c of [0, 1, 2])
+    assert.deepEqual(
+      (await choiceEntries(early.requestId, c)).map((e) => (e.kind === 'final' ? e.finishReason : e.kind)),
+      ['cancelled'],
+    );
 });
 
 test('maxTokens 0 (echo of the prompt only): the prompt entry and a final entry of 0 tokens per choice, nothing generated is written', async () => {
@@ -250,13 +339,16 @@ test('maxTokens 0 (echo of the prompt only): the prompt entry and a final entry 
   const result = await processorFor(engine)(fakeJob(job), undefined, undefined);
   assert.equal(engine.requests[0]?.maxTokens, 1, 'the engine generates at least one token');
   assert.equal(engine.requests[0]?.logprobs, undefined, 'no token logprobs to compute');
-  assert.deepEqual((await choiceEntries(job.requestId, 0)).map((e) => e.kind), ['prompt', 'final']);
+  assert.deepEqual(
+    (await choiceEntries(job.requestId, 0)).map((e) => e.kind),
+    ['prompt', 'final'],
+  );
   const end = (await choiceEntries(job.requestId, 1))[0];
   assert.ok(end?.kind === 'final' && end.tokens === 0 && end.finishReason === 'length' && end.text === undefined, JSON.stringify(end));
   assert.deepEqual(result, { finishReason: 'length', promptTokens: 4, cachedTokens: 0, completionTokens: 0 });
 });
 
-test('n = 1 keeps the request\'s single stream and today\'s resume (resumeTokens)', async () => {
+test("n = 1 keeps the request's single stream and today's resume (resumeTokens)", async () => {
   const job = decodeJob({ maxTokens: 4 });
   await appendStreamEntry(redis, job.requestId, { kind: 'token', index: 0, id: tokenOf(0, 0), text: 'x' });
   const engine = new ScriptedEngine({ lengths: [4] });
@@ -284,6 +376,7 @@ test('a document whose stored encoder tail was not used: the request completes a
   // the job's log says where the time to its first token went: before the engine, and in it
   const done = quiet.find((l) => l.msg === 'decode done');
   assert.ok(done !== undefined, JSON.stringify(quiet));
-  for (const k of ['queueMs', 'toEngineMs', 'firstTokenMs']) assert.ok(Number.isFinite(done.fields?.[k]) && (done.fields?.[k] as number) >= 0, `${k}: ${String(done.fields?.[k])}`);
+  for (const k of ['queueMs', 'toEngineMs', 'firstTokenMs'])
+    assert.ok(Number.isFinite(done.fields?.[k]) && (done.fields?.[k] as number) >= 0, `${k}: ${String(done.fields?.[k])}`);
   assert.equal(done.fields?.['enginePrefillMs'], 1, "the engine's own prefill time, as it reported it");
 });

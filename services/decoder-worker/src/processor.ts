@@ -111,7 +111,9 @@ function resultFromEnds(ends: readonly FinalEntry[]): DecodeResult {
 }
 
 /** What the choices' streams hold: ended for good (an error entry on any), all ended (their finals), or some open. */
-function streamsOutcome(states: readonly StreamState[]): { kind: 'failed'; code: string; message: string } | { kind: 'ended'; result: DecodeResult } | { kind: 'open' } {
+function streamsOutcome(
+  states: readonly StreamState[],
+): { kind: 'failed'; code: string; message: string } | { kind: 'ended'; result: DecodeResult } | { kind: 'open' } {
   for (const s of states) if (s.end?.kind === 'error') return { kind: 'failed', code: s.end.code, message: s.end.message };
   if (states.every((s) => s.end !== null)) return { kind: 'ended', result: resultFromEnds(states.map((s) => s.end as FinalEntry)) };
   return { kind: 'open' };
@@ -222,7 +224,13 @@ export function createDecodeProcessor(deps: DecodeDeps): DecodeProcessor {
       const promptTokens = data.promptIds.length;
       for (const [i, stream] of streams.entries()) {
         const tokens = streamed[i]?.length ?? 0;
-        if (open[i]) await appendStreamEntry(deps.redis, stream, { kind: 'final', finishReason: 'cancelled', usage: usage(promptTokens, 0, tokens), tokens }, deps.streamTtlMs);
+        if (open[i])
+          await appendStreamEntry(
+            deps.redis,
+            stream,
+            { kind: 'final', finishReason: 'cancelled', usage: usage(promptTokens, 0, tokens), tokens },
+            deps.streamTtlMs,
+          );
       }
       return { finishReason: 'cancelled', promptTokens, cachedTokens: 0, completionTokens: streams.reduce((sum, _, i) => sum + endedTokens(i), 0) };
     }
@@ -261,7 +269,10 @@ export function createDecodeProcessor(deps: DecodeDeps): DecodeProcessor {
     // the prompt's logprobs open choice 0's stream (the engine reports them before any token; a retry's are 'exists')
     const onPromptLogprobs = (logprobs: PromptLogprobs) => {
       if (open[0] !== true) return;
-      appender.append(streams[0] as string, { kind: 'prompt', logprobs: logprobs.map((p) => (p === null ? null : { id: p.id, logprob: p.logprob, top: p.topLogprobs })) });
+      appender.append(streams[0] as string, {
+        kind: 'prompt',
+        logprobs: logprobs.map((p) => (p === null ? null : { id: p.id, logprob: p.logprob, top: p.topLogprobs })),
+      });
     };
 
     const replayTokens = data.replayTokens ?? deps.replayTokens;
@@ -279,7 +290,13 @@ export function createDecodeProcessor(deps: DecodeDeps): DecodeProcessor {
       ...(data.logprobs !== undefined && !promptOnly ? { logprobs: data.logprobs } : {}),
       ...(data.promptLogprobs !== undefined ? { promptLogprobs: data.promptLogprobs } : {}),
       ...(data.documentId !== null
-        ? { document: { tenant: data.tenant, documentId: data.documentId, ...(typeof data.cachedTokens === 'number' ? { cachedTokens: data.cachedTokens } : {}) } }
+        ? {
+            document: {
+              tenant: data.tenant,
+              documentId: data.documentId,
+              ...(typeof data.cachedTokens === 'number' ? { cachedTokens: data.cachedTokens } : {}),
+            },
+          }
         : {}),
     };
     let outcome: GenerateOutcome;
@@ -293,7 +310,12 @@ export function createDecodeProcessor(deps: DecodeDeps): DecodeProcessor {
     }
 
     // the answer is right either way (the tail was computed), but the stored one is missing or damaged: say so
-    if (outcome.storedTailRejected !== undefined) log('warn', "the document's stored encoder tail was not used; this question computed it", { requestId, jobId: job.id, reason: outcome.storedTailRejected });
+    if (outcome.storedTailRejected !== undefined)
+      log('warn', "the document's stored encoder tail was not used; this question computed it", {
+        requestId,
+        jobId: job.id,
+        reason: outcome.storedTailRejected,
+      });
     if (appender.failure !== null) throw appender.failure;
     if (appender.endedElsewhere) {
       const now = streamsOutcome(await readStates());
@@ -327,7 +349,14 @@ export function createDecodeProcessor(deps: DecodeDeps): DecodeProcessor {
       const tokens = promptOnly ? 0 : Math.max(streamed[i]?.length ?? 0, choice.tokens.length);
       const finishReason = promptOnly && choice.finishReason !== 'cancelled' ? 'length' : choice.finishReason;
       const tail = tails[i] ?? '';
-      const end: StreamEntry = { kind: 'final', finishReason, usage: usage(outcome.promptTokens, outcome.cachedTokens, tokens), tokens, ...(tail !== '' ? { text: tail } : {}), timing };
+      const end: StreamEntry = {
+        kind: 'final',
+        finishReason,
+        usage: usage(outcome.promptTokens, outcome.cachedTokens, tokens),
+        tokens,
+        ...(tail !== '' ? { text: tail } : {}),
+        timing,
+      };
       const written = await appendStreamEntry(deps.redis, stream, end, deps.streamTtlMs);
       if (written !== 'written') log('warn', 'another attempt wrote the end of the stream', { requestId, choice: i, outcome: written });
       completionTokens += tokens;
@@ -335,8 +364,23 @@ export function createDecodeProcessor(deps: DecodeDeps): DecodeProcessor {
     }
     const finishReason = reasons[0] ?? 'length';
     // where the time to the first token went: before the engine got the request, and in it (its prefill)
-    const timings = { queueMs: timing.queueMs, toEngineMs: engineAtMs - startedAtMs, firstTokenMs: timing.prefillMs, enginePrefillMs: Math.round(outcome.timings.prefillMs) };
-    log('info', 'decode done', { requestId, jobId: job.id, finishReason, choices: n, completionTokens, cachedTokens: outcome.cachedTokens, skipped: streamed.reduce((a, ids) => a + ids.length, 0), attempt: job.attemptsMade + 1, ...timings });
+    const timings = {
+      queueMs: timing.queueMs,
+      toEngineMs: engineAtMs - startedAtMs,
+      firstTokenMs: timing.prefillMs,
+      enginePrefillMs: Math.round(outcome.timings.prefillMs),
+    };
+    log('info', 'decode done', {
+      requestId,
+      jobId: job.id,
+      finishReason,
+      choices: n,
+      completionTokens,
+      cachedTokens: outcome.cachedTokens,
+      skipped: streamed.reduce((a, ids) => a + ids.length, 0),
+      attempt: job.attemptsMade + 1,
+      ...timings,
+    });
     return { finishReason, promptTokens: outcome.promptTokens, cachedTokens: outcome.cachedTokens, completionTokens };
   }
 

@@ -56,7 +56,7 @@ before(async () => {
     modelDir: TINY,
     storeUrl: STORE,
     concurrency: 1,
-  scheduler: {},
+    scheduler: {},
     lockDurationMs: 30_000,
     lockRenewMs: 15_000,
     stalledIntervalMs: 30_000,
@@ -132,12 +132,20 @@ test('a decode job streams the tokens host.generate makes, indexes 0..n-1, then 
   const { state, job: done } = await waitForJobSettled(queue, `j-${job.requestId}`);
   assert.equal(state, 'completed');
   const { tokens, end } = splitStream(await readStreamEntries(redis, job.requestId));
-  assert.deepEqual(tokens.map((t) => t.id), expected.tokens);
+  assert.deepEqual(
+    tokens.map((t) => t.id),
+    expected.tokens,
+  );
   assert.ok(end.kind === 'final');
   assert.equal(tokens.map((t) => t.text).join('') + (end.text ?? ''), expected.text);
   assert.equal(end.finishReason, 'length');
   assert.equal(end.tokens, 12);
-  assert.deepEqual(end.usage, { prompt_tokens: PROMPT.length, completion_tokens: 12, total_tokens: PROMPT.length + 12, prompt_tokens_details: { cached_tokens: 0 } });
+  assert.deepEqual(end.usage, {
+    prompt_tokens: PROMPT.length,
+    completion_tokens: 12,
+    total_tokens: PROMPT.length + 12,
+    prompt_tokens_details: { cached_tokens: 0 },
+  });
   assert.equal(end.timing?.attempt, 1);
   assert.ok((end.timing?.prefillMs ?? -1) >= 0 && (end.timing?.decodeMs ?? -1) >= 0);
   assert.deepEqual(done.returnvalue, { finishReason: 'length', promptTokens: PROMPT.length, cachedTokens: 0, completionTokens: 12 });
@@ -157,7 +165,10 @@ test('stop sequences: finish_reason stop, the streamed text equals host.generate
   assert.ok(end.kind === 'final');
   assert.equal(end.finishReason, 'stop');
   assert.equal(expected.finishReason, 'stop');
-  assert.deepEqual(tokens.map((t) => t.id), expected.tokens);
+  assert.deepEqual(
+    tokens.map((t) => t.id),
+    expected.tokens,
+  );
   assert.equal(tokens.map((t) => t.text).join('') + (end.text ?? ''), expected.text);
   assert.ok(!expected.text.includes(stop));
 });
@@ -175,7 +186,10 @@ test('a retried job writes only the indexes the stream lacks (the first k entrie
   assert.equal((await waitForJobSettled(queue, `j-${job.requestId}`)).state, 'completed');
   const entries = await readStreamEntries(redis, job.requestId);
   const { tokens, end } = splitStream(entries);
-  assert.deepEqual(tokens.map((t) => t.id), expected.tokens);
+  assert.deepEqual(
+    tokens.map((t) => t.id),
+    expected.tokens,
+  );
   assert.deepEqual(entries.slice(0, k), before, 'pre-existing entries are untouched (same Redis ids and texts)');
   assert.ok(end.kind === 'final' && end.tokens === 10 && end.usage.completion_tokens === 10);
 });
@@ -192,8 +206,15 @@ test('a retry continues after the tokens the stream holds: they are fed to the e
   const { tokens, end } = splitStream(await readStreamEntries(redis, job.requestId));
   const host = await worker.engine();
   const continued = await host.generate({ promptIds: job.promptIds, maxTokens: 6, sampling: job.sampling, ignoreEos: job.ignoreEos, resumeTokens: held });
-  assert.deepEqual(tokens.map((t) => t.id), continued.tokens);
-  assert.deepEqual(tokens.slice(0, 2).map((t) => t.text), ['a', 'b'], 'the held entries stay as they were');
+  assert.deepEqual(
+    tokens.map((t) => t.id),
+    continued.tokens,
+  );
+  assert.deepEqual(
+    tokens.slice(0, 2).map((t) => t.text),
+    ['a', 'b'],
+    'the held entries stay as they were',
+  );
   assert.ok(end.kind === 'final' && end.tokens === 6);
 });
 
@@ -201,12 +222,21 @@ test('a job naming a document continues it: tokens as host.generate on the docum
   const doc = Array.from({ length: 120 }, (_, i) => 3 + ((i * 89 + 7) % 250));
   await ref.ingest({ tenant: 'acme', documentId: 'manual', tokenIds: doc });
   const job = decodeJob({ documentId: 'manual', promptIds: [40, 41, 42], maxTokens: 6 });
-  const expected = await ref.generate({ promptIds: [40, 41, 42], document: { tenant: 'acme', documentId: 'manual' }, maxTokens: 6, sampling: SAMPLING, ignoreEos: true });
+  const expected = await ref.generate({
+    promptIds: [40, 41, 42],
+    document: { tenant: 'acme', documentId: 'manual' },
+    maxTokens: 6,
+    sampling: SAMPLING,
+    ignoreEos: true,
+  });
   await enqueue(job, `j-${job.requestId}`);
   const { state, job: done } = await waitForJobSettled(queue, `j-${job.requestId}`);
   assert.equal(state, 'completed', done.failedReason);
   const { tokens, end } = splitStream(await readStreamEntries(redis, job.requestId));
-  assert.deepEqual(tokens.map((t) => t.id), expected.tokens);
+  assert.deepEqual(
+    tokens.map((t) => t.id),
+    expected.tokens,
+  );
   assert.ok(end.kind === 'final');
   assert.deepEqual(end.usage, { prompt_tokens: 123, completion_tokens: 6, total_tokens: 129, prompt_tokens_details: { cached_tokens: 120 } });
   assert.equal(done.returnvalue.cachedTokens, 120);
@@ -239,7 +269,7 @@ test('a chunk lost from the store fails the job at once as artifact-missing (a s
   assert.ok(entries.length === 1 && entries[0]?.entry.kind === 'error' && entries[0].entry.code === 'artifact-missing', JSON.stringify(entries));
 });
 
-test('a job naming a missing document (or another tenant\'s) fails at once without retry: not-found + error entry', async () => {
+test("a job naming a missing document (or another tenant's) fails at once without retry: not-found + error entry", async () => {
   const job = decodeJob({ tenant: 'someone-else', documentId: 'manual' });
   await enqueue(job, `j-${job.requestId}`);
   const { state, job: failed } = await waitForJobSettled(queue, `j-${job.requestId}`);
@@ -286,7 +316,10 @@ test('an input the engine refuses (token id beyond the vocabulary) fails without
   assert.equal(failed.attemptsMade, 1);
   assert.match(failed.failedReason, /^\[input-invalid\]/);
   const entries = await readStreamEntries(redis, job.requestId);
-  assert.deepEqual(entries.map((e) => e.entry.kind), ['error']);
+  assert.deepEqual(
+    entries.map((e) => e.entry.kind),
+    ['error'],
+  );
   assert.ok(entries[0]?.entry.kind === 'error' && entries[0].entry.code === 'input-invalid');
 });
 
@@ -332,11 +365,14 @@ test('the engine thread exits mid-job: the job is retried on a restarted engine 
   assert.match(done.stacktrace?.[0] ?? '', /\[runtime\] /);
   assert.equal(worker.engineStarts(), 2);
   const { tokens, end } = splitStream(await readStreamEntries(redis, job.requestId));
-  assert.deepEqual(tokens.map((t) => t.id), expected.tokens);
+  assert.deepEqual(
+    tokens.map((t) => t.id),
+    expected.tokens,
+  );
   assert.ok(end.kind === 'final' && end.finishReason === 'length' && end.timing?.attempt === 2);
 });
 
-test('n = 3 with logprobs: one stream per choice, each equal to host.generate\'s choice, logprobs included; choice i is the n = 1 run with seed + i', async () => {
+test("n = 3 with logprobs: one stream per choice, each equal to host.generate's choice, logprobs included; choice i is the n = 1 run with seed + i", async () => {
   const job = decodeJob({ n: 3, logprobs: 2, maxTokens: 8 });
   const events: { choice: number; index: number; logprob: number | undefined; top: unknown }[] = [];
   const expected = await ref.generate(
@@ -348,7 +384,11 @@ test('n = 3 with logprobs: one stream per choice, each equal to host.generate\'s
   assert.equal(state, 'completed', done.failedReason);
   for (let c = 0; c < 3; c++) {
     const { tokens, end } = splitStream(await readStreamEntries(redis, choiceStreamId(job.requestId, c)));
-    assert.deepEqual(tokens.map((t) => t.id), expected.choices[c]?.tokens, `choice ${c}`);
+    assert.deepEqual(
+      tokens.map((t) => t.id),
+      expected.choices[c]?.tokens,
+      `choice ${c}`,
+    );
     assert.equal(tokens.map((t) => t.text).join('') + (end.kind === 'final' ? (end.text ?? '') : ''), expected.choices[c]?.text);
     for (const t of tokens) {
       const e = events.find((x) => x.choice === c && x.index === t.index);
@@ -357,26 +397,39 @@ test('n = 3 with logprobs: one stream per choice, each equal to host.generate\'s
     }
     assert.ok(end.kind === 'final' && end.tokens === 8 && end.usage.prompt_tokens === PROMPT.length);
     const alone = await reference({ ...job, sampling: { ...SAMPLING, seed: SAMPLING.seed + c } });
-    assert.deepEqual(tokens.map((t) => t.id), alone.tokens, `choice ${c} = n 1 with seed ${SAMPLING.seed + c}`);
+    assert.deepEqual(
+      tokens.map((t) => t.id),
+      alone.tokens,
+      `choice ${c} = n 1 with seed ${SAMPLING.seed + c}`,
+    );
   }
   assert.deepEqual(done.returnvalue, { finishReason: 'length', promptTokens: PROMPT.length, cachedTokens: 0, completionTokens: 24 });
 });
 
-test('prompt logprobs (echo): the prompt entry opens choice 0\'s stream with the engine\'s values; maxTokens 0 writes no token', async () => {
+test("prompt logprobs (echo): the prompt entry opens choice 0's stream with the engine's values; maxTokens 0 writes no token", async () => {
   const job = decodeJob({ promptLogprobs: 3, maxTokens: 0, n: 2 });
   const expected = await ref.generate({ promptIds: job.promptIds, maxTokens: 1, sampling: job.sampling, ignoreEos: true, promptLogprobs: 3 });
   await enqueue(job, `j-${job.requestId}`);
   const { state, job: done } = await waitForJobSettled(queue, `j-${job.requestId}`);
   assert.equal(state, 'completed', done.failedReason);
   const entries = (await readStreamEntries(redis, job.requestId)).map((e) => e.entry);
-  assert.deepEqual(entries.map((e) => e.kind), ['prompt', 'final']);
+  assert.deepEqual(
+    entries.map((e) => e.kind),
+    ['prompt', 'final'],
+  );
   const prompt = entries[0];
   assert.ok(prompt?.kind === 'prompt');
   assert.equal(prompt.logprobs.length, PROMPT.length);
   assert.equal(prompt.logprobs[0], null, 'the first token has no context');
-  assert.deepEqual(prompt.logprobs.slice(1), expected.promptLogprobs?.slice(1).map((p) => p && { id: p.id, logprob: p.logprob, top: p.topLogprobs }));
+  assert.deepEqual(
+    prompt.logprobs.slice(1),
+    expected.promptLogprobs?.slice(1).map((p) => p && { id: p.id, logprob: p.logprob, top: p.topLogprobs }),
+  );
   assert.ok(prompt.logprobs.slice(1).every((p) => p !== null && Number.isFinite(p.logprob) && p.logprob <= 0 && p.top.length === 3));
-  assert.deepEqual((await readStreamEntries(redis, choiceStreamId(job.requestId, 1))).map((e) => e.entry.kind), ['final']);
+  assert.deepEqual(
+    (await readStreamEntries(redis, choiceStreamId(job.requestId, 1))).map((e) => e.entry.kind),
+    ['final'],
+  );
   assert.deepEqual(done.returnvalue, { finishReason: 'length', promptTokens: PROMPT.length, cachedTokens: 0, completionTokens: 0 });
 });
 
@@ -393,8 +446,16 @@ test('a retry with n = 2 resumes each choice after the tokens its stream holds (
   const continued = await ref.generate({ promptIds: job.promptIds, maxTokens: 6, sampling: job.sampling, ignoreEos: true, n: 2, resumeChoices: held });
   for (const c of [0, 1]) {
     const { tokens, end } = splitStream(await readStreamEntries(redis, choiceStreamId(job.requestId, c)));
-    assert.deepEqual(tokens.map((t) => t.id), continued.choices[c]?.tokens, `choice ${c}`);
-    assert.deepEqual(tokens.slice(0, held[c]?.length).map((t) => t.text), held[c]?.map((_, i) => `h${i}`), 'the held entries stay');
+    assert.deepEqual(
+      tokens.map((t) => t.id),
+      continued.choices[c]?.tokens,
+      `choice ${c}`,
+    );
+    assert.deepEqual(
+      tokens.slice(0, held[c]?.length).map((t) => t.text),
+      held[c]?.map((_, i) => `h${i}`),
+      'the held entries stay',
+    );
     assert.ok(end.kind === 'final' && end.tokens === 6);
   }
   assert.deepEqual(continued.choices[0]?.tokens, expected.choices[0]?.tokens, 'choice 0 resumed on its own tokens is undisturbed');

@@ -46,7 +46,12 @@ export async function startDecoderWorker(config: DecoderConfig, options: Decoder
     config,
     log: options.log ?? jsonLogger('decoder-worker', config.logLevel),
     startEngine: () => EngineHost.start(decoderEngineOptions(config)),
-    describeEngine: (host) => ({ warmUpMs: Math.round(host.info.warmUpMs ?? 0), ...(host.info.documentPrefaultMs !== null ? { documentPrefaultMs: Math.round(host.info.documentPrefaultMs) } : {}), batchCapacity: host.info.batchCapacity, kvBudgetBytes: host.info.scheduler.kvBudgetBytes }),
+    describeEngine: (host) => ({
+      warmUpMs: Math.round(host.info.warmUpMs ?? 0),
+      ...(host.info.documentPrefaultMs !== null ? { documentPrefaultMs: Math.round(host.info.documentPrefaultMs) } : {}),
+      batchCapacity: host.info.batchCapacity,
+      kvBudgetBytes: host.info.scheduler.kvBudgetBytes,
+    }),
     engineStats: (host) => host.stats(),
     defaultConcurrency: (host) => host.info.batchCapacity,
     setup: (deps) => ({

@@ -14,15 +14,27 @@ test('defaults, and every variable read', () => {
   assert.equal(c.chunkTokens, undefined);
   assert.equal(c.lockDurationMs, 6000);
   assert.equal(c.lockRenewMs, 1000);
-  assert.equal(c.stalledIntervalMs, 1000, 'a dead worker\'s job is back within 7 s');
+  assert.equal(c.stalledIntervalMs, 1000, "a dead worker's job is back within 7 s");
   assert.equal(c.reservedSlots, 2);
   assert.equal(c.slotPollMs, 100);
-  assert.deepEqual([loadEncoderConfig({ ...BASE, CSA2_PREFILL_RESERVED_SLOTS: '0' }).reservedSlots, loadEncoderConfig({ ...BASE, CSA2_PREFILL_SLOT_POLL_MS: '25' }).slotPollMs], [0, 25]);
+  assert.deepEqual(
+    [
+      loadEncoderConfig({ ...BASE, CSA2_PREFILL_RESERVED_SLOTS: '0' }).reservedSlots,
+      loadEncoderConfig({ ...BASE, CSA2_PREFILL_SLOT_POLL_MS: '25' }).slotPollMs,
+    ],
+    [0, 25],
+  );
   assert.equal(c.progressIntervalMs, 200);
-  assert.deepEqual([c.httpHost, c.httpPort, c.readyTimeoutMs], ['127.0.0.1', 9301, 1000], 'its own default port, not the decoder\'s 9302');
+  assert.deepEqual([c.httpHost, c.httpPort, c.readyTimeoutMs], ['127.0.0.1', 9301, 1000], "its own default port, not the decoder's 9302");
   assert.equal(c.cancelPollMs, 50);
   assert.equal(c.scanThreads, 'auto');
-  const d = loadEncoderConfig({ ...BASE, CSA2_PREFILL_CONCURRENCY: '2', CSA2_CHUNK_TOKENS: '1024', CSA2_CHUNK_CACHE_BYTES: '0', CSA2_LOCK_DURATION_MS: '120000' });
+  const d = loadEncoderConfig({
+    ...BASE,
+    CSA2_PREFILL_CONCURRENCY: '2',
+    CSA2_CHUNK_TOKENS: '1024',
+    CSA2_CHUNK_CACHE_BYTES: '0',
+    CSA2_LOCK_DURATION_MS: '120000',
+  });
   assert.deepEqual([d.concurrency, d.chunkTokens, d.chunkCacheBytes, d.lockDurationMs], [2, 1024, 0, 120_000]);
   assert.equal(loadEncoderConfig({ ...BASE, CSA2_SCAN_THREADS: '3' }).scanThreads, 3);
   assert.equal(loadEncoderConfig({ ...BASE, CSA2_SCAN_THREADS: 'auto' }).scanThreads, 'auto');

@@ -67,7 +67,19 @@ const engine: EncodeEngine = {
     }
     await store.put(manifestObjectKey(req.tenant, req.documentId), new TextEncoder().encode('{}'));
     await atEnd.get(req.documentId)?.();
-    return { documentId: req.documentId, tokens: total, bytesWritten: 2, artifactBytes: 2, tailBytes: 0, tailReplayTokens: 0, reusedTokens: 0, chunksWritten: 1, chunksSkipped: 0, chunksRepaired: 0, bytesPerToken: 1 };
+    return {
+      documentId: req.documentId,
+      tokens: total,
+      bytesWritten: 2,
+      artifactBytes: 2,
+      tailBytes: 0,
+      tailReplayTokens: 0,
+      reusedTokens: 0,
+      chunksWritten: 1,
+      chunksSkipped: 0,
+      chunksRepaired: 0,
+      bytesPerToken: 1,
+    };
   },
 };
 
@@ -80,7 +92,15 @@ before(async () => {
   const queueName = `test-prefill-${randomUUID()}`;
   prefillQueue = new Queue(queueName, { connection: redis });
   decodeQueue = new Queue(`test-decode-${randomUUID()}`, { connection: redis });
-  const processor = createEncodeProcessor({ redis, engine: async () => engine, log: silentLogger, decodeQueue, store, progressIntervalMs: 0, cancelPollMs: 10 });
+  const processor = createEncodeProcessor({
+    redis,
+    engine: async () => engine,
+    log: silentLogger,
+    decodeQueue,
+    store,
+    progressIntervalMs: 0,
+    cancelPollMs: 10,
+  });
   worker = new Worker(queueName, processor, { connection: workerRedis, concurrency: 2 });
   await worker.waitUntilReady();
 });
@@ -183,7 +203,7 @@ test('a request that is not cancelled gets its decode job and keeps its artifact
   assert.equal(req?.tailReplayTokens, 0);
 });
 
-test('a document is ingested after its tenant\'s prompts in the engine, with its encoder tail', async () => {
+test("a document is ingested after its tenant's prompts in the engine, with its encoder tail", async () => {
   const documentId = `doc-${randomUUID()}`;
   const job: PrefillJob = { v: 1, kind: 'document', tenant: 'acme', documentId, model: 'tiny', input: { tokenIds: [1, 2, 3, 4, 5] }, acceptedAtMs: Date.now() };
   await prefillQueue.add(PREFILL_JOB_NAME, job, { ...DEFAULT_PREFILL_JOB_OPTIONS, jobId: documentId });
@@ -192,5 +212,5 @@ test('a document is ingested after its tenant\'s prompts in the engine, with its
   const req = runs.get(documentId)?.req;
   assert.equal(req?.priority, DOCUMENT_ENGINE_PRIORITY);
   assert.ok(DOCUMENT_ENGINE_PRIORITY > PROMPT_ENGINE_PRIORITY);
-  assert.equal(req?.tailReplayTokens, undefined, 'the engine\'s default: a stored tail');
+  assert.equal(req?.tailReplayTokens, undefined, "the engine's default: a stored tail");
 });

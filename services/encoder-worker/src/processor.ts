@@ -142,7 +142,14 @@ class RequestCancelledError extends Error {
 }
 
 function toResult(out: IngestOutcome): PrefillResult {
-  return { documentId: out.documentId, tokens: out.tokens, bytesWritten: out.bytesWritten, artifactBytes: out.artifactBytes, tailBytes: out.tailBytes, reusedTokens: out.reusedTokens };
+  return {
+    documentId: out.documentId,
+    tokens: out.tokens,
+    bytesWritten: out.bytesWritten,
+    artifactBytes: out.artifactBytes,
+    tailBytes: out.tailBytes,
+    reusedTokens: out.reusedTokens,
+  };
 }
 
 export function createEncodeProcessor(deps: EncodeDeps): EncodeProcessor {
@@ -214,12 +221,21 @@ export function createEncodeProcessor(deps: EncodeDeps): EncodeProcessor {
       tenant: data.tenant,
       documentId: data.documentId,
       priority: DOCUMENT_ENGINE_PRIORITY,
-      ...('text' in input ? { text: input.text } : { tokenIds: await tokenList(data.tenant, 'tokenIds' in input ? input.tokenIds : undefined, 'tokensRef' in input ? input.tokensRef : undefined) }),
+      ...('text' in input
+        ? { text: input.text }
+        : { tokenIds: await tokenList(data.tenant, 'tokenIds' in input ? input.tokenIds : undefined, 'tokensRef' in input ? input.tokensRef : undefined) }),
       ...(deps.chunkTokens !== undefined ? { chunkTokens: deps.chunkTokens } : {}),
       createdAtMs: data.acceptedAtMs,
     };
     const { out } = await ingest(job, req, signal, null);
-    log('info', 'document ingested', { jobId: job.id, tenant: data.tenant, documentId: data.documentId, tokens: out.tokens, reusedTokens: out.reusedTokens, bytesWritten: out.bytesWritten });
+    log('info', 'document ingested', {
+      jobId: job.id,
+      tenant: data.tenant,
+      documentId: data.documentId,
+      tokens: out.tokens,
+      reusedTokens: out.reusedTokens,
+      bytesWritten: out.bytesWritten,
+    });
     return toResult(out);
   }
 
@@ -228,7 +244,9 @@ export function createEncodeProcessor(deps: EncodeDeps): EncodeProcessor {
     const documentId = promptDocumentId(requestId);
     const empty: PrefillResult = { documentId, tokens: 0, bytesWritten: 0, artifactBytes: 0, reusedTokens: 0 };
     if (data.decode.requestId !== requestId || data.decode.tenant !== tenant) {
-      throw new JobPayloadError('prefill', [`decode: requestId/tenant (${data.decode.requestId}/${data.decode.tenant}) differ from the prefill job's (${requestId}/${tenant})`]);
+      throw new JobPayloadError('prefill', [
+        `decode: requestId/tenant (${data.decode.requestId}/${data.decode.tenant}) differ from the prefill job's (${requestId}/${tenant})`,
+      ]);
     }
     if (data.decode.documentId !== null && data.decode.documentId !== documentId) {
       throw new JobPayloadError('prefill', [`decode.documentId: must be null or ${documentId} (a long prompt cannot continue another document)`]);
@@ -289,16 +307,28 @@ export function createEncodeProcessor(deps: EncodeDeps): EncodeProcessor {
     const decode: DecodeJob = { ...data.decode, documentId, cachedTokens: reusedBeforeJob };
     // the id makes this add a no-op when the decode job exists already (a retried/repeated prefill job);
     // its priority is the flow's fair share of the decode queue, as the gateway gives its own decode jobs
-    const priority = await fairPriority(deps.redis, deps.decodeQueue.name, { tenant: fairFlow(tenant, data.batch === true), costTokens: decodeCostTokens(decode), ...(data.weight !== undefined ? { weight: data.weight } : {}) });
+    const priority = await fairPriority(deps.redis, deps.decodeQueue.name, {
+      tenant: fairFlow(tenant, data.batch === true),
+      costTokens: decodeCostTokens(decode),
+      ...(data.weight !== undefined ? { weight: data.weight } : {}),
+    });
     await deps.decodeQueue.add(DECODE_JOB_NAME, decode, { ...DEFAULT_DECODE_JOB_OPTIONS, jobId: requestDecodeJobId(requestId), priority });
-    log('info', 'prompt encoded; decode enqueued', { jobId: job.id, requestId, tokens: out.tokens, reusedTokens: out.reusedTokens, cachedTokens: reusedBeforeJob });
+    log('info', 'prompt encoded; decode enqueued', {
+      jobId: job.id,
+      requestId,
+      tokens: out.tokens,
+      reusedTokens: out.reusedTokens,
+      cachedTokens: reusedBeforeJob,
+    });
     return toResult(out);
   }
 
   /** The job's input token list is not needed once the job is done for good (best-effort). */
   async function dropInput(job: Job<unknown, PrefillResult>, ref: TokenListRefPayload | undefined): Promise<void> {
     if (ref === undefined) return;
-    await deleteTokenList(deps.store, ref).catch((err: unknown) => log('warn', 'could not delete the job\'s input token list', { jobId: job.id, key: ref.key, err: String(err) }));
+    await deleteTokenList(deps.store, ref).catch((err: unknown) =>
+      log('warn', "could not delete the job's input token list", { jobId: job.id, key: ref.key, err: String(err) }),
+    );
   }
 
   return async function processPrefillJob(job, token, signal) {

@@ -17,9 +17,9 @@ test('the rule: base slots take anything; a reserved slot takes an interactive p
   const full = [doc('a'), doc('a')];
   assert.equal(mayTakeReservedSlot(doc('a'), full, limits), false, 'the flooding tenant waits for a base slot');
   assert.equal(mayTakeReservedSlot(prompt('a'), full, limits), true, 'its own prompt does not wait for its documents');
-  assert.equal(mayTakeReservedSlot(doc('b'), full, limits), true, 'another tenant\'s document does not wait for them');
+  assert.equal(mayTakeReservedSlot(doc('b'), full, limits), true, "another tenant's document does not wait for them");
   assert.equal(mayTakeReservedSlot(doc('b'), [...full, prompt('b')], limits), true, 'a running prompt of b does not count against its documents');
-  assert.equal(mayTakeReservedSlot(doc('b'), [...full, doc('b')], limits), false, 'one reserved slot per tenant\'s documents');
+  assert.equal(mayTakeReservedSlot(doc('b'), [...full, doc('b')], limits), false, "one reserved slot per tenant's documents");
   assert.equal(mayTakeReservedSlot(prompt('a', true), full, limits), false, 'a batch line waits');
   assert.equal(mayTakeReservedSlot(prompt('c'), [...full, doc('b'), prompt('a')], limits), false, 'never past base + reserved');
   assert.equal(mayTakeReservedSlot(prompt('a'), full, { baseSlots: 2, reservedSlots: 0 }), false, 'no reserved slots');
@@ -28,7 +28,8 @@ test('the rule: base slots take anything; a reserved slot takes an interactive p
 test('slot fields are read from a payload, and anything else is not a slot job', () => {
   assert.deepEqual(slotJobOf({ kind: 'prompt', tenant: 't', batch: true, v: 1 }), prompt('t', true));
   assert.deepEqual(slotJobOf({ kind: 'document', tenant: 't' }), doc('t'));
-  for (const bad of [null, 'x', 7, {}, { kind: 'decode', tenant: 't' }, { kind: 'prompt', tenant: '' }, { kind: 'prompt', tenant: 3 }]) assert.equal(slotJobOf(bad), null, JSON.stringify(bad));
+  for (const bad of [null, 'x', 7, {}, { kind: 'decode', tenant: 't' }, { kind: 'prompt', tenant: '' }, { kind: 'prompt', tenant: 3 }])
+    assert.equal(slotJobOf(bad), null, JSON.stringify(bad));
 });
 
 let server: LocalRedis;
@@ -89,7 +90,7 @@ async function heldWorker(queueName: string, baseSlots: number, reservedSlots: n
   return { started, slots, worker, waitStarted, release, close };
 }
 
-test('a prompt and a starved tenant\'s document start in reserved slots while documents hold the base slots; the flood does not', async () => {
+test("a prompt and a starved tenant's document start in reserved slots while documents hold the base slots; the flood does not", async () => {
   const queueName = `slots-${Date.now()}`;
   const queue = new Queue(queueName, { connection: redis });
   const w = await heldWorker(queueName, 2, 2);
@@ -150,7 +151,7 @@ test('waiting jobs in the order BullMQ hands them out (wait list first, then the
     assert.deepEqual(await waitingJobIds(redis, queueName, 8), ['plain', 'odd', 'early', 'late']);
     assert.deepEqual(await waitingJobIds(redis, queueName, 3), ['plain', 'odd', 'early']);
     assert.deepEqual(await readSlotJob(redis, queueName, 'early'), prompt('b'));
-    assert.equal(await readSlotJob(redis, queueName, 'odd'), null, 'an unreadable payload is nobody\'s');
+    assert.equal(await readSlotJob(redis, queueName, 'odd'), null, "an unreadable payload is nobody's");
     assert.equal(await readSlotJob(redis, queueName, 'gone'), null);
     assert.equal(await moveToHead(redis, queueName, 'late'), true);
     assert.deepEqual(await waitingJobIds(redis, queueName, 8), ['late', 'plain', 'odd', 'early']);

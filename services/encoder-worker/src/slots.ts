@@ -74,7 +74,11 @@ export function slotJobOf(data: unknown): SlotJob | null {
 /** Job ids of `queueName` in the order BullMQ hands them out (moveToActive: `wait` from its popping end, then `prioritized`), at most `limit`. */
 export async function waitingJobIds(redis: Redis, queueName: string, limit: number, prefix = 'bull'): Promise<string[]> {
   const key = (k: string) => `${prefix}:${queueName}:${k}`;
-  const r = await redis.multi().lrange(key('wait'), -limit, -1).zrange(key('prioritized'), '0', String(limit - 1)).exec();
+  const r = await redis
+    .multi()
+    .lrange(key('wait'), -limit, -1)
+    .zrange(key('prioritized'), '0', String(limit - 1))
+    .exec();
   const wait = (r?.[0]?.[1] as string[] | undefined) ?? [];
   const prioritized = (r?.[1]?.[1] as string[] | undefined) ?? [];
   return [...wait.reverse(), ...prioritized].slice(0, limit);
@@ -158,7 +162,8 @@ export class PrefillSlots {
   private baseSlots = 1;
 
   constructor(private readonly opts: PrefillSlotsOptions) {
-    if (!(Number.isInteger(opts.reservedSlots) && opts.reservedSlots >= 0)) throw new RangeError(`reservedSlots must be a non-negative integer, got ${opts.reservedSlots}`);
+    if (!(Number.isInteger(opts.reservedSlots) && opts.reservedSlots >= 0))
+      throw new RangeError(`reservedSlots must be a non-negative integer, got ${opts.reservedSlots}`);
     this.pollMs = opts.pollMs ?? 100;
     this.openTimeoutMs = opts.openTimeoutMs ?? 2000;
     this.scanJobs = opts.scanJobs ?? 32;
@@ -233,7 +238,13 @@ export class PrefillSlots {
       this.openedAtMs = Date.now();
       this.opened++;
       this.settle();
-      this.log('debug', 'reserved prefill slot opened', { next: next.id, kind: next.job.kind, tenant: next.job.tenant, movedToHead: !next.atHead, running: this.running.size });
+      this.log('debug', 'reserved prefill slot opened', {
+        next: next.id,
+        kind: next.job.kind,
+        tenant: next.job.tenant,
+        movedToHead: !next.atHead,
+        running: this.running.size,
+      });
       // BullMQ's fetch loop waits for a running job to end before it looks at its concurrency again;
       // a pause (not waiting for the running jobs) and resume wakes it
       if (worker.isRunning()) {

@@ -72,7 +72,7 @@ before(async () => {
     modelDir: TINY,
     storeUrl: pathToFileURL(storeDir).href,
     concurrency: 1,
-  scheduler: {},
+    scheduler: {},
     chunkTokens: 32,
     lockDurationMs: 30_000,
     lockRenewMs: 15_000,
@@ -133,7 +133,16 @@ function decodePayload(requestId: string, promptIds: number[], over: Partial<Dec
 }
 
 function promptJob(requestId: string, prefix: number[], suffix: number[], over: Partial<DecodeJob> = {}): PrefillJob {
-  return { v: 1, kind: 'prompt', tenant: TENANT, requestId, model: 'tiny', tokenIds: prefix, decode: decodePayload(requestId, suffix, over), acceptedAtMs: Date.now() };
+  return {
+    v: 1,
+    kind: 'prompt',
+    tenant: TENANT,
+    requestId,
+    model: 'tiny',
+    tokenIds: prefix,
+    decode: decodePayload(requestId, suffix, over),
+    acceptedAtMs: Date.now(),
+  };
 }
 
 const DOC_ID = 'handbook';
@@ -216,7 +225,12 @@ test('a prompt job encodes the prefix and enqueues exactly one decode job, also 
   await prefill(job, `p-${longRequestId}-a`);
   const first = await waitForJobSettled(prefillQueue, `p-${longRequestId}-a`);
   assert.equal(first.state, 'completed', first.job.failedReason);
-  assert.deepEqual(first.job.returnvalue, { ...(first.job.returnvalue as PrefillResult), documentId: promptDocumentId(longRequestId), tokens: 100, reusedTokens: 0 });
+  assert.deepEqual(first.job.returnvalue, {
+    ...(first.job.returnvalue as PrefillResult),
+    documentId: promptDocumentId(longRequestId),
+    tokens: 100,
+    reusedTokens: 0,
+  });
   // the same job once more (a retry, or a duplicate enqueue under another id)
   await prefill(job, `p-${longRequestId}-b`);
   const second = await waitForJobSettled(prefillQueue, `p-${longRequestId}-b`);
@@ -224,7 +238,11 @@ test('a prompt job encodes the prefix and enqueues exactly one decode job, also 
   assert.equal((second.job.returnvalue as PrefillResult).reusedTokens, 96, 'three full chunks of 32 were already stored');
 
   const counts = await decodeQueue.getJobCounts('waiting', 'active', 'delayed', 'prioritized', 'completed', 'failed');
-  assert.equal(Object.values(counts).reduce((a, b) => a + b, 0), 1, JSON.stringify(counts));
+  assert.equal(
+    Object.values(counts).reduce((a, b) => a + b, 0),
+    1,
+    JSON.stringify(counts),
+  );
   const decodeJob = await decodeQueue.getJob(requestDecodeJobId(longRequestId));
   assert.ok(decodeJob !== undefined);
   const data = parseDecodeJob(decodeJob.data);
@@ -238,7 +256,11 @@ test('a prompt job encodes the prefix and enqueues exactly one decode job, also 
 test("a batch line's prompt job hands its decode job on in the tenant's batch flow, at its weight", async () => {
   const requestId = nextId('batchflow');
   const interactiveBefore = await redis.hget(fairStateKey(decodeQueue.name), `f:${TENANT}`);
-  await prefillQueue.add(PREFILL_JOB_NAME, { ...promptJob(requestId, ids(40, 5), [7]), batch: true, weight: 0.01 }, { ...DEFAULT_PREFILL_JOB_OPTIONS, jobId: `p-${requestId}` });
+  await prefillQueue.add(
+    PREFILL_JOB_NAME,
+    { ...promptJob(requestId, ids(40, 5), [7]), batch: true, weight: 0.01 },
+    { ...DEFAULT_PREFILL_JOB_OPTIONS, jobId: `p-${requestId}` },
+  );
   const { state, job } = await waitForJobSettled(prefillQueue, `p-${requestId}`);
   assert.equal(state, 'completed', job.failedReason);
   const decodeJob = await decodeQueue.getJob(requestDecodeJobId(requestId));
@@ -273,7 +295,7 @@ test('cached tokens of a long prompt are the chunks stored before the request, a
   assert.equal(state, 'completed', job.failedReason);
   assert.equal((job.returnvalue as PrefillResult).reusedTokens, 64, 'the retry loaded the two full chunks');
   assert.equal(parseDecodeJob((await decodeQueue.getJob(requestDecodeJobId(retried)))?.data).cachedTokens, 0);
-  assert.equal((job.progress as PrefillProgress).reusedTokens, 0, 'the progress keeps the first attempt\'s count');
+  assert.equal((job.progress as PrefillProgress).reusedTokens, 0, "the progress keeps the first attempt's count");
 });
 
 async function waitForJobSettledAfter(add: () => Promise<void>, jobId: string): Promise<string> {
@@ -294,9 +316,15 @@ test('a prompt job of a cancelled request encodes nothing, enqueues nothing, and
   assert.ok(entries[0]?.entry.kind === 'final' && entries[0].entry.finishReason === 'cancelled');
 });
 
-test('the encoded prompt is a stored document of the request\'s tenant that generation can continue', async () => {
+test("the encoded prompt is a stored document of the request's tenant that generation can continue", async () => {
   const host = await encoder.engine();
-  const out = await host.generate({ promptIds: SUFFIX, document: { tenant: TENANT, documentId: promptDocumentId(longRequestId) }, maxTokens: 2, sampling: SAMPLING, ignoreEos: true });
+  const out = await host.generate({
+    promptIds: SUFFIX,
+    document: { tenant: TENANT, documentId: promptDocumentId(longRequestId) },
+    maxTokens: 2,
+    sampling: SAMPLING,
+    ignoreEos: true,
+  });
   assert.equal(out.cachedTokens, 100);
   assert.equal(out.promptTokens, 103);
   await assert.rejects(
@@ -305,7 +333,7 @@ test('the encoded prompt is a stored document of the request\'s tenant that gene
   );
 });
 
-test('a document\'s manifest records when the document was accepted, so its created_at stays the same once it is ready', async () => {
+test("a document's manifest records when the document was accepted, so its created_at stays the same once it is ready", async () => {
   const acceptedAtMs = Date.now() - 90_000;
   await prefill({ ...documentJob('dated', { tokenIds: ids(40, 21) }), acceptedAtMs }, 'doc-dated');
   const { state, job } = await waitForJobSettled(prefillQueue, 'doc-dated');
@@ -323,5 +351,5 @@ test('close() lets the running ingest finish', async () => {
   await encoder.close();
   const job = await prefillQueue.getJob('doc-big');
   assert.equal(await job?.getState(), 'completed');
-  assert.equal((job?.returnvalue as PrefillResult).tokens, 250);
+  assert.equal((job as NonNullable<typeof job>).returnvalue.tokens, 250);
 });

@@ -27,7 +27,13 @@ export interface EncoderWorkerOptions {
 export function encoderEngineOptions(config: EncoderConfig): EngineOptions {
   return {
     modelDir: config.modelDir,
-    runtime: { intraOpThreads: config.threads, executionProvider: config.provider, deviceId: config.cudaDeviceId ?? 0, tf32: config.cudaTf32 ?? false, cudaCpuFallback: config.cudaCpuFallback ?? 'refuse' },
+    runtime: {
+      intraOpThreads: config.threads,
+      executionProvider: config.provider,
+      deviceId: config.cudaDeviceId ?? 0,
+      tf32: config.cudaTf32 ?? false,
+      cudaCpuFallback: config.cudaCpuFallback ?? 'refuse',
+    },
     scanThreads: config.scanThreads,
     // one chunk through the model before taking jobs, so the first job does not pay for arena growth
     warmUp: true,

@@ -117,7 +117,10 @@ export function createApp(deps: GatewayDeps): GatewayApp {
     const reqId = c.get('reqId');
     if (c.req.raw.signal.aborted) {
       // the client closed the connection (mid-body, or while we worked): nobody reads this answer
-      deps.logger.info({ reqId, method: c.req.method, path: c.req.path, status: CLIENT_CLOSED_REQUEST, err: err instanceof Error ? err.message : String(err) }, 'client closed the request');
+      deps.logger.info(
+        { reqId, method: c.req.method, path: c.req.path, status: CLIENT_CLOSED_REQUEST, err: err instanceof Error ? err.message : String(err) },
+        'client closed the request',
+      );
       return new Response(null, { status: CLIENT_CLOSED_REQUEST });
     }
     const apiError = toApiError(err);

@@ -13,7 +13,12 @@ let plain: Redis;
 before(async () => {
   server = await startLocalRedis();
   // connected as the gateway connects: no offline queue, one attempt, a short command timeout
-  gatewayRedis = connectRedis(server.url, { enableOfflineQueue: false, maxRetriesPerRequest: 0, commandTimeout: 300, retryStrategy: (n: number) => Math.min(50 * n, 200) });
+  gatewayRedis = connectRedis(server.url, {
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 0,
+    commandTimeout: 300,
+    retryStrategy: (n: number) => Math.min(50 * n, 200),
+  });
   gatewayRedis.on('error', () => undefined);
   await new Promise<void>((resolve) => (gatewayRedis.status === 'ready' ? resolve() : gatewayRedis.once('ready', () => resolve())));
   plain = connectRedis(server.url);

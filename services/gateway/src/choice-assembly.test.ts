@@ -6,7 +6,12 @@ import { ChoiceAssembly, type AssemblyEntry } from './choice-assembly.js';
 import { ApiError } from './errors.js';
 
 const tokenizer = new ByteTokenizer();
-const usage = (prompt: number, completion: number) => ({ prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion, prompt_tokens_details: { cached_tokens: 2 } });
+const usage = (prompt: number, completion: number) => ({
+  prompt_tokens: prompt,
+  completion_tokens: completion,
+  total_tokens: prompt + completion,
+  prompt_tokens_details: { cached_tokens: 2 },
+});
 const final = (tokens: number, prompt = 4): AssemblyEntry => ({ kind: 'final', finishReason: 'stop', usage: usage(prompt, tokens), tokens });
 const token = (index: number, id: number, text: string, logprob = -1): AssemblyEntry => ({ kind: 'token', index, id, text, logprob, top: [] });
 
@@ -15,7 +20,13 @@ test('echo leaves out the BOS the gateway added: the first echoed token keeps it
   const a = new ChoiceAssembly({ n: 1, logprobs: true, echo: { skipTokens: 1 }, promptIds: [1, 104, 105], tokenizer });
   a.push(0, { kind: 'prompt', logprobs: [null, { id: 104, logprob: -2, top: [] }, { id: 105, logprob: -0.5, top: [] }] });
   const deltas = a.push(0, token(0, 33, '!'));
-  assert.deepEqual(deltas.map((d) => [d.text, d.textOffset, d.tokens.map((t) => t.logprob)]), [['hi', 0, [-2, -0.5]], ['!', 2, [-1]]]);
+  assert.deepEqual(
+    deltas.map((d) => [d.text, d.textOffset, d.tokens.map((t) => t.logprob)]),
+    [
+      ['hi', 0, [-2, -0.5]],
+      ['!', 2, [-1]],
+    ],
+  );
   a.push(0, final(1, 3));
   assert.ok(a.done);
   assert.equal(a.choices()[0]?.text, 'hi!');
@@ -25,9 +36,15 @@ test('echo leaves out the BOS the gateway added: the first echoed token keeps it
 test('a character split over prompt tokens: its text goes with the token that completes it; offsets in code points', () => {
   const euro = [...Buffer.from('€')]; // 3 bytes, 1 code point
   const a = new ChoiceAssembly({ n: 1, logprobs: true, echo: { skipTokens: 0 }, promptIds: [...euro, 97], tokenizer });
-  a.push(0, { kind: 'prompt', logprobs: [null, { id: euro[1] as number, logprob: -1, top: [] }, { id: euro[2] as number, logprob: -1, top: [] }, { id: 97, logprob: -1, top: [] }] });
+  a.push(0, {
+    kind: 'prompt',
+    logprobs: [null, { id: euro[1] as number, logprob: -1, top: [] }, { id: euro[2] as number, logprob: -1, top: [] }, { id: 97, logprob: -1, top: [] }],
+  });
   const [echo, next] = a.push(0, token(0, 98, 'b'));
-  assert.deepEqual(echo?.tokens.map((t) => t.text), ['', '', '€', 'a']);
+  assert.deepEqual(
+    echo?.tokens.map((t) => t.text),
+    ['', '', '€', 'a'],
+  );
   assert.equal(echo?.tokens[0]?.scored, false, 'the first token has no context');
   assert.equal(next?.textOffset, 2, '€a is 2 code points');
 });
@@ -40,7 +57,10 @@ test('choices interleave; usage counts the prompt once (choice 0) and sums the c
   assert.equal(a.done, false);
   a.push(0, token(1, 122, 'z'));
   a.push(0, final(2));
-  assert.deepEqual(a.choices().map((c) => c.text), ['yz', 'x!']);
+  assert.deepEqual(
+    a.choices().map((c) => c.text),
+    ['yz', 'x!'],
+  );
   assert.deepEqual(a.usage({ promptTokens: 99 }), { prompt_tokens: 4, completion_tokens: 3, total_tokens: 7, prompt_tokens_details: { cached_tokens: 2 } });
 });
 

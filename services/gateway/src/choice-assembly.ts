@@ -151,7 +151,8 @@ export class ChoiceAssembly {
     const first = this.states[0];
     const base = toOpenAiUsage(first?.usage, { promptTokens: fallback.promptTokens, completionTokens: first?.tokenCount ?? 0, cachedTokens: 0 });
     let completion = 0;
-    for (const s of this.states) completion += toOpenAiUsage(s.usage, { promptTokens: base.prompt_tokens, completionTokens: s.tokenCount, cachedTokens: 0 }).completion_tokens;
+    for (const s of this.states)
+      completion += toOpenAiUsage(s.usage, { promptTokens: base.prompt_tokens, completionTokens: s.tokenCount, cachedTokens: 0 }).completion_tokens;
     return { ...base, completion_tokens: completion, total_tokens: base.prompt_tokens + completion };
   }
 

@@ -56,10 +56,13 @@ test('numbers are checked and the variable is named', () => {
 });
 
 test('CSA2_API_KEYS: key:tenant pairs, checked', () => {
-  assert.deepEqual([...parseApiKeys('sk-aaaaaaaa:acme, sk-bbbbbbbb:beta_2')], [
-    ['sk-aaaaaaaa', 'acme'],
-    ['sk-bbbbbbbb', 'beta_2'],
-  ]);
+  assert.deepEqual(
+    [...parseApiKeys('sk-aaaaaaaa:acme, sk-bbbbbbbb:beta_2')],
+    [
+      ['sk-aaaaaaaa', 'acme'],
+      ['sk-bbbbbbbb', 'beta_2'],
+    ],
+  );
   assert.deepEqual([...(loadGatewayConfig({ ...base, CSA2_API_KEYS: 'sk-aaaaaaaa:acme' }).apiKeys ?? [])], [['sk-aaaaaaaa', 'acme']]);
   rejects({ ...base, CSA2_API_KEYS: 'sk-aaaaaaaa' }, 'CSA2_API_KEYS', /key:tenant/);
   rejects({ ...base, CSA2_API_KEYS: 'short:acme' }, 'CSA2_API_KEYS', /8 characters/);
@@ -73,10 +76,35 @@ test('CSA2_API_KEYS entries carry per-key limits and weights; CSA2_DEFAULT_KEY_L
     CSA2_API_KEYS: 'sk-aaaaaaaa:acme;rpm=600;tpm=2000000;weight=4, sk-bbbbbbbb:beta;concurrency=2;queued_documents=50, sk-cccccccc:gamma',
     CSA2_DEFAULT_KEY_LIMITS: 'rpm=60; tpm=100000',
   });
-  assert.deepEqual([...(c.apiKeys ?? [])], [['sk-aaaaaaaa', 'acme'], ['sk-bbbbbbbb', 'beta'], ['sk-cccccccc', 'gamma']]);
-  assert.deepEqual(resolveKeyLimits(c.apiKeyLimits.get('sk-aaaaaaaa'), c.defaultKeyLimits), { requestsPerMinute: 600, tokensPerMinute: 2_000_000, concurrentRequests: null, queuedDocuments: null, weight: 4 });
-  assert.deepEqual(resolveKeyLimits(c.apiKeyLimits.get('sk-bbbbbbbb'), c.defaultKeyLimits), { requestsPerMinute: 60, tokensPerMinute: 100_000, concurrentRequests: 2, queuedDocuments: 50, weight: 1 });
-  assert.deepEqual(resolveKeyLimits(c.apiKeyLimits.get('sk-cccccccc'), c.defaultKeyLimits), { requestsPerMinute: 60, tokensPerMinute: 100_000, concurrentRequests: null, queuedDocuments: null, weight: 1 });
+  assert.deepEqual(
+    [...(c.apiKeys ?? [])],
+    [
+      ['sk-aaaaaaaa', 'acme'],
+      ['sk-bbbbbbbb', 'beta'],
+      ['sk-cccccccc', 'gamma'],
+    ],
+  );
+  assert.deepEqual(resolveKeyLimits(c.apiKeyLimits.get('sk-aaaaaaaa'), c.defaultKeyLimits), {
+    requestsPerMinute: 600,
+    tokensPerMinute: 2_000_000,
+    concurrentRequests: null,
+    queuedDocuments: null,
+    weight: 4,
+  });
+  assert.deepEqual(resolveKeyLimits(c.apiKeyLimits.get('sk-bbbbbbbb'), c.defaultKeyLimits), {
+    requestsPerMinute: 60,
+    tokensPerMinute: 100_000,
+    concurrentRequests: 2,
+    queuedDocuments: 50,
+    weight: 1,
+  });
+  assert.deepEqual(resolveKeyLimits(c.apiKeyLimits.get('sk-cccccccc'), c.defaultKeyLimits), {
+    requestsPerMinute: 60,
+    tokensPerMinute: 100_000,
+    concurrentRequests: null,
+    queuedDocuments: null,
+    weight: 1,
+  });
   rejects({ ...base, CSA2_API_KEYS: 'sk-aaaaaaaa:acme;rpm=0' }, 'CSA2_API_KEYS', /entry 1: rpm must be a positive integer/);
   rejects({ ...base, CSA2_API_KEYS: 'sk-aaaaaaaa:acme;burst=5' }, 'CSA2_API_KEYS', /unknown setting "burst"/);
   rejects({ ...base, CSA2_API_KEYS: 'sk-aaaaaaaa:acme;weight=5000' }, 'CSA2_API_KEYS', /weight/);
@@ -103,7 +131,12 @@ test('CORS, operator keys and the batch settings: off / generated / defaults, ba
   assert.equal(c.batch.windowLines, 16);
   assert.equal(c.batch.weight, 0.01);
   assert.equal(c.batch.concurrency, 4);
-  const on = loadGatewayConfig({ ...base, CSA2_CORS_ORIGINS: 'https://a.example, http://localhost:3000', CSA2_OPERATOR_KEYS: 'sk-op-aaaaaaaa', CSA2_BATCH_CONCURRENCY: '0' });
+  const on = loadGatewayConfig({
+    ...base,
+    CSA2_CORS_ORIGINS: 'https://a.example, http://localhost:3000',
+    CSA2_OPERATOR_KEYS: 'sk-op-aaaaaaaa',
+    CSA2_BATCH_CONCURRENCY: '0',
+  });
   assert.deepEqual(on.corsOrigins, ['https://a.example', 'http://localhost:3000']);
   assert.deepEqual([...(on.operatorKeys ?? [])], ['sk-op-aaaaaaaa']);
   assert.equal(on.batch.concurrency, 0);

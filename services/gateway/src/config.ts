@@ -7,7 +7,19 @@
 import { randomBytes } from 'node:crypto';
 import { parseKeyLimitSettings, type KeyLimitSettings } from './key-limits-config.js';
 import { basename, resolve } from 'node:path';
-import { EnvConfigError, ID_PATTERN, MAX_CHOICES, MAX_INLINE_TOKEN_IDS, envChoice, envInt, envOptionalInt, envOptionalString, envRedisUrl, envString, type Env } from '@csa2/jobs';
+import {
+  EnvConfigError,
+  ID_PATTERN,
+  MAX_CHOICES,
+  MAX_INLINE_TOKEN_IDS,
+  envChoice,
+  envInt,
+  envOptionalInt,
+  envOptionalString,
+  envRedisUrl,
+  envString,
+  type Env,
+} from '@csa2/jobs';
 import { loadBatchConfig, type BatchConfig } from './batch/batch-config.js';
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'silent';
@@ -103,7 +115,10 @@ export interface ApiKeyEntry {
 export function parseApiKeyEntries(value: string, variable = 'CSA2_API_KEYS'): ApiKeyEntry[] {
   const seen = new Set<string>();
   const out: ApiKeyEntry[] = [];
-  const entries = value.split(',').map((e) => e.trim()).filter((e) => e !== '');
+  const entries = value
+    .split(',')
+    .map((e) => e.trim())
+    .filter((e) => e !== '');
   if (entries.length === 0) throw new EnvConfigError(variable, 'lists no key:tenant pair');
   for (const [i, entry] of entries.entries()) {
     const semi = entry.indexOf(';');
@@ -112,7 +127,8 @@ export function parseApiKeyEntries(value: string, variable = 'CSA2_API_KEYS'): A
     if (colon <= 0 || colon === head.length - 1) throw new EnvConfigError(variable, `entry ${i + 1} is not key:tenant`);
     const key = head.slice(0, colon);
     const tenant = head.slice(colon + 1);
-    if (key.length < 8 || /[\s:,;]/.test(key)) throw new EnvConfigError(variable, `entry ${i + 1}: a key has at least 8 characters and no spaces, ':', ',' or ';'`);
+    if (key.length < 8 || /[\s:,;]/.test(key))
+      throw new EnvConfigError(variable, `entry ${i + 1}: a key has at least 8 characters and no spaces, ':', ',' or ';'`);
     if (!ID_PATTERN.test(tenant)) throw new EnvConfigError(variable, `entry ${i + 1}: tenant "${tenant}" must match [A-Za-z0-9_-]{1,64}`);
     if (seen.has(key)) throw new EnvConfigError(variable, `entry ${i + 1}: the key appears twice`);
     seen.add(key);
@@ -132,7 +148,10 @@ export function parseApiKeys(value: string, variable = 'CSA2_API_KEYS'): Map<str
  */
 export function parseCorsOrigins(value: string, variable = 'CSA2_CORS_ORIGINS'): '*' | string[] {
   if (value.trim() === '*') return '*';
-  const origins = value.split(',').map((e) => e.trim()).filter((e) => e !== '');
+  const origins = value
+    .split(',')
+    .map((e) => e.trim())
+    .filter((e) => e !== '');
   if (origins.length === 0) throw new EnvConfigError(variable, "lists no origin (use '*' for any)");
   for (const origin of origins) {
     let url: URL | null = null;
@@ -150,7 +169,10 @@ export function parseCorsOrigins(value: string, variable = 'CSA2_CORS_ORIGINS'):
 
 /** Parses `CSA2_OPERATOR_KEYS` (comma-separated keys, each at least 8 characters without ':' , ',' or spaces). */
 export function parseOperatorKeys(value: string, variable = 'CSA2_OPERATOR_KEYS'): Set<string> {
-  const keys = value.split(',').map((e) => e.trim()).filter((e) => e !== '');
+  const keys = value
+    .split(',')
+    .map((e) => e.trim())
+    .filter((e) => e !== '');
   if (keys.length === 0) throw new EnvConfigError(variable, 'lists no key');
   for (const [i, key] of keys.entries()) {
     if (key.length < 8 || /[\s:,]/.test(key)) throw new EnvConfigError(variable, `entry ${i + 1}: a key has at least 8 characters and no spaces, ':' or ','`);
@@ -176,7 +198,8 @@ export function loadGatewayConfig(env: Env = process.env): GatewayConfig {
   const maxDocumentTokens = envOptionalInt(env, 'CSA2_MAX_DOCUMENT_TOKENS', { min: 1 });
   const maxTokens = envInt(env, 'CSA2_MAX_TOKENS', 4096, { min: 1 });
   const defaultMaxTokens = envInt(env, 'CSA2_DEFAULT_MAX_TOKENS', Math.min(256, maxTokens), { min: 1 });
-  if (defaultMaxTokens > maxTokens) throw new EnvConfigError('CSA2_DEFAULT_MAX_TOKENS', `must not exceed CSA2_MAX_TOKENS (${maxTokens}), got ${defaultMaxTokens}`);
+  if (defaultMaxTokens > maxTokens)
+    throw new EnvConfigError('CSA2_DEFAULT_MAX_TOKENS', `must not exceed CSA2_MAX_TOKENS (${maxTokens}), got ${defaultMaxTokens}`);
   const modelName = envOptionalString(env, 'CSA2_MODEL_NAME') ?? basename(modelDir);
   const corsOrigins = envOptionalString(env, 'CSA2_CORS_ORIGINS');
   const operatorKeys = envOptionalString(env, 'CSA2_OPERATOR_KEYS');
@@ -244,7 +267,10 @@ export function resolveLimits(config: GatewayConfig, model: { readonly maxSeqLen
   const check = (variable: string, value: number | undefined): number => {
     if (value === undefined) return Math.max(1, contextTokens - 1);
     if (value >= contextTokens) {
-      throw new EnvConfigError(variable, `must be below the model's context of ${contextTokens} tokens (max_seq_len; one token is left to generate), got ${value}`);
+      throw new EnvConfigError(
+        variable,
+        `must be below the model's context of ${contextTokens} tokens (max_seq_len; one token is left to generate), got ${value}`,
+      );
     }
     return value;
   };

@@ -168,7 +168,9 @@ export async function connectGatewayDeps(config: GatewayConfig, options: Connect
     queueCounts: (['prefill', 'decode'] as const).map((label) => ({
       queue: label,
       read: () =>
-        withTimeout(queues[label].getJobCounts(...GAUGE_STATES), config.readyTimeoutMs, () => new Error('queue counts timed out')) as Promise<Record<string, number>>,
+        withTimeout(queues[label].getJobCounts(...GAUGE_STATES), config.readyTimeoutMs, () => new Error('queue counts timed out')) as Promise<
+          Record<string, number>
+        >,
     })),
   });
 

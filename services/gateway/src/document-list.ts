@@ -25,7 +25,15 @@ export const DEFAULT_DOCUMENT_LIST_LIMIT = 20;
 export const MAX_DOCUMENT_LIST_LIMIT = 100;
 
 /** Prefill job states in which a document's job can exist (all of them: a GET of the id would find it). */
-const JOB_STATES: Parameters<GatewayDeps['queues']['prefill']['getRanges']>[0] = ['active', 'wait', 'prioritized', 'delayed', 'waiting-children', 'failed', 'completed'];
+const JOB_STATES: Parameters<GatewayDeps['queues']['prefill']['getRanges']>[0] = [
+  'active',
+  'wait',
+  'prioritized',
+  'delayed',
+  'waiting-children',
+  'failed',
+  'completed',
+];
 /** Documents whose status is read at once. */
 const STATUS_CONCURRENCY = 8;
 

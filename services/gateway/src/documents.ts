@@ -182,7 +182,11 @@ async function observeQueueWait(deps: GatewayDeps, job: Job<PrefillJob, PrefillR
 }
 
 /** The document's job and state, or null when neither a manifest nor a job exists. */
-export async function documentStatus(deps: GatewayDeps, tenant: string, documentId: string): Promise<{ state: DocumentState; job: Job<PrefillJob, PrefillResult> | null } | null> {
+export async function documentStatus(
+  deps: GatewayDeps,
+  tenant: string,
+  documentId: string,
+): Promise<{ state: DocumentState; job: Job<PrefillJob, PrefillResult> | null } | null> {
   const manifest = await readManifest(deps, tenant, documentId);
   if (manifest !== null) return { state: await readyState(deps, manifest), job: null };
   // State first, then the job: the job read is then at least as new as the state (a failed job
@@ -272,7 +276,11 @@ export async function ingestDocument(
   const data = parsePrefillJob({ v: 1, kind: 'document', ...reqId, tenant, documentId, model: deps.model.name, input, acceptedAtMs } satisfies PrefillJob);
   // fair shares between tenants (a tenant's documents and its batch lines are flows of their own,
   // apart from its long prompts): the job's priority is its start tag (fair-priority)
-  const priority = await fairPriority(deps.redis, PREFILL_QUEUE, { tenant: documentFlow(tenant, options.batch === true), costTokens: tokenIds.length, ...(options.weight !== undefined ? { weight: options.weight } : {}) });
+  const priority = await fairPriority(deps.redis, PREFILL_QUEUE, {
+    tenant: documentFlow(tenant, options.batch === true),
+    costTokens: tokenIds.length,
+    ...(options.weight !== undefined ? { weight: options.weight } : {}),
+  });
   await deps.queues.prefill.add(PREFILL_JOB_NAME, data, { ...DEFAULT_PREFILL_JOB_OPTIONS, jobId, priority });
   options.onEnqueued?.(jobId);
   deps.metrics.prefillTokens.inc({ kind: 'document' }, tokenIds.length);

@@ -86,7 +86,11 @@ export class ApiError extends HTTPException {
  */
 export function modelNotFound(model: string, served: string, param = 'model'): ApiError {
   const shown = model.length > 80 ? `${model.slice(0, 80)}…` : model;
-  return new ApiError(404, `The model '${shown}' does not exist. This server serves '${served}'.`, { type: 'invalid_request_error', param, code: 'model_not_found' });
+  return new ApiError(404, `The model '${shown}' does not exist. This server serves '${served}'.`, {
+    type: 'invalid_request_error',
+    param,
+    code: 'model_not_found',
+  });
 }
 
 /** "1 request is waiting", "3 requests are waiting". */
@@ -180,10 +184,16 @@ export function publicMessage(code: string): string {
 export function workerError(code: string, message: string): ApiError {
   const status = statusOfCode(code);
   const apiCode = code.replaceAll('-', '_');
-  return new ApiError(status, publicMessage(code), { code: apiCode, detail: `[${code}] ${message}`, quoteRequestId: true, ...(status === 503 || status === 429 ? { headers: { 'retry-after': '1' } } : {}) });
+  return new ApiError(status, publicMessage(code), {
+    code: apiCode,
+    detail: `[${code}] ${message}`,
+    quoteRequestId: true,
+    ...(status === 503 || status === 429 ? { headers: { 'retry-after': '1' } } : {}),
+  });
 }
 
-const REDIS_DOWN = /Stream isn't writeable|Connection is closed|ECONNREFUSED|ECONNRESET|EPIPE|ETIMEDOUT|Command timed out|connect ETIMEDOUT|Reached the max retries per request limit|LOADING|CLUSTERDOWN/;
+const REDIS_DOWN =
+  /Stream isn't writeable|Connection is closed|ECONNREFUSED|ECONNRESET|EPIPE|ETIMEDOUT|Command timed out|connect ETIMEDOUT|Reached the max retries per request limit|LOADING|CLUSTERDOWN/;
 
 /** True for the errors ioredis (and BullMQ through it) raise when Redis is unreachable. */
 export function isRedisUnavailable(err: unknown): boolean {
@@ -212,7 +222,13 @@ export function toApiError(err: unknown): ApiError {
     const code = err.code as Csa2ErrorCode;
     const status = CSA2_ERROR_TO_HTTP_STATUS[code];
     const message = code === 'input-invalid' ? err.message : publicMessage(code);
-    return new ApiError(status, message, { code: code.replaceAll('-', '_'), cause: err, detail, quoteRequestId: code !== 'input-invalid', ...(status === 503 ? { headers: { 'retry-after': '1' } } : {}) });
+    return new ApiError(status, message, {
+      code: code.replaceAll('-', '_'),
+      cause: err,
+      detail,
+      quoteRequestId: code !== 'input-invalid',
+      ...(status === 503 ? { headers: { 'retry-after': '1' } } : {}),
+    });
   }
   return new ApiError(500, SERVER_ERROR, { cause: err, detail });
 }

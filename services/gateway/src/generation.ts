@@ -134,7 +134,8 @@ export async function planGeneration(deps: GatewayDeps, request: GenerationReque
     // a long prompt's artifact serves its own request only: never a document to the tenant
     throw new ApiError(404, `No document found with id '${request.documentId}'`, { param: 'document_id', code: 'document_not_found' });
   }
-  if (request.promptIds.length === 0) throw invalidRequest(`Invalid value for '${request.promptParam}': the prompt is empty`, request.promptParam, 'invalid_value');
+  if (request.promptIds.length === 0)
+    throw invalidRequest(`Invalid value for '${request.promptParam}': the prompt is empty`, request.promptParam, 'invalid_value');
   checkChoices(request, limits.maxChoices);
   const maxTokensParam = request.maxTokensParam;
   if (request.maxTokens !== null) {
@@ -144,7 +145,11 @@ export async function planGeneration(deps: GatewayDeps, request: GenerationReque
       throw invalidRequest(`Invalid value for '${maxTokensParam}': ${why}, got ${request.maxTokens}`, maxTokensParam, 'invalid_value');
     }
     if (request.maxTokens > limits.maxTokens) {
-      throw invalidRequest(`Invalid value for '${maxTokensParam}': ${request.maxTokens} is more than this server allows (${limits.maxTokens})`, maxTokensParam, 'invalid_value');
+      throw invalidRequest(
+        `Invalid value for '${maxTokensParam}': ${request.maxTokens} is more than this server allows (${limits.maxTokens})`,
+        maxTokensParam,
+        'invalid_value',
+      );
     }
   }
 
@@ -158,7 +163,8 @@ export async function planGeneration(deps: GatewayDeps, request: GenerationReque
       throw workerError(doc.state.code, `Document '${request.documentId}' cannot be read: ${doc.state.reason}`);
     }
     if (doc.state.status !== 'ready') {
-      const why = doc.state.status === 'failed' ? `its encoding failed (${doc.state.code.replaceAll('-', '_')}): ${doc.state.reason}` : `it is ${doc.state.status}.`;
+      const why =
+        doc.state.status === 'failed' ? `its encoding failed (${doc.state.code.replaceAll('-', '_')}): ${doc.state.reason}` : `it is ${doc.state.status}.`;
       throw new ApiError(409, `Document '${request.documentId}' is not ready: ${why}`, { param: 'document_id', code: 'document_not_ready' });
     }
     documentTokens = doc.state.tokens;
@@ -231,7 +237,11 @@ function checkChoices(request: GenerationRequest, maxChoices: number): void {
     throw invalidRequest(`Invalid value for 'n': this server generates at most ${maxChoices} choices per request, got ${request.n}.`, 'n', 'invalid_value');
   }
   if (request.seed !== null && request.seed > Number.MAX_SAFE_INTEGER - (request.n - 1)) {
-    throw invalidRequest(`Invalid value for 'seed': choice i samples with seed + i, so with n = ${request.n} the seed must be at most ${Number.MAX_SAFE_INTEGER - (request.n - 1)}.`, 'seed', 'invalid_value');
+    throw invalidRequest(
+      `Invalid value for 'seed': choice i samples with seed + i, so with n = ${request.n} the seed must be at most ${Number.MAX_SAFE_INTEGER - (request.n - 1)}.`,
+      'seed',
+      'invalid_value',
+    );
   }
 }
 
@@ -245,10 +255,17 @@ export function plannedTokens(plan: GenerationPlan): number {
  * in the object store first (the encoder reads it back and deletes it), so no payload carries it.
  * `share`: the fair-share flow the decode job the encoder adds goes to.
  */
-async function promptPrefillJob(deps: GatewayDeps, plan: GenerationPlan, prefix: readonly number[], share: { readonly weight?: number; readonly batch: boolean }): Promise<PrefillJob> {
+async function promptPrefillJob(
+  deps: GatewayDeps,
+  plan: GenerationPlan,
+  prefix: readonly number[],
+  share: { readonly weight?: number; readonly batch: boolean },
+): Promise<PrefillJob> {
   const { request, requestId } = plan;
   const tokens =
-    prefix.length > MAX_INLINE_TOKEN_IDS ? { tokensRef: await putTokenList(deps.store, request.tenant, requestPrefillJobId(requestId), prefix) } : { tokenIds: [...prefix] };
+    prefix.length > MAX_INLINE_TOKEN_IDS
+      ? { tokensRef: await putTokenList(deps.store, request.tenant, requestPrefillJobId(requestId), prefix) }
+      : { tokenIds: [...prefix] };
   return parsePrefillJob({
     v: 1,
     kind: 'prompt',
@@ -282,10 +299,14 @@ export async function enqueueGeneration(deps: GatewayDeps, plan: GenerationPlan,
     const counts = await queue.getJobCounts(...BACKLOG_STATES);
     const backlog = Object.values(counts).reduce((a, b) => a + b, 0);
     if (backlog >= deps.limits.maxQueueDepth) {
-      throw new ApiError(429, `The server is overloaded: ${waiting(backlog, 'request')} for the ${prefix !== null ? 'prefill' : 'decode'} workers. Please retry shortly.`, {
-        code: 'queue_full',
-        headers: { 'retry-after': '1' },
-      });
+      throw new ApiError(
+        429,
+        `The server is overloaded: ${waiting(backlog, 'request')} for the ${prefix !== null ? 'prefill' : 'decode'} workers. Please retry shortly.`,
+        {
+          code: 'queue_full',
+          headers: { 'retry-after': '1' },
+        },
+      );
     }
     // fair shares between tenants, and between a tenant's interactive requests and its batch lines:
     // the job's priority is its start tag in its flow (fair-priority)
@@ -369,7 +390,8 @@ export async function respondGeneration(c: Context, deps: GatewayDeps, plan: Gen
       return c.json(completionBody(meta, outcome.choices, outcome.usage), 200, { ...admission.headers });
     } catch (err) {
       if (err instanceof Aborted) {
-        if (err.reason === 'shutdown') throw new ApiError(503, 'the server is shutting down; the request was cancelled', { code: 'shutting_down', headers: { 'retry-after': '1' } });
+        if (err.reason === 'shutdown')
+          throw new ApiError(503, 'the server is shutting down; the request was cancelled', { code: 'shutting_down', headers: { 'retry-after': '1' } });
         return new Response(null, { status: 499 }); // nobody is listening
       }
       throw err;
@@ -398,7 +420,13 @@ export async function respondGeneration(c: Context, deps: GatewayDeps, plan: Gen
       if (err instanceof Aborted && err.reason === 'client') return;
       const apiError =
         err instanceof Aborted ? new ApiError(503, 'the server is shutting down; the request was cancelled', { code: 'shutting_down' }) : toApiError(err);
-      const fields = { reqId: request.reqId, requestId: plan.requestId, status: apiError.status, code: apiError.code, err: apiError.detail ?? apiError.message };
+      const fields = {
+        reqId: request.reqId,
+        requestId: plan.requestId,
+        status: apiError.status,
+        code: apiError.code,
+        err: apiError.detail ?? apiError.message,
+      };
       if (apiError.status >= 500) deps.logger.warn(fields, 'stream ended with an error');
       else deps.logger.info(fields, 'stream ended with an error');
       sse.send(apiError.toJSON(request.reqId));
@@ -423,9 +451,13 @@ class GenerationRun {
     private readonly admission: Admission,
   ) {
     this.releaseInflight = deps.inflight.track(this.controller);
-    this.controller.signal.addEventListener('abort', () => {
-      if (!this.ended) this.setCancelKey();
-    }, { once: true });
+    this.controller.signal.addEventListener(
+      'abort',
+      () => {
+        if (!this.ended) this.setCancelKey();
+      },
+      { once: true },
+    );
   }
 
   /** Releases the request's place in the in-flight set: call once its response is complete. */
@@ -529,7 +561,8 @@ class GenerationRun {
         ...(plan.route === 'prefill' ? [{ queue: 'prefill' as const, job: await deps.queues.prefill.getJob(requestPrefillJobId(plan.requestId)) }] : []),
       ];
       for (const { queue, job } of jobs) {
-        if (job?.processedOn !== undefined && job.processedOn >= job.timestamp) deps.metrics.queueWait.observe({ queue }, (job.processedOn - job.timestamp) / 1000);
+        if (job?.processedOn !== undefined && job.processedOn >= job.timestamp)
+          deps.metrics.queueWait.observe({ queue }, (job.processedOn - job.timestamp) / 1000);
       }
     } catch {
       // metrics only
@@ -549,7 +582,10 @@ class GenerationRun {
       // a prefill still running leaves nothing: the request's cancel key is set, and it checks it
       if (job !== undefined && (await job.getState()) === 'completed') await deletePromptArtifact(deps, plan.request.tenant, plan.requestId);
     } catch (err) {
-      deps.logger.debug({ reqId: plan.request.reqId, requestId: plan.requestId, err: err instanceof Error ? err.message : String(err) }, 'prompt artifact cleanup skipped');
+      deps.logger.debug(
+        { reqId: plan.request.reqId, requestId: plan.requestId, err: err instanceof Error ? err.message : String(err) },
+        'prompt artifact cleanup skipped',
+      );
     }
   }
 }

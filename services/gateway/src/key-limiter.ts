@@ -175,26 +175,42 @@ export class KeyLimiter {
       }
       case 'tokens': {
         const cap = limits.tokensPerMinute ?? 1;
-        throw new ApiError(429, `Rate limit reached for tokens: this key may use ${cap} tokens per minute; this request needs ${tokens} and ${Math.max(0, Math.floor(v.tokensLeft))} are left. Please retry after the Retry-After seconds.`, {
-          code: 'rate_limit_exceeded',
-          headers: retry(((tokens - v.tokensLeft) * MINUTE_MS) / cap),
-        });
+        throw new ApiError(
+          429,
+          `Rate limit reached for tokens: this key may use ${cap} tokens per minute; this request needs ${tokens} and ${Math.max(0, Math.floor(v.tokensLeft))} are left. Please retry after the Retry-After seconds.`,
+          {
+            code: 'rate_limit_exceeded',
+            headers: retry(((tokens - v.tokensLeft) * MINUTE_MS) / cap),
+          },
+        );
       }
       case 'tokens-too-large':
-        throw new ApiError(429, `Request too large: it needs ${tokens} tokens and this key may use ${limits.tokensPerMinute ?? 0} tokens per minute. Reduce the prompt or max_tokens.`, {
-          code: 'request_too_large',
-          headers,
-        });
+        throw new ApiError(
+          429,
+          `Request too large: it needs ${tokens} tokens and this key may use ${limits.tokensPerMinute ?? 0} tokens per minute. Reduce the prompt or max_tokens.`,
+          {
+            code: 'request_too_large',
+            headers,
+          },
+        );
       case 'leases':
-        throw new ApiError(429, `Too many concurrent requests: this key may have ${limits.concurrentRequests ?? 0} completions in flight. Please retry once one has finished.`, {
-          code: 'concurrency_limit_exceeded',
-          headers: retry(1000),
-        });
+        throw new ApiError(
+          429,
+          `Too many concurrent requests: this key may have ${limits.concurrentRequests ?? 0} completions in flight. Please retry once one has finished.`,
+          {
+            code: 'concurrency_limit_exceeded',
+            headers: retry(1000),
+          },
+        );
       case 'documents':
-        throw new ApiError(429, `Too many queued documents: this key may have ${limits.queuedDocuments ?? 0} documents queued or being encoded (${v.size} now). Please retry once some are ready.`, {
-          code: 'queued_documents_limit_exceeded',
-          headers: retry(5000),
-        });
+        throw new ApiError(
+          429,
+          `Too many queued documents: this key may have ${limits.queuedDocuments ?? 0} documents queued or being encoded (${v.size} now). Please retry once some are ready.`,
+          {
+            code: 'queued_documents_limit_exceeded',
+            headers: retry(5000),
+          },
+        );
       default:
         throw new ApiError(500, `rate limiter: unexpected verdict ${v.verdict}`);
     }
@@ -202,10 +218,22 @@ export class KeyLimiter {
 
   /** Admits a completion of `tokens` (prompt + max_tokens) with a concurrency lease, or throws its 429. */
   async admitCompletion(keyId: string, limits: KeyLimits, req: { readonly requestId: string; readonly tokens: number }): Promise<Admission> {
-    if (limits.requestsPerMinute === null && limits.tokensPerMinute === null && limits.concurrentRequests === null) return { headers: {}, release: () => undefined };
+    if (limits.requestsPerMinute === null && limits.tokensPerMinute === null && limits.concurrentRequests === null)
+      return { headers: {}, release: () => undefined };
     const now = Date.now();
     const keys = this.keys(keyId, 'inflight');
-    const v = await this.run(keys, [now, limits.requestsPerMinute ?? 0, limits.tokensPerMinute ?? 0, req.tokens, limits.concurrentRequests ?? 0, 'leases', req.requestId, now + this.options.leaseMs, 1, '']);
+    const v = await this.run(keys, [
+      now,
+      limits.requestsPerMinute ?? 0,
+      limits.tokensPerMinute ?? 0,
+      req.tokens,
+      limits.concurrentRequests ?? 0,
+      'leases',
+      req.requestId,
+      now + this.options.leaseMs,
+      1,
+      '',
+    ]);
     if (v.verdict !== 'ok') this.refuse(limits, v, req.tokens);
     let released = limits.concurrentRequests === null;
     return {
@@ -220,7 +248,8 @@ export class KeyLimiter {
 
   /** Admits a POST of `count` documents of `tokens` in all, or throws its 429. */
   async admitDocuments(keyId: string, limits: KeyLimits, req: { readonly count: number; readonly tokens: number }): Promise<Admission> {
-    if (limits.requestsPerMinute === null && limits.tokensPerMinute === null && limits.queuedDocuments === null) return { headers: {}, release: () => undefined };
+    if (limits.requestsPerMinute === null && limits.tokensPerMinute === null && limits.queuedDocuments === null)
+      return { headers: {}, release: () => undefined };
     const v = await this.run(this.keys(keyId, 'documents'), [
       Date.now(),
       limits.requestsPerMinute ?? 0,

@@ -45,7 +45,10 @@ const COUNTS = { rpm: 'requestsPerMinute', tpm: 'tokensPerMinute', concurrency: 
  */
 export function parseKeyLimitSettings(text: string, variable: string, where: string): KeyLimitSettings {
   const out: Record<string, number> = {};
-  for (const part of text.split(';').map((p) => p.trim()).filter((p) => p !== '')) {
+  for (const part of text
+    .split(';')
+    .map((p) => p.trim())
+    .filter((p) => p !== '')) {
     const eq = part.indexOf('=');
     const name = eq > 0 ? part.slice(0, eq).trim() : part;
     const value = eq > 0 ? part.slice(eq + 1).trim() : '';
@@ -60,7 +63,8 @@ export function parseKeyLimitSettings(text: string, variable: string, where: str
     const field = (COUNTS as Readonly<Record<string, string>>)[name];
     if (field === undefined) throw new EnvConfigError(variable, `${where}: unknown setting "${name}" (known: rpm, tpm, concurrency, queued_documents, weight)`);
     const n = Number(value);
-    if (!/^\d+$/.test(value) || !Number.isSafeInteger(n) || n < 1) throw new EnvConfigError(variable, `${where}: ${name} must be a positive integer, got "${value}"`);
+    if (!/^\d+$/.test(value) || !Number.isSafeInteger(n) || n < 1)
+      throw new EnvConfigError(variable, `${where}: ${name} must be a positive integer, got "${value}"`);
     if (field in out) throw new EnvConfigError(variable, `${where}: ${name} appears twice`);
     out[field] = n;
   }

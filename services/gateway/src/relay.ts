@@ -97,11 +97,20 @@ export async function* relayStream(deps: GatewayDeps, options: RelayOptions): As
       if (options.signal.aborted) return;
       const now = Date.now();
       const remainingMs = options.deadlineMs - now;
-      if (remainingMs <= 0) throw new ApiError(504, `the request did not finish within ${deps.config.requestTimeoutMs} ms and was cancelled`, { code: 'timeout' });
+      if (remainingMs <= 0)
+        throw new ApiError(504, `the request did not finish within ${deps.config.requestTimeoutMs} ms and was cancelled`, { code: 'timeout' });
       const blockMs = Math.max(1, Math.min(readers.blockMs, remainingMs, Math.max(1, nextPollMs - now)));
       let reply: XReadReply;
       try {
-        reply = (await conn.xread('COUNT', 512, 'BLOCK', blockMs, 'STREAMS', ...open.map((c) => keys[c] as string), ...open.map((c) => lastIds[c] as string))) as XReadReply;
+        reply = (await conn.xread(
+          'COUNT',
+          512,
+          'BLOCK',
+          blockMs,
+          'STREAMS',
+          ...open.map((c) => keys[c] as string),
+          ...open.map((c) => lastIds[c] as string),
+        )) as XReadReply;
       } catch (err) {
         healthy = false;
         throw isRedisUnavailable(err) ? redisUnavailable(err) : err;
@@ -116,7 +125,10 @@ export async function* relayStream(deps: GatewayDeps, options: RelayOptions): As
           try {
             entry = decodeStreamEntry(fields);
           } catch (err) {
-            throw new ApiError(500, publicMessage('stream-invalid'), { code: 'stream_invalid', detail: `malformed stream entry: ${err instanceof Error ? err.message : String(err)}` });
+            throw new ApiError(500, publicMessage('stream-invalid'), {
+              code: 'stream_invalid',
+              detail: `malformed stream entry: ${err instanceof Error ? err.message : String(err)}`,
+            });
           }
           if (entry.kind === 'token') {
             if (entry.index < (nextIndex[choice] as number)) continue;
@@ -195,7 +207,10 @@ class JobCheck {
   }
 
   /** A job's state, attempt and health when it is waiting or running; null when it is not (or gone). */
-  private async pendingJob(queue: 'decode' | 'prefill', jobId: string): Promise<{ state: string; attempt: number; stalled: boolean; recoveries: number; progress: unknown } | null> {
+  private async pendingJob(
+    queue: 'decode' | 'prefill',
+    jobId: string,
+  ): Promise<{ state: string; attempt: number; stalled: boolean; recoveries: number; progress: unknown } | null> {
     const q = this.deps.queues[queue];
     const state = await q.getJobState(jobId);
     if (state === 'unknown' || state === 'completed' || state === 'failed') return null;
@@ -232,6 +247,10 @@ class JobCheck {
         return;
       }
     }
-    if (++this.lostPolls >= 2) throw new ApiError(503, 'the request was lost: its jobs are gone from the queue (was Redis restarted?)', { code: 'job_lost', headers: { 'retry-after': '1' } });
+    if (++this.lostPolls >= 2)
+      throw new ApiError(503, 'the request was lost: its jobs are gone from the queue (was Redis restarted?)', {
+        code: 'job_lost',
+        headers: { 'retry-after': '1' },
+      });
   }
 }

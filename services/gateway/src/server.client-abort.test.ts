@@ -20,7 +20,9 @@ async function abandonBody(port: number, path: string, opts: { declared?: number
   const body = `{"model": "${MODEL_NAME}", "prompt": "${'x'.repeat(opts.sent)}`;
   const framing = opts.declared !== undefined ? `Content-Length: ${opts.declared}` : 'Transfer-Encoding: chunked';
   const payload = opts.declared !== undefined ? body : `${body.length.toString(16)}\r\n${body}\r\n`;
-  socket.write(`POST ${path} HTTP/1.1\r\nHost: gateway.test\r\nAuthorization: Bearer ${KEY_A}\r\nContent-Type: application/json\r\nx-request-id: abort-${opts.sent}\r\n${framing}\r\n\r\n${payload}`);
+  socket.write(
+    `POST ${path} HTTP/1.1\r\nHost: gateway.test\r\nAuthorization: Bearer ${KEY_A}\r\nContent-Type: application/json\r\nx-request-id: abort-${opts.sent}\r\n${framing}\r\n\r\n${payload}`,
+  );
   await new Promise((r) => setTimeout(r, 150));
   socket.destroy();
 }
@@ -68,7 +70,11 @@ describe('a client that closes mid-body', () => {
     assert.equal(counter(metrics, 'csa2_http_client_aborts_total', { route: '/v1/chat/completions' }), 1);
     assert.equal(counter(metrics, 'csa2_http_client_aborts_total', { route: '/v1/documents' }), 1);
     const aborted = lines.filter((l) => l['msg'] === 'client closed the request');
-    assert.deepEqual(aborted.map((l) => [l['level'], l['status'], l['reqId']]).sort(), [['info', 499, 'abort-100'], ['info', 499, 'abort-200'], ['info', 499, 'abort-3000']]);
+    assert.deepEqual(aborted.map((l) => [l['level'], l['status'], l['reqId']]).sort(), [
+      ['info', 499, 'abort-100'],
+      ['info', 499, 'abort-200'],
+      ['info', 499, 'abort-3000'],
+    ]);
     assert.equal(lines.filter((l) => l['msg'] === 'request failed').length, 0, 'nothing logged as a failure');
     // the server is fine afterwards
     assert.equal((await fetch(`${gw.url}/healthz`)).status, 200);

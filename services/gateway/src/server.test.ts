@@ -83,7 +83,10 @@ describe('startGateway: a real listening server', () => {
 
   test('a client that disconnects from a stream sets the cancel key; the worker sees it', async () => {
     const ac = new AbortController();
-    const res = await fetch(`${gw.url}/v1/completions`, authed({ method: 'POST', body: JSON.stringify({ model: MODEL_NAME, prompt: 'stream then leave', stream: true }), signal: ac.signal }));
+    const res = await fetch(
+      `${gw.url}/v1/completions`,
+      authed({ method: 'POST', body: JSON.stringify({ model: MODEL_NAME, prompt: 'stream then leave', stream: true }), signal: ac.signal }),
+    );
     assert.equal(res.status, 200);
     const reader = (res.body as ReadableStream<Uint8Array>).getReader();
     const text = await readUntil(reader, (t) => t.includes('"text":"a"'));
@@ -96,9 +99,10 @@ describe('startGateway: a real listening server', () => {
 
   test('a client that disconnects while waiting for a non-streamed answer sets the cancel key', async () => {
     const ac = new AbortController();
-    const pending = fetch(`${gw.url}/v1/completions`, authed({ method: 'POST', body: JSON.stringify({ model: MODEL_NAME, prompt: 'wait then leave' }), signal: ac.signal })).catch(
-      (err: unknown) => err,
-    );
+    const pending = fetch(
+      `${gw.url}/v1/completions`,
+      authed({ method: 'POST', body: JSON.stringify({ model: MODEL_NAME, prompt: 'wait then leave' }), signal: ac.signal }),
+    ).catch((err: unknown) => err);
     const job = await waitFor('the job to start', async () => [...started.values()].find((j) => Buffer.from(j.promptIds).toString() === 'wait then leave'));
     ac.abort();
     assert.ok((await pending) instanceof Error);
@@ -106,7 +110,10 @@ describe('startGateway: a real listening server', () => {
   });
 
   test('an in-process stream cancelled by its reader sets the cancel key', async () => {
-    const res = await gw.app.request(`${gw.url}/v1/chat/completions`, authed({ method: 'POST', body: JSON.stringify({ model: MODEL_NAME, messages: [{ role: 'user', content: 'cancel me' }], stream: true }) }));
+    const res = await gw.app.request(
+      `${gw.url}/v1/chat/completions`,
+      authed({ method: 'POST', body: JSON.stringify({ model: MODEL_NAME, messages: [{ role: 'user', content: 'cancel me' }], stream: true }) }),
+    );
     const reader = (res.body as ReadableStream<Uint8Array>).getReader();
     const text = await readUntil(reader, (t) => t.includes('"content":"a"'));
     const requestId = (JSON.parse(parseSse(text)[0] ?? 'null') as { id: string }).id;
@@ -115,7 +122,10 @@ describe('startGateway: a real listening server', () => {
   });
 
   test('close() ends open streams with a shutting_down error event, sets their cancel keys, and stops listening', async () => {
-    const res = await fetch(`${gw.url}/v1/completions`, authed({ method: 'POST', body: JSON.stringify({ model: MODEL_NAME, prompt: 'still running at shutdown', stream: true }) }));
+    const res = await fetch(
+      `${gw.url}/v1/completions`,
+      authed({ method: 'POST', body: JSON.stringify({ model: MODEL_NAME, prompt: 'still running at shutdown', stream: true }) }),
+    );
     const reader = (res.body as ReadableStream<Uint8Array>).getReader();
     let text = await readUntil(reader, (t) => t.includes('"text":"a"'));
     const requestId = (JSON.parse(parseSse(text)[0] ?? 'null') as { id: string }).id;

@@ -76,10 +76,16 @@ export async function startGateway(env: Env = process.env, options: StartOptions
   const url = `http://${host === '0.0.0.0' || host === '[::]' ? '127.0.0.1' : host}:${port}`;
   const apiKey = connected.generatedApiKey ?? [...deps.apiKeys.keys()][0] ?? '';
   if (connected.generatedOperatorKey !== null) {
-    deps.logger.info({ operatorKey: connected.generatedOperatorKey, statusPage: `${url}/` }, 'CSA2_OPERATOR_KEYS is unset: generated an operator key (status page) for this run');
+    deps.logger.info(
+      { operatorKey: connected.generatedOperatorKey, statusPage: `${url}/` },
+      'CSA2_OPERATOR_KEYS is unset: generated an operator key (status page) for this run',
+    );
   }
   if (connected.generatedApiKey !== null) {
-    deps.logger.info({ apiKey: connected.generatedApiKey, tenant: deps.apiKeys.get(connected.generatedApiKey) }, 'CSA2_API_KEYS is unset: generated an API key for this run');
+    deps.logger.info(
+      { apiKey: connected.generatedApiKey, tenant: deps.apiKeys.get(connected.generatedApiKey) },
+      'CSA2_API_KEYS is unset: generated an API key for this run',
+    );
   }
   deps.logger.info({ url, model: deps.model.name, tenants: new Set(deps.apiKeys.values()).size }, 'gateway listening');
   const stopSweeper = startPromptArtifactSweeper(deps, config.promptArtifactTtlMs);

@@ -51,9 +51,12 @@ export function createSseWriter(options: { keepaliveMs: number; headers?: Readon
   let closed = false;
   let lastWriteMs = Date.now();
   const cancelListeners: (() => void)[] = [];
-  const keepalive = setInterval(() => {
-    if (Date.now() - lastWriteMs >= options.keepaliveMs) write(SSE_KEEPALIVE);
-  }, Math.max(50, Math.floor(options.keepaliveMs / 2)));
+  const keepalive = setInterval(
+    () => {
+      if (Date.now() - lastWriteMs >= options.keepaliveMs) write(SSE_KEEPALIVE);
+    },
+    Math.max(50, Math.floor(options.keepaliveMs / 2)),
+  );
   keepalive.unref();
 
   const stop = (): void => {

@@ -19,7 +19,9 @@ after(async () => {
   await pipe?.stop();
 });
 
-test('item 8: 32 concurrent 16 MiB documents refused for their length cost the gateway well under 1 GB and are all answered 400', { timeout: 180_000 }, async (t) => {
+test('item 8: 32 concurrent 16 MiB documents refused for their length cost the gateway well under 1 GB and are all answered 400', {
+  timeout: 180_000,
+}, async (t) => {
   const pid = pipe.processes('gateway')[0]?.pid as number;
   const idleMb = peakRssMb(pid);
   const body = JSON.stringify({ text: 'a'.repeat(16 * 1024 * 1024 - 64) });
@@ -42,7 +44,9 @@ test('item 8: 32 concurrent 16 MiB documents refused for their length cost the g
   assert.equal(health.status, 200);
 });
 
-test('with the served model\'s tokenizer.json, 32 concurrent bodies of 16 MiB of text are refused from their bytes, and a small body sent with them is not queued behind them', { timeout: 240_000 }, async (t) => {
+test("with the served model's tokenizer.json, 32 concurrent bodies of 16 MiB of text are refused from their bytes, and a small body sent with them is not queued behind them", {
+  timeout: 240_000,
+}, async (t) => {
   const served = await Pipeline.start({ services: ['gateway'], modelDir: join(REPO_ROOT, 'models/v41-mini-128k') });
   try {
     const pid = served.processes('gateway')[0]?.pid as number;
@@ -65,7 +69,10 @@ test('with the served model\'s tokenizer.json, 32 concurrent bodies of 16 MiB of
       assert.equal(a.error?.code, 'context_length_exceeded');
     }
     const atLeast = Number(/at least (\d+) tokens/.exec(answered[0]?.error?.message ?? '')?.[1]);
-    assert.ok(atLeast > 131_071 && atLeast < 16 * 1024 * 1024 / 8, `refused from its bytes (at least ${atLeast} tokens: bytes / the longest token), not tokenized`);
+    assert.ok(
+      atLeast > 131_071 && atLeast < (16 * 1024 * 1024) / 8,
+      `refused from its bytes (at least ${atLeast} tokens: bytes / the longest token), not tokenized`,
+    );
     assert.ok(smallAtMs < lastBigMs, 'the small body was answered while large ones were still waiting');
     assert.ok(peakRssMb(pid) < 1024, `the gateway peaked at ${peakRssMb(pid).toFixed(0)} MB`);
   } catch (err) {

@@ -61,26 +61,42 @@ async function requestIds(queue: 'csa2-prefill' | 'csa2-decode', kind: 'prefill'
 }
 
 async function documentReady(id: string, key = API_KEY, timeoutMs = 60_000): Promise<Record<string, unknown>> {
-  return until(`document ${id} ready`, async () => {
-    const { body } = await getJson(pipe, `/v1/documents/${id}`, key);
-    assert.notEqual(body['status'], 'failed', JSON.stringify(body));
-    return body['status'] === 'ready' ? body : undefined;
-  }, timeoutMs, 100);
+  return until(
+    `document ${id} ready`,
+    async () => {
+      const { body } = await getJson(pipe, `/v1/documents/${id}`, key);
+      assert.notEqual(body['status'], 'failed', JSON.stringify(body));
+      return body['status'] === 'ready' ? body : undefined;
+    },
+    timeoutMs,
+    100,
+  );
 }
 
 chaos('item 2: a client that leaves during a 16,000-token prefill stops the encoder between chunks, and no prompt artifact is left or visible', async (t) => {
   const before = await requestIds('csa2-prefill', 'prefill');
   const leave = new AbortController();
-  const res = await postJson(pipe, '/v1/completions', { model: 'tiny', prompt: 'x '.padEnd(16_000, 'a long prompt to encode '), max_tokens: 8, stream: true }, API_KEY, { signal: leave.signal });
+  const res = await postJson(
+    pipe,
+    '/v1/completions',
+    { model: 'tiny', prompt: 'x '.padEnd(16_000, 'a long prompt to encode '), max_tokens: 8, stream: true },
+    API_KEY,
+    { signal: leave.signal },
+  );
   assert.equal(res.status, 200);
   const sse = readSse(res);
   const requestId = await until('the prefill job', async () => [...(await requestIds('csa2-prefill', 'prefill'))].find((id) => !before.has(id)));
   const jobKey = `bull:csa2-prefill:req.${requestId}.prefill`;
   // the client leaves once the encoder has done its first chunk
-  await until('the first encoded chunk', async () => {
-    const p = JSON.parse((await redis.hget(jobKey, 'progress')) ?? 'null') as { tokensDone?: number } | null;
-    return (p?.tokensDone ?? 0) >= 256 ? true : undefined;
-  }, 30_000, 5);
+  await until(
+    'the first encoded chunk',
+    async () => {
+      const p = JSON.parse((await redis.hget(jobKey, 'progress')) ?? 'null') as { tokensDone?: number } | null;
+      return (p?.tokensDone ?? 0) >= 256 ? true : undefined;
+    },
+    30_000,
+    5,
+  );
   const leftAt = Date.now();
   leave.abort();
   await sse.cancel();
@@ -127,14 +143,23 @@ chaos('item 9: job payloads stay small — big token lists go through the object
   const longDoc = await postJson(pipe, '/v1/documents', { id: 'long-payload', text: 'x '.padEnd(12_000, 'a long document ') });
   assert.equal(longDoc.status, 202);
   const answers = await Promise.all(
-    Array.from({ length: 5 }, (_, i) => postJson(pipe, '/v1/completions', { model: 'tiny', prompt: `${i} `.padEnd(9_000, 'a long prompt '), max_tokens: 2, stop: ['s'.repeat(512), 't'.repeat(512), 'u'.repeat(512), 'v'.repeat(512)] })),
+    Array.from({ length: 5 }, (_, i) =>
+      postJson(pipe, '/v1/completions', {
+        model: 'tiny',
+        prompt: `${i} `.padEnd(9_000, 'a long prompt '),
+        max_tokens: 2,
+        stop: ['s'.repeat(512), 't'.repeat(512), 'u'.repeat(512), 'v'.repeat(512)],
+      }),
+    ),
   );
   for (const a of answers) assert.equal(a.status, 200, await a.clone().text());
   await documentReady('long-payload');
   const prefill = await largestPayload(redis, 'csa2-prefill');
   const decode = await largestPayload(redis, 'csa2-decode');
   const memoryAfter = Number(/used_memory:(\d+)/.exec(await redis.info('memory'))?.[1]);
-  t.diagnostic(`largest payloads: prefill ${prefill.bytes} B (${prefill.jobId}), decode ${decode.bytes} B; Redis used_memory ${((memoryAfter - memoryBefore) / 1e6).toFixed(2)} MB more after a 12,000-token document and 5 × 9,000-token prompts`);
+  t.diagnostic(
+    `largest payloads: prefill ${prefill.bytes} B (${prefill.jobId}), decode ${decode.bytes} B; Redis used_memory ${((memoryAfter - memoryBefore) / 1e6).toFixed(2)} MB more after a 12,000-token document and 5 × 9,000-token prompts`,
+  );
   assert.ok(prefill.bytes < 4096, `the largest prefill payload is ${prefill.bytes} bytes (${prefill.jobId})`);
   assert.ok(decode.bytes < 4096, `the largest decode payload is ${decode.bytes} bytes`);
   const inputs = join(storeDir, 'tenants/acme/inputs');
@@ -178,7 +203,14 @@ chaos('item 3: after Redis froze, requests whose clients got an error are cancel
 });
 
 chaos('item 7: the client of a stream whose decoder died sees progress (stalled, recovered), then the rest of its tokens', async (t) => {
-  const res = await postJson(pipe, '/v1/completions', { model: 'tiny', prompt: 'stall test ', max_tokens: 200, ignore_eos: true, stream: true, stream_options: { include_usage: true } });
+  const res = await postJson(pipe, '/v1/completions', {
+    model: 'tiny',
+    prompt: 'stall test ',
+    max_tokens: 200,
+    ignore_eos: true,
+    stream: true,
+    stream_options: { include_usage: true },
+  });
   const sse = readSse(res);
   await until('20 tokens', async () => (sse.data.length >= 20 ? true : undefined));
   await pipe.kill('decoder', 'SIGKILL');
@@ -203,11 +235,16 @@ chaos('item 7: the client of a stream whose decoder died sees progress (stalled,
   assert.equal(usage?.usage?.completion_tokens, 200, 'every token, once');
 });
 
-chaos('item 10: one tenant\'s flood of documents does not starve another tenant; a key past its queued-documents limit gets 429', async (t) => {
+chaos("item 10: one tenant's flood of documents does not starve another tenant; a key past its queued-documents limit gets 429", async (t) => {
   const documents = Array.from({ length: 48 }, (_, i) => ({ id: `flood-${i}`, text: `${i} `.padEnd(1600, 'a flood of documents ') }));
   assert.equal((await postJson(pipe, '/v1/documents', { documents })).status, 202);
   const t0 = Date.now();
-  const answer = await postJson(pipe, '/v1/completions', { model: 'tiny', prompt: 'q '.padEnd(2100, 'a question from another tenant '), max_tokens: 4 }, OTHER_API_KEY);
+  const answer = await postJson(
+    pipe,
+    '/v1/completions',
+    { model: 'tiny', prompt: 'q '.padEnd(2100, 'a question from another tenant '), max_tokens: 4 },
+    OTHER_API_KEY,
+  );
   assert.equal(answer.status, 200, await answer.clone().text());
   const waitedMs = Date.now() - t0;
   const statuses = await Promise.all(documents.map(async (d) => (await getJson(pipe, `/v1/documents/${d.id}`)).body['status']));

@@ -11,7 +11,13 @@ import { API_KEY, type Pipeline } from '../harness/pipeline.js';
 export const headers = (key = API_KEY): Record<string, string> => ({ authorization: `Bearer ${key}`, 'content-type': 'application/json' });
 
 export function postJson(pipe: Pipeline, path: string, body: unknown, key = API_KEY, init: RequestInit = {}): Promise<Response> {
-  return fetch(`${pipe.url}${path}`, { method: 'POST', headers: headers(key), body: typeof body === 'string' ? body : JSON.stringify(body), signal: AbortSignal.timeout(60_000), ...init });
+  return fetch(`${pipe.url}${path}`, {
+    method: 'POST',
+    headers: headers(key),
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+    signal: AbortSignal.timeout(60_000),
+    ...init,
+  });
 }
 
 export async function getJson(pipe: Pipeline, path: string, key = API_KEY): Promise<{ status: number; body: Record<string, unknown> }> {

@@ -47,7 +47,14 @@ export type MillionRoleArgs =
       /** @defaultValue the engine's (the decoder worker's default) */
       readonly documentCacheBytes?: number;
     }
-  | { readonly role: 'core'; readonly modelDir: string; readonly storeUrl: string; readonly tenant: string; readonly question: MillionQuestion; readonly modelOptions: Partial<ModelOptions> };
+  | {
+      readonly role: 'core';
+      readonly modelDir: string;
+      readonly storeUrl: string;
+      readonly tenant: string;
+      readonly question: MillionQuestion;
+      readonly modelOptions: Partial<ModelOptions>;
+    };
 
 /** What one step did: its result and the peak RSS of the process once it was done. */
 export interface MillionStep {

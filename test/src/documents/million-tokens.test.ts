@@ -153,7 +153,9 @@ async function storedBytes(store: ObjectStore, manifest: DocumentManifest): Prom
   return { chunks, manifest: m.sizeBytes };
 }
 
-test('a 1,048,576-token document: ingested by an encoder process and answered by decoder processes within the stated memory bounds, the same answer on every path', { timeout: TEST_TIMEOUT_MS }, async (t) => {
+test('a 1,048,576-token document: ingested by an encoder process and answered by decoder processes within the stated memory bounds, the same answer on every path', {
+  timeout: TEST_TIMEOUT_MS,
+}, async (t) => {
   const dir = await mkdtemp(join(tmpdir(), 'csa2-million-'));
   const storeUrl = pathToFileURL(join(dir, 'store')).href;
   const store = openStore(storeUrl);
@@ -174,7 +176,9 @@ test('a 1,048,576-token document: ingested by an encoder process and answered by
     const ingSmall = step(enc, 0).ingest;
     const ing = step(enc, 1).ingest;
     assert.ok(ingSmall !== undefined && ing !== undefined, 'the encoder reported its ingests');
-    t.diagnostic(`encoder: ${TOKENS} tokens in ${(step(enc, 1).ms / 1000).toFixed(1)} s (${((TOKENS * 1000) / step(enc, 1).ms).toFixed(0)} tokens/s); peak RSS warm ${mb(enc.warmMaxRssBytes)}, after the 64K document ${mb(step(enc, 0).maxRssBytes)}, after 1M ${mb(step(enc, 1).maxRssBytes)}`);
+    t.diagnostic(
+      `encoder: ${TOKENS} tokens in ${(step(enc, 1).ms / 1000).toFixed(1)} s (${((TOKENS * 1000) / step(enc, 1).ms).toFixed(0)} tokens/s); peak RSS warm ${mb(enc.warmMaxRssBytes)}, after the 64K document ${mb(step(enc, 0).maxRssBytes)}, after 1M ${mb(step(enc, 1).maxRssBytes)}`,
+    );
     assert.equal(ing.tokens, TOKENS);
     assert.equal(ing.reusedTokens, 0);
     assert.equal(ing.chunksWritten, TOKENS / CHUNK_TOKENS);
@@ -187,14 +191,25 @@ test('a 1,048,576-token document: ingested by an encoder process and answered by
     assert.equal(manifestRaw.chunks.length, TOKENS / CHUNK_TOKENS);
     const header = await store.getRange(chunkObjectKey(TENANT, (manifestRaw.chunks[0] as DocumentManifest['chunks'][number]).key), { offset: 10, length: 4 });
     const headerBytes = new DataView(header.buffer, header.byteOffset, 4).getUint32(0, true);
-    assert.equal(headerBytes, 30 + manifestRaw.modelId.length + manifestRaw.layoutId.length + 12 * 1, 'chunk header: 30 + model id + layout id + 12 per KV source');
+    assert.equal(
+      headerBytes,
+      30 + manifestRaw.modelId.length + manifestRaw.layoutId.length + 12 * 1,
+      'chunk header: 30 + model id + layout id + 12 per KV source',
+    );
     const stored = await storedBytes(store, manifestRaw);
     assert.equal(stored.chunks, (TOKENS / CHUNK_TOKENS) * (headerBytes + CHECKSUM_BYTES) + TOKENS * (TOKEN_ID_BYTES + GLOBAL_CACHE_BYTES_PER_TOKEN));
     assert.equal(ing.artifactBytes, stored.chunks + stored.manifest);
-    t.diagnostic(`artifact: ${ing.artifactBytes.toLocaleString('en-US')} bytes (${(ing.artifactBytes / TOKENS).toFixed(2)} per token; global cache ${GLOBAL_CACHE_BYTES_PER_TOKEN})`);
+    t.diagnostic(
+      `artifact: ${ing.artifactBytes.toLocaleString('en-US')} bytes (${(ing.artifactBytes / TOKENS).toFixed(2)} per token; global cache ${GLOBAL_CACHE_BYTES_PER_TOKEN})`,
+    );
 
     // ---- decoder role: the decoder worker's engine; the 64K question, then the 1M question twice
-    const question = (documentId: string, seed: number): MillionQuestion => ({ documentId, promptIds: seededIds(seed, QUESTION_TOKENS, vocab), maxTokens: ANSWER_TOKENS, replayTokens: REPLAY_TOKENS });
+    const question = (documentId: string, seed: number): MillionQuestion => ({
+      documentId,
+      promptIds: seededIds(seed, QUESTION_TOKENS, vocab),
+      maxTokens: ANSWER_TOKENS,
+      replayTokens: REPLAY_TOKENS,
+    });
     const q = question('million', 3);
     const dec = await runRole({ role: 'decode', modelDir, storeUrl, tenant: TENANT, questions: [question('small', 4), q, q] });
     const cold = answer(step(dec, 1));
@@ -214,7 +229,14 @@ test('a 1,048,576-token document: ingested by an encoder process and answered by
     const off = await runRole({ role: 'decode', modelDir, storeUrl, tenant: TENANT, questions: [q], documentCacheBytes: 0 });
     assert.deepEqual(answer(step(off, 0)).tokens, cold.tokens, 'document cache off: the same tokens');
     assert.equal(answer(step(off, 0)).logitsSha256, cold.logitsSha256, 'document cache off: the same logits, bit for bit');
-    const core = await runRole({ role: 'core', modelDir, storeUrl, tenant: TENANT, question: q, modelOptions: { indexerPool: false, indexerKeyChunk: 1 << 18, indexerScores: 'graph' } });
+    const core = await runRole({
+      role: 'core',
+      modelDir,
+      storeUrl,
+      tenant: TENANT,
+      question: q,
+      modelOptions: { indexerPool: false, indexerKeyChunk: 1 << 18, indexerScores: 'graph' },
+    });
     assert.deepEqual(answer(step(core, 0)).tokens, cold.tokens, 'csa2-core without the engine, other indexer paths: the same tokens');
     assert.equal(answer(step(core, 0)).logitsSha256, cold.logitsSha256, 'csa2-core without the engine, other indexer paths: the same logits, bit for bit');
 
@@ -222,13 +244,23 @@ test('a 1,048,576-token document: ingested by an encoder process and answered by
     const decBase = step(dec, 0).maxRssBytes;
     const decBound = decBase + 1.2 * ing.artifactBytes + DECODER_BYTES_PER_TOKEN_ALLOWANCE * TOKENS + SLACK_BYTES;
     const decPeak = Math.max(step(dec, 1).maxRssBytes, step(dec, 2).maxRssBytes);
-    t.diagnostic(`decoder peak ${mb(decPeak)} = baseline ${mb(decBase)} + ${mb(decPeak - decBase)} (${((decPeak - decBase) / ing.artifactBytes).toFixed(2)} × the artifact); bound ${mb(decBound)}`);
-    assert.ok(decPeak <= decBound, `decoder peak RSS ${mb(decPeak)} exceeds baseline ${mb(decBase)} + 1.2 × artifact ${mb(ing.artifactBytes)} + 8 B × N + 8 MiB = ${mb(decBound)}`);
+    t.diagnostic(
+      `decoder peak ${mb(decPeak)} = baseline ${mb(decBase)} + ${mb(decPeak - decBase)} (${((decPeak - decBase) / ing.artifactBytes).toFixed(2)} × the artifact); bound ${mb(decBound)}`,
+    );
+    assert.ok(
+      decPeak <= decBound,
+      `decoder peak RSS ${mb(decPeak)} exceeds baseline ${mb(decBase)} + 1.2 × artifact ${mb(ing.artifactBytes)} + 8 B × N + 8 MiB = ${mb(decBound)}`,
+    );
     const encBase = step(enc, 0).maxRssBytes;
     const encBound = encBase + 1.2 * ing.artifactBytes + ENCODER_BYTES_PER_TOKEN_ALLOWANCE * TOKENS + SLACK_BYTES;
     const encPeak = step(enc, 1).maxRssBytes;
-    t.diagnostic(`encoder peak ${mb(encPeak)} = baseline ${mb(encBase)} + ${mb(encPeak - encBase)} (${((encPeak - encBase) / ing.artifactBytes).toFixed(2)} × the artifact); bound ${mb(encBound)}`);
-    assert.ok(encPeak <= encBound, `encoder peak RSS ${mb(encPeak)} exceeds baseline ${mb(encBase)} + 1.2 × artifact ${mb(ing.artifactBytes)} + 24 B × N + 8 MiB = ${mb(encBound)}`);
+    t.diagnostic(
+      `encoder peak ${mb(encPeak)} = baseline ${mb(encBase)} + ${mb(encPeak - encBase)} (${((encPeak - encBase) / ing.artifactBytes).toFixed(2)} × the artifact); bound ${mb(encBound)}`,
+    );
+    assert.ok(
+      encPeak <= encBound,
+      `encoder peak RSS ${mb(encPeak)} exceeds baseline ${mb(encBase)} + 1.2 × artifact ${mb(ing.artifactBytes)} + 24 B × N + 8 MiB = ${mb(encBound)}`,
+    );
   } finally {
     await store.close();
     await rm(dir, { recursive: true, force: true });

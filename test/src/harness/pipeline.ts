@@ -69,7 +69,9 @@ export class Pipeline {
   }
 
   /** Starts Redis and the given services (default: all three); resolves when each is ready. */
-  static async start(opts: { modelDir?: string; env?: Record<string, string>; services?: readonly ServiceName[]; readyTimeoutMs?: number } = {}): Promise<Pipeline> {
+  static async start(
+    opts: { modelDir?: string; env?: Record<string, string>; services?: readonly ServiceName[]; readyTimeoutMs?: number } = {},
+  ): Promise<Pipeline> {
     const dir = mkdtempSync(join(tmpdir(), 'csa2-pipeline-'));
     const modelDir = opts.modelDir ?? (await seededTestModel(dir));
     const redis = await startLocalRedis({ dir });
@@ -119,7 +121,12 @@ export class Pipeline {
     let ready = false;
     const onData = (d: Buffer) => {
       const text = d.toString();
-      this.logs.push(...text.split('\n').filter((l) => l.length > 0).map((l) => `[${id}] ${l}`));
+      this.logs.push(
+        ...text
+          .split('\n')
+          .filter((l) => l.length > 0)
+          .map((l) => `[${id}] ${l}`),
+      );
       if (this.logs.length > 4000) this.logs.splice(0, this.logs.length - 4000);
       const readyText = READY_TEXT[name];
       if (!ready && readyText !== null && text.includes(readyText)) ready = true;

@@ -83,7 +83,9 @@ test('Redis is durable and BullMQ-safe: AOF on, noeviction, data on a volume', (
   const command = (redis['command'] as string[]).join(' ');
   assert.match(command, /--appendonly yes/);
   assert.match(command, /--maxmemory-policy noeviction/);
-  assert.ok((redis['volumes'] as string[]).some((v) => /^[a-z-]+:\/data$/.test(v) && isObject((compose['volumes'] as JsonObject)[v.split(':')[0] as string] ?? {})));
+  assert.ok(
+    (redis['volumes'] as string[]).some((v) => /^[a-z-]+:\/data$/.test(v) && isObject((compose['volumes'] as JsonObject)[v.split(':')[0] as string] ?? {})),
+  );
 });
 
 test('every csa2 image is built from infra/docker/Dockerfile at a stage that exists, with the repository root as context', () => {
@@ -112,7 +114,7 @@ test('every csa2 image is built from infra/docker/Dockerfile at a stage that exi
   }
 });
 
-test("every worker service is health-checked on /readyz at the port its config listens on", async () => {
+test('every worker service is health-checked on /readyz at the port its config listens on', async () => {
   for (const name of ['encoder-worker', 'encoder-worker-gpu', 'decoder-worker']) {
     const service = services[name] as JsonObject;
     const check = service['healthcheck'] as JsonObject | undefined;
@@ -130,20 +132,25 @@ test("every worker service is health-checked on /readyz at the port its config l
 
 test('the GPU reservation is only behind the gpu profile, and the default profile has a CPU encoder', () => {
   const withGpu = Object.entries(services).filter(([, s]) => JSON.stringify(s['deploy'] ?? {}).includes('"gpu"'));
-  assert.deepEqual(withGpu.map(([n]) => n), ['encoder-worker-gpu']);
+  assert.deepEqual(
+    withGpu.map(([n]) => n),
+    ['encoder-worker-gpu'],
+  );
   for (const [name, s] of withGpu) {
     assert.deepEqual(s['profiles'], ['gpu'], `${name} is in the gpu profile only`);
     const devices = (((s['deploy'] as JsonObject)['resources'] as JsonObject)['reservations'] as JsonObject)['devices'] as JsonObject[];
     assert.equal(devices[0]?.['driver'], 'nvidia');
     assert.equal((s['environment'] as JsonObject)['CSA2_PROVIDER'], 'cuda');
   }
-  const defaults = Object.entries(services).filter(([, s]) => s['profiles'] === undefined).map(([n]) => n);
+  const defaults = Object.entries(services)
+    .filter(([, s]) => s['profiles'] === undefined)
+    .map(([n]) => n);
   for (const n of ['redis', 's3', 'gateway', 'encoder-worker', 'decoder-worker']) assert.ok(defaults.includes(n), `${n} starts by default`);
   assert.equal((services['encoder-worker']?.['environment'] as JsonObject)['CSA2_PROVIDER'], 'cpu');
   assert.deepEqual(services['gateway']?.['ports'], ['${CSA2_GATEWAY_PORT:-8080}:8080']);
 });
 
-test('every service reads the one env file; .env.example with the compose environment passes each service\'s config loader', async () => {
+test("every service reads the one env file; .env.example with the compose environment passes each service's config loader", async () => {
   for (const [name, s] of Object.entries(services)) {
     if (name === 'redis') continue;
     assert.equal(s['env_file'], '.env', `${name} reads .env (made from .env.example)`);
@@ -162,7 +169,8 @@ test('every service reads the one env file; .env.example with the compose enviro
   assert.equal(dotenv['MINIO_ROOT_PASSWORD'], dotenv['AWS_SECRET_ACCESS_KEY']);
   // every ${VAR} in compose.yaml is in .env.example or has a default
   const text = readFileSync(join(COMPOSE_DIR, 'compose.yaml'), 'utf8');
-  for (const m of text.matchAll(/(?<!\$)\$\{([A-Z0-9_]+)(:-[^}]*)?\}/g)) assert.ok(m[2] !== undefined || dotenv[m[1] as string] !== undefined, `\${${m[1]}} is defined`);
+  for (const m of text.matchAll(/(?<!\$)\$\{([A-Z0-9_]+)(:-[^}]*)?\}/g))
+    assert.ok(m[2] !== undefined || dotenv[m[1] as string] !== undefined, `\${${m[1]}} is defined`);
   // depends_on names services
   for (const [name, s] of Object.entries(services)) {
     for (const dep of Object.keys((s['depends_on'] ?? {}) as JsonObject)) assert.ok(services[dep] !== undefined, `${name} depends on ${dep}`);

@@ -103,17 +103,22 @@ export function dockerfileProblems(text: string): string[] {
     if (user === undefined || /^(root|0)(:|$)/.test(user)) problems.push(`${target}: runs as ${user ?? 'root (no USER)'}`);
     if (!all.some((i) => i.keyword === 'ENV' && /\bNODE_ENV=production\b/.test(i.args))) problems.push(`${target}: NODE_ENV=production is not set`);
     // the dependencies in the image: installed in this chain or copied in from a stage whose chain installs them
-    const installers = [...stagesOf, ...all.filter((i) => i.keyword === 'COPY' && i.flags['from'] !== undefined).flatMap((i) => chain(stages, i.flags['from'] ?? ''))];
+    const installers = [
+      ...stagesOf,
+      ...all.filter((i) => i.keyword === 'COPY' && i.flags['from'] !== undefined).flatMap((i) => chain(stages, i.flags['from'] ?? '')),
+    ];
     for (const s of installers) {
       if (s.name === 'build') continue;
       for (const i of s.instructions) {
         if (i.keyword !== 'RUN' || !/\bnpm (ci|install|i)\b/.test(i.args)) continue;
         if (!/--omit=dev\b/.test(i.args)) problems.push(`${target}: stage ${s.name} installs dev dependencies (${i.args.trim()})`);
-        if (!/--ignore-scripts\b/.test(i.args)) problems.push(`${target}: stage ${s.name} runs install scripts (root prepare = tsc -b; onnxruntime-node's download)`);
+        if (!/--ignore-scripts\b/.test(i.args))
+          problems.push(`${target}: stage ${s.name} runs install scripts (root prepare = tsc -b; onnxruntime-node's download)`);
       }
     }
     for (const i of all) {
-      if (i.keyword === 'COPY' && i.flags['from'] === 'build' && /node_modules/.test(i.args)) problems.push(`${target}: copies node_modules from the build stage (dev dependencies)`);
+      if (i.keyword === 'COPY' && i.flags['from'] === 'build' && /node_modules/.test(i.args))
+        problems.push(`${target}: copies node_modules from the build stage (dev dependencies)`);
     }
     // what it runs
     const cmd = all.filter((i) => i.keyword === 'CMD').at(-1);
@@ -124,9 +129,13 @@ export function dockerfileProblems(text: string): string[] {
       argv = null;
     }
     const entry = `services/${service}/dist/main.js`;
-    if (!Array.isArray(argv) || argv[0] !== 'node' || argv[1] !== entry) problems.push(`${target}: CMD must be ["node", "${entry}"] (exec form), got ${cmd?.args ?? 'none'}`);
-    if (!existsSync(join(REPO_ROOT, 'services', service, 'src', 'main.ts'))) problems.push(`${target}: services/${service}/src/main.ts (the source of ${entry}) does not exist`);
-    const compiles = build.instructions.some((i) => i.keyword === 'RUN' && /\btsc\b/.test(i.args) && i.args.includes('-b') && i.args.split(/\s+/).includes(`services/${service}`));
+    if (!Array.isArray(argv) || argv[0] !== 'node' || argv[1] !== entry)
+      problems.push(`${target}: CMD must be ["node", "${entry}"] (exec form), got ${cmd?.args ?? 'none'}`);
+    if (!existsSync(join(REPO_ROOT, 'services', service, 'src', 'main.ts')))
+      problems.push(`${target}: services/${service}/src/main.ts (the source of ${entry}) does not exist`);
+    const compiles = build.instructions.some(
+      (i) => i.keyword === 'RUN' && /\btsc\b/.test(i.args) && i.args.includes('-b') && i.args.split(/\s+/).includes(`services/${service}`),
+    );
     if (!compiles) problems.push(`${target}: the build stage does not compile services/${service}`);
     // every workspace package the service imports must be in the image, compiled
     for (const dir of workspaceClosure(`services/${service}`)) {
@@ -140,17 +149,22 @@ export function dockerfileProblems(text: string): string[] {
   const health = gateway.filter((i) => i.keyword === 'HEALTHCHECK').at(-1);
   if (health === undefined || !health.args.includes('/healthz')) problems.push('gateway: no HEALTHCHECK on /healthz');
   if (!gateway.some((i) => i.keyword === 'EXPOSE' && i.args.split(/\s+/).includes('8080'))) problems.push('gateway: does not EXPOSE 8080');
-  if (!gateway.some((i) => i.keyword === 'ENV' && /\bCSA2_HOST=0\.0\.0\.0\b/.test(i.args))) problems.push('gateway: CSA2_HOST=0.0.0.0 is not set (the default 127.0.0.1 is unreachable from outside the container)');
+  if (!gateway.some((i) => i.keyword === 'ENV' && /\bCSA2_HOST=0\.0\.0\.0\b/.test(i.args)))
+    problems.push('gateway: CSA2_HOST=0.0.0.0 is not set (the default 127.0.0.1 is unreachable from outside the container)');
   // the workers' /healthz, /readyz, /metrics server: reachable, exposed, health-checked on the port it listens on
   for (const [target, port] of Object.entries(WORKER_TARGET_PORTS)) {
     const worker = chain(stages, target).flatMap((s) => s.instructions);
     if (worker.length === 0) continue;
-    const env = worker.filter((i) => i.keyword === 'ENV').map((i) => i.args).join(' ');
+    const env = worker
+      .filter((i) => i.keyword === 'ENV')
+      .map((i) => i.args)
+      .join(' ');
     if (!/\bCSA2_HOST=0\.0\.0\.0\b/.test(env)) problems.push(`${target}: CSA2_HOST=0.0.0.0 is not set (its probes and /metrics would be unreachable)`);
     if (!new RegExp(`\\bCSA2_WORKER_HTTP_PORT=${port}\\b`).test(env)) problems.push(`${target}: CSA2_WORKER_HTTP_PORT=${port} is not set`);
     if (!worker.some((i) => i.keyword === 'EXPOSE' && i.args.split(/\s+/).includes(String(port)))) problems.push(`${target}: does not EXPOSE ${port}`);
     const check = worker.filter((i) => i.keyword === 'HEALTHCHECK').at(-1);
-    if (check === undefined || !check.args.includes('/healthz') || !check.args.includes('CSA2_WORKER_HTTP_PORT')) problems.push(`${target}: no HEALTHCHECK on /healthz at CSA2_WORKER_HTTP_PORT`);
+    if (check === undefined || !check.args.includes('/healthz') || !check.args.includes('CSA2_WORKER_HTTP_PORT'))
+      problems.push(`${target}: no HEALTHCHECK on /healthz at CSA2_WORKER_HTTP_PORT`);
   }
   return problems;
 }

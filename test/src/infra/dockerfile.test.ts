@@ -31,22 +31,40 @@ test('the checks fail on broken copies: root user, dev dependencies, install scr
     assert.notEqual(text, DOCKERFILE, `the mutation of ${String(from)} applies`);
     return dockerfileProblems(text);
   };
-  const has = (problems: string[], pattern: RegExp): void => assert.ok(problems.some((p) => pattern.test(p)), `${String(pattern)} in:\n${problems.join('\n')}`);
+  const has = (problems: string[], pattern: RegExp): void =>
+    assert.ok(
+      problems.some((p) => pattern.test(p)),
+      `${String(pattern)} in:\n${problems.join('\n')}`,
+    );
   has(broken(/\nUSER node\n\nFROM runtime AS gateway/, '\nFROM runtime AS gateway'), /gateway: runs as root/);
   has(broken('RUN npm ci --omit=dev --ignore-scripts', 'RUN npm ci --ignore-scripts'), /installs dev dependencies/);
   has(broken('RUN npm ci --omit=dev --ignore-scripts', 'RUN npm ci --omit=dev'), /runs install scripts/);
   has(broken('CMD ["node", "services/decoder-worker/dist/main.js"]', 'CMD node services/decoder-worker/dist/main.js'), /decoder-worker: CMD must be/);
-  has(broken('services/gateway services/encoder-worker services/decoder-worker', 'services/gateway services/encoder-worker'), /the build stage does not compile services\/decoder-worker/);
+  has(
+    broken('services/gateway services/encoder-worker services/decoder-worker', 'services/gateway services/encoder-worker'),
+    /the build stage does not compile services\/decoder-worker/,
+  );
   has(broken('COPY --from=build /app/packages/csa2-jobs/dist/ ./packages/csa2-jobs/dist/\n', ''), /packages\/csa2-jobs\/dist is not copied/);
   has(broken('COPY --from=build /app/services/gateway/dist/', 'COPY --form=build /app/services/gateway/dist/'), /lint, line \d+: Unknown flag: form/);
   has(broken('ENV NODE_ENV=production\n', ''), /NODE_ENV=production is not set/);
   has(broken('/healthz', '/'), /no HEALTHCHECK on \/healthz/);
-  has(broken('FROM runtime AS decoder-worker\nENV CSA2_HOST=0.0.0.0 CSA2_WORKER_HTTP_PORT=9302', 'FROM runtime AS decoder-worker\nENV CSA2_WORKER_HTTP_PORT=9302'), /decoder-worker: CSA2_HOST=0\.0\.0\.0 is not set/);
+  has(
+    broken(
+      'FROM runtime AS decoder-worker\nENV CSA2_HOST=0.0.0.0 CSA2_WORKER_HTTP_PORT=9302',
+      'FROM runtime AS decoder-worker\nENV CSA2_WORKER_HTTP_PORT=9302',
+    ),
+    /decoder-worker: CSA2_HOST=0\.0\.0\.0 is not set/,
+  );
   has(broken('EXPOSE 9301\nHEALTHCHECK', 'HEALTHCHECK'), /encoder-worker: does not EXPOSE 9301/);
-  has(broken(/USER node\nENV CSA2_HOST=0\.0\.0\.0 CSA2_WORKER_HTTP_PORT=9301 /, 'USER node\nENV CSA2_HOST=0.0.0.0 CSA2_WORKER_HTTP_PORT=9302 '), /encoder-worker-gpu: CSA2_WORKER_HTTP_PORT=9301 is not set/);
+  has(
+    broken(/USER node\nENV CSA2_HOST=0\.0\.0\.0 CSA2_WORKER_HTTP_PORT=9301 /, 'USER node\nENV CSA2_HOST=0.0.0.0 CSA2_WORKER_HTTP_PORT=9302 '),
+    /encoder-worker-gpu: CSA2_WORKER_HTTP_PORT=9301 is not set/,
+  );
 });
 
 test('.dockerignore keeps installed and built files out of the build context', () => {
-  const lines = readFileSync(join(REPO_ROOT, '.dockerignore'), 'utf8').split('\n').map((l) => l.trim());
+  const lines = readFileSync(join(REPO_ROOT, '.dockerignore'), 'utf8')
+    .split('\n')
+    .map((l) => l.trim());
   for (const pattern of ['**/node_modules', '**/dist', '.git']) assert.ok(lines.includes(pattern), pattern);
 });

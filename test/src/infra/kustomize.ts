@@ -144,7 +144,8 @@ function applyImages(objects: K8sObject[], images: unknown, where: string): void
   if (!Array.isArray(images)) throw new KustomizeError(`${where}: images must be a list`);
   for (const image of images) {
     if (!isObject(image) || typeof image['name'] !== 'string') throw new KustomizeError(`${where}: an images entry needs a name`);
-    for (const k of Object.keys(image)) if (!['name', 'newName', 'newTag', 'digest'].includes(k)) throw new KustomizeError(`${where}: images.${k} is not supported`);
+    for (const k of Object.keys(image))
+      if (!['name', 'newName', 'newTag', 'digest'].includes(k)) throw new KustomizeError(`${where}: images.${k} is not supported`);
     const { name, newName, newTag, digest } = image as { name: string; newName?: string; newTag?: string; digest?: string };
     for (const podSpec of objects.flatMap(podSpecsOf)) {
       for (const listKey of ['containers', 'initContainers']) {
@@ -155,7 +156,8 @@ function applyImages(objects: K8sObject[], images: unknown, where: string): void
           const ref = parseImageRef(c['image']);
           if (ref.name !== name) continue;
           const finalName = newName ?? ref.name;
-          c['image'] = digest !== undefined ? `${finalName}@${digest}` : `${finalName}${newTag !== undefined ? `:${newTag}` : ref.tag !== null ? `:${ref.tag}` : ''}`;
+          c['image'] =
+            digest !== undefined ? `${finalName}@${digest}` : `${finalName}${newTag !== undefined ? `:${newTag}` : ref.tag !== null ? `:${ref.tag}` : ''}`;
         }
       }
     }
@@ -166,7 +168,8 @@ function applyLabels(objects: K8sObject[], labels: unknown, where: string): void
   if (!Array.isArray(labels)) throw new KustomizeError(`${where}: labels must be a list`);
   for (const entry of labels) {
     if (!isObject(entry) || !isObject(entry['pairs'])) throw new KustomizeError(`${where}: a labels entry needs pairs`);
-    for (const k of Object.keys(entry)) if (!['pairs', 'includeSelectors', 'includeTemplates'].includes(k)) throw new KustomizeError(`${where}: labels.${k} is not supported`);
+    for (const k of Object.keys(entry))
+      if (!['pairs', 'includeSelectors', 'includeTemplates'].includes(k)) throw new KustomizeError(`${where}: labels.${k} is not supported`);
     if (entry['includeSelectors'] === true) throw new KustomizeError(`${where}: labels.includeSelectors: true is not supported`);
     const pairs = entry['pairs'] as Record<string, string>;
     for (const o of objects) {
@@ -189,7 +192,8 @@ export function kustomizeBuild(dir: string): K8sObject[] {
   const file = join(dir, 'kustomization.yaml');
   const [k, ...more] = readYamlDocuments(file);
   if (!isObject(k) || more.length > 0) throw new KustomizeError(`${file}: must hold one Kustomization`);
-  if (k['apiVersion'] !== 'kustomize.config.k8s.io/v1beta1' || k['kind'] !== 'Kustomization') throw new KustomizeError(`${file}: not a kustomize.config.k8s.io/v1beta1 Kustomization`);
+  if (k['apiVersion'] !== 'kustomize.config.k8s.io/v1beta1' || k['kind'] !== 'Kustomization')
+    throw new KustomizeError(`${file}: not a kustomize.config.k8s.io/v1beta1 Kustomization`);
   for (const key of Object.keys(k)) if (!SUPPORTED_FIELDS.has(key)) throw new KustomizeError(`${file}: field '${key}' is outside the supported subset`);
 
   // resources
@@ -213,13 +217,17 @@ export function kustomizeBuild(dir: string): K8sObject[] {
   const patches = k['patches'] ?? [];
   if (!Array.isArray(patches)) throw new KustomizeError(`${file}: patches must be a list`);
   for (const p of patches) {
-    if (!isObject(p) || typeof p['path'] !== 'string' || Object.keys(p).length !== 1) throw new KustomizeError(`${file}: only '- path: file' patches are supported`);
+    if (!isObject(p) || typeof p['path'] !== 'string' || Object.keys(p).length !== 1)
+      throw new KustomizeError(`${file}: only '- path: file' patches are supported`);
     const patchPath = resolve(dir, p['path']);
     const docs = readYamlDocuments(patchPath);
     if (docs.length !== 1) throw new KustomizeError(`${patchPath}: a patch file holds one document`);
     const patch = asK8sObject(docs[0], patchPath);
-    const matches = objects.map((o, i) => [o, i] as const).filter(([o]) => o.kind === patch.kind && o.metadata.name === patch.metadata.name && o.apiVersion.split('/')[0] === patch.apiVersion.split('/')[0]);
-    if (matches.length !== 1) throw new KustomizeError(`${patchPath}: the patch targets ${patch.kind}/${patch.metadata.name}, which matches ${matches.length} resources`);
+    const matches = objects
+      .map((o, i) => [o, i] as const)
+      .filter(([o]) => o.kind === patch.kind && o.metadata.name === patch.metadata.name && o.apiVersion.split('/')[0] === patch.apiVersion.split('/')[0]);
+    if (matches.length !== 1)
+      throw new KustomizeError(`${patchPath}: the patch targets ${patch.kind}/${patch.metadata.name}, which matches ${matches.length} resources`);
     const [target, index] = matches[0] as readonly [K8sObject, number];
     objects[index] = strategicMerge(target, patch, isBuiltin(target.apiVersion)) as K8sObject;
   }

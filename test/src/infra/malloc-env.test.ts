@@ -13,7 +13,12 @@ import { REPO_ROOT } from './services.js';
 
 /** KEY=VALUE pairs of ENV instructions (the form this Dockerfile uses). */
 function envPairs(args: string): Record<string, string> {
-  return Object.fromEntries(args.split(/\s+/).filter((p) => p.includes('=')).map((p) => [p.slice(0, p.indexOf('=')), p.slice(p.indexOf('=') + 1)]));
+  return Object.fromEntries(
+    args
+      .split(/\s+/)
+      .filter((p) => p.includes('='))
+      .map((p) => [p.slice(0, p.indexOf('=')), p.slice(p.indexOf('=') + 1)]),
+  );
 }
 
 function mallocOf(env: Record<string, string>): Record<string, string> {

@@ -96,7 +96,11 @@ test('every YAML file under infra/k8s is checked: a kustomization, a rendered re
     for (const p of list(k['patches'])) covered.add(relative(K8S, join(dir, String(obj(p, 'patch')['path']))));
   };
   for (const overlay of OVERLAYS) visit(join(K8S, 'overlays', overlay));
-  assert.deepEqual(files.filter((f) => !covered.has(f)), [], 'files nothing renders or validates');
+  assert.deepEqual(
+    files.filter((f) => !covered.has(f)),
+    [],
+    'files nothing renders or validates',
+  );
 });
 
 test('the checks can fail: typos, wrong types and missing fields are schema errors; a patch without a target is refused', () => {
@@ -138,7 +142,9 @@ test('selectors, Service ports, ConfigMap and Secret references, and the model v
       assert.ok(matches(obj(spec['selector'], 'selector')['matchLabels'], templateLabels), `${d.metadata.name}: selector matches its pods`);
       assert.equal(obj(templateLabels, 'labels')['app.kubernetes.io/part-of'], 'csa2', 'the labels transformer reached the pod template');
       for (const c of containers(d)) containerEnv(objects, c); // asserts every reference
-      const claim = list(podSpec(d)['volumes']).map((v) => obj(v, 'volume')['persistentVolumeClaim']).find(isObject);
+      const claim = list(podSpec(d)['volumes'])
+        .map((v) => obj(v, 'volume')['persistentVolumeClaim'])
+        .find(isObject);
       assert.equal(claim?.['claimName'], 'csa2-models', `${d.metadata.name} mounts the model volume`);
     }
     for (const o of objects.filter((x) => x.kind === 'Service' || x.kind === 'PodDisruptionBudget')) {
@@ -148,7 +154,8 @@ test('selectors, Service ports, ConfigMap and Secret references, and the model v
       assert.equal(targets.length, 1, `${o.kind}/${o.metadata.name} selects one Deployment`);
       if (o.kind === 'Service') {
         const names = containers(targets[0] as K8sObject).flatMap((c) => list(c['ports']).map((p) => obj(p, 'port')['name']));
-        for (const p of list(spec['ports'])) assert.ok(names.includes(obj(p, 'port')['targetPort']), `${o.metadata.name}: targetPort is a named container port`);
+        for (const p of list(spec['ports']))
+          assert.ok(names.includes(obj(p, 'port')['targetPort']), `${o.metadata.name}: targetPort is a named container port`);
       }
     }
     const pdbs = objects.filter((o) => o.kind === 'PodDisruptionBudget');
@@ -165,14 +172,16 @@ test('the gateway: readiness on /readyz, liveness on /healthz, listening on all 
   assert.deepEqual([httpGet('livenessProbe')['path'], httpGet('livenessProbe')['port']], ['/healthz', 'http']);
   const env = containerEnv(rendered.cpu, c);
   assert.equal(env['CSA2_HOST'], '0.0.0.0');
-  const port = list(c['ports']).map((p) => obj(p, 'port')).find((p) => p['name'] === 'http');
+  const port = list(c['ports'])
+    .map((p) => obj(p, 'port'))
+    .find((p) => p['name'] === 'http');
   assert.equal(String(port?.['containerPort']), env['PORT']);
   const annotations = obj(obj(obj(obj(gateway['spec'], 's')['template'], 't')['metadata'], 'm')['annotations'], 'annotations');
   assert.equal(annotations['prometheus.io/path'], '/metrics');
   assert.equal(annotations['prometheus.io/port'], env['PORT']);
 });
 
-test("the workers: readiness on /readyz, liveness and startup on /healthz, at the port their own config listens on (every interface), scraped for /metrics", async () => {
+test('the workers: readiness on /readyz, liveness and startup on /healthz, at the port their own config listens on (every interface), scraped for /metrics', async () => {
   const serviceOf: Record<string, ServiceName> = { 'csa2-encoder-worker': 'encoder-worker', 'csa2-decoder-worker': 'decoder-worker' };
   for (const overlay of OVERLAYS) {
     for (const [name, service] of Object.entries(serviceOf)) {
@@ -182,14 +191,19 @@ test("the workers: readiness on /readyz, liveness and startup on /healthz, at th
       const env = containerEnv(rendered[overlay], c);
       const config = obj(await loadServiceConfig(service, env), 'config');
       assert.equal(config['httpHost'], '0.0.0.0', `${overlay}: ${name} listens on every interface (the kubelet probes the pod IP)`);
-      const port = list(c['ports']).map((p) => obj(p, 'port')).find((p) => p['name'] === 'http');
+      const port = list(c['ports'])
+        .map((p) => obj(p, 'port'))
+        .find((p) => p['name'] === 'http');
       assert.equal(port?.['containerPort'], config['httpPort'], `${overlay}: ${name}'s http port is the one its config listens on`);
       const httpGet = (probe: string): JsonObject => obj(obj(c[probe], `${name} ${probe}`)['httpGet'], `${probe}.httpGet`);
       assert.deepEqual([httpGet('readinessProbe')['path'], httpGet('readinessProbe')['port']], ['/readyz', 'http']);
       assert.deepEqual([httpGet('livenessProbe')['path'], httpGet('livenessProbe')['port']], ['/healthz', 'http']);
       assert.deepEqual([httpGet('startupProbe')['path'], httpGet('startupProbe')['port']], ['/healthz', 'http']);
       const readiness = obj(c['readinessProbe'], 'readinessProbe');
-      assert.ok(Number(readiness['timeoutSeconds']) * 1000 > Number(config['readyTimeoutMs']), `${name}: the probe waits longer than /readyz's own Redis timeout`);
+      assert.ok(
+        Number(readiness['timeoutSeconds']) * 1000 > Number(config['readyTimeoutMs']),
+        `${name}: the probe waits longer than /readyz's own Redis timeout`,
+      );
       const annotations = obj(obj(obj(obj(d['spec'], 's')['template'], 't')['metadata'], 'm')['annotations'], `${name} annotations`);
       assert.equal(annotations['prometheus.io/scrape'], 'true');
       assert.equal(annotations['prometheus.io/path'], '/metrics');
@@ -230,7 +244,8 @@ test('resources, non-root security context and images: every container; GPUs onl
       assert.equal(podSecurity['runAsUser'], 1000, 'the uid of `node` in the images');
       for (const c of containers(d)) {
         const resources = obj(c['resources'], 'resources');
-        for (const part of ['requests', 'limits']) for (const r of ['cpu', 'memory']) assert.ok(obj(resources[part], part)[r] !== undefined, `${d.metadata.name}: ${part}.${r}`);
+        for (const part of ['requests', 'limits'])
+          for (const r of ['cpu', 'memory']) assert.ok(obj(resources[part], part)[r] !== undefined, `${d.metadata.name}: ${part}.${r}`);
         assert.match(String(c['image']), /^registry\.example\.com\/csa2\/[a-z-]+:0\.1\.0$/, 'the overlay set the image');
         assert.equal(obj(c['securityContext'], 'securityContext')['allowPrivilegeEscalation'], false);
         const gpus = obj(resources['limits'], 'limits')['nvidia.com/gpu'];
@@ -271,20 +286,31 @@ test('KEDA: one ScaledObject per worker role, on the backlog metrics @csa2/jobs 
         assert.ok(metrics.length >= 2, `${query}: waiting + running work`);
         for (const m of metrics) assert.ok(exported.has(m), `${m} is a metric renderBacklogMetrics writes`);
         for (const label of query.matchAll(/queue="([a-z]+)"/g)) assert.equal(label[1], queue, query);
-        assert.ok(metrics.every((m) => !m.startsWith('csa2_prefill_') || queue === 'prefill'), query);
+        assert.ok(
+          metrics.every((m) => !m.startsWith('csa2_prefill_') || queue === 'prefill'),
+          query,
+        );
         assert.match(query, /^max\(.+\) \+ max\(.+\)$/, 'every gateway replica reports the same numbers: max, not sum');
         assert.ok(Number(meta['threshold']) > 0, 'threshold');
         assert.match(String(meta['serverAddress']), /^https?:\/\//);
       }
     }
   }
-  const gpuTokens = list(obj(find(rendered.gpu, 'ScaledObject', 'csa2-encoder-worker')['spec'], 's')['triggers']).map((t) => Number(obj(obj(t, 't')['metadata'], 'm')['threshold']));
-  const cpuTokens = list(obj(find(rendered.cpu, 'ScaledObject', 'csa2-encoder-worker')['spec'], 's')['triggers']).map((t) => Number(obj(obj(t, 't')['metadata'], 'm')['threshold']));
+  const gpuTokens = list(obj(find(rendered.gpu, 'ScaledObject', 'csa2-encoder-worker')['spec'], 's')['triggers']).map((t) =>
+    Number(obj(obj(t, 't')['metadata'], 'm')['threshold']),
+  );
+  const cpuTokens = list(obj(find(rendered.cpu, 'ScaledObject', 'csa2-encoder-worker')['spec'], 's')['triggers']).map((t) =>
+    Number(obj(obj(t, 't')['metadata'], 'm')['threshold']),
+  );
   assert.ok((gpuTokens[0] ?? 0) > (cpuTokens[0] ?? 0), 'the gpu overlay patched the encoder trigger');
 });
 
 test("each container's environment (ConfigMap + env + the Secret's keys) passes its service's own config loader", async () => {
-  const serviceOf: Record<string, ServiceName> = { 'csa2-gateway': 'gateway', 'csa2-encoder-worker': 'encoder-worker', 'csa2-decoder-worker': 'decoder-worker' };
+  const serviceOf: Record<string, ServiceName> = {
+    'csa2-gateway': 'gateway',
+    'csa2-encoder-worker': 'encoder-worker',
+    'csa2-decoder-worker': 'decoder-worker',
+  };
   for (const overlay of OVERLAYS) {
     for (const d of deployments(rendered[overlay])) {
       const service = serviceOf[d.metadata.name];
@@ -300,7 +326,7 @@ test("each container's environment (ConfigMap + env + the Secret's keys) passes 
   await assert.rejects(loadServiceConfig('decoder-worker', { ...decoder, CSA2_THREADS: 'four' }), /CSA2_THREADS/);
 });
 
-test('the gc CronJob: hourly, one run at a time, within its period, the gateway image (its csa2 CLI), non-root; its arguments pass csa2 gc\'s own parser, with the store URL the services use', async () => {
+test("the gc CronJob: hourly, one run at a time, within its period, the gateway image (its csa2 CLI), non-root; its arguments pass csa2 gc's own parser, with the store URL the services use", async () => {
   const gcCli = (await import(new URL('packages/csa2-engine/dist/cli/gc.js', `file://${REPO_ROOT}`).href)) as {
     parseGcArgs(args: readonly string[]): { store: string; graceMs: number; markerTtlMs: number; promptTtlMs: number | null; dryRun: boolean };
     GC_GRACE_WARNING_MS: number;
@@ -319,7 +345,11 @@ test('the gc CronJob: hourly, one run at a time, within its period, the gateway 
     const job = obj(obj(spec['jobTemplate'], 'jobTemplate')['spec'], 'job spec');
     assert.ok(Number(job['activeDeadlineSeconds']) < 3600, 'a run ends before the next is due');
     const template = obj(job['template'], 'pod template');
-    assert.equal(obj(obj(template['metadata'], 'metadata')['labels'], 'labels')['app.kubernetes.io/part-of'], 'csa2', 'the labels transformer reached the pod template');
+    assert.equal(
+      obj(obj(template['metadata'], 'metadata')['labels'], 'labels')['app.kubernetes.io/part-of'],
+      'csa2',
+      'the labels transformer reached the pod template',
+    );
     const pod = obj(template['spec'], 'pod spec');
     assert.equal(pod['restartPolicy'], 'Never');
     const podSecurity = obj(pod['securityContext'], 'pod securityContext');

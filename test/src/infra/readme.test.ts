@@ -31,7 +31,8 @@ function deploymentVariables(): Set<string> {
     if (m !== null) names.add(m[1] as string);
   }
   const compose = readYamlDocuments(join(REPO_ROOT, 'infra/compose/compose.yaml'))[0] as JsonObject;
-  for (const s of Object.values(compose['services'] as Record<string, JsonObject>)) for (const k of Object.keys((s['environment'] ?? {}) as JsonObject)) names.add(k);
+  for (const s of Object.values(compose['services'] as Record<string, JsonObject>))
+    for (const k of Object.keys((s['environment'] ?? {}) as JsonObject)) names.add(k);
   for (const overlay of ['cpu', 'gpu']) {
     for (const o of kustomizeBuild(join(REPO_ROOT, 'infra/k8s/overlays', overlay))) {
       if (o.kind === 'ConfigMap') for (const k of Object.keys((o['data'] ?? {}) as JsonObject)) names.add(k);

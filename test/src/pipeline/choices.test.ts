@@ -79,7 +79,11 @@ let dumps = 0;
  */
 async function cliDump(args: readonly string[]): Promise<{ rows: Float32Array[]; tokens: number[] }> {
   const file = join(scratch, `dump-${++dumps}.safetensors`);
-  await promisify(execFile)(process.execPath, [join(REPO_ROOT, 'packages/csa2-engine/bin/csa2.js'), 'generate', '--model', pipe.modelDir, ...args, '--dump', file], { encoding: 'utf8' });
+  await promisify(execFile)(
+    process.execPath,
+    [join(REPO_ROOT, 'packages/csa2-engine/bin/csa2.js'), 'generate', '--model', pipe.modelDir, ...args, '--dump', file],
+    { encoding: 'utf8' },
+  );
   const st = openSafetensors(file);
   try {
     const logits = st.readTensorF32('logits');
@@ -144,66 +148,91 @@ e2e('greedy completions logprobs equal log-softmax (float64) of the logits csa2 
   t.diagnostic(`largest |Δ logprob| against the dump: ${worst.toExponential(2)}`);
 });
 
-e2e('echo with logprobs and max_tokens 0: the prompt\'s text, its tokens, null first, the rest within 1e-4 of separate prefills of each prefix (csa2 generate --exact)', async (t) => {
-  const prompt = 'Echo this text.';
-  const body = await client.completions.create({ model: 'tiny', prompt, echo: true, logprobs: 2, max_tokens: 0 });
-  const choice = body.choices[0];
-  assert.equal(choice?.text, prompt);
-  assert.equal(choice?.finish_reason, 'length');
-  assert.deepEqual(body.usage, { prompt_tokens: prompt.length, completion_tokens: 0, total_tokens: prompt.length, prompt_tokens_details: { cached_tokens: 0 } });
-  const lp = choice?.logprobs;
-  assert.ok(lp !== undefined && lp !== null);
-  const ids = [...Buffer.from(prompt)];
-  assert.deepEqual(lp.tokens, ids.map(tokenText));
-  assert.equal(lp.token_logprobs?.[0], null);
-  assert.equal(lp.top_logprobs?.[0], null);
-  assert.deepEqual(lp.text_offset, ids.map((_, i) => i));
-  let worst = 0;
-  for (let k = 1; k < ids.length; k++) {
-    // the model's distribution after prompt[0..k): what a completion of that prefix reports for its next token
-    const prefix = await cliDump(['--prompt-ids', ids.slice(0, k).join(','), '--max-tokens', '1', '--exact']);
-    const want = logSoftmax(prefix.rows[0] as Float32Array);
-    close(lp.token_logprobs?.[k], want[ids[k] as number] as number, 1e-4, `prompt token ${k}`);
-    worst = Math.max(worst, Math.abs((lp.token_logprobs?.[k] ?? 0) - (want[ids[k] as number] as number)));
-    assert.ok(Object.keys(lp.top_logprobs?.[k] ?? {}).includes(tokenText(ids[k] as number)), 'the prompt token is among its alternatives');
-  }
-  t.diagnostic(`largest |Δ logprob| of the echoed prompt against separate prefills of each prefix: ${worst.toExponential(2)}`);
-  // not a criterion: the engine's one-row decode steps over the same tokens (teacher forcing) drift from its prefills past 11 tokens
-  const forced = await cliDump(['--prompt-ids', String(ids[0]), '--force-ids', ids.slice(1).join(','), '--max-tokens', String(ids.length - 1), '--exact']);
-  const drift = ids.slice(1).map((id, j) => Math.abs((lp.token_logprobs?.[j + 1] ?? 0) - (logSoftmax(forced.rows[j] as Float32Array)[id] as number)));
-  t.diagnostic(`teacher-forced decode steps vs the echo, per prompt token 1..${ids.length - 1}: ${drift.map((d) => d.toExponential(1)).join(' ')}`);
+e2e(
+  "echo with logprobs and max_tokens 0: the prompt's text, its tokens, null first, the rest within 1e-4 of separate prefills of each prefix (csa2 generate --exact)",
+  async (t) => {
+    const prompt = 'Echo this text.';
+    const body = await client.completions.create({ model: 'tiny', prompt, echo: true, logprobs: 2, max_tokens: 0 });
+    const choice = body.choices[0];
+    assert.equal(choice?.text, prompt);
+    assert.equal(choice?.finish_reason, 'length');
+    assert.deepEqual(body.usage, {
+      prompt_tokens: prompt.length,
+      completion_tokens: 0,
+      total_tokens: prompt.length,
+      prompt_tokens_details: { cached_tokens: 0 },
+    });
+    const lp = choice?.logprobs;
+    assert.ok(lp !== undefined && lp !== null);
+    const ids = [...Buffer.from(prompt)];
+    assert.deepEqual(lp.tokens, ids.map(tokenText));
+    assert.equal(lp.token_logprobs?.[0], null);
+    assert.equal(lp.top_logprobs?.[0], null);
+    assert.deepEqual(
+      lp.text_offset,
+      ids.map((_, i) => i),
+    );
+    let worst = 0;
+    for (let k = 1; k < ids.length; k++) {
+      // the model's distribution after prompt[0..k): what a completion of that prefix reports for its next token
+      const prefix = await cliDump(['--prompt-ids', ids.slice(0, k).join(','), '--max-tokens', '1', '--exact']);
+      const want = logSoftmax(prefix.rows[0] as Float32Array);
+      close(lp.token_logprobs?.[k], want[ids[k] as number] as number, 1e-4, `prompt token ${k}`);
+      worst = Math.max(worst, Math.abs((lp.token_logprobs?.[k] ?? 0) - (want[ids[k] as number] as number)));
+      assert.ok(Object.keys(lp.top_logprobs?.[k] ?? {}).includes(tokenText(ids[k] as number)), 'the prompt token is among its alternatives');
+    }
+    t.diagnostic(`largest |Δ logprob| of the echoed prompt against separate prefills of each prefix: ${worst.toExponential(2)}`);
+    // not a criterion: the engine's one-row decode steps over the same tokens (teacher forcing) drift from its prefills past 11 tokens
+    const forced = await cliDump(['--prompt-ids', String(ids[0]), '--force-ids', ids.slice(1).join(','), '--max-tokens', String(ids.length - 1), '--exact']);
+    const drift = ids.slice(1).map((id, j) => Math.abs((lp.token_logprobs?.[j + 1] ?? 0) - (logSoftmax(forced.rows[j] as Float32Array)[id] as number)));
+    t.diagnostic(`teacher-forced decode steps vs the echo, per prompt token 1..${ids.length - 1}: ${drift.map((d) => d.toExponential(1)).join(' ')}`);
 
-  // echo without logprobs, generating: the prompt, then the completion that a plain request answers
-  const plain = await client.completions.create({ model: 'tiny', prompt, max_tokens: 8, temperature: 0 });
-  const echoed = await client.completions.create({ model: 'tiny', prompt, max_tokens: 8, temperature: 0, echo: true });
-  assert.equal(echoed.choices[0]?.text, prompt + (plain.choices[0]?.text ?? ''));
-  assert.equal(echoed.choices[0]?.logprobs, null);
-});
+    // echo without logprobs, generating: the prompt, then the completion that a plain request answers
+    const plain = await client.completions.create({ model: 'tiny', prompt, max_tokens: 8, temperature: 0 });
+    const echoed = await client.completions.create({ model: 'tiny', prompt, max_tokens: 8, temperature: 0, echo: true });
+    assert.equal(echoed.choices[0]?.text, prompt + (plain.choices[0]?.text ?? ''));
+    assert.equal(echoed.choices[0]?.logprobs, null);
+  },
+);
 
 const SEEDED = { temperature: 0.9, top_p: 0.95, seed: 4242 } as const;
 
 e2e('n = 3 with a seed: choice i equals the n = 1 request with seed + i, text and logprobs; usage counts the prompt once', async () => {
   const body = await client.completions.create({ model: 'tiny', prompt: PROMPT, max_tokens: 20, n: 3, logprobs: 1, ...SEEDED });
-  assert.deepEqual(body.choices.map((c) => c.index), [0, 1, 2]);
+  assert.deepEqual(
+    body.choices.map((c) => c.index),
+    [0, 1, 2],
+  );
   for (let i = 0; i < 3; i++) {
     const alone = await client.completions.create({ model: 'tiny', prompt: PROMPT, max_tokens: 20, logprobs: 1, ...SEEDED, seed: SEEDED.seed + i });
     assert.equal(body.choices[i]?.text, alone.choices[0]?.text, `choice ${i} text`);
     assert.deepEqual(body.choices[i]?.logprobs, alone.choices[0]?.logprobs, `choice ${i} logprobs`);
   }
   assert.notEqual(body.choices[0]?.text, body.choices[1]?.text, 'distinct seeds give distinct choices');
-  assert.deepEqual(body.usage, { prompt_tokens: PROMPT.length, completion_tokens: 60, total_tokens: PROMPT.length + 60, prompt_tokens_details: { cached_tokens: 0 } });
+  assert.deepEqual(body.usage, {
+    prompt_tokens: PROMPT.length,
+    completion_tokens: 60,
+    total_tokens: PROMPT.length + 60,
+    prompt_tokens_details: { cached_tokens: 0 },
+  });
 });
 
-e2e('n = 2 on a long prompt (through an encoder, its prefill job carrying the decode job\'s fields): choice 1 equals the n = 1 request with seed + 1', async () => {
-  const prompt = 'A long prompt goes through an encoder first. '.repeat(48); // 2,160 tokens ≥ CSA2_PREFILL_THRESHOLD_TOKENS (2,048)
-  const body = await client.completions.create({ model: 'tiny', prompt, max_tokens: 8, n: 2, logprobs: 1, ...SEEDED });
-  const alone = await client.completions.create({ model: 'tiny', prompt, max_tokens: 8, logprobs: 1, ...SEEDED, seed: SEEDED.seed + 1 });
-  assert.equal(body.choices[1]?.text, alone.choices[0]?.text);
-  assert.deepEqual(body.choices[1]?.logprobs, alone.choices[0]?.logprobs);
-  assert.equal(body.usage?.prompt_tokens, prompt.length);
-  assert.equal(body.usage?.completion_tokens, 16);
-  assert.ok(pipe.logLines().some((l) => l.startsWith('[encoder#') && l.includes('prompt encoded; decode enqueued') && l.includes(body.id)), 'the prompt went through the encoder');
-});
+e2e(
+  "n = 2 on a long prompt (through an encoder, its prefill job carrying the decode job's fields): choice 1 equals the n = 1 request with seed + 1",
+  async () => {
+    const prompt = 'A long prompt goes through an encoder first. '.repeat(48); // 2,160 tokens ≥ CSA2_PREFILL_THRESHOLD_TOKENS (2,048)
+    const body = await client.completions.create({ model: 'tiny', prompt, max_tokens: 8, n: 2, logprobs: 1, ...SEEDED });
+    const alone = await client.completions.create({ model: 'tiny', prompt, max_tokens: 8, logprobs: 1, ...SEEDED, seed: SEEDED.seed + 1 });
+    assert.equal(body.choices[1]?.text, alone.choices[0]?.text);
+    assert.deepEqual(body.choices[1]?.logprobs, alone.choices[0]?.logprobs);
+    assert.equal(body.usage?.prompt_tokens, prompt.length);
+    assert.equal(body.usage?.completion_tokens, 16);
+    assert.ok(
+      pipe.logLines().some((l) => l.startsWith('[encoder#') && l.includes('prompt encoded; decode enqueued') && l.includes(body.id)),
+      'the prompt went through the encoder',
+    );
+  },
+);
 
 /** A streamed completion's choices as the client sees them: text, logprobs lists concatenated, finish reason. */
 interface StreamedChoice {
@@ -215,7 +244,10 @@ interface StreamedChoice {
   finish: string | null;
 }
 
-async function collect(stream: AsyncIterable<OpenAI.Completion>, onChunk?: (choices: Map<number, StreamedChoice>) => void): Promise<{ choices: Map<number, StreamedChoice>; usage: OpenAI.CompletionUsage | undefined }> {
+async function collect(
+  stream: AsyncIterable<OpenAI.Completion>,
+  onChunk?: (choices: Map<number, StreamedChoice>) => void,
+): Promise<{ choices: Map<number, StreamedChoice>; usage: OpenAI.CompletionUsage | undefined }> {
   const choices = new Map<number, StreamedChoice>();
   let usage: OpenAI.CompletionUsage | undefined;
   for await (const chunk of stream) {
@@ -250,41 +282,55 @@ e2e('streamed equals non-streamed: n = 2 with echo and logprobs, per choice text
     const s = choices.get(c.index) as StreamedChoice;
     assert.equal(s.text, c.text, `choice ${c.index} text`);
     assert.ok(s.text.startsWith(PROMPT), 'the echo first');
-    assert.deepEqual({ tokens: s.tokens, token_logprobs: s.token_logprobs, top_logprobs: s.top_logprobs, text_offset: s.text_offset }, c.logprobs, `choice ${c.index} logprobs`);
+    assert.deepEqual(
+      { tokens: s.tokens, token_logprobs: s.token_logprobs, top_logprobs: s.top_logprobs, text_offset: s.text_offset },
+      c.logprobs,
+      `choice ${c.index} logprobs`,
+    );
     assert.equal(s.finish, c.finish_reason);
   }
   assert.deepEqual(usage, plain.usage);
 });
 
-e2e('chat with logprobs and top_logprobs (greedy): content tokens with bytes, logprobs and alternatives equal csa2 generate --dump\'s rows within 1e-4', async () => {
-  const messages = [{ role: 'user' as const, content: 'Say something.' }];
-  const body = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 10, temperature: 0, logprobs: true, top_logprobs: 3 });
-  const content = body.choices[0]?.logprobs?.content ?? [];
-  const promptIds = [...Buffer.from(renderPlainChatTemplate(messages))];
-  const dump = await cliDump(['--prompt-ids', promptIds.join(','), '--max-tokens', '10']);
-  assert.equal(content.length, dump.tokens.length);
-  for (const [i, entry] of content.entries()) {
-    const want = logSoftmax(dump.rows[i] as Float32Array);
-    assert.deepEqual(entry.bytes, [dump.tokens[i]], `token ${i} bytes`);
-    close(entry.logprob, want[dump.tokens[i] as number] as number, 1e-4, `token ${i}`);
-    assert.deepEqual(entry.top_logprobs.map((a) => a.bytes?.[0]), topIds(want, 3), `token ${i}: the 3 most likely, most likely first`);
-    for (const a of entry.top_logprobs) close(a.logprob, want[a.bytes?.[0] as number] as number, 1e-4, `token ${i} alternative`);
-  }
-  assert.equal(body.choices[0]?.message.content, new TextDecoder().decode(Uint8Array.from(dump.tokens)));
-  // n = 2 chat streamed: a role chunk and a finish chunk per choice, the same texts as non-streamed
-  const request = { model: 'tiny', messages, max_tokens: 10, n: 2, ...SEEDED } as const;
-  const plain = await client.chat.completions.create(request);
-  const texts = new Map<number, string>();
-  const roles: number[] = [];
-  for await (const chunk of await client.chat.completions.create({ ...request, stream: true })) {
-    for (const c of chunk.choices) {
-      if (c.delta.role === 'assistant') roles.push(c.index);
-      texts.set(c.index, (texts.get(c.index) ?? '') + (c.delta.content ?? ''));
+e2e(
+  "chat with logprobs and top_logprobs (greedy): content tokens with bytes, logprobs and alternatives equal csa2 generate --dump's rows within 1e-4",
+  async () => {
+    const messages = [{ role: 'user' as const, content: 'Say something.' }];
+    const body = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 10, temperature: 0, logprobs: true, top_logprobs: 3 });
+    const content = body.choices[0]?.logprobs?.content ?? [];
+    const promptIds = [...Buffer.from(renderPlainChatTemplate(messages))];
+    const dump = await cliDump(['--prompt-ids', promptIds.join(','), '--max-tokens', '10']);
+    assert.equal(content.length, dump.tokens.length);
+    for (const [i, entry] of content.entries()) {
+      const want = logSoftmax(dump.rows[i] as Float32Array);
+      assert.deepEqual(entry.bytes, [dump.tokens[i]], `token ${i} bytes`);
+      close(entry.logprob, want[dump.tokens[i] as number] as number, 1e-4, `token ${i}`);
+      assert.deepEqual(
+        entry.top_logprobs.map((a) => a.bytes?.[0]),
+        topIds(want, 3),
+        `token ${i}: the 3 most likely, most likely first`,
+      );
+      for (const a of entry.top_logprobs) close(a.logprob, want[a.bytes?.[0] as number] as number, 1e-4, `token ${i} alternative`);
     }
-  }
-  assert.deepEqual(roles.sort(), [0, 1]);
-  assert.deepEqual(plain.choices.map((c) => c.message.content), [texts.get(0), texts.get(1)]);
-});
+    assert.equal(body.choices[0]?.message.content, new TextDecoder().decode(Uint8Array.from(dump.tokens)));
+    // n = 2 chat streamed: a role chunk and a finish chunk per choice, the same texts as non-streamed
+    const request = { model: 'tiny', messages, max_tokens: 10, n: 2, ...SEEDED } as const;
+    const plain = await client.chat.completions.create(request);
+    const texts = new Map<number, string>();
+    const roles: number[] = [];
+    for await (const chunk of await client.chat.completions.create({ ...request, stream: true })) {
+      for (const c of chunk.choices) {
+        if (c.delta.role === 'assistant') roles.push(c.index);
+        texts.set(c.index, (texts.get(c.index) ?? '') + (c.delta.content ?? ''));
+      }
+    }
+    assert.deepEqual(roles.sort(), [0, 1]);
+    assert.deepEqual(
+      plain.choices.map((c) => c.message.content),
+      [texts.get(0), texts.get(1)],
+    );
+  },
+);
 
 e2e('a batch line with n, logprobs and echo (and a chat line with logprobs) answers the body of the direct call', async () => {
   const completion = { model: 'tiny', prompt: 'Batch and direct: ', max_tokens: 10, n: 2, logprobs: 2, echo: true, ...SEEDED };
@@ -299,7 +345,9 @@ e2e('a batch line with n, logprobs and echo (and a chat line with logprobs) answ
       batch = await client.batches.retrieve(batch.id);
     }
     assert.equal(batch.status, 'completed');
-    const out = JSON.parse((await (await client.files.content(batch.output_file_id as string)).text()).trim()) as { response: { status_code: number; body: Record<string, unknown> } };
+    const out = JSON.parse((await (await client.files.content(batch.output_file_id as string)).text()).trim()) as {
+      response: { status_code: number; body: Record<string, unknown> };
+    };
     assert.equal(out.response.status_code, 200);
     return out.response.body;
   };
@@ -310,7 +358,7 @@ e2e('a batch line with n, logprobs and echo (and a chat line with logprobs) answ
   assert.deepEqual(strip(await runBatch('/v1/chat/completions', chat)), strip(directChat as unknown as Record<string, unknown>));
 });
 
-e2e('a decoder SIGKILLed mid-generation with n = 2, streamed: every choice\'s tokens arrive once and in order', async (t) => {
+e2e("a decoder SIGKILLed mid-generation with n = 2, streamed: every choice's tokens arrive once and in order", async (t) => {
   const request = { model: 'tiny', prompt: 'Killed while it streams: ', max_tokens: 800, n: 2, logprobs: 0, ...SEEDED } as const;
   const stream = await client.completions.create({ ...request, stream: true, stream_options: { include_usage: true } });
   let restarted: Promise<unknown> | null = null;

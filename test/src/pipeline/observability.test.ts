@@ -75,7 +75,11 @@ const post = (path: string, body: unknown, reqId: string) =>
 
 e2e('one request id in every log line of the request, in the gateway and both workers, in one format', async () => {
   const reqId = 'e2e-trace.0001';
-  const res = await post('/v1/completions', { model: 'tiny', prompt: 'a prompt long enough to go through the encoder worker first: '.repeat(2), max_tokens: 4, temperature: 0 }, reqId);
+  const res = await post(
+    '/v1/completions',
+    { model: 'tiny', prompt: 'a prompt long enough to go through the encoder worker first: '.repeat(2), max_tokens: 4, temperature: 0 },
+    reqId,
+  );
   assert.equal(res.status, 200, await res.clone().text());
   assert.equal(res.headers.get('x-request-id'), reqId);
   const requestId = ((await res.json()) as { id: string }).id;
@@ -115,7 +119,7 @@ e2e('every worker serves /healthz, /readyz and /metrics on its own port', async 
       assert.deepEqual(await ready.json(), { status: 'ready', checks: { engine: 'ok', redis: 'ok', worker: 'ok' } });
       const metrics = await (await fetch(`${base}/metrics`, { signal: AbortSignal.timeout(10_000) })).text();
       const queue = name === 'encoder' ? 'prefill' : 'decode';
-      const completed = new RegExp(`^csa2_worker_jobs_total\\{[^}]*outcome="completed"[^}]*\\} (\\d+)$`, 'm').exec(metrics);
+      const completed = /^csa2_worker_jobs_total\{[^}]*outcome="completed"[^}]*\} (\d+)$/m.exec(metrics);
       assert.ok(completed !== null && Number(completed[1]) >= 1, `${id}: a completed ${queue} job is counted`);
       assert.match(metrics, new RegExp(`service="${SERVICE_OF[name] ?? ''}"`));
       assert.match(metrics, new RegExp(`queue="${queue}"`));
@@ -144,7 +148,9 @@ e2e('a worker failure reaches the client as a code, a public message and the req
   }
   // flip one byte in the middle of the document's (first) chunk object, named by its manifest
   const storeDir = fileURLToPath(pipe.storeUrl);
-  const manifest = JSON.parse(readFileSync(join(storeDir, 'tenants', 'acme', 'documents', 'doc-damaged', 'manifest.json'), 'utf8')) as { chunks: { key: string }[] };
+  const manifest = JSON.parse(readFileSync(join(storeDir, 'tenants', 'acme', 'documents', 'doc-damaged', 'manifest.json'), 'utf8')) as {
+    chunks: { key: string }[];
+  };
   const key = manifest.chunks[0]?.key ?? '';
   const chunk = files(join(storeDir, 'tenants', 'acme', 'chunks')).find((f) => f.endsWith(key));
   assert.ok(key !== '' && chunk !== undefined, 'the document has a chunk');
@@ -171,5 +177,8 @@ e2e('a worker failure reaches the client as a code, a public message and the req
   );
   const workerLine = lines.find((l) => l.proc === 'decoder' && l.fields['reqId'] === reqId && l.fields['code'] === 'artifact-corrupt');
   assert.match(String(workerLine?.fields['err']), new RegExp(chunkKey.slice(0, 16)), 'the decoder logged which object');
-  assert.ok(lines.some((l) => l.proc === 'gateway' && l.fields['reqId'] === reqId && String(l.fields['err']).includes('[artifact-corrupt]')), 'the gateway logged the detail with the request id');
+  assert.ok(
+    lines.some((l) => l.proc === 'gateway' && l.fields['reqId'] === reqId && String(l.fields['err']).includes('[artifact-corrupt]')),
+    'the gateway logged the detail with the request id',
+  );
 });

@@ -42,8 +42,23 @@ const SAMPLING = { temperature: 0.8, top_p: 0.95, seed: 1234 } as const;
 function cliGenerate(prompt: string, maxTokens: number, extra: readonly string[] = []): string {
   const r = spawnSync(
     process.execPath,
-    [join(REPO_ROOT, 'packages/csa2-engine/bin/csa2.js'), 'generate', '--model', pipe.modelDir, '--prompt', prompt, '--max-tokens', String(maxTokens),
-      '--temperature', String(SAMPLING.temperature), '--top-p', String(SAMPLING.top_p), '--seed', String(SAMPLING.seed), ...extra],
+    [
+      join(REPO_ROOT, 'packages/csa2-engine/bin/csa2.js'),
+      'generate',
+      '--model',
+      pipe.modelDir,
+      '--prompt',
+      prompt,
+      '--max-tokens',
+      String(maxTokens),
+      '--temperature',
+      String(SAMPLING.temperature),
+      '--top-p',
+      String(SAMPLING.top_p),
+      '--seed',
+      String(SAMPLING.seed),
+      ...extra,
+    ],
     { encoding: 'utf8' },
   );
   assert.equal(r.status, 0, r.stderr);
@@ -75,19 +90,44 @@ e2e('completions: streamed text = non-streamed text = csa2 generate in one proce
   assert.equal(cliGenerate(PROMPT, 24), plain.choices[0]?.text);
 });
 
-e2e('top_k, min_p, the penalties and logit_bias go through the pipeline: its text equals csa2 generate with the same options, and top_k 1 is greedy', async () => {
-  const extras = { top_k: 20, min_p: 0.02, repetition_penalty: 1.3, presence_penalty: 0.5, frequency_penalty: 0.4, logit_bias: { '32': -100, '101': 3 } };
-  const body = { model: 'tiny', prompt: PROMPT, max_tokens: 24, ...SAMPLING, ...extras } as OpenAI.CompletionCreateParamsNonStreaming;
-  const piped = (await client.completions.create(body)).choices[0]?.text ?? '';
-  const cli = cliGenerate(PROMPT, 24, ['--top-k', '20', '--min-p', '0.02', '--repetition-penalty', '1.3', '--presence-penalty', '0.5', '--frequency-penalty', '0.4', '--logit-bias', '32:-100,101:3']);
-  assert.equal(piped, cli);
-  const plain = (await client.completions.create({ model: 'tiny', prompt: PROMPT, max_tokens: 24, ...SAMPLING })).choices[0]?.text ?? '';
-  assert.notEqual(piped, plain, 'the options change the text (they are not ignored)');
-  assert.ok(!piped.includes(' '), 'logit_bias -100 on the space (id 32) bans it');
-  const greedy = (await client.completions.create({ model: 'tiny', prompt: PROMPT, max_tokens: 12, temperature: 0 })).choices[0]?.text;
-  const topK1 = (await client.completions.create({ model: 'tiny', prompt: PROMPT, max_tokens: 12, temperature: 1.2, seed: 5, top_k: 1 } as OpenAI.CompletionCreateParamsNonStreaming)).choices[0]?.text;
-  assert.equal(topK1, greedy);
-});
+e2e(
+  'top_k, min_p, the penalties and logit_bias go through the pipeline: its text equals csa2 generate with the same options, and top_k 1 is greedy',
+  async () => {
+    const extras = { top_k: 20, min_p: 0.02, repetition_penalty: 1.3, presence_penalty: 0.5, frequency_penalty: 0.4, logit_bias: { '32': -100, '101': 3 } };
+    const body = { model: 'tiny', prompt: PROMPT, max_tokens: 24, ...SAMPLING, ...extras } as OpenAI.CompletionCreateParamsNonStreaming;
+    const piped = (await client.completions.create(body)).choices[0]?.text ?? '';
+    const cli = cliGenerate(PROMPT, 24, [
+      '--top-k',
+      '20',
+      '--min-p',
+      '0.02',
+      '--repetition-penalty',
+      '1.3',
+      '--presence-penalty',
+      '0.5',
+      '--frequency-penalty',
+      '0.4',
+      '--logit-bias',
+      '32:-100,101:3',
+    ]);
+    assert.equal(piped, cli);
+    const plain = (await client.completions.create({ model: 'tiny', prompt: PROMPT, max_tokens: 24, ...SAMPLING })).choices[0]?.text ?? '';
+    assert.notEqual(piped, plain, 'the options change the text (they are not ignored)');
+    assert.ok(!piped.includes(' '), 'logit_bias -100 on the space (id 32) bans it');
+    const greedy = (await client.completions.create({ model: 'tiny', prompt: PROMPT, max_tokens: 12, temperature: 0 })).choices[0]?.text;
+    const topK1 = (
+      await client.completions.create({
+        model: 'tiny',
+        prompt: PROMPT,
+        max_tokens: 12,
+        temperature: 1.2,
+        seed: 5,
+        top_k: 1,
+      } as OpenAI.CompletionCreateParamsNonStreaming)
+    ).choices[0]?.text;
+    assert.equal(topK1, greedy);
+  },
+);
 
 e2e('chat completions, streamed and not, agree', async () => {
   const body = { model: 'tiny', messages: [{ role: 'user' as const, content: 'Hello there' }], max_tokens: 16, ...SAMPLING };
@@ -102,7 +142,10 @@ e2e('chat completions, streamed and not, agree', async () => {
 
 e2e('models lists the served model; bad requests get OpenAI-shaped errors with the right status', async () => {
   const models = await client.models.list();
-  assert.deepEqual(models.data.map((m) => m.id), ['tiny']);
+  assert.deepEqual(
+    models.data.map((m) => m.id),
+    ['tiny'],
+  );
   const status = async (p: Promise<unknown>) => {
     try {
       await p;
@@ -117,10 +160,20 @@ e2e('models lists the served model; bad requests get OpenAI-shaped errors with t
   assert.equal(await status(client.completions.create({ model: 'tiny', prompt: 'x', max_tokens: -1 })), 400);
   assert.equal(await status(client.completions.create({ model: 'tiny', prompt: 'x', max_tokens: 10_000_000 })), 400);
   assert.equal(await status(new OpenAI({ apiKey: 'wrong-key-xxxxxx', baseURL: `${pipe.url}/v1`, maxRetries: 0 }).models.list()), 401);
-  const raw = await fetch(`${pipe.url}/v1/completions`, { method: 'POST', signal: AbortSignal.timeout(20_000), headers: { authorization: `Bearer ${API_KEY}`, 'content-type': 'application/json' }, body: '{"model": "tiny", ' });
+  const raw = await fetch(`${pipe.url}/v1/completions`, {
+    method: 'POST',
+    signal: AbortSignal.timeout(20_000),
+    headers: { authorization: `Bearer ${API_KEY}`, 'content-type': 'application/json' },
+    body: '{"model": "tiny", ',
+  });
   assert.equal(raw.status, 400);
   assert.equal(typeof ((await raw.json()) as { error: { message: string } }).error.message, 'string');
-  const huge = await fetch(`${pipe.url}/v1/completions`, { method: 'POST', signal: AbortSignal.timeout(20_000), headers: { authorization: `Bearer ${API_KEY}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'tiny', prompt: 'x'.repeat(20 * 1024 * 1024) }) });
+  const huge = await fetch(`${pipe.url}/v1/completions`, {
+    method: 'POST',
+    signal: AbortSignal.timeout(20_000),
+    headers: { authorization: `Bearer ${API_KEY}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'tiny', prompt: 'x'.repeat(20 * 1024 * 1024) }),
+  });
   assert.equal(huge.status, 413);
 });
 
@@ -144,7 +197,10 @@ e2e('a document is ingested once and queried twice; the second query runs no pre
   assert.equal(doc.status, 'ready');
   assert.equal(doc.tokens, Buffer.byteLength(text));
   // the encoder worker stored the document's encoder tail beside its chunks; `bytes` counts both
-  const manifest = JSON.parse(readFileSync(join(fileURLToPath(pipe.storeUrl), 'tenants/acme/documents/doc-e2e/manifest.json'), 'utf8')) as { chunks: { sizeBytes: number }[]; tail?: { sizeBytes: number; replayTokens: number } };
+  const manifest = JSON.parse(readFileSync(join(fileURLToPath(pipe.storeUrl), 'tenants/acme/documents/doc-e2e/manifest.json'), 'utf8')) as {
+    chunks: { sizeBytes: number }[];
+    tail?: { sizeBytes: number; replayTokens: number };
+  };
   assert.equal(manifest.tail?.replayTokens, 128, 'a stored tail for the default replay');
   assert.equal((doc as { bytes?: number }).bytes, manifest.chunks.reduce((a, c) => a + c.sizeBytes, 0) + (manifest.tail?.sizeBytes ?? 0));
 
@@ -152,7 +208,13 @@ e2e('a document is ingested once and queried twice; the second query runs no pre
   const prefill = new Queue(PREFILL_QUEUE, { connection: prefillRedis });
   try {
     const ask = () =>
-      client.completions.create({ model: 'tiny', prompt: ' Question: what is it about?', max_tokens: 8, ...SAMPLING, document_id: 'doc-e2e' } as OpenAI.CompletionCreateParamsNonStreaming);
+      client.completions.create({
+        model: 'tiny',
+        prompt: ' Question: what is it about?',
+        max_tokens: 8,
+        ...SAMPLING,
+        document_id: 'doc-e2e',
+      } as OpenAI.CompletionCreateParamsNonStreaming);
     const first = await ask();
     const jobsAfterFirst = await prefill.getJobCounts();
     const second = await ask();
@@ -183,38 +245,41 @@ e2e('20 concurrent requests all complete', async () => {
   }
 });
 
-e2e('SIGKILL of the decoder while it batches four streams: the restarted worker resumes each; greedy and seeded texts equal undisturbed runs, no token lost or repeated', async () => {
-  const bodies = [
-    { model: 'tiny', prompt: 'kill test ', max_tokens: 160, temperature: 0.7, seed: 99 },
-    { model: 'tiny', prompt: 'greedy under batching ', max_tokens: 140, temperature: 0 },
-    { model: 'tiny', prompt: 'another stream ', max_tokens: 150, temperature: 1, top_p: 0.9, seed: 5 },
-    { model: 'tiny', prompt: 'greedy two ', max_tokens: 120, temperature: 0 },
-  ];
-  const references = await Promise.all(bodies.map((b) => client.completions.create(b)));
-  let killed = false;
-  let chunksSeen = 0;
-  const runs = bodies.map(async (body) => {
-    const stream = await client.completions.create({ ...body, stream: true, stream_options: { include_usage: true } });
-    let text = '';
-    let usage: OpenAI.CompletionUsage | null | undefined;
-    for await (const chunk of stream) {
-      for (const c of chunk.choices) text += c.text;
-      if (chunk.usage) usage = chunk.usage;
-      if (++chunksSeen === 40 && !killed) {
-        killed = true; // the four are decoding together in one engine now
-        await pipe.kill('decoder', 'SIGKILL');
-        void pipe.startService('decoder');
+e2e(
+  'SIGKILL of the decoder while it batches four streams: the restarted worker resumes each; greedy and seeded texts equal undisturbed runs, no token lost or repeated',
+  async () => {
+    const bodies = [
+      { model: 'tiny', prompt: 'kill test ', max_tokens: 160, temperature: 0.7, seed: 99 },
+      { model: 'tiny', prompt: 'greedy under batching ', max_tokens: 140, temperature: 0 },
+      { model: 'tiny', prompt: 'another stream ', max_tokens: 150, temperature: 1, top_p: 0.9, seed: 5 },
+      { model: 'tiny', prompt: 'greedy two ', max_tokens: 120, temperature: 0 },
+    ];
+    const references = await Promise.all(bodies.map((b) => client.completions.create(b)));
+    let killed = false;
+    let chunksSeen = 0;
+    const runs = bodies.map(async (body) => {
+      const stream = await client.completions.create({ ...body, stream: true, stream_options: { include_usage: true } });
+      let text = '';
+      let usage: OpenAI.CompletionUsage | null | undefined;
+      for await (const chunk of stream) {
+        for (const c of chunk.choices) text += c.text;
+        if (chunk.usage) usage = chunk.usage;
+        if (++chunksSeen === 40 && !killed) {
+          killed = true; // the four are decoding together in one engine now
+          await pipe.kill('decoder', 'SIGKILL');
+          void pipe.startService('decoder');
+        }
       }
-    }
-    return { text, usage };
-  });
-  const results = await Promise.all(runs);
-  assert.ok(killed);
-  results.forEach((r, i) => {
-    assert.equal(r.text, references[i]?.choices[0]?.text, `stream ${i}: the same text as an undisturbed run`);
-    assert.equal(r.usage?.completion_tokens, bodies[i]?.max_tokens, `stream ${i}: completion tokens`);
-  });
-});
+      return { text, usage };
+    });
+    const results = await Promise.all(runs);
+    assert.ok(killed);
+    results.forEach((r, i) => {
+      assert.equal(r.text, references[i]?.choices[0]?.text, `stream ${i}: the same text as an undisturbed run`);
+      assert.equal(r.usage?.completion_tokens, bodies[i]?.max_tokens, `stream ${i}: completion tokens`);
+    });
+  },
+);
 
 e2e('SIGKILL of the encoder mid-document: the document still becomes ready after a restart', async () => {
   const text = 'Encoder crash test document. '.repeat(130); // ~3800 tokens: several seconds of encoding
@@ -225,7 +290,10 @@ e2e('SIGKILL of the encoder mid-document: the document still becomes ready after
     body: JSON.stringify({ text, id: 'doc-crash' }),
   });
   assert.equal(created.status, 202);
-  const get = async () => (await (await fetch(`${pipe.url}/v1/documents/doc-crash`, { headers: { authorization: `Bearer ${API_KEY}` }, signal: AbortSignal.timeout(20_000) })).json()) as { status: string; tokens?: number };
+  const get = async () =>
+    (await (
+      await fetch(`${pipe.url}/v1/documents/doc-crash`, { headers: { authorization: `Bearer ${API_KEY}` }, signal: AbortSignal.timeout(20_000) })
+    ).json()) as { status: string; tokens?: number };
   let state = await get();
   const deadline = Date.now() + 30_000;
   while (state.status !== 'encoding' && state.status !== 'ready' && Date.now() < deadline) {

@@ -51,7 +51,9 @@ async function drain(p: Pipeline, batch: string, workers: number, t: { diagnosti
     const ids = Array.from({ length: JOBS }, (_, i) => `${batch}-${i}`);
     await Promise.all(Array.from({ length: workers }, () => p.startService('decoder')));
     const t0 = performance.now();
-    await queue.addBulk(ids.map((id, i) => ({ name: DECODE_JOB_NAME, data: decodeJob(id, i), opts: { ...DEFAULT_DECODE_JOB_OPTIONS, jobId: requestDecodeJobId(id) } })));
+    await queue.addBulk(
+      ids.map((id, i) => ({ name: DECODE_JOB_NAME, data: decodeJob(id, i), opts: { ...DEFAULT_DECODE_JOB_OPTIONS, jobId: requestDecodeJobId(id) } })),
+    );
     const deadline = Date.now() + 300_000;
     for (;;) {
       const states = await Promise.all(ids.map((id) => queue.getJobState(requestDecodeJobId(id))));

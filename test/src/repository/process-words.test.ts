@@ -72,7 +72,7 @@ test('the patterns catch the words about how the project was made', () => {
   for (const line of offending) assert.notDeepEqual(processWords(line), [], line);
 });
 
-test('the patterns leave the software\'s own words alone', () => {
+test("the patterns leave the software's own words alone", () => {
   const fine = [
     'const session = await ort.InferenceSession.create(bytes);',
     'one session per distinct K×N weight, M symbolic',

@@ -28,7 +28,8 @@ export class Semaphore {
 
   release(): void {
     const next = this.waiters.shift();
-    if (next !== undefined) next(); // the slot passes straight to the next waiter
+    if (next !== undefined)
+      next(); // the slot passes straight to the next waiter
     else this.active--;
   }
 

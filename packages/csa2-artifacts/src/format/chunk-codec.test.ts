@@ -8,11 +8,29 @@ import { createHash } from 'node:crypto';
 import { InputError, ShapeError, dequantizeMainKvRows } from '@csa2/core';
 import { ArtifactCorruptError, ModelMismatchError, UnsupportedVersionError } from '../errors.js';
 import { chunkEntryRange, createArtifactLayout, type ArtifactLayout } from '../layout.js';
-import { CHUNK_FORMAT_VERSION, CHUNK_HASH_SLICE_BYTES, chunkHeaderBytes, chunkObjectBytes, chunkTrailerHex, decodeChunk, decodeChunkAsync, encodeChunk, encodeChunkAsync } from './chunk-codec.js';
+import {
+  CHUNK_FORMAT_VERSION,
+  CHUNK_HASH_SLICE_BYTES,
+  chunkHeaderBytes,
+  chunkObjectBytes,
+  chunkTrailerHex,
+  decodeChunk,
+  decodeChunkAsync,
+  encodeChunk,
+  encodeChunkAsync,
+} from './chunk-codec.js';
 import { chunkContentOf, packedRowsOf } from './sequence-rows.js';
 import { assertSameBytes, syntheticSequence, tokensOf } from '../testing/artifact-test-support.js';
 
-const LAYOUT = createArtifactLayout({ modelId: 'model-a', headDim: 32, indexHeadDim: 32, kvSources: [{ layer: 1, ratio: 2 }, { layer: 3, ratio: 1 }] });
+const LAYOUT = createArtifactLayout({
+  modelId: 'model-a',
+  headDim: 32,
+  indexHeadDim: 32,
+  kvSources: [
+    { layer: 1, ratio: 2 },
+    { layer: 3, ratio: 1 },
+  ],
+});
 const KEY = 'tenants/t/chunks/ab/abc';
 
 function assertCorrupt(fn: () => unknown, check: (e: ArtifactCorruptError) => boolean, label: string): void {
@@ -21,7 +39,12 @@ function assertCorrupt(fn: () => unknown, check: (e: ArtifactCorruptError) => bo
 
 function resealed(bytes: Uint8Array): Uint8Array {
   const out = bytes.slice();
-  out.set(createHash('sha256').update(out.subarray(0, out.length - 32)).digest(), out.length - 32);
+  out.set(
+    createHash('sha256')
+      .update(out.subarray(0, out.length - 32))
+      .digest(),
+    out.length - 32,
+  );
   return out;
 }
 
@@ -32,7 +55,10 @@ function encodeRange(layout: ArtifactLayout, start: number, end: number, seed = 
 
 test('round trip: a full chunk and a trailing partial chunk (ratio-2 group left open) decode to the same tokens and rows', () => {
   const seq = syntheticSequence(LAYOUT, 85, 11);
-  for (const [start, end] of [[16, 32], [64, 85]] as const) {
+  for (const [start, end] of [
+    [16, 32],
+    [64, 85],
+  ] as const) {
     const encoded = encodeChunk(LAYOUT, chunkContentOf(seq, LAYOUT, start, end));
     assert.equal(encoded.bytesU8.length, chunkObjectBytes(LAYOUT, start, end));
     const chunk = decodeChunk(LAYOUT, KEY, encoded.bytesU8);
@@ -74,8 +100,14 @@ test('the byte table: magic, version, header length, token range, dims, ids, sou
   assert.equal(Buffer.from(bytes.subarray(28 + M, 28 + M + L)).toString('ascii'), LAYOUT.layoutId);
   assert.equal(view.getUint16(28 + M + L, true), 2);
   const table = 30 + M + L;
-  assert.deepEqual([view.getUint16(table, true), view.getUint16(table + 2, true), view.getUint32(table + 4, true), view.getUint32(table + 8, true)], [1, 2, 8, 9]);
-  assert.deepEqual([view.getUint16(table + 12, true), view.getUint16(table + 14, true), view.getUint32(table + 16, true), view.getUint32(table + 20, true)], [3, 1, 16, 19]);
+  assert.deepEqual(
+    [view.getUint16(table, true), view.getUint16(table + 2, true), view.getUint32(table + 4, true), view.getUint32(table + 8, true)],
+    [1, 2, 8, 9],
+  );
+  assert.deepEqual(
+    [view.getUint16(table + 12, true), view.getUint16(table + 14, true), view.getUint32(table + 16, true), view.getUint32(table + 20, true)],
+    [3, 1, 16, 19],
+  );
   const ids = tokensOf(seq);
   for (let i = 0; i < 19; i++) assert.equal(view.getUint32(H + 4 * i, true), ids[16 + i]);
   // rows: layer 1 main (9 × 18 B), layer 1 index (9 × 17 B), layer 3 main (19 × 18 B), layer 3 index (19 × 17 B)
@@ -95,7 +127,12 @@ test('the byte table: magic, version, header length, token range, dims, ids, sou
   const decode = (code: number): number => ((code & 8) !== 0 ? -1 : 1) * (e2m1[code & 7] ?? 0) * e4m3(scale0);
   assert.equal(decode(payload & 15), firstRow[0]);
   assert.equal(decode(payload >> 4), firstRow[1]);
-  assert.equal(chunkTrailerHex(bytes), createHash('sha256').update(bytes.subarray(0, bytes.length - 32)).digest('hex'));
+  assert.equal(
+    chunkTrailerHex(bytes),
+    createHash('sha256')
+      .update(bytes.subarray(0, bytes.length - 32))
+      .digest('hex'),
+  );
 });
 
 test('every flipped byte is refused: ArtifactCorruptError naming the key and an offset (UnsupportedVersionError in the version field)', () => {
@@ -104,42 +141,81 @@ test('every flipped byte is refused: ArtifactCorruptError naming the key and an 
     const bad = bytes.slice();
     bad[i] = (bad[i] ?? 0) ^ 0xff;
     if (i === 8 || i === 9) {
-      assert.throws(() => decodeChunk(LAYOUT, KEY, bad), (e: unknown) => e instanceof UnsupportedVersionError && e.key === KEY, `byte ${i}`);
+      assert.throws(
+        () => decodeChunk(LAYOUT, KEY, bad),
+        (e: unknown) => e instanceof UnsupportedVersionError && e.key === KEY,
+        `byte ${i}`,
+      );
     } else {
-      assertCorrupt(() => decodeChunk(LAYOUT, KEY, bad), (e) => e.offset >= 0 && e.offset <= bytes.length, `byte ${i}`);
+      assertCorrupt(
+        () => decodeChunk(LAYOUT, KEY, bad),
+        (e) => e.offset >= 0 && e.offset <= bytes.length,
+        `byte ${i}`,
+      );
     }
   }
   // Payload and checksum flips are found by the checksum, at its offset.
   for (const i of [bytes.length - 100, bytes.length - 33, bytes.length - 1]) {
     const bad = bytes.slice();
     bad[i] = (bad[i] ?? 0) ^ 0x01;
-    assertCorrupt(() => decodeChunk(LAYOUT, KEY, bad), (e) => e.offset === bytes.length - 32 && /checksum/.test(e.message), `byte ${i}`);
+    assertCorrupt(
+      () => decodeChunk(LAYOUT, KEY, bad),
+      (e) => e.offset === bytes.length - 32 && /checksum/.test(e.message),
+      `byte ${i}`,
+    );
   }
 });
 
 test('a truncated object is refused at every length, at the offset where the data ran out', () => {
   const { bytes } = encodeRange(LAYOUT, 8, 16);
   for (let n = 0; n < bytes.length; n++) {
-    assertCorrupt(() => decodeChunk(LAYOUT, KEY, bytes.subarray(0, n)), (e) => e.offset === n && /ends at byte/.test(e.message), `length ${n}`);
+    assertCorrupt(
+      () => decodeChunk(LAYOUT, KEY, bytes.subarray(0, n)),
+      (e) => e.offset === n && /ends at byte/.test(e.message),
+      `length ${n}`,
+    );
   }
   const longer = new Uint8Array(bytes.length + 3);
   longer.set(bytes);
-  assertCorrupt(() => decodeChunk(LAYOUT, KEY, longer), (e) => e.offset === bytes.length && /unexpected bytes/.test(e.message), 'trailing bytes');
+  assertCorrupt(
+    () => decodeChunk(LAYOUT, KEY, longer),
+    (e) => e.offset === bytes.length && /unexpected bytes/.test(e.message),
+    'trailing bytes',
+  );
 });
 
 test('another model, another layout and an unknown version are refused with their own errors', () => {
   const { bytes } = encodeRange(LAYOUT, 0, 16);
   const otherModel = createArtifactLayout({ ...LAYOUT, modelId: 'model-b' });
-  assert.throws(() => decodeChunk(otherModel, KEY, bytes), (e: unknown) => e instanceof ModelMismatchError && e.key === KEY && /model-a/.test(e.message) && /model-b/.test(e.message));
-  const otherLayout = createArtifactLayout({ ...LAYOUT, kvSources: [{ layer: 1, ratio: 2 }, { layer: 4, ratio: 1 }] });
-  assert.throws(() => decodeChunk(otherLayout, KEY, bytes), (e: unknown) => e instanceof ModelMismatchError && e.message.includes(LAYOUT.layoutId));
+  assert.throws(
+    () => decodeChunk(otherModel, KEY, bytes),
+    (e: unknown) => e instanceof ModelMismatchError && e.key === KEY && /model-a/.test(e.message) && /model-b/.test(e.message),
+  );
+  const otherLayout = createArtifactLayout({
+    ...LAYOUT,
+    kvSources: [
+      { layer: 1, ratio: 2 },
+      { layer: 4, ratio: 1 },
+    ],
+  });
+  assert.throws(
+    () => decodeChunk(otherLayout, KEY, bytes),
+    (e: unknown) => e instanceof ModelMismatchError && e.message.includes(LAYOUT.layoutId),
+  );
   for (const version of [0, 2, 0xffff]) {
     const bad = bytes.slice();
     new DataView(bad.buffer).setUint16(8, version, true);
-    assert.throws(() => decodeChunk(LAYOUT, KEY, resealed(bad)), (e: unknown) => e instanceof UnsupportedVersionError && e.version === version && e.key === KEY);
+    assert.throws(
+      () => decodeChunk(LAYOUT, KEY, resealed(bad)),
+      (e: unknown) => e instanceof UnsupportedVersionError && e.version === version && e.key === KEY,
+    );
   }
-  const notAChunk = resealed(Uint8Array.from(Buffer.from('CSA2MNFT' + '\u0000'.repeat(200))));
-  assertCorrupt(() => decodeChunk(LAYOUT, KEY, notAChunk), (e) => e.offset === 4 && /magic/.test(e.message), 'magic');
+  const notAChunk = resealed(Uint8Array.from(Buffer.from(`CSA2MNFT${'\u0000'.repeat(200)}`)));
+  assertCorrupt(
+    () => decodeChunk(LAYOUT, KEY, notAChunk),
+    (e) => e.offset === 4 && /magic/.test(e.message),
+    'magic',
+  );
 });
 
 test('a resealed header that contradicts itself is still refused (structure is checked, not only the checksum)', () => {
@@ -156,7 +232,11 @@ test('a resealed header that contradicts itself is still refused (structure is c
   for (const [offset, mutate, reason] of cases) {
     const bad = bytes.slice();
     mutate(new DataView(bad.buffer));
-    assertCorrupt(() => decodeChunk(LAYOUT, KEY, resealed(bad)), (e) => e.offset === offset && reason.test(e.message), `field at ${offset}`);
+    assertCorrupt(
+      () => decodeChunk(LAYOUT, KEY, resealed(bad)),
+      (e) => e.offset === offset && reason.test(e.message),
+      `field at ${offset}`,
+    );
   }
 });
 
@@ -166,7 +246,10 @@ test('encode refuses token ids outside [0, 2^32) and rows of the wrong byte leng
   for (const bad of [2 ** 32, -1, 1.5, Number.NaN]) {
     const ids = Array.from(content.tokenIds);
     ids[5] = bad;
-    assert.throws(() => encodeChunk(LAYOUT, { ...content, tokenIds: ids }), (e: unknown) => e instanceof InputError && /index 5/.test(e.message) && /2\^32/.test(e.message));
+    assert.throws(
+      () => encodeChunk(LAYOUT, { ...content, tokenIds: ids }),
+      (e: unknown) => e instanceof InputError && /index 5/.test(e.message) && /2\^32/.test(e.message),
+    );
   }
   const maxId = encodeChunk(LAYOUT, { ...content, tokenIds: new Array<number>(16).fill(2 ** 32 - 1) });
   assert.equal(decodeChunk(LAYOUT, KEY, maxId.bytesU8).tokenIds[0], 2 ** 32 - 1);
@@ -175,8 +258,14 @@ test('encode refuses token ids outside [0, 2^32) and rows of the wrong byte leng
   const src0 = content.sources[0];
   assert.ok(src0 !== undefined);
   const rest = content.sources.slice(1);
-  assert.throws(() => encodeChunk(LAYOUT, { ...content, sources: [{ ...src0, mainKvU8: src0.mainKvU8.subarray(LAYOUT.mainKvRowBytes) }, ...rest] }), (e: unknown) => e instanceof ShapeError && /mainKvU8/.test(e.message));
-  assert.throws(() => encodeChunk(LAYOUT, { ...content, sources: [{ ...src0, indexKU8: src0.indexKU8.subarray(1) }, ...rest] }), (e: unknown) => e instanceof ShapeError && /indexKU8/.test(e.message));
+  assert.throws(
+    () => encodeChunk(LAYOUT, { ...content, sources: [{ ...src0, mainKvU8: src0.mainKvU8.subarray(LAYOUT.mainKvRowBytes) }, ...rest] }),
+    (e: unknown) => e instanceof ShapeError && /mainKvU8/.test(e.message),
+  );
+  assert.throws(
+    () => encodeChunk(LAYOUT, { ...content, sources: [{ ...src0, indexKU8: src0.indexKU8.subarray(1) }, ...rest] }),
+    (e: unknown) => e instanceof ShapeError && /indexKU8/.test(e.message),
+  );
   assert.throws(() => encodeChunk(LAYOUT, { ...content, endToken: 17 }), ShapeError);
   const anyBytes = { ...src0, mainKvU8: src0.mainKvU8.map((_, i) => (i * 37) & 0xff), indexKU8: new Uint8Array(src0.indexKU8.length).fill(0xff) };
   const chunk = decodeChunk(LAYOUT, KEY, encodeChunk(LAYOUT, { ...content, sources: [anyBytes, ...rest] }).bytesU8);
@@ -192,7 +281,15 @@ test('encoding is deterministic: equal contents give equal bytes', () => {
 });
 
 test('encodeChunkAsync and decodeChunkAsync (hashing in slices) give the same bytes, checksums and refusals as the synchronous ones', async () => {
-  const big = createArtifactLayout({ modelId: 'model-a', headDim: 512, indexHeadDim: 128, kvSources: [{ layer: 2, ratio: 2 }, { layer: 20, ratio: 1 }] });
+  const big = createArtifactLayout({
+    modelId: 'model-a',
+    headDim: 512,
+    indexHeadDim: 128,
+    kvSources: [
+      { layer: 2, ratio: 2 },
+      { layer: 20, ratio: 1 },
+    ],
+  });
   const seq = syntheticSequence(big, 768, 17);
   const content = chunkContentOf(seq, big, 256, 768);
   const sync = encodeChunk(big, content);
@@ -208,7 +305,11 @@ test('encodeChunkAsync and decodeChunkAsync (hashing in slices) give the same by
   for (const at of [100, sync.bytesU8.length - 200, sync.bytesU8.length - 1]) {
     const bad = sync.bytesU8.slice();
     bad[at] = (bad[at] ?? 0) ^ 0x01;
-    await assert.rejects(decodeChunkAsync(big, KEY, bad), (e: unknown) => e instanceof ArtifactCorruptError && e.offset === bad.length - 32 && /checksum/.test(e.message), `byte ${at}`);
+    await assert.rejects(
+      decodeChunkAsync(big, KEY, bad),
+      (e: unknown) => e instanceof ArtifactCorruptError && e.offset === bad.length - 32 && /checksum/.test(e.message),
+      `byte ${at}`,
+    );
   }
   await assert.rejects(decodeChunkAsync(big, KEY, sync.bytesU8.subarray(0, 50)), (e: unknown) => e instanceof ArtifactCorruptError && e.offset === 50);
   await assert.rejects(encodeChunkAsync(big, { ...content, endToken: 769 }), ShapeError);

@@ -134,7 +134,6 @@ function sha256(bytesU8: Uint8Array): Buffer {
   return createHash('sha256').update(bytesU8).digest();
 }
 
-
 function checkContent(layout: ArtifactLayout, chunk: ChunkContent): void {
   const { startToken: start, endToken: end } = chunk;
   if (!Number.isSafeInteger(start) || !Number.isSafeInteger(end) || start < 0 || end <= start || end >= 2 ** 32) {
@@ -147,10 +146,18 @@ function checkContent(layout: ArtifactLayout, chunk: ChunkContent): void {
     if (src === undefined || src.layer !== spec.layer) throw new ShapeError(`chunk.sources[${i}].layer`, [spec.layer], [src?.layer ?? -1]);
     const { entryCount } = chunkEntryRange(spec.ratio, start, end);
     if (src.mainKvU8.length !== entryCount * layout.mainKvRowBytes) {
-      throw new ShapeError(`chunk.sources[${i}].mainKvU8 (layer ${spec.layer})`, [entryCount, layout.mainKvRowBytes], [src.mainKvU8.length / layout.mainKvRowBytes, layout.mainKvRowBytes]);
+      throw new ShapeError(
+        `chunk.sources[${i}].mainKvU8 (layer ${spec.layer})`,
+        [entryCount, layout.mainKvRowBytes],
+        [src.mainKvU8.length / layout.mainKvRowBytes, layout.mainKvRowBytes],
+      );
     }
     if (src.indexKU8.length !== entryCount * layout.indexKRowBytes) {
-      throw new ShapeError(`chunk.sources[${i}].indexKU8 (layer ${spec.layer})`, [entryCount, layout.indexKRowBytes], [src.indexKU8.length / layout.indexKRowBytes, layout.indexKRowBytes]);
+      throw new ShapeError(
+        `chunk.sources[${i}].indexKU8 (layer ${spec.layer})`,
+        [entryCount, layout.indexKRowBytes],
+        [src.indexKU8.length / layout.indexKRowBytes, layout.indexKRowBytes],
+      );
     }
   });
 }
@@ -161,7 +168,8 @@ function buildChunk(layout: ArtifactLayout, chunk: ChunkContent, into: Uint8Arra
   const { startToken: start, endToken: end } = chunk;
   const headerBytes = chunkHeaderBytes(layout);
   const total = chunkObjectBytes(layout, start, end);
-  if (into !== undefined && into.byteLength < total) throw new RangeError(`encodeChunk: the buffer given is ${into.byteLength} bytes, the chunk takes ${total}`);
+  if (into !== undefined && into.byteLength < total)
+    throw new RangeError(`encodeChunk: the buffer given is ${into.byteLength} bytes, the chunk takes ${total}`);
   // Every byte is written below, so the buffer need not be zeroed first.
   const out = into !== undefined ? into.subarray(0, total) : allocateUninitialized(total);
   const view = new DataView(out.buffer, out.byteOffset, total);
@@ -263,13 +271,20 @@ export async function encodeChunkAsync(layout: ArtifactLayout, chunk: ChunkConte
 /** Reads the header fields with bounds checks; every failure is an ArtifactCorruptError naming key and offset. */
 class HeaderReader {
   private readonly view: DataView;
-  constructor(private readonly key: string, private readonly bytesU8: Uint8Array) {
+  constructor(
+    private readonly key: string,
+    private readonly bytesU8: Uint8Array,
+  ) {
     this.view = new DataView(bytesU8.buffer, bytesU8.byteOffset, bytesU8.length);
   }
 
   need(end: number, what: string): void {
     if (this.bytesU8.length < end) {
-      throw new ArtifactCorruptError(this.key, this.bytesU8.length, `object ends at byte ${this.bytesU8.length} inside the ${what} (needs at least ${end} bytes)`);
+      throw new ArtifactCorruptError(
+        this.key,
+        this.bytesU8.length,
+        `object ends at byte ${this.bytesU8.length} inside the ${what} (needs at least ${end} bytes)`,
+      );
     }
   }
 
@@ -355,15 +370,18 @@ function parseHeader(r: HeaderReader, bytesU8: Uint8Array, key: string): ParsedH
     if (layer <= previousLayer) r.fail(at, `KV-source layers are not ascending (${layer} after ${previousLayer})`);
     if (ratio === 0) r.fail(at + 2, `layer ${layer} has compress ratio 0`);
     const want = chunkEntryRange(ratio, startToken, endToken);
-    if (firstEntry !== want.firstEntry) r.fail(at + 4, `layer ${layer}: first entry ${firstEntry}, tokens [${startToken}, ${endToken}) at ratio ${ratio} start at ${want.firstEntry}`);
-    if (entryCount !== want.entryCount) r.fail(at + 8, `layer ${layer}: ${entryCount} entries, tokens [${startToken}, ${endToken}) at ratio ${ratio} complete ${want.entryCount}`);
+    if (firstEntry !== want.firstEntry)
+      r.fail(at + 4, `layer ${layer}: first entry ${firstEntry}, tokens [${startToken}, ${endToken}) at ratio ${ratio} start at ${want.firstEntry}`);
+    if (entryCount !== want.entryCount)
+      r.fail(at + 8, `layer ${layer}: ${entryCount} entries, tokens [${startToken}, ${endToken}) at ratio ${ratio} complete ${want.entryCount}`);
     previousLayer = layer;
     rowBytes += entryCount * (mainRowBytes + indexRowBytes);
     sources.push({ layer, ratio, firstEntry, entryCount, offset: at });
   }
   const totalBytes = headerBytes + 4 * (endToken - startToken) + rowBytes + CHUNK_CHECKSUM_BYTES;
   r.need(totalBytes, 'token ids, rows and checksum the header describes');
-  if (bytesU8.length > totalBytes) r.fail(totalBytes, `${bytesU8.length - totalBytes} unexpected bytes after the checksum (the header describes ${totalBytes} bytes)`);
+  if (bytesU8.length > totalBytes)
+    r.fail(totalBytes, `${bytesU8.length - totalBytes} unexpected bytes after the checksum (the header describes ${totalBytes} bytes)`);
   return { modelId, layoutId, startToken, endToken, headDim, indexHeadDim, headerBytes, sources, totalBytes };
 }
 
@@ -375,7 +393,8 @@ function checkAgainstLayout(r: HeaderReader, h: ParsedHeader, layout: ArtifactLa
   const mismatch = `disagrees with its layout id ${h.layoutId}`;
   if (h.headDim !== layout.headDim) r.fail(OFFSET_HEAD_DIM, `head dim ${h.headDim} ${mismatch} (${layout.headDim})`);
   if (h.indexHeadDim !== layout.indexHeadDim) r.fail(OFFSET_INDEX_HEAD_DIM, `index head dim ${h.indexHeadDim} ${mismatch} (${layout.indexHeadDim})`);
-  if (h.sources.length !== layout.kvSources.length) r.fail(h.headerBytes - SOURCE_ENTRY_BYTES * h.sources.length - 2, `${h.sources.length} KV sources ${mismatch}`);
+  if (h.sources.length !== layout.kvSources.length)
+    r.fail(h.headerBytes - SOURCE_ENTRY_BYTES * h.sources.length - 2, `${h.sources.length} KV sources ${mismatch}`);
   h.sources.forEach((s, i) => {
     const spec = layout.kvSources[i];
     if (spec === undefined || s.layer !== spec.layer || s.ratio !== spec.ratio) r.fail(s.offset, `KV source (layer ${s.layer}, ratio ${s.ratio}) ${mismatch}`);

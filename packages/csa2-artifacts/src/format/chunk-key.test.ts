@@ -27,7 +27,20 @@ test('the hashed bytes are the documented length-prefixed encoding', () => {
   const ids = [1, 2, 2 ** 32 - 1];
   const prev = 'a'.repeat(64);
   const expected = createHash('sha256')
-    .update(Buffer.concat([u32(17), Buffer.from('csa2/chunk-key/v2'), u32(1), Buffer.from('m'), u32(0), Buffer.of(1), u32(64), Buffer.from(prev), u32(3), ...ids.map(u32)]))
+    .update(
+      Buffer.concat([
+        u32(17),
+        Buffer.from('csa2/chunk-key/v2'),
+        u32(1),
+        Buffer.from('m'),
+        u32(0),
+        Buffer.of(1),
+        u32(64),
+        Buffer.from(prev),
+        u32(3),
+        ...ids.map(u32),
+      ]),
+    )
     .digest('hex');
   assert.equal(chunkKey('m', prev, ids), expected);
 });

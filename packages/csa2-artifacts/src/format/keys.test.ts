@@ -22,7 +22,7 @@ import {
   validateTenant,
 } from './keys.js';
 
-const KEY = 'ab' + '0123456789abcdef'.repeat(3) + '01234567890123';
+const KEY = `ab${'0123456789abcdef'.repeat(3)}01234567890123`;
 
 test('object keys: tenant-scoped chunks under a two-hex-char fan-out, manifests under the document', () => {
   assert.equal(KEY.length, 64);
@@ -37,12 +37,20 @@ test('object keys: tenant-scoped chunks under a two-hex-char fan-out, manifests 
 test('tenant and document ids outside [A-Za-z0-9_-]{1,64} are refused with InvalidKeyError', () => {
   assert.equal(validateTenant('a'.repeat(64)), 'a'.repeat(64));
   for (const bad of ['', 'a'.repeat(65), '..', 'a/b', 'a.b', 'a b', 'ténant', 'x\n']) {
-    assert.throws(() => validateTenant(bad), (e: unknown) => e instanceof InvalidKeyError && /tenant/.test(e.message), JSON.stringify(bad));
-    assert.throws(() => validateDocumentId(bad), (e: unknown) => e instanceof InvalidKeyError && /document/.test(e.message), JSON.stringify(bad));
+    assert.throws(
+      () => validateTenant(bad),
+      (e: unknown) => e instanceof InvalidKeyError && /tenant/.test(e.message),
+      JSON.stringify(bad),
+    );
+    assert.throws(
+      () => validateDocumentId(bad),
+      (e: unknown) => e instanceof InvalidKeyError && /document/.test(e.message),
+      JSON.stringify(bad),
+    );
     assert.throws(() => manifestObjectKey('acme', bad), InvalidKeyError);
     assert.throws(() => chunkObjectKey(bad, KEY), InvalidKeyError);
   }
-  for (const bad of ['', KEY.toUpperCase(), KEY.slice(1), `${KEY}0`, '../' + KEY.slice(3)]) {
+  for (const bad of ['', KEY.toUpperCase(), KEY.slice(1), `${KEY}0`, `../${KEY.slice(3)}`]) {
     assert.throws(() => chunkObjectKey('acme', bad), InvalidKeyError, JSON.stringify(bad));
   }
 });
@@ -60,7 +68,14 @@ test('prefixes, ingest marker keys and the parsers that read keys back', () => {
   assert.deepEqual(parseChunkObjectKey(chunkObjectKey('acme', KEY)), { tenant: 'acme', chunkKey: KEY });
   assert.deepEqual(parseManifestObjectKey(manifestObjectKey('acme', 'd_1')), { tenant: 'acme', documentId: 'd_1' });
   assert.equal(tenantOfKey(manifestObjectKey('t-2', 'x')), 't-2');
-  for (const other of [`tenants/acme/chunks/cd/${KEY}`, `tenants/acme/chunks/ab/${KEY}.tmp`, 'tenants/acme/documents/d/other.json', 'tenants/acme/ingests/doc.12', 'files/acme/x', 'tenants/a.b/chunks/ab/' + KEY]) {
+  for (const other of [
+    `tenants/acme/chunks/cd/${KEY}`,
+    `tenants/acme/chunks/ab/${KEY}.tmp`,
+    'tenants/acme/documents/d/other.json',
+    'tenants/acme/ingests/doc.12',
+    'files/acme/x',
+    `tenants/a.b/chunks/ab/${KEY}`,
+  ]) {
     assert.equal(parseChunkObjectKey(other), null, other);
     assert.equal(parseManifestObjectKey(other), null, other);
     assert.equal(parseIngestMarkerKey(other), null, other);

@@ -112,7 +112,8 @@ const NONCE_PATTERN = /^[0-9a-f]{16}$/;
  * random 16-hex-char nonce (two ingests of one document have two markers).
  */
 export function ingestMarkerKey(tenant: string, documentId: string, startedAtMs: number, nonce: string): string {
-  if (!Number.isSafeInteger(startedAtMs) || startedAtMs < 0) throw new InvalidKeyError(String(startedAtMs), 'an ingest start time is a non-negative integer (ms)');
+  if (!Number.isSafeInteger(startedAtMs) || startedAtMs < 0)
+    throw new InvalidKeyError(String(startedAtMs), 'an ingest start time is a non-negative integer (ms)');
   if (!NONCE_PATTERN.test(nonce)) throw new InvalidKeyError(nonce, 'an ingest marker nonce is 16 lowercase hex characters');
   return `${ingestMarkersPrefix(tenant)}${validateDocumentId(documentId)}.${startedAtMs}.${nonce}`;
 }

@@ -173,7 +173,8 @@ function parseChunks(f: FieldReader, value: unknown, tokenCount: number, chunkTo
     const sha256 = f.str(item, 'sha256', `${path}.sha256`, (s) => HEX64.test(s), '64 lowercase hex characters');
     const wantStart = i * chunkTokens;
     const wantEnd = Math.min(wantStart + chunkTokens, tokenCount);
-    if (startToken !== wantStart) f.fail(`${path}.startToken`, `must be ${wantStart} (chunks are contiguous from 0 in steps of ${chunkTokens}), got ${startToken}`);
+    if (startToken !== wantStart)
+      f.fail(`${path}.startToken`, `must be ${wantStart} (chunks are contiguous from 0 in steps of ${chunkTokens}), got ${startToken}`);
     if (endToken !== wantEnd) f.fail(`${path}.endToken`, `must be ${wantEnd} (chunks of ${chunkTokens}, ${tokenCount} tokens), got ${endToken}`);
     return { key, startToken, endToken, sizeBytes, sha256 };
   });
@@ -194,7 +195,10 @@ export function parseManifest(key: string, bytesU8: Uint8Array): DocumentManifes
   const formatVersion = f.int(json, 'formatVersion', 'formatVersion', 0);
   if (!SUPPORTED_MANIFEST_VERSIONS.includes(formatVersion)) throw new UnsupportedVersionError(key, formatVersion, SUPPORTED_MANIFEST_VERSIONS);
   const modelId = f.str(json, 'modelId', 'modelId', validateModelId, '1..64 printable ASCII characters');
-  const encoder = json['encoder'] === undefined ? '' : f.str(json, 'encoder', 'encoder', (s) => s !== '' && /^[a-z0-9][a-z0-9-]{0,15}$/.test(s), "1..16 characters of a-z, 0-9 and '-'");
+  const encoder =
+    json['encoder'] === undefined
+      ? ''
+      : f.str(json, 'encoder', 'encoder', (s) => s !== '' && /^[a-z0-9][a-z0-9-]{0,15}$/.test(s), "1..16 characters of a-z, 0-9 and '-'");
   const layoutId = f.str(json, 'layoutId', 'layoutId', (s) => /^[\x21-\x7E]{1,64}$/.test(s), '1..64 printable ASCII characters');
   const tenant = f.str(json, 'tenant', 'tenant', validateTenant, 'a tenant id ([A-Za-z0-9_-]{1,64})');
   const documentId = f.str(json, 'documentId', 'documentId', validateDocumentId, 'a document id ([A-Za-z0-9_-]{1,64})');
@@ -204,7 +208,19 @@ export function parseManifest(key: string, bytesU8: Uint8Array): DocumentManifes
   const chunks = parseChunks(f, json['chunks'], tokenCount, chunkTokens);
   const createdAt = f.str(json, 'createdAt', 'createdAt', (s) => ISO_UTC.test(s) && !Number.isNaN(Date.parse(s)), 'an ISO 8601 UTC time');
   const tail = parseTail(f, json['tail'], tokenCount);
-  return { formatVersion, modelId, ...(encoder !== '' ? { encoder } : {}), layoutId, tenant, documentId, tokenCount, chunkTokens, chunks, createdAt, ...(tail !== null ? { tail } : {}) };
+  return {
+    formatVersion,
+    modelId,
+    ...(encoder !== '' ? { encoder } : {}),
+    layoutId,
+    tenant,
+    documentId,
+    tokenCount,
+    chunkTokens,
+    chunks,
+    createdAt,
+    ...(tail !== null ? { tail } : {}),
+  };
 }
 
 function parseTail(f: FieldReader, value: unknown, tokenCount: number): ManifestTail | null {

@@ -94,7 +94,13 @@ export function appendTokenIds(seq: Sequence, tokenIds: ArrayLike<number>): void
 }
 
 /** Packed rows [firstEntry, firstEntry + count) of one KV source. Throws SequenceStateError when rows are missing. */
-export function packedRowsOf(seq: Sequence, layout: ArtifactLayout, layer: number, firstEntry = 0, count = sequenceEntryCount(seq, layer) - firstEntry): PackedSourceRows {
+export function packedRowsOf(
+  seq: Sequence,
+  _layout: ArtifactLayout,
+  layer: number,
+  firstEntry = 0,
+  count = sequenceEntryCount(seq, layer) - firstEntry,
+): PackedSourceRows {
   const have = sequenceEntryCount(seq, layer);
   if (firstEntry < 0 || count < 0 || firstEntry + count > have) {
     throw new SequenceStateError(`layer ${layer} has ${have} global-KV rows; rows [${firstEntry}, ${firstEntry + count}) were asked for`);
@@ -106,7 +112,9 @@ export function packedRowsOf(seq: Sequence, layout: ArtifactLayout, layer: numbe
 export function appendPackedRows(seq: Sequence, layout: ArtifactLayout, layer: number, mainKvU8: Uint8Array, indexKU8: Uint8Array): void {
   const rows = mainKvU8.length / layout.mainKvRowBytes;
   if (!Number.isInteger(rows) || indexKU8.length !== rows * layout.indexKRowBytes) {
-    throw new SequenceStateError(`layer ${layer}: ${mainKvU8.length} main-KV bytes and ${indexKU8.length} index-K bytes are not equal numbers of whole rows (${layout.mainKvRowBytes} / ${layout.indexKRowBytes} B)`);
+    throw new SequenceStateError(
+      `layer ${layer}: ${mainKvU8.length} main-KV bytes and ${indexKU8.length} index-K bytes are not equal numbers of whole rows (${layout.mainKvRowBytes} / ${layout.indexKRowBytes} B)`,
+    );
   }
   appendRows(seq, layer, mainKvU8, indexKU8);
 }
@@ -124,7 +132,8 @@ export function truncateEntries(seq: Sequence, layer: number, count: number): vo
  * are missing.
  */
 export function chunkContentOf(seq: Sequence, layout: ArtifactLayout, startToken: number, endToken: number): ChunkContent {
-  if (seq.tokens.length < endToken) throw new SequenceStateError(`sequence has ${seq.tokens.length} tokens, chunk [${startToken}, ${endToken}) needs ${endToken}`);
+  if (seq.tokens.length < endToken)
+    throw new SequenceStateError(`sequence has ${seq.tokens.length} tokens, chunk [${startToken}, ${endToken}) needs ${endToken}`);
   const sources = layout.kvSources.map((s) => {
     const { firstEntry, entryCount } = chunkEntryRange(s.ratio, startToken, endToken);
     const cache = seq.cache(s.layer);

@@ -13,7 +13,22 @@ const P = 37;
 const R = 16;
 const WINDOW = 8;
 const HD = 4;
-const SHAPE: TailShape = { modelId: 'model-a', layoutId: '0123456789abcdef', tokenCount: P, replayTokens: R, window: WINDOW, headDim: HD, hcMult: 2, dim: 3, numLayers: 6, ratios: new Map([[0, 1], [1, 2], [3, 4]]) };
+const SHAPE: TailShape = {
+  modelId: 'model-a',
+  layoutId: '0123456789abcdef',
+  tokenCount: P,
+  replayTokens: R,
+  window: WINDOW,
+  headDim: HD,
+  hcMult: 2,
+  dim: 3,
+  numLayers: 6,
+  ratios: new Map([
+    [0, 1],
+    [1, 2],
+    [3, 4],
+  ]),
+};
 const CAND = { sourceRatio: 4, blockSize: 2 };
 
 function ring(): Int32Array {
@@ -22,7 +37,7 @@ function ring(): Int32Array {
   for (let p = P - WINDOW; p < P; p++) pos[p % WINDOW] = p;
   return pos;
 }
-const seq = (n: number, k: number) => Float32Array.from({ length: n }, (_, i) => (i * 0.37 + k) % 3 - 1.5);
+const seq = (n: number, k: number) => Float32Array.from({ length: n }, (_, i) => ((i * 0.37 + k) % 3) - 1.5);
 
 function tail(): StoredTail {
   const rows = 4;
@@ -65,7 +80,11 @@ const H = 44;
 
 /** Refused with ArtifactCorruptError whose message matches `reason`. */
 function refused(bytes: Uint8Array, reason: RegExp, shape: TailShape = SHAPE): void {
-  assert.throws(() => decodeTail(KEY, bytes, shape, CAND), (e: unknown) => e instanceof ArtifactCorruptError && e.key === KEY && reason.test(e.message), reason.source);
+  assert.throws(
+    () => decodeTail(KEY, bytes, shape, CAND),
+    (e: unknown) => e instanceof ArtifactCorruptError && e.key === KEY && reason.test(e.message),
+    reason.source,
+  );
 }
 
 /** The encoding with the u32/i32 at byte `offset` set to `v`. */
@@ -98,7 +117,12 @@ test('encode → decode round trip (every array bit for bit), at an unaligned of
 
 test('the trailing checksum is the key; a flipped byte anywhere fails it', () => {
   const bytes = encodeTail(tail());
-  assert.equal(tailKey(bytes), createHash('sha256').update(bytes.subarray(0, bytes.length - 32)).digest('hex'));
+  assert.equal(
+    tailKey(bytes),
+    createHash('sha256')
+      .update(bytes.subarray(0, bytes.length - 32))
+      .digest('hex'),
+  );
   assert.ok(tailChecksumValid(bytes));
   for (const at of [0, 9, H + 40, bytes.length - 40, bytes.length - 1]) {
     const b = Uint8Array.from(bytes);
@@ -117,7 +141,13 @@ test('a tail for another document, replay or model shape is refused, naming the 
   refused(encodeTail(tail()), /headDim/, { ...SHAPE, headDim: 8 });
   refused(encodeTail(tail()), /hcMult/, { ...SHAPE, hcMult: 4 });
   refused(encodeTail(tail()), /dim is 3, expected 5/, { ...SHAPE, dim: 5 });
-  refused(encodeTail(tail()), /open group 0: layer 1 with ratio 2 is not a KV source/, { ...SHAPE, ratios: new Map([[0, 1], [3, 4]]) });
+  refused(encodeTail(tail()), /open group 0: layer 1 with ratio 2 is not a KV source/, {
+    ...SHAPE,
+    ratios: new Map([
+      [0, 1],
+      [3, 4],
+    ]),
+  });
   assert.throws(() => decodeTail(KEY, encodeTail(tail()), SHAPE, null), /no candidate source/);
 });
 

@@ -156,7 +156,8 @@ export function encodeTail(t: StoredTail): Uint8Array {
   i32(t.indexKSlot ?? -1);
   u32(t.windows.length);
   for (const w of t.windows) {
-    if (w.positions.length !== t.window || w.rows.length !== W) throw new RangeError(`tail window of layer ${w.layer} does not have ${t.window} rows of ${t.headDim}`);
+    if (w.positions.length !== t.window || w.rows.length !== W)
+      throw new RangeError(`tail window of layer ${w.layer} does not have ${t.window} rows of ${t.headDim}`);
     u32(w.layer);
     ints(w.positions);
     f32s(w.rows);
@@ -206,7 +207,12 @@ export function tailChecksumValid(bytesU8: Uint8Array): boolean {
  * inside each row's visible entries (`sourceRatio`: the candidate source's compress ratio, `blockSize`
  * its candidate block size).
  */
-export function decodeTail(key: string, bytesU8: Uint8Array, shape: TailShape, candidates: { readonly sourceRatio: number; readonly blockSize: number } | null): StoredTail {
+export function decodeTail(
+  key: string,
+  bytesU8: Uint8Array,
+  shape: TailShape,
+  candidates: { readonly sourceRatio: number; readonly blockSize: number } | null,
+): StoredTail {
   // a copy at offset 0: the typed arrays below view it aligned
   const buf = new Uint8Array(bytesU8.byteLength);
   buf.set(bytesU8);
@@ -281,7 +287,14 @@ export function decodeTail(key: string, bytesU8: Uint8Array, shape: TailShape, c
     expect(name, v, shape[name]);
     return v;
   };
-  const [tokenCount, replayTokens, window, headDim, hcMult, dim] = [header('tokenCount'), header('replayTokens'), header('window'), header('headDim'), header('hcMult'), header('dim')];
+  const [tokenCount, replayTokens, window, headDim, hcMult, dim] = [
+    header('tokenCount'),
+    header('replayTokens'),
+    header('window'),
+    header('headDim'),
+    header('hcMult'),
+    header('dim'),
+  ];
   const slot = i32();
   if (slot !== -1 && !shape.ratios.has(slot)) fail(`index-K slot ${slot} is not a KV-source layer`);
   const nWindows = u32();
@@ -295,7 +308,8 @@ export function decodeTail(key: string, bytesU8: Uint8Array, shape: TailShape, c
     const positions = i32s(window);
     for (let s = 0; s < window; s++) {
       const p = positions[s] as number;
-      if (p !== -1 && !(p >= 0 && p < tokenCount && p >= tokenCount - window && p % window === s)) fail(`window of layer ${layer}: slot ${s} holds position ${p}`);
+      if (p !== -1 && !(p >= 0 && p < tokenCount && p >= tokenCount - window && p % window === s))
+        fail(`window of layer ${layer}: slot ${s} holds position ${p}`);
     }
     windows.push({ layer, positions, rows: f32s(window * headDim) });
   }
@@ -306,13 +320,16 @@ export function decodeTail(key: string, bytesU8: Uint8Array, shape: TailShape, c
   for (let i = 0; i < nPending; i++) {
     const layer = u32();
     const ratio = u32();
-    if (shape.ratios.get(layer) !== ratio || seenP.has(layer)) fail(`open group ${i}: layer ${layer} with ratio ${ratio} is not a KV source of this model, or repeated`);
+    if (shape.ratios.get(layer) !== ratio || seenP.has(layer))
+      fail(`open group ${i}: layer ${layer} with ratio ${ratio} is not a KV source of this model, or repeated`);
     seenP.add(layer);
     const group = i32();
     const count = u32();
     // the open group is the one the document's end leaves open
     if (!(ratio > 1 && tokenCount % ratio !== 0 && group === Math.floor(tokenCount / ratio) && count === tokenCount % ratio)) {
-      fail(`open group of layer ${layer} is group ${group} with ${count} rows; the document's ${tokenCount} tokens leave ${tokenCount % ratio} rows of group ${Math.floor(tokenCount / ratio)}`);
+      fail(
+        `open group of layer ${layer} is group ${group} with ${count} rows; the document's ${tokenCount} tokens leave ${tokenCount % ratio} rows of group ${Math.floor(tokenCount / ratio)}`,
+      );
     }
     pending.push({ layer, ratio, group, count, kv: f32s(ratio * headDim), score: f32s(ratio * headDim) });
   }
@@ -351,5 +368,22 @@ export function decodeTail(key: string, bytesU8: Uint8Array, shape: TailShape, c
     sources = { start, rows, kk, kb, topk, candidates: cand };
   }
   if (o !== bodyEnd) fail(o > bodyEnd ? `the body runs into the checksum (${o - bodyEnd} bytes)` : `${bodyEnd - o} bytes after the end`);
-  return { modelId, layoutId, tokenCount, replayTokens, window, headDim, hcMult, dim, indexKSlot: slot === -1 ? null : slot, windows, pending, streamStart, streamRows, X, pre, sources };
+  return {
+    modelId,
+    layoutId,
+    tokenCount,
+    replayTokens,
+    window,
+    headDim,
+    hcMult,
+    dim,
+    indexKSlot: slot === -1 ? null : slot,
+    windows,
+    pending,
+    streamStart,
+    streamRows,
+    X,
+    pre,
+    sources,
+  };
 }

@@ -468,4 +468,3 @@ async function readAll(handle: FileHandle, sizeBytes: number, into: Uint8Array |
 function clashWithDirectory(key: string): InvalidKeyError {
   return new InvalidKeyError(key, 'other objects exist under it as a prefix (the filesystem store cannot hold both "a" and "a/b")');
 }
-

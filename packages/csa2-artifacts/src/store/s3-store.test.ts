@@ -97,7 +97,9 @@ async function startFakeEndpoint(
     const chunks: Buffer[] = [];
     request.on('data', (chunk: Buffer) => chunks.push(chunk));
     request.on('end', () => {
-      requests.push(`${request.method} ${request.url}${request.headers['if-none-match'] === undefined ? '' : ` if-none-match=${request.headers['if-none-match']}`}`);
+      requests.push(
+        `${request.method} ${request.url}${request.headers['if-none-match'] === undefined ? '' : ` if-none-match=${request.headers['if-none-match']}`}`,
+      );
       handle(request, Buffer.concat(chunks), response);
     });
   });
@@ -209,10 +211,7 @@ describe('S3ObjectStore specifics', () => {
       const results = await Promise.all(bodies.map((body) => store.put('k', body, { ifAbsent: true })));
       assert.equal(results.filter((won) => won).length, 1, `results ${results.join(',')}`);
       assert.deepEqual(await store.get('k'), bodies[results.indexOf(true)]);
-      assert.ok(
-        fake.requests.filter((line) => line.startsWith('PUT /fake/p/k') && line.endsWith('if-none-match=*')).length === 6,
-        fake.requests.join('\n'),
-      );
+      assert.ok(fake.requests.filter((line) => line.startsWith('PUT /fake/p/k') && line.endsWith('if-none-match=*')).length === 6, fake.requests.join('\n'));
       assert.ok(!fake.requests.some((line) => line.startsWith('HEAD')), 'no head-then-put');
       // A plain put sends no condition.
       fake.requests.length = 0;
@@ -289,7 +288,10 @@ describe('S3ObjectStore specifics', () => {
       assert.equal(pooled.buffer, into.buffer, 'the parts went into the given buffer');
 
       // No hint, or an object at most one part long: one plain GET.
-      for (const [key, bytes, hint] of [['big', body, undefined], ['small', body.subarray(0, partSize), partSize]] as const) {
+      for (const [key, bytes, hint] of [
+        ['big', body, undefined],
+        ['small', body.subarray(0, partSize), partSize],
+      ] as const) {
         if (key === 'small') await store.put(key, bytes);
         ranges.length = 0;
         assert.deepEqual(await store.get(key, hint === undefined ? {} : { sizeBytesHint: hint }), bytes, key);
@@ -301,9 +303,18 @@ describe('S3ObjectStore specifics', () => {
         assert.deepEqual(await store.get('big', { sizeBytesHint: hint }), body, `hint ${hint}`);
         assert.equal(ranges.at(-1), 'whole', `hint ${hint}: ended with a plain GET`);
       }
-      await assert.rejects(store.get('missing', { sizeBytesHint: 4 * partSize }), (err: unknown) => err instanceof ObjectNotFoundError && err.key === 'missing');
-      assert.throws(() => openS3({ readPartSizeBytes: 1000 }), (err: unknown) => err instanceof StoreConfigError && /readPartSizeBytes/.test(err.message));
-      assert.throws(() => openS3({ readParallelism: 0 }), (err: unknown) => err instanceof StoreConfigError && /readParallelism/.test(err.message));
+      await assert.rejects(
+        store.get('missing', { sizeBytesHint: 4 * partSize }),
+        (err: unknown) => err instanceof ObjectNotFoundError && err.key === 'missing',
+      );
+      assert.throws(
+        () => openS3({ readPartSizeBytes: 1000 }),
+        (err: unknown) => err instanceof StoreConfigError && /readPartSizeBytes/.test(err.message),
+      );
+      assert.throws(
+        () => openS3({ readParallelism: 0 }),
+        (err: unknown) => err instanceof StoreConfigError && /readParallelism/.test(err.message),
+      );
     } finally {
       await emptyAndClose(store);
     }
@@ -365,7 +376,10 @@ describe('S3ObjectStore specifics', () => {
     try {
       const startMs = Date.now();
       for (const operation of [() => store.get('k'), () => store.put('k', Uint8Array.of(1)), () => store.list(''), () => store.ping(), () => store.head('k')]) {
-        await assert.rejects(operation(), (err: unknown) => err instanceof StoreUnavailableError && err.cause !== undefined && /ECONNREFUSED/.test(err.message));
+        await assert.rejects(
+          operation(),
+          (err: unknown) => err instanceof StoreUnavailableError && err.cause !== undefined && /ECONNREFUSED/.test(err.message),
+        );
       }
       assert.ok(Date.now() - startMs < 5000, `took ${Date.now() - startMs} ms`);
     } finally {
@@ -491,7 +505,11 @@ describe('S3ObjectStore specifics', () => {
       [{ maxAttempts: 0 }, /maxAttempts/],
     ];
     for (const [options, message] of bad) {
-      assert.throws(() => new S3ObjectStore({ ...base, ...options }), (err: unknown) => err instanceof StoreConfigError && message.test(err.message), JSON.stringify(options));
+      assert.throws(
+        () => new S3ObjectStore({ ...base, ...options }),
+        (err: unknown) => err instanceof StoreConfigError && message.test(err.message),
+        JSON.stringify(options),
+      );
     }
   });
 

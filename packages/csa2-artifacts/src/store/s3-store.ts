@@ -197,7 +197,8 @@ export class S3ObjectStore implements ObjectStore {
     const requestTimeoutMs = integerOption('requestTimeoutMs', options.requestTimeoutMs ?? 60_000, 0);
     this.#conditionalWrites = options.conditionalWrites ?? 'auto';
     this.#touchMode = options.touchMode ?? 'copy';
-    if (this.#touchMode !== 'copy' && this.#touchMode !== 'rewrite') throw new StoreConfigError(`S3 store option touchMode must be copy or rewrite, got ${String(this.#touchMode)}`);
+    if (this.#touchMode !== 'copy' && this.#touchMode !== 'rewrite')
+      throw new StoreConfigError(`S3 store option touchMode must be copy or rewrite, got ${String(this.#touchMode)}`);
     const envRegion = process.env['AWS_REGION'];
     const region = options.region ?? (envRegion !== undefined && envRegion !== '' ? envRegion : 'us-east-1');
     const forcePathStyle = options.forcePathStyle ?? false;
@@ -324,9 +325,7 @@ export class S3ObjectStore implements ObjectStore {
       return new Uint8Array(0);
     }
     try {
-      const response = await this.client.send(
-        new GetObjectCommand({ Bucket: this.bucket, Key: objectKey, Range: `bytes=${range.offset}-${endOffset - 1}` }),
-      );
+      const response = await this.client.send(new GetObjectCommand({ Bucket: this.bucket, Key: objectKey, Range: `bytes=${range.offset}-${endOffset - 1}` }));
       // Judge the range by Content-Range before reading the body: S3 trims a range that runs past
       // the end, and some servers announce bytes they never send (s3rver on an empty object).
       // Without Content-Range the server ignored Range and sends the whole object.
@@ -340,7 +339,9 @@ export class S3ObjectStore implements ObjectStore {
       const totalBytes = match === null || match[3] === '*' ? undefined : Number(match[3]);
       if (startOffset > range.offset) {
         discardBody(response.Body);
-        throw new StoreUnavailableError(`S3 store ${this.url}: get ${key}: asked for bytes from ${range.offset}, got Content-Range ${JSON.stringify(contentRange)}`);
+        throw new StoreUnavailableError(
+          `S3 store ${this.url}: get ${key}: asked for bytes from ${range.offset}, got Content-Range ${JSON.stringify(contentRange)}`,
+        );
       }
       if (totalBytes !== undefined && endOffset > totalBytes) {
         discardBody(response.Body);

@@ -34,7 +34,10 @@ describe('parseStoreUrl', () => {
         's3://csa2/prod?endpoint=http://127.0.0.1:4568&forcePathStyle=1&region=eu-west-1',
         { kind: 's3', bucket: 'csa2', prefix: 'prod', endpoint: 'http://127.0.0.1:4568', forcePathStyle: true, region: 'eu-west-1' },
       ],
-      ['s3://csa2?endpoint=https%3A%2F%2Fs3.example.com&forcePathStyle=false', { kind: 's3', bucket: 'csa2', prefix: '', endpoint: 'https://s3.example.com', forcePathStyle: false }],
+      [
+        's3://csa2?endpoint=https%3A%2F%2Fs3.example.com&forcePathStyle=false',
+        { kind: 's3', bucket: 'csa2', prefix: '', endpoint: 'https://s3.example.com', forcePathStyle: false },
+      ],
       ['s3://csa2/x?forcePathStyle=true', { kind: 's3', bucket: 'csa2', prefix: 'x', forcePathStyle: true }],
       ['s3://csa2/x?readPartSizeBytes=1048576&readParallelism=8', { kind: 's3', bucket: 'csa2', prefix: 'x', readPartSizeBytes: 1048576, readParallelism: 8 }],
       ['s3://csa2/x?touchMode=rewrite', { kind: 's3', bucket: 'csa2', prefix: 'x', touchMode: 'rewrite' }],

@@ -65,7 +65,9 @@ export function parseStoreUrl(url: string): StoreConfig {
   if (url.startsWith('/')) return { kind: 'fs', root: resolve(url) };
   const scheme = SCHEME.exec(url)?.[1]?.toLowerCase();
   if (scheme === undefined) {
-    throw new StoreConfigError(`store URL ${JSON.stringify(url)} has no scheme and is not an absolute path (use file:///abs/path, /abs/path or s3://bucket/prefix)`);
+    throw new StoreConfigError(
+      `store URL ${JSON.stringify(url)} has no scheme and is not an absolute path (use file:///abs/path, /abs/path or s3://bucket/prefix)`,
+    );
   }
   let parsed: URL;
   try {
@@ -144,7 +146,8 @@ function parseS3Url(url: string, parsed: URL): S3StoreConfig {
         readParallelism = parsePositiveInt(url, name, value);
         break;
       case 'touchMode':
-        if (value !== 'copy' && value !== 'rewrite') throw new StoreConfigError(`store URL ${JSON.stringify(url)}: touchMode must be copy or rewrite, got ${JSON.stringify(value)}`);
+        if (value !== 'copy' && value !== 'rewrite')
+          throw new StoreConfigError(`store URL ${JSON.stringify(url)}: touchMode must be copy or rewrite, got ${JSON.stringify(value)}`);
         touchMode = value;
         break;
     }

@@ -9,12 +9,29 @@
 import assert from 'node:assert/strict';
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { SeededRandom, dequantizeIndexKRows, dequantizeMainKvRows, fakeQuantFp4E4m3Block16, fakeQuantFp4Ue8m0Block32, quantizeIndexKRows, quantizeMainKvRows, type Sequence } from '@csa2/core';
+import {
+  SeededRandom,
+  dequantizeIndexKRows,
+  dequantizeMainKvRows,
+  fakeQuantFp4E4m3Block16,
+  fakeQuantFp4Ue8m0Block32,
+  quantizeIndexKRows,
+  quantizeMainKvRows,
+  type Sequence,
+} from '@csa2/core';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ObjectNotFoundError } from '../errors.js';
-import { appendPackedRows, appendTokenIds, emptySequenceFor, packedRowsOf, sequenceEntryCount, sequenceLength, sequenceTokenIds } from '../format/sequence-rows.js';
+import {
+  appendPackedRows,
+  appendTokenIds,
+  emptySequenceFor,
+  packedRowsOf,
+  sequenceEntryCount,
+  sequenceLength,
+  sequenceTokenIds,
+} from '../format/sequence-rows.js';
 import { createArtifactLayout, type ArtifactLayout } from '../layout.js';
 import { FsObjectStore } from '../store/fs-store.js';
 import { checkListOptions, checkRange, validateKey, validatePrefix } from '../store/keys.js';
@@ -266,7 +283,11 @@ export function assertSequencePrefix(
       assertSameBytes(got.indexKU8, want.indexKU8, `layer ${s.layer} index K`);
     } else {
       assertSameBits(dequantizeMainKvRows(got.mainKvU8, layout.headDim), dequantizeMainKvRows(want.mainKvU8, layout.headDim), `layer ${s.layer} main KV`);
-      assertSameBits(dequantizeIndexKRows(got.indexKU8, layout.indexHeadDim), dequantizeIndexKRows(want.indexKU8, layout.indexHeadDim), `layer ${s.layer} index K`);
+      assertSameBits(
+        dequantizeIndexKRows(got.indexKU8, layout.indexHeadDim),
+        dequantizeIndexKRows(want.indexKU8, layout.indexHeadDim),
+        `layer ${s.layer} index K`,
+      );
     }
   }
 }
@@ -342,7 +363,10 @@ export class TrackingStore implements ObjectStore {
   private puts = 0;
   private gets = 0;
 
-  constructor(readonly inner: ObjectStore, readonly delayMs = 0) {
+  constructor(
+    readonly inner: ObjectStore,
+    readonly delayMs = 0,
+  ) {
     this.url = inner.url;
   }
 

@@ -76,11 +76,7 @@ function sortedKeys(keys: Iterable<string>): string[] {
  * Registers the conformance tests of one backend with node:test.
  * @example runObjectStoreConformance('FsObjectStore', async () => { const root = await mkdtemp(…); return { store: new FsObjectStore(root), cleanup: () => rm(root, { recursive: true }) }; });
  */
-export function runObjectStoreConformance<S extends ObjectStore>(
-  name: string,
-  open: () => Promise<OpenedStore<S>>,
-  options: ConformanceOptions<S> = {},
-): void {
+export function runObjectStoreConformance<S extends ObjectStore>(name: string, open: () => Promise<OpenedStore<S>>, options: ConformanceOptions<S> = {}): void {
   describe(`${name} conforms to ObjectStore`, () => {
     let opened: OpenedStore<S> | undefined;
     const store = (): S => {
@@ -157,11 +153,17 @@ export function runObjectStoreConformance<S extends ObjectStore>(
         const fresh = await store().get('obj', { into: small });
         assert.deepEqual(fresh, body);
         assert.notEqual(fresh.buffer, small.buffer);
-        assert.ok(small.every((b) => b === 0xee), 'a buffer too small is left untouched');
+        assert.ok(
+          small.every((b) => b === 0xee),
+          'a buffer too small is left untouched',
+        );
         for (const hint of [0, 1, body.byteLength - 1, body.byteLength + 1, 10 * body.byteLength]) {
           assert.deepEqual(await store().get('obj', { sizeBytesHint: hint }), body, `hint ${hint}`);
         }
-        await assert.rejects(store().get('absent', { into: big, sizeBytesHint: 10 }), (err: unknown) => err instanceof ObjectNotFoundError && err.key === 'absent');
+        await assert.rejects(
+          store().get('absent', { into: big, sizeBytesHint: 10 }),
+          (err: unknown) => err instanceof ObjectNotFoundError && err.key === 'absent',
+        );
       });
     });
 
@@ -198,7 +200,10 @@ export function runObjectStoreConformance<S extends ObjectStore>(
           winners.some((body) => Buffer.from(body).equals(stored)),
           'the stored object is not the whole body of a writer that returned true',
         );
-        assert.deepEqual((await store().list('contended/')).map((info) => info.key), ['contended/key']);
+        assert.deepEqual(
+          (await store().list('contended/')).map((info) => info.key),
+          ['contended/key'],
+        );
       });
     });
 

@@ -1,13 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import {
-  globalCacheBytes,
-  globalCacheBytesPerToken,
-  indexKRowBytes,
-  mainKvRowBytes,
-  windowCacheBytes,
-  windowKvRowBytes,
-} from './cache-layout.js';
+import { globalCacheBytes, globalCacheBytesPerToken, indexKRowBytes, mainKvRowBytes, windowCacheBytes, windowKvRowBytes } from './cache-layout.js';
 import { buildLayerPlan } from './layer-plan.js';
 import { readModelConfigFile } from './model-config.js';
 import { fixturesRoot } from '../testing/fixtures.js';

@@ -135,7 +135,11 @@ test('invalid schedules give a ConfigError naming the list and the layer', async
     // an index source with ratio 0
     [{ index_source_layers: [0, 1, 3, 5] }, 'index_source_layers', /layer 0 .*ratio 0/],
     // layer 3 (ratio 1) would read layer 1's ratio-2 KV
-    [{ kv_source_layers: [1], index_source_layers: [1, 5], candidate_source_layer: -1 }, 'kv_source_layers', /layer 3 \(compress ratio 1\).*layer 1 \(compress ratio 2\)/],
+    [
+      { kv_source_layers: [1], index_source_layers: [1, 5], candidate_source_layer: -1 },
+      'kv_source_layers',
+      /layer 3 \(compress ratio 1\).*layer 1 \(compress ratio 2\)/,
+    ],
     // layer 3 (ratio 1, reuse) would read layer 1's ratio-2 KV: the ratio-1 KV source comes too late
     [
       { compress_ratios: [0, 2, 2, 1, 1, 1], kv_source_layers: [1, 4], index_source_layers: [1, 4, 5], candidate_source_layer: -1 },
@@ -188,5 +192,8 @@ test('ratio-2 reindex layers are valid; a ratio change without its own KV source
     index_source_layers: [1, 3],
     candidate_source_layer: -1,
   });
-  assert.throws(() => buildLayerPlan(mixed), (e: unknown) => e instanceof ConfigError && e.field === 'kv_source_layers' && /layer 4/.test(e.message));
+  assert.throws(
+    () => buildLayerPlan(mixed),
+    (e: unknown) => e instanceof ConfigError && e.field === 'kv_source_layers' && /layer 4/.test(e.message),
+  );
 });

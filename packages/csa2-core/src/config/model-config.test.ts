@@ -185,7 +185,10 @@ test('bad inputs give a ConfigError naming the JSON key and the bad value', asyn
     );
   }
   for (const notObject of [null, [], 'x', 3]) {
-    assert.throws(() => parseModelConfig(notObject), (e: unknown) => e instanceof ConfigError && e.field === '(root)');
+    assert.throws(
+      () => parseModelConfig(notObject),
+      (e: unknown) => e instanceof ConfigError && e.field === '(root)',
+    );
   }
 });
 
@@ -237,7 +240,10 @@ test('assertRunnable names each single out-of-scope feature', async () => {
   ];
   for (const [patch, field] of cases) {
     const c = parseModelConfig({ ...base, ...patch });
-    assert.throws(() => assertRunnable(c), (e: unknown) => e instanceof UnsupportedFeatureError && e.feature === field);
+    assert.throws(
+      () => assertRunnable(c),
+      (e: unknown) => e instanceof UnsupportedFeatureError && e.feature === field,
+    );
   }
   // a DSpark block size without MTP layers builds nothing
   assert.doesNotThrow(() => assertRunnable(parseModelConfig({ ...base, dspark_block_size: 5, n_mtp_layers: 0 })));

@@ -235,10 +235,7 @@ export function parseModelConfig(json: unknown): ModelConfig {
   if (indexHeadDim % 32 !== 0) throw new ConfigError('index_head_dim', `must be a multiple of 32 (FP4 blocks of 32), got ${indexHeadDim}`);
   const indexTopK = intField(obj, ['index_topk'], 64, 1).value;
   if (ropeHeadDim % 2 !== 0 || ropeHeadDim > headDim || ropeHeadDim > indexHeadDim) {
-    throw new ConfigError(
-      'rope_head_dim',
-      `must be even and <= head_dim (${headDim}) and <= index_head_dim (${indexHeadDim}), got ${ropeHeadDim}`,
-    );
+    throw new ConfigError('rope_head_dim', `must be even and <= head_dim (${headDim}) and <= index_head_dim (${indexHeadDim}), got ${ropeHeadDim}`);
   }
 
   // out-of-scope features (read early: DSpark decides how many compress_ratios entries are needed)
@@ -385,13 +382,22 @@ export function unsupportedSettings(config: ModelConfig): UnsupportedSetting[] {
   if (config.engramLayerIds.length > 0) out.push(unsupported('engram_layer_ids', config.engramLayerIds, [], 'Engram is not supported by csa2-serve'));
   if (config.visionNumLayers > 0) out.push(unsupported('vision_n_layers', config.visionNumLayers, 0, 'the vision tower is not supported by csa2-serve'));
   if (config.dsparkBlockSize > 0 && config.numMtpLayers > 0) {
-    out.push(unsupported('dspark_block_size', config.dsparkBlockSize, 0, `the DSpark/MTP head (with n_mtp_layers = ${config.numMtpLayers}) is not supported by csa2-serve`));
+    out.push(
+      unsupported(
+        'dspark_block_size',
+        config.dsparkBlockSize,
+        0,
+        `the DSpark/MTP head (with n_mtp_layers = ${config.numMtpLayers}) is not supported by csa2-serve`,
+      ),
+    );
   }
   if (config.weightDtype !== 'bf16') {
     out.push(unsupported('dtype', config.weightDtype, 'bf16', `${config.weightDtype} weights are not supported; only bf16/fp32 weights are runnable for now`));
   }
   if (config.expertDtype !== null) {
-    out.push(unsupported('expert_dtype', config.expertDtype, null, `${config.expertDtype} experts are not supported; only bf16/fp32 weights are runnable for now`));
+    out.push(
+      unsupported('expert_dtype', config.expertDtype, null, `${config.expertDtype} experts are not supported; only bf16/fp32 weights are runnable for now`),
+    );
   }
   return out;
 }

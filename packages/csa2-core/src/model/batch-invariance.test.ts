@@ -76,10 +76,29 @@ function drivers(model: Csa2Model, rng: SeededRandom): Driver[] {
       seq,
       logits,
       next: () => {
-        if (p < prompt.length) return { seq, layout: { kind: 'segment', start: 0, end: prompt.length }, p0: p, p1: Math.min(prompt.length, p + 30), l0: 0, l1: dec, input: null, compressAtEnd: true };
+        if (p < prompt.length)
+          return {
+            seq,
+            layout: { kind: 'segment', start: 0, end: prompt.length },
+            p0: p,
+            p1: Math.min(prompt.length, p + 30),
+            l0: 0,
+            l1: dec,
+            input: null,
+            compressAtEnd: true,
+          };
         if (!replayed) {
           const input = { start: prompt.length - R, rows: R, X: keptX, pre: keptPre };
-          return { seq, layout: { kind: 'segment', start: prompt.length - R, end: prompt.length }, p0: prompt.length - R, p1: prompt.length, l0: dec, l1: L, input, logits: true };
+          return {
+            seq,
+            layout: { kind: 'segment', start: prompt.length - R, end: prompt.length },
+            p0: prompt.length - R,
+            p1: prompt.length,
+            l0: dec,
+            l1: L,
+            input,
+            logits: true,
+          };
         }
         if (logits.length > decodeSteps) return null;
         seq.tokens.push(argmax(logits[logits.length - 1] as Float32Array));
@@ -209,7 +228,16 @@ async function checkForks(ckpt: Checkpoint, options: { indexerKeyChunk: number }
       return { seq, logits: [] as Float32Array[] };
     });
     for (let step = 0; step < 5; step++) {
-      const spans = forks.map((f) => ({ seq: f.seq, layout: { kind: 'step' as const }, p0: f.seq.length - 1, p1: f.seq.length, l0: 0, l1: L, input: null, logits: true }));
+      const spans = forks.map((f) => ({
+        seq: f.seq,
+        layout: { kind: 'step' as const },
+        p0: f.seq.length - 1,
+        p1: f.seq.length,
+        l0: 0,
+        l1: L,
+        input: null,
+        logits: true,
+      }));
       const outs = await model.forward(spans);
       outs.forEach((o, i) => {
         const f = forks[i] as (typeof forks)[number];

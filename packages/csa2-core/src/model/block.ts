@@ -45,7 +45,12 @@ export interface LayerBatch {
 }
 
 /** The compressor inputs of one span's rows, from the (batch-wide) attnIn or compress-only outputs. */
-export function spanCompressorRows(out: { latent?: TensorOf<'float32'>; ckv?: TensorOf<'float32'>; cscore?: TensorOf<'float32'> }, offset: number, rows: number, D: number): CompressorRows {
+export function spanCompressorRows(
+  out: { latent?: TensorOf<'float32'>; ckv?: TensorOf<'float32'>; cscore?: TensorOf<'float32'> },
+  offset: number,
+  rows: number,
+  D: number,
+): CompressorRows {
   const cut = (t: TensorOf<'float32'> | undefined) => t?.data.subarray(offset * D, (offset + rows) * D);
   const latent = cut(out.latent);
   const ckv = cut(out.ckv);
@@ -139,7 +144,14 @@ export async function runBlock(ctx: BlockContext, lg: LayerGraphs, batch: LayerB
     for (const { st, offset } of batch.spans) {
       const p0 = st.span.p0;
       const S = st.rows;
-      obs.routing?.(e.layer, p0, S, attn.xf.data.subarray(offset * d, (offset + S) * d), ffn.routing.experts.subarray(offset * k, (offset + S) * k), ffn.routing.weights.subarray(offset * k, (offset + S) * k));
+      obs.routing?.(
+        e.layer,
+        p0,
+        S,
+        attn.xf.data.subarray(offset * d, (offset + S) * d),
+        ffn.routing.experts.subarray(offset * k, (offset + S) * k),
+        ffn.routing.weights.subarray(offset * k, (offset + S) * k),
+      );
       obs.layerOutput?.(e.layer, p0, S, ffn.X.subarray(offset * n * d, (offset + S) * n * d), ffn.pre.subarray(offset * n, (offset + S) * n));
     }
   }

@@ -109,7 +109,7 @@ test('windows wider than one attention block: short prompts run, and are exact (
   }
 });
 
-test('a decode batch\'s attention key tables, read in place after the selected entries or copied (a budget of 3 rows a run): the same logits, bit for bit', async () => {
+test("a decode batch's attention key tables, read in place after the selected entries or copied (a budget of 3 rows a run): the same logits, bit for bit", async () => {
   const whole = await open();
   const c = ckpt.config;
   const blocked = await open({ attentionBudgetValues: 3 * (64 + 3 * c.numHeads) * c.headDim });
@@ -121,7 +121,9 @@ test('a decode batch\'s attention key tables, read in place after the selected e
       s.tokens.push((b * 37 + 5) % c.vocabSize);
       return s;
     });
-    return model.forward(seqs.map((seq) => ({ seq, layout: { kind: 'step' as const }, p0: seq.length - 1, p1: seq.length, l0: 0, l1: c.numLayers, input: null, logits: true })));
+    return model.forward(
+      seqs.map((seq) => ({ seq, layout: { kind: 'step' as const }, p0: seq.length - 1, p1: seq.length, l0: 0, l1: c.numLayers, input: null, logits: true })),
+    );
   };
   const before = { ...attentionTableStats };
   const one = await batch(whole);
@@ -129,7 +131,10 @@ test('a decode batch\'s attention key tables, read in place after the selected e
   const runs = await batch(blocked);
   assert.equal(afterWhole.copied, before.copied, 'one run a layer: every key table in place');
   assert.ok(afterWhole.inPlace > before.inPlace);
-  assert.ok(attentionTableStats.copied > afterWhole.copied && attentionTableStats.inPlace > afterWhole.inPlace, 'three runs a layer: the first copied, the last in place');
+  assert.ok(
+    attentionTableStats.copied > afterWhole.copied && attentionTableStats.inPlace > afterWhole.inPlace,
+    'three runs a layer: the first copied, the last in place',
+  );
   one.forEach((o, b) => same(runs[b]!.logits as Float32Array, o.logits as Float32Array, `sequence ${b} logits`));
   await whole.dispose();
   await blocked.dispose();
@@ -155,7 +160,9 @@ test('attention runs above attentionArenaMaxRows go to the sessions without an a
       s.tokens.push((i * 37 + 5) % c.vocabSize);
       return s;
     });
-    const outs = await model.forward(seqs.map((seq) => ({ seq, layout: { kind: 'step' as const }, p0: seq.length - 1, p1: seq.length, l0: 0, l1: c.numLayers, input: null, logits: true })));
+    const outs = await model.forward(
+      seqs.map((seq) => ({ seq, layout: { kind: 'step' as const }, p0: seq.length - 1, p1: seq.length, l0: 0, l1: c.numLayers, input: null, logits: true })),
+    );
     return outs.map((o) => o.logits as Float32Array);
   };
   for (const size of [2, 5]) {
@@ -167,7 +174,10 @@ test('attention runs above attentionArenaMaxRows go to the sessions without an a
     else assert.equal(noArenaRuns, c.numLayers, `a batch of ${size} rows: one run a layer without the arena`);
     got.forEach((g, i) => same(g, want[i] as Float32Array, `batch of ${size}, sequence ${i} logits`));
   }
-  await assert.rejects(open({ runtime: { ...DEFAULT_RUNTIME_OPTIONS, attentionArenaMaxRows: 0 } }), /attentionArenaMaxRows must be a positive integer or Infinity, got 0/);
+  await assert.rejects(
+    open({ runtime: { ...DEFAULT_RUNTIME_OPTIONS, attentionArenaMaxRows: 0 } }),
+    /attentionArenaMaxRows must be a positive integer or Infinity, got 0/,
+  );
   await arena.dispose();
   await split.dispose();
 });

@@ -53,15 +53,18 @@ function checkSpans(config: ModelConfig, spans: readonly Span[]): void {
   const seen = new Set<object>();
   spans.forEach((s, i) => {
     const where = `span ${i}`;
-    if (!(Number.isInteger(s.p0) && Number.isInteger(s.p1) && 0 <= s.p0 && s.p0 < s.p1)) throw new Csa2Error('runtime', `${where}: rows [${s.p0}, ${s.p1}) are empty or not integers`);
+    if (!(Number.isInteger(s.p0) && Number.isInteger(s.p1) && 0 <= s.p0 && s.p0 < s.p1))
+      throw new Csa2Error('runtime', `${where}: rows [${s.p0}, ${s.p1}) are empty or not integers`);
     if (s.p1 > s.seq.length) throw new Csa2Error('runtime', `${where}: rows end at ${s.p1}, the sequence holds ${s.seq.length} tokens`);
-    if (!(0 <= s.l0 && s.l0 < s.l1 && s.l1 <= config.numLayers)) throw new Csa2Error('runtime', `${where}: layers [${s.l0}, ${s.l1}) are not within [0, ${config.numLayers})`);
+    if (!(0 <= s.l0 && s.l0 < s.l1 && s.l1 <= config.numLayers))
+      throw new Csa2Error('runtime', `${where}: layers [${s.l0}, ${s.l1}) are not within [0, ${config.numLayers})`);
     if (s.input === null && s.l0 !== 0) throw new Csa2Error('runtime', `${where}: a span that starts at layer ${s.l0} needs its input stream`);
     if (s.input !== null && (s.input.start > s.p0 || s.input.start + s.input.rows < s.p1)) {
       throw new Csa2Error('runtime', `${where}: input stream rows [${s.input.start}, ${s.input.start + s.input.rows}) do not cover [${s.p0}, ${s.p1})`);
     }
     if (s.layout.kind === 'step' && s.p1 !== s.p0 + 1) throw new Csa2Error('runtime', `${where}: a step span has one row`);
-    if (s.layout.kind === 'segment' && (s.p0 < s.layout.start || s.p1 > s.layout.end)) throw new Csa2Error('runtime', `${where}: rows [${s.p0}, ${s.p1}) outside segment [${s.layout.start}, ${s.layout.end})`);
+    if (s.layout.kind === 'segment' && (s.p0 < s.layout.start || s.p1 > s.layout.end))
+      throw new Csa2Error('runtime', `${where}: rows [${s.p0}, ${s.p1}) outside segment [${s.layout.start}, ${s.layout.end})`);
     if (seen.has(s.seq)) throw new Csa2Error('runtime', `${where}: one sequence may have only one span in a forward call`);
     seen.add(s.seq);
   });
@@ -118,11 +121,14 @@ export async function forward(ctx: ForwardContext, spans: readonly Span[]): Prom
     const dec = ctx.plan.decoderStart;
     const graph = ctx.graphs.compressOnly;
     if (dec === null || graph === null) throw new Csa2Error('unsupported-feature', 'this layer schedule has no encoder–decoder split');
-    for (const st of toCompress) if (st.span.l1 !== dec) throw new Csa2Error('runtime', `an encode span must end at the decoder start (layer ${dec}), not ${st.span.l1}`);
+    for (const st of toCompress)
+      if (st.span.l1 !== dec) throw new Csa2Error('runtime', `an encode span must end at the decoder start (layer ${dec}), not ${st.span.l1}`);
     const t0 = performance.now();
     const b = concatStates(toCompress, n, d);
     const out = await graph.run({ X: f32(b.X, [b.rows, n, d]), pre: f32(b.pre, [b.rows, n]) });
-    await compressSpans(ctx, ctx.graphs.layers[dec] as (typeof ctx.graphs.layers)[number], b.spans, out, (st) => (st.span.layout.kind === 'step' ? st.span.layout : { kind: 'segment', start: st.span.p0, end: st.span.p1 }));
+    await compressSpans(ctx, ctx.graphs.layers[dec] as (typeof ctx.graphs.layers)[number], b.spans, out, (st) =>
+      st.span.layout.kind === 'step' ? st.span.layout : { kind: 'segment', start: st.span.p0, end: st.span.p1 },
+    );
     ctx.timer?.other('compress-at-end', performance.now() - t0);
   }
 
@@ -156,10 +162,18 @@ export async function forward(ctx: ForwardContext, spans: readonly Span[]): Prom
       at += k;
     }
   }
-  return states.map((st) => ({ stream: { start: st.span.p0, rows: st.rows, X: st.X, pre: st.pre }, logits: logits.get(st) ?? null, rowLogits: rowLogits.get(st) ?? null }));
+  return states.map((st) => ({
+    stream: { start: st.span.p0, rows: st.rows, X: st.X, pre: st.pre },
+    logits: logits.get(st) ?? null,
+    rowLogits: rowLogits.get(st) ?? null,
+  }));
 }
 
-function concatStates(states: readonly SpanState[], n: number, d: number): { spans: Array<{ st: SpanState; offset: number }>; rows: number; X: Float32Array; pre: Float32Array } {
+function concatStates(
+  states: readonly SpanState[],
+  n: number,
+  d: number,
+): { spans: Array<{ st: SpanState; offset: number }>; rows: number; X: Float32Array; pre: Float32Array } {
   const rows = states.reduce((s, st) => s + st.rows, 0);
   if (states.length === 1) {
     const st = states[0] as SpanState;

@@ -26,17 +26,7 @@ import { buildHeadGraph, buildMoeGraph } from './graphs/ffn-graphs.js';
 import { buildIndexScoresGraph, buildIndexerPoolGraph, buildIndexerScanGraph } from './graphs/indexer-graphs.js';
 import { IndexScorer, MAX_HEADS_SUMMED_IN_TS } from './indexer/indexer-scores.js';
 import { ScanThreads } from './indexer/scan-threads.js';
-import {
-  ATTENTION,
-  ATTN_IN,
-  ATTN_IN_COMPRESS,
-  ATTN_OUT,
-  COMPRESS,
-  HEAD,
-  INDEXER_POOL,
-  INDEXER_SCAN,
-  moeSignature,
-} from './graphs/signatures.js';
+import { ATTENTION, ATTN_IN, ATTN_IN_COMPRESS, ATTN_OUT, COMPRESS, HEAD, INDEXER_POOL, INDEXER_SCAN, moeSignature } from './graphs/signatures.js';
 import type { HcSplitParams } from './hc/hc-sinkhorn.js';
 import type { AttentionGraphs } from './attention/attention.js';
 import type { FfnGraphs } from './ffn/ffn.js';
@@ -90,7 +80,13 @@ function hcSplitParams(c: ModelConfig, w: WeightSource, layer: number, which: 'a
 /** Builds every graph from the weights and opens the sessions; on failure, closes what was opened. */
 export async function openModelGraphs(config: ModelConfig, plan: LayerPlan, weights: WeightSource, options: GraphBuildOptions): Promise<ModelGraphs> {
   // bf16 tensor-core GEMMs on the CUDA provider (GraphContext.bf16Gemm); the CPU keeps the exact path
-  const ctx: GraphContext = { config, weights, mode: options.numerics, bf16Gemm: options.bf16Gemm ?? options.runtime.executionProvider === 'cuda', sinkhornInGraph: options.sinkhornInGraph === true };
+  const ctx: GraphContext = {
+    config,
+    weights,
+    mode: options.numerics,
+    bf16Gemm: options.bf16Gemm ?? options.runtime.executionProvider === 'cuda',
+    sinkhornInGraph: options.sinkhornInGraph === true,
+  };
   const threads = resolveIntraOpThreads(options.runtime, config.dim);
   const arenaRows = options.runtime.attentionArenaMaxRows;
   if (!(arenaRows === Infinity || (Number.isInteger(arenaRows) && arenaRows >= 1))) {
@@ -98,7 +94,12 @@ export async function openModelGraphs(config: ModelConfig, plan: LayerPlan, weig
   }
   const opened: TypedGraph<GraphSignature<Io, Io, Io, Io>>[] = [];
   let scorerSession: GraphSession | null = null;
-  const open = async <S extends GraphSignature<Io, Io, Io, Io>>(name: string, bytes: Uint8Array, signature: S, memoryArena = options.runtime.memoryArena): Promise<TypedGraph<S>> => {
+  const open = async <S extends GraphSignature<Io, Io, Io, Io>>(
+    name: string,
+    bytes: Uint8Array,
+    signature: S,
+    memoryArena = options.runtime.memoryArena,
+  ): Promise<TypedGraph<S>> => {
     const g = await TypedGraph.open(name, bytes, signature, options.runtime, threads, memoryArena);
     opened.push(g as unknown as TypedGraph<GraphSignature<Io, Io, Io, Io>>);
     return g;
@@ -111,11 +112,17 @@ export async function openModelGraphs(config: ModelConfig, plan: LayerPlan, weig
       const split = options.indexerScores === 'split';
       if (e.isIndexSource) {
         if (e.usesCandidates && options.indexerPool) {
-          indexer = split ? { kind: 'split-pool' } : { kind: 'pool', graph: await open(`indexer_pool_${e.layer}`, buildIndexerPoolGraph(ctx, e), INDEXER_POOL) };
+          indexer = split
+            ? { kind: 'split-pool' }
+            : { kind: 'pool', graph: await open(`indexer_pool_${e.layer}`, buildIndexerPoolGraph(ctx, e), INDEXER_POOL) };
         } else if (!e.usesCandidates && split) {
           indexer = { kind: 'split-scan' };
         } else {
-          indexer = { kind: 'scan', graph: await open(`indexer_${e.layer}`, buildIndexerScanGraph(ctx, e), INDEXER_SCAN), maskedToCandidates: e.usesCandidates };
+          indexer = {
+            kind: 'scan',
+            graph: await open(`indexer_${e.layer}`, buildIndexerScanGraph(ctx, e), INDEXER_SCAN),
+            maskedToCandidates: e.usesCandidates,
+          };
         }
       }
       layers.push({
@@ -145,13 +152,31 @@ export async function openModelGraphs(config: ModelConfig, plan: LayerPlan, weig
     const compressedGraph = buildAttentionGraph(ctx, true);
     let indexScorer: IndexScorer | null = null;
     if (options.indexerScores === 'split' && plan.entries.some((e) => e.isIndexSource)) {
-      scorerSession = await openGraphSession('index_scores', buildIndexScoresGraph(ctx, config.indexNumHeads > MAX_HEADS_SUMMED_IN_TS), options.runtime, threads);
-      indexScorer = new IndexScorer(config, options.numerics, scorerSession, true, (options.scanThreads ?? 0) > 0 ? new ScanThreads(options.scanThreads as number, { kernel: { heads: config.indexNumHeads, dim: config.indexHeadDim, round: options.numerics === 'bf16' } }) : null);
+      scorerSession = await openGraphSession(
+        'index_scores',
+        buildIndexScoresGraph(ctx, config.indexNumHeads > MAX_HEADS_SUMMED_IN_TS),
+        options.runtime,
+        threads,
+      );
+      indexScorer = new IndexScorer(
+        config,
+        options.numerics,
+        scorerSession,
+        true,
+        (options.scanThreads ?? 0) > 0
+          ? new ScanThreads(options.scanThreads as number, {
+              kernel: { heads: config.indexNumHeads, dim: config.indexHeadDim, round: options.numerics === 'bf16' },
+            })
+          : null,
+      );
     }
     return {
       layers,
       head: await open('head', buildHeadGraph(ctx), HEAD),
-      compressOnly: dec === null ? null : await open(`attn_in_${dec}_compress`, buildAttnInGraph(ctx, plan.entries[dec] as LayerPlanEntry, { compressOnly: true }), ATTN_IN_COMPRESS),
+      compressOnly:
+        dec === null
+          ? null
+          : await open(`attn_in_${dec}_compress`, buildAttnInGraph(ctx, plan.entries[dec] as LayerPlanEntry, { compressOnly: true }), ATTN_IN_COMPRESS),
       // shared by every layer of their kind: one arena each (RuntimeOptions.attentionArena)
       attentionWindow: await open('attention_window', windowGraph, ATTENTION, attentionArena),
       attentionCompressed: await open('attention_compressed', compressedGraph, ATTENTION, attentionArena),
@@ -177,6 +202,14 @@ export async function disposeModelGraphs(graphs: ModelGraphs): Promise<void> {
     const indexer = l.indexer !== null && 'graph' in l.indexer ? l.indexer.graph : null;
     for (const g of [l.attnIn, l.attnOut, l.moe, l.compress, indexer]) if (g !== null) await g.dispose();
   }
-  for (const g of [graphs.head, graphs.compressOnly, graphs.attentionWindow, graphs.attentionCompressed, graphs.attentionNoArena?.window ?? null, graphs.attentionNoArena?.compressed ?? null]) if (g !== null) await g.dispose();
+  for (const g of [
+    graphs.head,
+    graphs.compressOnly,
+    graphs.attentionWindow,
+    graphs.attentionCompressed,
+    graphs.attentionNoArena?.window ?? null,
+    graphs.attentionNoArena?.compressed ?? null,
+  ])
+    if (g !== null) await g.dispose();
   await graphs.indexScorer?.dispose();
 }

@@ -17,7 +17,7 @@ import type { ModelConfig } from '../config/model-config.js';
 import type { LayerPlan } from '../config/layer-plan.js';
 import { Csa2Error, InputError } from '../errors.js';
 import { DEFAULT_RUNTIME_OPTIONS, type RuntimeOptions } from '../runtime/ort-session.js';
-import { type NumericsMode } from './graphs/graph-ops.js';
+import type { NumericsMode } from './graphs/graph-ops.js';
 import type { WeightSource } from './graphs/context.js';
 import { AttentionScratch } from './attention/attention.js';
 import { forward, ropeTensors, type ForwardContext } from './forward.js';
@@ -125,9 +125,19 @@ export class Csa2Model {
     }
     const bs = Math.max(1, config.candidateBlockSize);
     if (opts.indexerKeyChunk % bs !== 0 || opts.indexerKeyChunk < 2) {
-      throw new Csa2Error('config-invalid', `model option indexerKeyChunk (${opts.indexerKeyChunk}) must be a multiple of candidate_block_size (${bs}) and at least 2`);
+      throw new Csa2Error(
+        'config-invalid',
+        `model option indexerKeyChunk (${opts.indexerKeyChunk}) must be a multiple of candidate_block_size (${bs}) and at least 2`,
+      );
     }
-    const graphs = await openModelGraphs(config, plan, weights, { numerics: opts.numerics, runtime: opts.runtime, sinkhornInGraph: opts.sinkhorn === 'graph', indexerPool: opts.indexerPool, indexerScores: opts.indexerScores, scanThreads: resolveScanThreads(opts.scanThreads) });
+    const graphs = await openModelGraphs(config, plan, weights, {
+      numerics: opts.numerics,
+      runtime: opts.runtime,
+      sinkhornInGraph: opts.sinkhorn === 'graph',
+      indexerPool: opts.indexerPool,
+      indexerScores: opts.indexerScores,
+      scanThreads: resolveScanThreads(opts.scanThreads),
+    });
     const ropeDim = config.ropeHeadDim;
     const freqsPlain = ropeFrequencies({ ropeDim, base: config.ropeTheta, yarn: null });
     const freqsCompress = ropeFrequencies({
@@ -186,7 +196,8 @@ export class Csa2Model {
   /** First decoder layer (the causal encoder–decoder split), or an error for schedules without one. */
   get decoderStart(): number {
     const d = this.plan.decoderStart;
-    if (d === null) throw new Csa2Error('unsupported-feature', 'this layer schedule has no encoder–decoder split (no trailing ratio-1 layers led by a KV source)');
+    if (d === null)
+      throw new Csa2Error('unsupported-feature', 'this layer schedule has no encoder–decoder split (no trailing ratio-1 layers led by a KV source)');
     return d;
   }
 
@@ -326,7 +337,17 @@ export class Csa2Model {
       const p1 = Math.min(seg.end, p0 + this.options.chunkTokens);
       const last = p1 === seg.end;
       const [out] = await this.forward([
-        { seq, layout: { kind: 'segment', start: seg.start, end: seg.end }, p0, p1, l0, l1, input, compressAtEnd: opts.compressAtEnd === true, logits: last && opts.logits === true },
+        {
+          seq,
+          layout: { kind: 'segment', start: seg.start, end: seg.end },
+          p0,
+          p1,
+          l0,
+          l1,
+          input,
+          compressAtEnd: opts.compressAtEnd === true,
+          logits: last && opts.logits === true,
+        },
       ]);
       if (out === undefined) throw new Csa2Error('runtime', 'forward returned no output');
       const from = Math.max(p0, keepStart);

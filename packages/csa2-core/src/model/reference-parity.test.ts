@@ -95,8 +95,14 @@ for (const dir of goldenFixtures()) {
         const preDiff = maxAbsDiff(pres.get(e.layer)!, golden.readTensorF32(`prefill.layer${e.layer}.pre_out`));
         assert.ok(preDiff <= PRE_OUT_ATOL, `layer ${e.layer} pre_out differs by ${preDiff}`);
       }
-      if (e.isIndexSource) assert.deepEqual(Array.from(prefillTopk.get(e.layer)!), Array.from(golden.readTensorI32(`prefill.layer${e.layer}.topk`)), `layer ${e.layer} top-k`);
-      if (e.isCandidateSource) assert.deepEqual(Array.from(prefillCand.get(e.layer)!), Array.from(golden.readTensorU8(`prefill.layer${e.layer}.candidates`)), `layer ${e.layer} candidates`);
+      if (e.isIndexSource)
+        assert.deepEqual(Array.from(prefillTopk.get(e.layer)!), Array.from(golden.readTensorI32(`prefill.layer${e.layer}.topk`)), `layer ${e.layer} top-k`);
+      if (e.isCandidateSource)
+        assert.deepEqual(
+          Array.from(prefillCand.get(e.layer)!),
+          Array.from(golden.readTensorU8(`prefill.layer${e.layer}.candidates`)),
+          `layer ${e.layer} candidates`,
+        );
       assert.equal(maxAbsDiff(seq.windows[e.layer]!.rows, golden.readTensorF32(`prefill.layer${e.layer}.window_kv`)), 0, `layer ${e.layer} window ring`);
     }
 
@@ -118,7 +124,9 @@ for (const dir of goldenFixtures()) {
       if (!e.isIndexSource) continue;
       const ref = golden.readTensorI32(`decode.layer${e.layer}.topk`);
       const kk = ref.length / (expectedIds.length - 1);
-      decodeTopk.get(e.layer)!.forEach((row, s) => assert.deepEqual(row, Array.from(ref.subarray(s * kk, (s + 1) * kk)), `layer ${e.layer} decode step ${s + 1} top-k`));
+      decodeTopk
+        .get(e.layer)!
+        .forEach((row, s) => assert.deepEqual(row, Array.from(ref.subarray(s * kk, (s + 1) * kk)), `layer ${e.layer} decode step ${s + 1} top-k`));
     }
     for (const e of ckpt.plan.entries) {
       if (!e.isKvSource) continue;
@@ -126,7 +134,11 @@ for (const dir of goldenFixtures()) {
       const c = seq.cache(e.layer);
       const mainKv = dequantizeMainKvRows(c.mainKv.view(), ckpt.config.headDim);
       const indexK = dequantizeIndexKRows(c.indexK.view(), ckpt.config.indexHeadDim);
-      assert.equal(maxAbsDiff(mainKv, golden.readTensorF32(`cache.layer${e.layer}.compress_kv`).subarray(0, mainKv.length)), 0, `layer ${e.layer} main KV cache`);
+      assert.equal(
+        maxAbsDiff(mainKv, golden.readTensorF32(`cache.layer${e.layer}.compress_kv`).subarray(0, mainKv.length)),
+        0,
+        `layer ${e.layer} main KV cache`,
+      );
       assert.equal(maxAbsDiff(indexK, golden.readTensorF32(`cache.layer${e.layer}.index_k`).subarray(0, indexK.length)), 0, `layer ${e.layer} index K cache`);
     }
     // logits (see the module comment)
@@ -135,13 +147,18 @@ for (const dir of goldenFixtures()) {
       const cpuRef = golden.readTensorF32('xcheck.logits_bf16_cpu');
       const cpu = rowDiffs(cpuRef);
       const spreads = rows.map((_, t) => maxAbsDiff(cpuRef.subarray(t * V, (t + 1) * V), refLogits.subarray(t * V, (t + 1) * V)));
-      console.log(`${name}: logits max |diff| per row vs the official code on a CPU: ${cpu.map((x) => x.toExponential(1)).join(' ')}; GPU–CPU spread per row: ${spreads.map((x) => x.toExponential(1)).join(' ')}`);
+      console.log(
+        `${name}: logits max |diff| per row vs the official code on a CPU: ${cpu.map((x) => x.toExponential(1)).join(' ')}; GPU–CPU spread per row: ${spreads.map((x) => x.toExponential(1)).join(' ')}`,
+      );
       official.forEach((x, t) => {
         const bound = Math.max(LOGITS_ATOL, 1.05 * (spreads[t] as number));
         assert.ok(x <= bound, `logits row ${t} differs from the official run by ${x}, more than max(1e-3, 1.05 × the row's GPU–CPU spread ${spreads[t]})`);
       });
       const flipped = official.filter((x, t) => x > LOGITS_TIGHT && (cpu[t] as number) > LOGITS_TIGHT).length;
-      assert.ok(flipped <= MAX_FLIPPED_ROWS, `${flipped} of ${rows.length} logits rows are further than 1e-5 from both official executions (at most ${MAX_FLIPPED_ROWS})`);
+      assert.ok(
+        flipped <= MAX_FLIPPED_ROWS,
+        `${flipped} of ${rows.length} logits rows are further than 1e-5 from both official executions (at most ${MAX_FLIPPED_ROWS})`,
+      );
     } else {
       official.forEach((x, t) => assert.ok(x <= LOGITS_ATOL, `logits row ${t} differs from the official run by ${x}`));
     }

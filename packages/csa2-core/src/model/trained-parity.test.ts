@@ -50,10 +50,16 @@ function maxAbsDiff(a: Float32Array, b: Float32Array): number {
 
 const mean = (xs: number[]) => xs.reduce((s, x) => s + x, 0) / xs.length;
 
-test('v41-mini-128k: exact mode within the official code\'s own GPU–CPU spread (2K prompt, 73 rows)', async () => {
+test("v41-mini-128k: exact mode within the official code's own GPU–CPU spread (2K prompt, 73 rows)", async () => {
   const golden = openSafetensors(FIXTURE);
-  const sha = createHash('sha256').update(readFileSync(`${MODEL_DIR}/model.safetensors`)).digest('hex');
-  assert.equal(sha, golden.metadata['model_safetensors_sha256'], 'models/v41-mini-128k changed since the fixture was made: regenerate it (fixtures/v41-mini-128k-official/README.md)');
+  const sha = createHash('sha256')
+    .update(readFileSync(`${MODEL_DIR}/model.safetensors`))
+    .digest('hex');
+  assert.equal(
+    sha,
+    golden.metadata['model_safetensors_sha256'],
+    'models/v41-mini-128k changed since the fixture was made: regenerate it (fixtures/v41-mini-128k-official/README.md)',
+  );
 
   const ckpt = await loadCheckpoint(MODEL_DIR);
   const model = await Csa2Model.create(ckpt.config, ckpt.plan, { get: (n) => ckpt.tensor(n).data });
@@ -82,7 +88,7 @@ test('v41-mini-128k: exact mode within the official code\'s own GPU–CPU spread
     `v41-mini-128k vs the official GPU run: mean row max|Δlogit| ${mean(mine).toFixed(4)} (official CPU: ${mean(spread).toFixed(4)}), ` +
       `row 0 ${mine[0]!.toFixed(4)} (official CPU: ${spread[0]!.toFixed(4)}), argmax equal on ${sameArgmax}/${rows} rows`,
   );
-  assert.ok(mean(spread) > 0, 'the fixture\'s two official executions are identical: its xcheck is not a second execution');
+  assert.ok(mean(spread) > 0, "the fixture's two official executions are identical: its xcheck is not a second execution");
   assert.ok(
     mean(mine) <= SPREAD_FACTOR * mean(spread),
     `mean row distance to the official run ${mean(mine)} exceeds ${SPREAD_FACTOR} × the official GPU–CPU spread ${mean(spread)}`,

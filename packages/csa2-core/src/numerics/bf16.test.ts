@@ -1,13 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import {
-  BF16_MIN_SUBNORMAL,
-  BF16_ULP,
-  bf16BitsToF32,
-  f32ToBf16Bits,
-  roundBf16,
-  roundBf16Array,
-} from './bf16.js';
+import { BF16_MIN_SUBNORMAL, BF16_ULP, bf16BitsToF32, f32ToBf16Bits, roundBf16, roundBf16Array } from './bf16.js';
 
 test('exact bf16 values are unchanged and map to the expected bit patterns', () => {
   assert.equal(f32ToBf16Bits(1), 0x3f80);

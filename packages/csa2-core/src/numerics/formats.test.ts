@@ -51,11 +51,16 @@ function randomBf16Rows(seed: number, rows: number, rowLength: number, blockElem
     const magnitude = magnitudes[Math.floor(rand() * magnitudes.length)] ?? 1;
     for (let i = start; i < start + blockElements; i++) {
       let v: number;
-      if (kind === 0) v = 0; // all-zero block
-      else if (kind === 1) v = rand() < 0.5 ? -0 : 0; // signed zeros only
-      else if (kind === 2) v = rand() < 0.3 ? -0 : gaussian(rand) * magnitude; // sparse with -0
-      else if (kind === 3) v = (rand() < 0.5 ? -1 : 1) * magnitude * (1 + Math.floor(rand() * 16) / 8); // grid-ish ties
-      else if (kind === 4) v = (rand() < 0.5 ? -1 : 1) * 2 ** (Math.floor(rand() * 40) - 20); // exact powers of two
+      if (kind === 0)
+        v = 0; // all-zero block
+      else if (kind === 1)
+        v = rand() < 0.5 ? -0 : 0; // signed zeros only
+      else if (kind === 2)
+        v = rand() < 0.3 ? -0 : gaussian(rand) * magnitude; // sparse with -0
+      else if (kind === 3)
+        v = (rand() < 0.5 ? -1 : 1) * magnitude * (1 + Math.floor(rand() * 16) / 8); // grid-ish ties
+      else if (kind === 4)
+        v = (rand() < 0.5 ? -1 : 1) * 2 ** (Math.floor(rand() * 40) - 20); // exact powers of two
       else v = gaussian(rand) * magnitude * (rand() < 0.05 ? 50 : 1); // with outliers
       out[i] = roundBf16(v);
     }
@@ -298,15 +303,24 @@ test('all-zero blocks keep the floor scales and dequantize to zero', () => {
   const main = quantizeMainKvRows(new Float32Array(512), 512);
   assert.equal(main.length, 288);
   assert.ok(main.subarray(0, 256).every((b) => b === 0));
-  assert.ok(main.subarray(256).every((b) => b === 0x01), 'e4m3 scale 2^-9 (smallest subnormal)');
+  assert.ok(
+    main.subarray(256).every((b) => b === 0x01),
+    'e4m3 scale 2^-9 (smallest subnormal)',
+  );
   const index = quantizeIndexKRows(new Float32Array(128), 128);
   assert.equal(index.length, 68);
   assert.ok(index.subarray(0, 64).every((b) => b === 0));
-  assert.ok(index.subarray(64).every((b) => b === 1), 'ue8m0 scale 2^-126');
+  assert.ok(
+    index.subarray(64).every((b) => b === 1),
+    'ue8m0 scale 2^-126',
+  );
   const window = quantizeWindowKvRows(new Float32Array(512), 512);
   assert.equal(window.length, 528);
   assert.ok(window.subarray(0, 512).every((b) => b === 0));
-  assert.ok(window.subarray(512).every((b) => b === 127 - 22), 'ue8m0 scale 2^-22 from the 1e-4 floor');
+  assert.ok(
+    window.subarray(512).every((b) => b === 127 - 22),
+    'ue8m0 scale 2^-22 from the 1e-4 floor',
+  );
   for (const fake of [fakeQuantFp4E4m3Block16, fakeQuantFp4Ue8m0Block32, fakeQuantFp8Ue8m0Block32]) {
     const zeros = Float32Array.from([-0, 0, -0, 0, ...new Array<number>(28).fill(0)]);
     fake(zeros, 32);

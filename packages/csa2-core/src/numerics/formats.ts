@@ -76,9 +76,7 @@ function isNegative(x: number): boolean {
 // e2m1 (FP4)
 
 /** e2m1 value of each 4-bit code 0..15 (codes 8..15 are the negatives; code 8 is -0). §2.3 table. */
-export const E2M1_VALUES: Float32Array = Float32Array.from([
-  0, 0.5, 1, 1.5, 2, 3, 4, 6, -0, -0.5, -1, -1.5, -2, -3, -4, -6,
-]);
+export const E2M1_VALUES: Float32Array = Float32Array.from([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0, -0.5, -1, -1.5, -2, -3, -4, -6]);
 
 /**
  * e2m1 code of `v` (already clamped to [-6, 6]): round to nearest, ties to the even code (§2.3,
@@ -250,10 +248,7 @@ function checkRows(label: string, length: number, rowLength: number, blockElemen
 }
 
 /** `act_quant(x, 32, "ue8m0", inplace=True)` (§2.3 C): FP8 e4m3 with one ue8m0 scale per 32, in place. */
-export function fakeQuantFp8Ue8m0Block32(
-  valuesF32: Float32Array,
-  rowLength = Math.max(valuesF32.length, WINDOW_KV_BLOCK_ELEMENTS),
-): Float32Array {
+export function fakeQuantFp8Ue8m0Block32(valuesF32: Float32Array, rowLength = Math.max(valuesF32.length, WINDOW_KV_BLOCK_ELEMENTS)): Float32Array {
   checkRows('fakeQuantFp8Ue8m0Block32', valuesF32.length, rowLength, WINDOW_KV_BLOCK_ELEMENTS);
   for (let start = 0; start < valuesF32.length; start += WINDOW_KV_BLOCK_ELEMENTS) {
     const end = start + WINDOW_KV_BLOCK_ELEMENTS;
@@ -285,20 +280,14 @@ function fakeQuantFp4Blocks(
 }
 
 /** `fp4_act_quant(x, 16, inplace=True, scale_dtype=float8_e4m3fn)` (§2.3 A): e2m1 with an e4m3 scale per 16. */
-export function fakeQuantFp4E4m3Block16(
-  valuesF32: Float32Array,
-  rowLength = Math.max(valuesF32.length, MAIN_KV_BLOCK_ELEMENTS),
-): Float32Array {
+export function fakeQuantFp4E4m3Block16(valuesF32: Float32Array, rowLength = Math.max(valuesF32.length, MAIN_KV_BLOCK_ELEMENTS)): Float32Array {
   return fakeQuantFp4Blocks('fakeQuantFp4E4m3Block16', valuesF32, rowLength, MAIN_KV_BLOCK_ELEMENTS, (v, start, end) =>
     decodeE4m3(scaleByteFp4E4m3(v, start, end)),
   );
 }
 
 /** `fp4_act_quant(x, 32, inplace=True)` (§2.3 B, MXFP4): e2m1 with a ue8m0 scale per 32, in place. */
-export function fakeQuantFp4Ue8m0Block32(
-  valuesF32: Float32Array,
-  rowLength = Math.max(valuesF32.length, INDEX_K_BLOCK_ELEMENTS),
-): Float32Array {
+export function fakeQuantFp4Ue8m0Block32(valuesF32: Float32Array, rowLength = Math.max(valuesF32.length, INDEX_K_BLOCK_ELEMENTS)): Float32Array {
   return fakeQuantFp4Blocks('fakeQuantFp4Ue8m0Block32', valuesF32, rowLength, INDEX_K_BLOCK_ELEMENTS, scaleFp4Ue8m0);
 }
 
@@ -354,13 +343,7 @@ function quantizeFp4Rows(
   return bytesU8;
 }
 
-function dequantizeFp4Rows(
-  bytesU8: Uint8Array,
-  rowLength: number,
-  blockElements: number,
-  rows: number,
-  scaleOfByte: (byte: number) => number,
-): Float32Array {
+function dequantizeFp4Rows(bytesU8: Uint8Array, rowLength: number, blockElements: number, rows: number, scaleOfByte: (byte: number) => number): Float32Array {
   const rowBytes = rowLength / 2 + rowLength / blockElements;
   const valuesF32 = new Float32Array(rows * rowLength);
   for (let row = 0; row < rows; row++) {

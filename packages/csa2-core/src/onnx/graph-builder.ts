@@ -154,41 +154,101 @@ export class GraphBuilder {
   }
 
   // ---- elementwise ----
-  add(a: string, b: string): string { return this.op('Add', [a, b]); }
-  sub(a: string, b: string): string { return this.op('Sub', [a, b]); }
-  mul(a: string, b: string): string { return this.op('Mul', [a, b]); }
-  div(a: string, b: string): string { return this.op('Div', [a, b]); }
-  max(a: string, b: string): string { return this.op('Max', [a, b]); }
-  min(a: string, b: string): string { return this.op('Min', [a, b]); }
-  exp(a: string): string { return this.op('Exp', [a]); }
-  log(a: string): string { return this.op('Log', [a]); }
-  sqrt(a: string): string { return this.op('Sqrt', [a]); }
-  abs(a: string): string { return this.op('Abs', [a]); }
-  neg(a: string): string { return this.op('Neg', [a]); }
-  relu(a: string): string { return this.op('Relu', [a]); }
-  sigmoid(a: string): string { return this.op('Sigmoid', [a]); }
-  round(a: string): string { return this.op('Round', [a]); }
-  floor(a: string): string { return this.op('Floor', [a]); }
-  clip(a: string, lo: number, hi: number): string { return this.op('Clip', [a, this.scalar(lo), this.scalar(hi)]); }
-  where(cond: string, a: string, b: string): string { return this.op('Where', [cond, a, b]); }
-  less(a: string, b: string): string { return this.op('Less', [a, b]); }
-  greater(a: string, b: string): string { return this.op('Greater', [a, b]); }
-  greaterOrEqual(a: string, b: string): string { return this.op('GreaterOrEqual', [a, b]); }
-  equal(a: string, b: string): string { return this.op('Equal', [a, b]); }
-  not(a: string): string { return this.op('Not', [a]); }
-  cast(a: string, to: ElemType): string { return this.op('Cast', [a], { to: ELEM_CODE[to] }); }
+  add(a: string, b: string): string {
+    return this.op('Add', [a, b]);
+  }
+  sub(a: string, b: string): string {
+    return this.op('Sub', [a, b]);
+  }
+  mul(a: string, b: string): string {
+    return this.op('Mul', [a, b]);
+  }
+  div(a: string, b: string): string {
+    return this.op('Div', [a, b]);
+  }
+  max(a: string, b: string): string {
+    return this.op('Max', [a, b]);
+  }
+  min(a: string, b: string): string {
+    return this.op('Min', [a, b]);
+  }
+  exp(a: string): string {
+    return this.op('Exp', [a]);
+  }
+  log(a: string): string {
+    return this.op('Log', [a]);
+  }
+  sqrt(a: string): string {
+    return this.op('Sqrt', [a]);
+  }
+  abs(a: string): string {
+    return this.op('Abs', [a]);
+  }
+  neg(a: string): string {
+    return this.op('Neg', [a]);
+  }
+  relu(a: string): string {
+    return this.op('Relu', [a]);
+  }
+  sigmoid(a: string): string {
+    return this.op('Sigmoid', [a]);
+  }
+  round(a: string): string {
+    return this.op('Round', [a]);
+  }
+  floor(a: string): string {
+    return this.op('Floor', [a]);
+  }
+  clip(a: string, lo: number, hi: number): string {
+    return this.op('Clip', [a, this.scalar(lo), this.scalar(hi)]);
+  }
+  where(cond: string, a: string, b: string): string {
+    return this.op('Where', [cond, a, b]);
+  }
+  less(a: string, b: string): string {
+    return this.op('Less', [a, b]);
+  }
+  greater(a: string, b: string): string {
+    return this.op('Greater', [a, b]);
+  }
+  greaterOrEqual(a: string, b: string): string {
+    return this.op('GreaterOrEqual', [a, b]);
+  }
+  equal(a: string, b: string): string {
+    return this.op('Equal', [a, b]);
+  }
+  not(a: string): string {
+    return this.op('Not', [a]);
+  }
+  cast(a: string, to: ElemType): string {
+    return this.op('Cast', [a], { to: ELEM_CODE[to] });
+  }
 
   // ---- linear algebra / shape ----
-  matmul(a: string, b: string): string { return this.op('MatMul', [a, b]); }
-  reshape(a: string, dims: readonly number[]): string { return this.op('Reshape', [a, this.ints(dims)]); }
-  transpose(a: string, perm: readonly number[]): string { return this.op('Transpose', [a], { perm }); }
-  unsqueeze(a: string, axes: readonly number[]): string { return this.op('Unsqueeze', [a, this.ints(axes)]); }
-  squeeze(a: string, axes: readonly number[]): string { return this.op('Squeeze', [a, this.ints(axes)]); }
-  concat(values: readonly string[], axis: number): string { return this.op('Concat', values, { axis }); }
+  matmul(a: string, b: string): string {
+    return this.op('MatMul', [a, b]);
+  }
+  reshape(a: string, dims: readonly number[]): string {
+    return this.op('Reshape', [a, this.ints(dims)]);
+  }
+  transpose(a: string, perm: readonly number[]): string {
+    return this.op('Transpose', [a], { perm });
+  }
+  unsqueeze(a: string, axes: readonly number[]): string {
+    return this.op('Unsqueeze', [a, this.ints(axes)]);
+  }
+  squeeze(a: string, axes: readonly number[]): string {
+    return this.op('Squeeze', [a, this.ints(axes)]);
+  }
+  concat(values: readonly string[], axis: number): string {
+    return this.op('Concat', values, { axis });
+  }
   slice(a: string, axes: readonly number[], starts: readonly number[], ends: readonly number[]): string {
     return this.op('Slice', [a, this.ints(starts), this.ints(ends), this.ints(axes)]);
   }
-  gather(data: string, indices: string, axis = 0): string { return this.op('Gather', [data, indices], { axis }); }
+  gather(data: string, indices: string, axis = 0): string {
+    return this.op('Gather', [data, indices], { axis });
+  }
   reduceMax(a: string, axes: readonly number[], keepdims: boolean): string {
     return this.op('ReduceMax', [a, this.ints(axes)], { keepdims: keepdims ? 1 : 0 });
   }

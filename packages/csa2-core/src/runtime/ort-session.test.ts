@@ -14,9 +14,16 @@ import { CUDA_PROVIDER_LIBRARIES, DEFAULT_RUNTIME_OPTIONS, applyCudaEnvironment,
 test('a binding folder without the CUDA provider: config-invalid naming each missing library and how to install it', () => {
   const dir = mkdtempSync(join(tmpdir(), 'csa2-ort-'));
   try {
-    assert.throws(() => checkCudaProviderInstalled(dir), (e: Error & { code?: string }) => e.code === 'config-invalid' && CUDA_PROVIDER_LIBRARIES.every((l) => e.message.includes(l)) && /ONNXRUNTIME_NODE_INSTALL=cuda12/.test(e.message));
+    assert.throws(
+      () => checkCudaProviderInstalled(dir),
+      (e: Error & { code?: string }) =>
+        e.code === 'config-invalid' && CUDA_PROVIDER_LIBRARIES.every((l) => e.message.includes(l)) && /ONNXRUNTIME_NODE_INSTALL=cuda12/.test(e.message),
+    );
     writeFileSync(join(dir, 'libonnxruntime_providers_shared.so'), '');
-    assert.throws(() => checkCudaProviderInstalled(dir), (e: Error) => e.message.includes('libonnxruntime_providers_cuda.so is missing') && !e.message.includes('shared.so'));
+    assert.throws(
+      () => checkCudaProviderInstalled(dir),
+      (e: Error) => e.message.includes('libonnxruntime_providers_cuda.so is missing') && !e.message.includes('shared.so'),
+    );
     writeFileSync(join(dir, 'libonnxruntime_providers_cuda.so'), '');
     assert.doesNotThrow(() => checkCudaProviderInstalled(dir));
   } finally {
@@ -34,7 +41,10 @@ test('opening a graph on cuda where the provider is not installed fails with tha
   }
   const g = new GraphBuilder('identity');
   g.output(g.op('Identity', [g.input('x', 'float32', [1])]), 'y', 'float32', [1]);
-  await assert.rejects(openGraphSession('identity', g.toBytes(), { ...DEFAULT_RUNTIME_OPTIONS, executionProvider: 'cuda' }), (e: Error & { code?: string }) => e.code === 'config-invalid' && /CUDA execution provider is not installed/.test(e.message));
+  await assert.rejects(
+    openGraphSession('identity', g.toBytes(), { ...DEFAULT_RUNTIME_OPTIONS, executionProvider: 'cuda' }),
+    (e: Error & { code?: string }) => e.code === 'config-invalid' && /CUDA execution provider is not installed/.test(e.message),
+  );
 });
 
 test('TF32 is off unless asked for: NVIDIA_TF32_OVERRIDE=0 set on the main thread before a CUDA session, an explicit value kept', () => {
@@ -59,6 +69,9 @@ test('a negative or fractional device id is refused before any provider is loade
   const g = new GraphBuilder('identity');
   g.output(g.op('Identity', [g.input('x', 'float32', [1])]), 'y', 'float32', [1]);
   for (const deviceId of [-1, 0.5]) {
-    await assert.rejects(openGraphSession('identity', g.toBytes(), { ...DEFAULT_RUNTIME_OPTIONS, executionProvider: 'cuda', deviceId }), (e: Error & { code?: string }) => e.code === 'config-invalid' && /deviceId/.test(e.message));
+    await assert.rejects(
+      openGraphSession('identity', g.toBytes(), { ...DEFAULT_RUNTIME_OPTIONS, executionProvider: 'cuda', deviceId }),
+      (e: Error & { code?: string }) => e.code === 'config-invalid' && /deviceId/.test(e.message),
+    );
   }
 });

@@ -285,7 +285,8 @@ export async function openGraphSession(
 ): Promise<GraphSession> {
   const cuda = options.executionProvider === 'cuda';
   if (cuda) {
-    if (!(Number.isInteger(options.deviceId) && options.deviceId >= 0)) throw new Csa2Error('config-invalid', `runtime: deviceId must be a non-negative integer, got ${String(options.deviceId)}`);
+    if (!(Number.isInteger(options.deviceId) && options.deviceId >= 0))
+      throw new Csa2Error('config-invalid', `runtime: deviceId must be a non-negative integer, got ${String(options.deviceId)}`);
     checkCudaProviderInstalled();
     applyCudaEnvironment(options);
   }
@@ -296,7 +297,11 @@ export async function openGraphSession(
     const text = String(cause);
     if (cuda && CPU_FALLBACK_REFUSED.test(text)) {
       if (options.cudaCpuFallback === 'refuse') {
-        throw new Csa2Error('config-invalid', `graph ${name} has nodes the CUDA provider cannot run (onnxruntime would run them on the CPU, a host round trip each); refused: set CSA2_CUDA_CPU_FALLBACK=allow (RuntimeOptions.cudaCpuFallback) to run it anyway`, { cause });
+        throw new Csa2Error(
+          'config-invalid',
+          `graph ${name} has nodes the CUDA provider cannot run (onnxruntime would run them on the CPU, a host round trip each); refused: set CSA2_CUDA_CPU_FALLBACK=allow (RuntimeOptions.cudaCpuFallback) to run it anyway`,
+          { cause },
+        );
       }
       fallbackGraphs.add(name);
       try {
@@ -305,7 +310,11 @@ export async function openGraphSession(
         throw new Csa2Error('runtime', `cannot create onnxruntime session for graph ${name}: ${String(again)}`, { cause: again });
       }
     } else if (cuda && /Failed to load (shared )?library|cannot open shared object|CUDA failure|cudaErrorNoDevice|no CUDA-capable device/i.test(text)) {
-      throw new Csa2Error('config-invalid', `the CUDA execution provider could not start for graph ${name} on device ${options.deviceId}: ${text.split('\n')[0]}; ${CUDA_INSTALL_HINT}`, { cause });
+      throw new Csa2Error(
+        'config-invalid',
+        `the CUDA execution provider could not start for graph ${name} on device ${options.deviceId}: ${text.split('\n')[0]}; ${CUDA_INSTALL_HINT}`,
+        { cause },
+      );
     } else {
       throw new Csa2Error('runtime', `cannot create onnxruntime session for graph ${name}: ${text}`, { cause });
     }

@@ -12,15 +12,25 @@ import { fixturesRoot, goldenFixtures } from './fixtures.js';
 const REPO = resolve(fileURLToPath(new URL('../../../../', import.meta.url)));
 const overridden = (process.env['CSA2_FIXTURES_DIR'] ?? '') !== '';
 
-test('fixturesRoot() is the repository\'s fixtures/ folder', { skip: overridden && 'CSA2_FIXTURES_DIR is set' }, () => {
+test("fixturesRoot() is the repository's fixtures/ folder", { skip: overridden && 'CSA2_FIXTURES_DIR is set' }, () => {
   assert.equal(fixturesRoot(), join(REPO, 'fixtures'));
-  for (const f of ['deepseek-v41-tiny-a/config.json', 'deepseek-v41-tiny-a/model.safetensors', 'deepseek-v41-tiny-a/golden.safetensors', 'deepseek-v41-flash/config.json']) {
+  for (const f of [
+    'deepseek-v41-tiny-a/config.json',
+    'deepseek-v41-tiny-a/model.safetensors',
+    'deepseek-v41-tiny-a/golden.safetensors',
+    'deepseek-v41-flash/config.json',
+  ]) {
     assert.ok(existsSync(join(fixturesRoot(), f)), `fixtures/${f} is missing`);
   }
 });
 
-test('goldenFixtures() lists the parity fixtures only: tiny-a, not the served model\'s golden-only fixture', { skip: overridden && 'CSA2_FIXTURES_DIR is set' }, () => {
-  assert.deepEqual(goldenFixtures().map((d) => basename(d)), ['deepseek-v41-tiny-a']);
+test("goldenFixtures() lists the parity fixtures only: tiny-a, not the served model's golden-only fixture", {
+  skip: overridden && 'CSA2_FIXTURES_DIR is set',
+}, () => {
+  assert.deepEqual(
+    goldenFixtures().map((d) => basename(d)),
+    ['deepseek-v41-tiny-a'],
+  );
   // golden outputs without a checkpoint beside them: read by trained-parity.test.ts against models/
   assert.ok(existsSync(join(fixturesRoot(), 'v41-mini-128k-official', 'golden.safetensors')));
 });

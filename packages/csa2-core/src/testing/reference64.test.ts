@@ -48,7 +48,7 @@ function randomArray(rand: () => number, length: number, amplitude = 1): Float64
 test('rmsNorm64 normalizes each row and then applies the weight', () => {
   const y = rmsNorm64(new F([3, 4, 0, 2]), new F([1, 2]), 2, 2, 0);
   const r0 = Math.sqrt((9 + 16) / 2);
-  assertClose(y, [3 / r0, 8 / r0, 0, 2 * 2 / Math.sqrt(2)], 1e-15, 'rms');
+  assertClose(y, [3 / r0, 8 / r0, 0, (2 * 2) / Math.sqrt(2)], 1e-15, 'rms');
   // eps only matters for near-zero rows: an all-zero row stays 0 with eps > 0.
   assert.deepEqual(Array.from(rmsNorm64(new F(3), new F([1, 1, 1]), 1, 3, 1e-20)), [0, 0, 0]);
   assert.throws(() => rmsNorm64(new F(3), new F(2), 1, 3, 0), ShapeError);
@@ -190,7 +190,16 @@ test('hcMixes64 scales fn·x by the stream RMS', () => {
   assertClose(actual.pre, expected.pre, 1e-14, 'pre');
   assertClose(actual.comb, expected.comb, 1e-12, 'comb');
   // Scale invariance of the normalized mixes.
-  const scaled = hcMixes64(stream.map((v) => v * 1000), fn, scale, base, n, 20, 1e-6, 1e-20);
+  const scaled = hcMixes64(
+    stream.map((v) => v * 1000),
+    fn,
+    scale,
+    base,
+    n,
+    20,
+    1e-6,
+    1e-20,
+  );
   assertClose(scaled.post, actual.post, 1e-12, 'invariant');
 });
 
@@ -244,7 +253,11 @@ test('candidateBlocks64 pins the newest block and keeps the best others, lower b
   const compressLen = 17;
   // top 2: pinned block 4 (+inf) and block 1 (wins the tie against block 2)
   assert.deepEqual(Array.from(candidateBlocks64(scores, compressLen, 2, blockSize)), [
-    ...[0, 0, 0, 0], ...[1, 1, 1, 1], ...[0, 0, 0, 0], ...[0, 0, 0, 0], ...[1, 1, 1, 1],
+    ...[0, 0, 0, 0],
+    ...[1, 1, 1, 1],
+    ...[0, 0, 0, 0],
+    ...[0, 0, 0, 0],
+    ...[1, 1, 1, 1],
   ]);
   // top 3 adds block 2
   const three = candidateBlocks64(scores, compressLen, 3, blockSize);

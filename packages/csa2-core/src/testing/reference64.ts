@@ -97,13 +97,8 @@ export const V41_YARN: YarnParams = { originalSeqLen: 65536, factor: 16, betaFas
  * low = max(floor(corrected(betaFast)), 0), high = min(ceil(corrected(betaSlow)), ropeDim - 1).
  * The upper clamp is ropeDim - 1 (not ropeDim/2 - 1), an upstream quirk kept on purpose.
  */
-export function yarnCorrectionRange(
-  ropeDim: number,
-  base: number,
-  yarn: YarnParams,
-): { readonly low: number; readonly high: number } {
-  const corrected = (rotations: number): number =>
-    (ropeDim * Math.log(yarn.originalSeqLen / (rotations * 2 * Math.PI))) / (2 * Math.log(base));
+export function yarnCorrectionRange(ropeDim: number, base: number, yarn: YarnParams): { readonly low: number; readonly high: number } {
+  const corrected = (rotations: number): number => (ropeDim * Math.log(yarn.originalSeqLen / (rotations * 2 * Math.PI))) / (2 * Math.log(base));
   return {
     low: Math.max(Math.floor(corrected(yarn.betaFast)), 0),
     high: Math.min(Math.ceil(corrected(yarn.betaSlow)), ropeDim - 1),
@@ -181,10 +176,7 @@ export function ropeCosSin64(freqs: Real, positions: ArrayLike<number>): { cos: 
  * The reference's fp32 cis table: angle = fp32(fp32(p) · f[k]), cos/sin rounded to fp32 (torch.polar).
  * freqsF32: [ropeDim/2] from `ropeFreqsF32` → cos, sin: [positions, ropeDim/2].
  */
-export function ropeCosSinF32(
-  freqsF32: Float32Array,
-  positions: ArrayLike<number>,
-): { cos: Float32Array; sin: Float32Array } {
+export function ropeCosSinF32(freqsF32: Float32Array, positions: ArrayLike<number>): { cos: Float32Array; sin: Float32Array } {
   const half = freqsF32.length;
   const cos = new Float32Array(positions.length * half);
   const sin = new Float32Array(positions.length * half);
@@ -206,15 +198,7 @@ export function ropeCosSinF32(
  * by position, row r uses position ⌊r / (rows/P)⌋ (so [S, H, width] with one position per token works,
  * and P = 1 broadcasts one position). → [rows, width]; the first width - ropeDim dims are copied.
  */
-export function applyRope64(
-  x: Real,
-  rows: number,
-  width: number,
-  ropeDim: number,
-  cos: Real,
-  sin: Real,
-  inverse: boolean,
-): Float64Array {
+export function applyRope64(x: Real, rows: number, width: number, ropeDim: number, cos: Real, sin: Real, inverse: boolean): Float64Array {
   expectLength('applyRope64.x', x, [rows, width]);
   const half = ropeDim / 2;
   const positions = cos.length / half;
@@ -311,16 +295,7 @@ export function hcSplitSinkhorn64(mixes: Real, scale: Real, base: Real, n: numbe
  * stream, mixes = (fn · x)·r, then `hcSplitSinkhorn64`. stream: [n, d]; fn: [M, n·d]; scale: [3];
  * base: [M], with M = (2+n)·n.
  */
-export function hcMixes64(
-  stream: Real,
-  fn: Real,
-  scale: Real,
-  base: Real,
-  n: number,
-  iters: number,
-  hcEps: number,
-  normEps: number,
-): HcMix64 {
+export function hcMixes64(stream: Real, fn: Real, scale: Real, base: Real, n: number, iters: number, hcEps: number, normEps: number): HcMix64 {
   const width = stream.length;
   const m = (2 + n) * n;
   expectLength('hcMixes64.fn', fn, [m, width]);
@@ -479,13 +454,7 @@ export function candidateBlocks64(scores: Real, compressLen: number, topBlocks: 
  * Duplicate indices count twice. A head with no valid key outputs 0.
  * q: [H, D], kvRows: [R, D], idx: [C], sink: [H] → [H, D] (H = sink.length).
  */
-export function sparseAttention64(
-  q: Real,
-  kvRows: Real,
-  idx: ArrayLike<number>,
-  sink: Real,
-  scale: number,
-): Float64Array {
+export function sparseAttention64(q: Real, kvRows: Real, idx: ArrayLike<number>, sink: Real, scale: number): Float64Array {
   const numHeads = sink.length;
   const headDim = q.length / numHeads;
   const probs = sparseAttentionProbs64(q, kvRows, idx, sink, scale);
@@ -508,13 +477,7 @@ export function sparseAttention64(
  * 1 - Σ_c P[h, c], and sparseAttention64's o[h] = Σ_c P[h, c]·K[idx[c]]). Duplicate indices are
  * separate columns. q: [H, D], kvRows: [R, D], idx: [C], sink: [H] → [H, C].
  */
-export function sparseAttentionProbs64(
-  q: Real,
-  kvRows: Real,
-  idx: ArrayLike<number>,
-  sink: Real,
-  scale: number,
-): Float64Array {
+export function sparseAttentionProbs64(q: Real, kvRows: Real, idx: ArrayLike<number>, sink: Real, scale: number): Float64Array {
   const numHeads = sink.length;
   const headDim = q.length / numHeads;
   expectLength('sparseAttentionProbs64.q', q, [numHeads, headDim]);
@@ -548,15 +511,7 @@ export function sparseAttentionProbs64(
  * mid[g, r] = Σ_i woA[g·R + r, i] · o[g, i]; out = woB · flatten(mid).
  * o: [H, D], woA: [G·R, H·D/G], woB: [dim, G·R] → [dim].
  */
-export function groupedOutProj64(
-  o: Real,
-  woA: Real,
-  woB: Real,
-  numHeads: number,
-  headDim: number,
-  groups: number,
-  rank: number,
-): Float64Array {
+export function groupedOutProj64(o: Real, woA: Real, woB: Real, numHeads: number, headDim: number, groups: number, rank: number): Float64Array {
   expectLength('groupedOutProj64.o', o, [numHeads, headDim]);
   const groupWidth = (numHeads * headDim) / groups;
   expectLength('groupedOutProj64.woA', woA, [groups * rank, groupWidth]);
@@ -646,16 +601,7 @@ export function moeGate64(
  * g = min(g, limit) (gate clamped above only); h = silu(g)·u, times the routing weight when given
  * (before w2); out = w2·h. x: [d], w1, w3: [inter, d], w2: [d, inter] → [d].
  */
-export function swigluExpert64(
-  x: Real,
-  w1: Real,
-  w3: Real,
-  w2: Real,
-  d: number,
-  inter: number,
-  limit: number,
-  weight?: number,
-): Float64Array {
+export function swigluExpert64(x: Real, w1: Real, w3: Real, w2: Real, d: number, inter: number, limit: number, weight?: number): Float64Array {
   expectLength('swigluExpert64.x', x, [d]);
   expectLength('swigluExpert64.w1', w1, [inter, d]);
   expectLength('swigluExpert64.w3', w3, [inter, d]);

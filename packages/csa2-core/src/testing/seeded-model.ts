@@ -18,7 +18,11 @@ export function bundledConfig(name: string): Record<string, unknown> {
 }
 
 /** Writes a seeded checkpoint of `configJson` to a temporary directory, loads it, runs `fn`, cleans up. */
-export async function withSeededCheckpoint<T>(configJson: Record<string, unknown>, seed: number, fn: (ckpt: Checkpoint, dir: string) => Promise<T>): Promise<T> {
+export async function withSeededCheckpoint<T>(
+  configJson: Record<string, unknown>,
+  seed: number,
+  fn: (ckpt: Checkpoint, dir: string) => Promise<T>,
+): Promise<T> {
   const dir = await mkdtemp(join(tmpdir(), 'csa2-seeded-'));
   try {
     await initModel(configJson, { seed, outDir: dir });

@@ -72,10 +72,13 @@ test('a text whose bytes alone exceed the limit is refused without tokenizing it
 
 const SERVED_MODEL_DIR = fileURLToPath(new URL('../../../../models/v41-mini-128k', import.meta.url));
 
-test('the served model\'s tokenizer.json (byte-level BPE, no normalizer): its longest token bounds a text\'s tokens, and segments give the whole text\'s ids', async () => {
+test("the served model's tokenizer.json (byte-level BPE, no normalizer): its longest token bounds a text's tokens, and segments give the whole text's ids", async () => {
   const tok = await loadTokenizer({ modelDir: SERVED_MODEL_DIR, vocabSize: 4096 });
   assert.equal(tok.kind, 'huggingface');
-  const json = JSON.parse(readFileSync(`${SERVED_MODEL_DIR}/tokenizer.json`, 'utf8')) as { model: { vocab: Record<string, number> }; added_tokens: { content: string }[] };
+  const json = JSON.parse(readFileSync(`${SERVED_MODEL_DIR}/tokenizer.json`, 'utf8')) as {
+    model: { vocab: Record<string, number> };
+    added_tokens: { content: string }[];
+  };
   let most = 0;
   for (const token of Object.keys(json.model.vocab)) most = Math.max(most, byteLevelBytes(token));
   for (const added of json.added_tokens) most = Math.max(most, Buffer.byteLength(added.content, 'utf8'));
@@ -105,15 +108,27 @@ test('the served model\'s tokenizer.json (byte-level BPE, no normalizer): its lo
 test('a tokenizer.json with a normalizer, or a pre-tokenizer that drops text, gives no bound and is encoded whole', () => {
   const vocab = { a: 0, b: 1, ab: 2, Ġ: 3 };
   const base = { version: '1.0', added_tokens: [], post_processor: null, decoder: { type: 'ByteLevel' }, model: { type: 'BPE', vocab, merges: ['a b'] } };
-  const bounded = new HuggingFaceTokenizer({ tokenizerJson: { ...base, normalizer: null, pre_tokenizer: { type: 'ByteLevel', add_prefix_space: false, use_regex: true } } });
+  const bounded = new HuggingFaceTokenizer({
+    tokenizerJson: { ...base, normalizer: null, pre_tokenizer: { type: 'ByteLevel', add_prefix_space: false, use_regex: true } },
+  });
   assert.equal(maxBytesPerToken(bounded), 2);
   assert.equal(encodesInSegments(bounded), true);
-  const normalized = new HuggingFaceTokenizer({ tokenizerJson: { ...base, normalizer: { type: 'NFKC' }, pre_tokenizer: { type: 'ByteLevel', add_prefix_space: false, use_regex: true } } });
+  const normalized = new HuggingFaceTokenizer({
+    tokenizerJson: { ...base, normalizer: { type: 'NFKC' }, pre_tokenizer: { type: 'ByteLevel', add_prefix_space: false, use_regex: true } },
+  });
   assert.equal(maxBytesPerToken(normalized), null);
   assert.equal(encodesInSegments(normalized), false);
-  const dropping = new HuggingFaceTokenizer({ tokenizerJson: { ...base, normalizer: null, pre_tokenizer: { type: 'Sequence', pretokenizers: [{ type: 'WhitespaceSplit' }, { type: 'ByteLevel', add_prefix_space: false }] } } });
+  const dropping = new HuggingFaceTokenizer({
+    tokenizerJson: {
+      ...base,
+      normalizer: null,
+      pre_tokenizer: { type: 'Sequence', pretokenizers: [{ type: 'WhitespaceSplit' }, { type: 'ByteLevel', add_prefix_space: false }] },
+    },
+  });
   assert.equal(maxBytesPerToken(dropping), null);
-  const prefixed = new HuggingFaceTokenizer({ tokenizerJson: { ...base, normalizer: null, pre_tokenizer: { type: 'ByteLevel', add_prefix_space: true, use_regex: true } } });
+  const prefixed = new HuggingFaceTokenizer({
+    tokenizerJson: { ...base, normalizer: null, pre_tokenizer: { type: 'ByteLevel', add_prefix_space: true, use_regex: true } },
+  });
   assert.equal(maxBytesPerToken(prefixed), 2, 'a prefix space adds bytes: the bound still holds');
   assert.equal(encodesInSegments(prefixed), false, 'but each segment would get its own prefix space');
 });

@@ -73,7 +73,10 @@ test('byte stream: invalid bytes become U+FFFD (mid-stream when known, else at f
 });
 
 test('byte tokenizer: decode and push reject ids outside 0..255', () => {
-  assert.throws(() => tok.decode([65, 256]), (e: unknown) => e instanceof InputError && /256/.test(e.message) && /index 1/.test(e.message));
+  assert.throws(
+    () => tok.decode([65, 256]),
+    (e: unknown) => e instanceof InputError && /256/.test(e.message) && /index 1/.test(e.message),
+  );
   assert.throws(() => tok.createDecodeStream().push(-1), InputError);
 });
 
@@ -96,7 +99,10 @@ test('validateTokenIds: names the first bad id and its index', () => {
   validateTokenIds([], 10);
   validateTokenIds([0, 9, 5], 10);
   const check = (ids: number[], re: RegExp): void => {
-    assert.throws(() => validateTokenIds(ids, 10), (e: unknown) => e instanceof InputError && e.code === 'input-invalid' && re.test(e.message));
+    assert.throws(
+      () => validateTokenIds(ids, 10),
+      (e: unknown) => e instanceof InputError && e.code === 'input-invalid' && re.test(e.message),
+    );
   };
   check([1, 2, 10, 11], /token id 10 at index 2 .*\[0, 10\)/);
   check([-1], /token id -1 at index 0/);

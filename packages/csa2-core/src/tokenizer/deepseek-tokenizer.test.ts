@@ -79,7 +79,10 @@ test('deepseek-v3: decode(encode(s)) === s, and ids are inside the vocabulary', 
 
 test('deepseek-v3: decode rejects ids outside 0..128814 (e.g. the unused rows up to 129279)', async () => {
   const tok = await loadDeepSeekV3Tokenizer();
-  assert.throws(() => tok.decode([19923, 128815]), (e: unknown) => e instanceof InputError && /128815 at index 1/.test(e.message));
+  assert.throws(
+    () => tok.decode([19923, 128815]),
+    (e: unknown) => e instanceof InputError && /128815 at index 1/.test(e.message),
+  );
   assert.throws(() => tok.decode([-3]), InputError);
 });
 
@@ -100,7 +103,10 @@ test('deepseek-v3: stream decoding emits only complete characters and matches de
     const pieces = ids.map((id) => stream.push(id));
     pieces.push(stream.flush());
     assert.equal(pieces.join(''), text);
-    assert.ok(pieces.every((p) => !p.includes('\uFFFD')), text);
+    assert.ok(
+      pieces.every((p) => !p.includes('\uFFFD')),
+      text,
+    );
   }
   // A sequence that ends in the middle of a character is released as U+FFFD at flush.
   const cut = tok.createDecodeStream();
@@ -128,7 +134,11 @@ test('deepseek-v3: chat template', async () => {
   assert.equal(tok.decode(ids), text);
   // Two system messages are joined with a blank line; no system message leaves BOS directly before <｜User｜>.
   assert.equal(
-    renderDeepSeekV3ChatTemplate([{ role: 'system', content: 'A' }, { role: 'system', content: 'B' }, { role: 'user', content: 'q' }]),
+    renderDeepSeekV3ChatTemplate([
+      { role: 'system', content: 'A' },
+      { role: 'system', content: 'B' },
+      { role: 'user', content: 'q' },
+    ]),
     '<｜begin▁of▁sentence｜>A\n\nB<｜User｜>q<｜Assistant｜>',
   );
   assert.deepEqual(tok.applyChatTemplate([{ role: 'user', content: 'Hi' }]), [0, 128803, ...tok.encode('Hi'), 128804]);

@@ -48,7 +48,10 @@ interface LenmlTokenizer {
 /** Renders the chat template documented above to a string (special tokens as text). */
 export function renderDeepSeekV3ChatTemplate(messages: readonly ChatMessage[]): string {
   const { bos, eos, user, assistant } = DEEPSEEK_V3_SPECIAL_TOKENS;
-  const system = messages.filter((m) => m.role === 'system').map((m) => m.content).join('\n\n');
+  const system = messages
+    .filter((m) => m.role === 'system')
+    .map((m) => m.content)
+    .join('\n\n');
   let out = bos + system;
   for (const m of messages) {
     if (m.role === 'user') out += user + m.content;

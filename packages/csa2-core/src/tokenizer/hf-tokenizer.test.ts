@@ -25,7 +25,10 @@ test('hf tokenizer: tiny BPE from tokenizer.json encodes, decodes and streams', 
     const pieces = ids.map((id) => stream.push(id));
     pieces.push(stream.flush());
     assert.equal(pieces.join(''), s);
-    assert.ok(pieces.every((p) => !p.includes('\uFFFD')), s);
+    assert.ok(
+      pieces.every((p) => !p.includes('\uFFFD')),
+      s,
+    );
   }
   // '中' is three byte tokens: nothing is emitted until the third arrives.
   const stream = tok.createDecodeStream();
@@ -73,7 +76,10 @@ test('hf tokenizer: loaded from a model dir with tokenizer_config.json and gener
     // A template that raises is an InputError.
     await writeFile(join(dir, 'tokenizer_config.json'), JSON.stringify({ chat_template: "{{ raise_exception('roles must alternate') }}" }));
     const raising = await loadHuggingFaceTokenizer(dir);
-    assert.throws(() => raising.applyChatTemplate(messages), (e: unknown) => e instanceof InputError && /roles must alternate/.test(e.message));
+    assert.throws(
+      () => raising.applyChatTemplate(messages),
+      (e: unknown) => e instanceof InputError && /roles must alternate/.test(e.message),
+    );
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
@@ -88,7 +94,10 @@ test('hf tokenizer: broken files are CheckpointErrors', async () => {
     await assert.rejects(loadHuggingFaceTokenizer(dir), (e: unknown) => e instanceof CheckpointError && /"model"/.test(e.message));
     await writeFile(join(dir, 'tokenizer.json'), JSON.stringify(tinyBpeTokenizerJson()));
     await writeFile(join(dir, 'tokenizer_config.json'), JSON.stringify({ eos_token: '<|eot|>' }));
-    await assert.rejects(loadHuggingFaceTokenizer(dir), (e: unknown) => e instanceof CheckpointError && /eos_token "<\|eot\|>" is not in the vocabulary/.test(e.message));
+    await assert.rejects(
+      loadHuggingFaceTokenizer(dir),
+      (e: unknown) => e instanceof CheckpointError && /eos_token "<\|eot\|>" is not in the vocabulary/.test(e.message),
+    );
     await writeFile(join(dir, 'tokenizer_config.json'), '{}');
     await writeFile(join(dir, 'generation_config.json'), JSON.stringify({ eos_token_id: 999 }));
     await assert.rejects(loadHuggingFaceTokenizer(dir), (e: unknown) => e instanceof CheckpointError && /eos_token_id 999/.test(e.message));
@@ -104,7 +113,10 @@ test('hf tokenizer: Unigram + Metaspace (leading space of the first token stripp
   assert.equal(tok.decode([1, 2, 3]), 'hello world !');
   assert.equal(tok.decode([2]), 'world');
   const stream = tok.createDecodeStream();
-  assert.deepEqual([1, 2, 3, 1].map((id) => stream.push(id)), ['hello', ' world', ' !', ' hello']);
+  assert.deepEqual(
+    [1, 2, 3, 1].map((id) => stream.push(id)),
+    ['hello', ' world', ' !', ' hello'],
+  );
   assert.equal(stream.flush(), '');
 });
 
@@ -113,5 +125,8 @@ test('hf tokenizer: WordLevel maps unknown words to the unk token, or rejects th
   assert.deepEqual(withUnk.encode('hello  world foo'), [1, 2, 0]);
   const noUnk = new HuggingFaceTokenizer({ tokenizerJson: tinyWordLevelTokenizerJson(false) });
   assert.deepEqual(noUnk.encode('world hello'), [2, 1]);
-  assert.throws(() => noUnk.encode('hello foo'), (e: unknown) => e instanceof InputError && /"foo"/.test(e.message));
+  assert.throws(
+    () => noUnk.encode('hello foo'),
+    (e: unknown) => e instanceof InputError && /"foo"/.test(e.message),
+  );
 });

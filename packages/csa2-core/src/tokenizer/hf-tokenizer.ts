@@ -179,7 +179,9 @@ export class HuggingFaceTokenizer implements Tokenizer {
     this.#bytesScheme = tokenBytesScheme(files.tokenizerJson);
     const addedTokens = Array.isArray(files.tokenizerJson['added_tokens']) ? files.tokenizerJson['added_tokens'] : [];
     this.#added = new Map(
-      addedTokens.filter((t): t is { id: number; content: string } => isRecord(t) && typeof t['id'] === 'number' && typeof t['content'] === 'string').map((t) => [t.id, t.content]),
+      addedTokens
+        .filter((t): t is { id: number; content: string } => isRecord(t) && typeof t['id'] === 'number' && typeof t['content'] === 'string')
+        .map((t) => [t.id, t.content]),
     );
     const traits = boundedEncodingTraits(files.tokenizerJson, this.#bytesScheme === 'byte-level');
     let most = 0;
@@ -199,7 +201,15 @@ export class HuggingFaceTokenizer implements Tokenizer {
       try {
         // Only the Jinja engine and the special-token names of this object are used; its vocabulary is empty.
         this.#renderer = TokenizerLoader.fromPreTrained({
-          tokenizerJSON: { version: '1.0', added_tokens: [], normalizer: null, pre_tokenizer: null, post_processor: null, decoder: null, model: { type: 'WordLevel', vocab: {}, unk_token: '[UNK]' } },
+          tokenizerJSON: {
+            version: '1.0',
+            added_tokens: [],
+            normalizer: null,
+            pre_tokenizer: null,
+            post_processor: null,
+            decoder: null,
+            model: { type: 'WordLevel', vocab: {}, unk_token: '[UNK]' },
+          },
           tokenizerConfig: { ...config, tokenizer_class: 'PreTrainedTokenizer', chat_template: template },
         } as unknown as Parameters<typeof TokenizerLoader.fromPreTrained>[0]) as unknown as ChatRenderer;
       } catch (cause) {
@@ -257,7 +267,10 @@ export class HuggingFaceTokenizer implements Tokenizer {
     if (this.#renderer === null) return renderPlainChatTemplate(messages);
     let text: unknown;
     try {
-      text = this.#renderer.apply_chat_template(messages.map((m) => ({ role: m.role, content: m.content })), { tokenize: false, add_generation_prompt: true });
+      text = this.#renderer.apply_chat_template(
+        messages.map((m) => ({ role: m.role, content: m.content })),
+        { tokenize: false, add_generation_prompt: true },
+      );
     } catch (cause) {
       throw new InputError(`chat template rejected the conversation: ${cause instanceof Error ? cause.message : String(cause)}`);
     }

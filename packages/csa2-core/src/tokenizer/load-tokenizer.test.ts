@@ -58,7 +58,8 @@ test('loadTokenizer: a tokenizer.json larger than the model vocabulary is a Chec
     await writeFile(join(dir, 'tokenizer.json'), JSON.stringify(tinyBpeTokenizerJson()));
     await assert.rejects(
       loadTokenizer({ modelDir: dir, vocabSize: 256 }),
-      (e: unknown) => e instanceof CheckpointError && e.code === 'checkpoint-invalid' && /264 ids/.test(e.message) && /model vocabulary size is 256/.test(e.message),
+      (e: unknown) =>
+        e instanceof CheckpointError && e.code === 'checkpoint-invalid' && /264 ids/.test(e.message) && /model vocabulary size is 256/.test(e.message),
     );
     await writeFile(join(dir, 'tokenizer.json'), '[]');
     await assert.rejects(loadTokenizer({ modelDir: dir, vocabSize: 256 }), CheckpointError);
@@ -70,7 +71,10 @@ test('loadTokenizer: no tokenizer for other vocabulary sizes says how to provide
     await assert.rejects(
       loadTokenizer({ vocabSize }),
       (e: unknown) =>
-        e instanceof CheckpointError && e.message.includes(`vocabulary size ${vocabSize}`) && /tokenizer\.json/.test(e.message) && /model directory/.test(e.message),
+        e instanceof CheckpointError &&
+        e.message.includes(`vocabulary size ${vocabSize}`) &&
+        /tokenizer\.json/.test(e.message) &&
+        /model directory/.test(e.message),
     );
   }
   await withTempDir(async (dir) => {

@@ -27,7 +27,15 @@ export function tinyBpeTokenizerJson(): unknown {
   vocab['ll'] = 257;
   vocab['hell'] = 258;
   vocab[`${b2u[0x20]}w`] = 259;
-  const special = (id: number, content: string): unknown => ({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true });
+  const special = (id: number, content: string): unknown => ({
+    id,
+    content,
+    single_word: false,
+    lstrip: false,
+    rstrip: false,
+    normalized: false,
+    special: true,
+  });
   return {
     version: '1.0',
     truncation: null,
@@ -37,7 +45,17 @@ export function tinyBpeTokenizerJson(): unknown {
     pre_tokenizer: { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true },
     post_processor: null,
     decoder: { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true },
-    model: { type: 'BPE', dropout: null, unk_token: null, continuing_subword_prefix: null, end_of_word_suffix: null, fuse_unk: false, byte_fallback: false, vocab, merges: ['h e', 'l l', 'he ll', `${b2u[0x20]} w`] },
+    model: {
+      type: 'BPE',
+      dropout: null,
+      unk_token: null,
+      continuing_subword_prefix: null,
+      end_of_word_suffix: null,
+      fuse_unk: false,
+      byte_fallback: false,
+      vocab,
+      merges: ['h e', 'l l', 'he ll', `${b2u[0x20]} w`],
+    },
   };
 }
 
@@ -56,7 +74,18 @@ export function tinyMetaspaceTokenizerJson(): unknown {
     model: {
       type: 'Unigram',
       unk_id: 0,
-      vocab: [['<unk>', 0], ['\u2581hello', -1], ['\u2581world', -1], ['\u2581!', -1], ['\u2581', -3], ['h', -5], ['e', -5], ['l', -5], ['o', -5], ['</s>', 0]],
+      vocab: [
+        ['<unk>', 0],
+        ['\u2581hello', -1],
+        ['\u2581world', -1],
+        ['\u2581!', -1],
+        ['\u2581', -3],
+        ['h', -5],
+        ['e', -5],
+        ['l', -5],
+        ['o', -5],
+        ['</s>', 0],
+      ],
     },
   };
 }

@@ -44,7 +44,10 @@ test('DeepSeek-V3: byte-level entries and added tokens concatenate to the UTF-8 
   assert.deepEqual(Buffer.from(tok.tokenBytes(tok.bosId)).toString('utf8'), '<｜begin▁of▁sentence｜>');
   // 😀 (f0 9f 98 80) is two tokens here: a character's bytes split between them
   const emoji = tok.encode('😀');
-  assert.deepEqual(emoji.map((id) => [...tok.tokenBytes(id)]), [[0xf0, 0x9f, 0x98], [0x80]]);
+  assert.deepEqual(
+    emoji.map((id) => [...tok.tokenBytes(id)]),
+    [[0xf0, 0x9f, 0x98], [0x80]],
+  );
   assert.throws(() => tok.tokenBytes(tok.vocabSize), InputError);
 });
 

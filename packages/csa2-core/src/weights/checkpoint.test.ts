@@ -24,11 +24,7 @@ function fixtureEntries(): TensorEntry[] {
   }
 }
 
-async function withCheckpointDir(
-  entries: TensorEntry[],
-  fn: (dir: string) => Promise<void>,
-  config?: Record<string, unknown>,
-): Promise<void> {
+async function withCheckpointDir(entries: TensorEntry[], fn: (dir: string) => Promise<void>, config?: Record<string, unknown>): Promise<void> {
   const dir = await mkdtemp(join(tmpdir(), 'csa2-ckpt-'));
   try {
     if (config === undefined) await copyFile(`${TINY_A}/config.json`, join(dir, 'config.json'));
@@ -90,7 +86,10 @@ test('loads the tiny-a checkpoint; tensors are widened exactly', async () => {
     const sink = ckpt.tensor('layers.0.attn.attn_sink');
     assert.deepEqual(sink.shape, [2]);
     assert.ok(ckpt.has('head.weight'));
-    assert.throws(() => ckpt.tensor('mtp.0.norm.weight'), (e: unknown) => e instanceof CheckpointError && e.tensor === 'mtp.0.norm.weight');
+    assert.throws(
+      () => ckpt.tensor('mtp.0.norm.weight'),
+      (e: unknown) => e instanceof CheckpointError && e.tensor === 'mtp.0.norm.weight',
+    );
   } finally {
     ckpt.close();
   }
@@ -99,14 +98,17 @@ test('loads the tiny-a checkpoint; tensors are widened exactly', async () => {
 test('a missing, mis-shaped or non-float tensor is a CheckpointError naming it', async () => {
   const all = fixtureEntries();
   const missingName = 'layers.3.attn.compressor.wkv.weight';
-  await withCheckpointDir(all.filter((e) => e.name !== missingName), async (dir) => {
-    await assert.rejects(loadCheckpoint(dir), (e: unknown) => {
-      assert.ok(e instanceof CheckpointError);
-      assert.equal(e.tensor, missingName);
-      assert.match(e.message, /tensor "layers\.3\.attn\.compressor\.wkv\.weight" is missing \(expected shape \[64, 64\]\)/);
-      return true;
-    });
-  });
+  await withCheckpointDir(
+    all.filter((e) => e.name !== missingName),
+    async (dir) => {
+      await assert.rejects(loadCheckpoint(dir), (e: unknown) => {
+        assert.ok(e instanceof CheckpointError);
+        assert.equal(e.tensor, missingName);
+        assert.match(e.message, /tensor "layers\.3\.attn\.compressor\.wkv\.weight" is missing \(expected shape \[64, 64\]\)/);
+        return true;
+      });
+    },
+  );
   const misName = 'layers.2.attn.wq_b.weight';
   const misShaped = all.map((e) => (e.name === misName ? { ...e, shape: [64, 64] } : e));
   await withCheckpointDir(misShaped, async (dir) => {
@@ -143,15 +145,27 @@ test('extra tensors are listed as unexpected, not refused', async () => {
 test('a bad or unrunnable config is refused before any tensor is read', async () => {
   const base = JSON.parse(await readFile(`${TINY_A}/config.json`, 'utf8')) as Record<string, unknown>;
   const entries = fixtureEntries();
-  await withCheckpointDir(entries, async (dir) => {
-    await assert.rejects(loadCheckpoint(dir), (e: unknown) => e instanceof ConfigError && e.field === 'n_heads' && e.message.includes(dir));
-  }, { ...base, n_heads: 'x' });
-  await withCheckpointDir(entries, async (dir) => {
-    await assert.rejects(loadCheckpoint(dir), (e: unknown) => e instanceof UnsupportedFeatureError && e.feature === 'dtype');
-  }, { ...base, dtype: 'fp8' });
-  await withCheckpointDir(entries, async (dir) => {
-    await assert.rejects(loadCheckpoint(dir), (e: unknown) => e instanceof ConfigError && e.field === 'kv_source_layers');
-  }, { ...base, kv_source_layers: [3] });
+  await withCheckpointDir(
+    entries,
+    async (dir) => {
+      await assert.rejects(loadCheckpoint(dir), (e: unknown) => e instanceof ConfigError && e.field === 'n_heads' && e.message.includes(dir));
+    },
+    { ...base, n_heads: 'x' },
+  );
+  await withCheckpointDir(
+    entries,
+    async (dir) => {
+      await assert.rejects(loadCheckpoint(dir), (e: unknown) => e instanceof UnsupportedFeatureError && e.feature === 'dtype');
+    },
+    { ...base, dtype: 'fp8' },
+  );
+  await withCheckpointDir(
+    entries,
+    async (dir) => {
+      await assert.rejects(loadCheckpoint(dir), (e: unknown) => e instanceof ConfigError && e.field === 'kv_source_layers');
+    },
+    { ...base, kv_source_layers: [3] },
+  );
   await withCheckpointDir(entries, async (dir) => {
     await rm(join(dir, 'config.json'));
     await assert.rejects(loadCheckpoint(dir), (e: unknown) => e instanceof ConfigError && /config\.json/.test(e.message));
@@ -192,7 +206,10 @@ test('a sharded checkpoint loads through model.safetensors.index.json', async ()
     assert.ok(first !== undefined);
     weightMap[first.name] = 'model-00002-of-00002.safetensors';
     await writeFile(join(dir, 'model.safetensors.index.json'), JSON.stringify({ weight_map: weightMap }));
-    await assert.rejects(loadCheckpoint(dir), (e: unknown) => e instanceof CheckpointError && e.tensor === first.name && /not present in the shard/.test(e.message));
+    await assert.rejects(
+      loadCheckpoint(dir),
+      (e: unknown) => e instanceof CheckpointError && e.tensor === first.name && /not present in the shard/.test(e.message),
+    );
     await writeFile(join(dir, 'model.safetensors.index.json'), JSON.stringify({ weight_map: { [first.name]: '../escape.safetensors' } }));
     await assert.rejects(loadCheckpoint(dir), (e: unknown) => e instanceof CheckpointError && /not a file name inside the directory/.test(e.message));
     await rm(join(dir, 'model.safetensors.index.json'));

@@ -170,7 +170,8 @@ async function openTensorFiles(dir: string): Promise<{ files: SafetensorsFile[];
           byShard.set(shard, file);
         }
         const info = file.tensors.get(name);
-        if (info === undefined) throw new CheckpointError(`${file.path}: tensor "${name}": listed in ${INDEX_FILE} but not present in the shard`, { tensor: name });
+        if (info === undefined)
+          throw new CheckpointError(`${file.path}: tensor "${name}": listed in ${INDEX_FILE} but not present in the shard`, { tensor: name });
         where.set(name, { file, info });
       }
     } else {

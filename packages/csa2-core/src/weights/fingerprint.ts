@@ -24,7 +24,8 @@ async function hashFile(hash: ReturnType<typeof createHash>, path: string): Prom
     const lenBuf = Buffer.alloc(8);
     await fh.read(lenBuf, 0, 8, 0);
     const headerBytes = Number(lenBuf.readBigUInt64LE(0));
-    if (headerBytes <= 0 || 8 + headerBytes > size) throw new CheckpointError(`${path}: not a safetensors file (header length ${headerBytes}, file size ${size})`);
+    if (headerBytes <= 0 || 8 + headerBytes > size)
+      throw new CheckpointError(`${path}: not a safetensors file (header length ${headerBytes}, file size ${size})`);
     const header = Buffer.alloc(headerBytes);
     await fh.read(header, 0, headerBytes, 8);
     hash.update(header);

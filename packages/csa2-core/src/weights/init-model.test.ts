@@ -200,7 +200,10 @@ test('the released schedule, shrunk: out-of-scope settings are forced off and re
 test('initModel refuses invalid configs and seeds before writing anything', async () => {
   const json = await readJson(`${TINY_A}/config.json`);
   await withTempDir(async (dir) => {
-    await assert.rejects(initModel({ ...json, n_heads: 0 }, { seed: 1, outDir: join(dir, 'x') }), (e: unknown) => e instanceof ConfigError && e.field === 'n_heads');
+    await assert.rejects(
+      initModel({ ...json, n_heads: 0 }, { seed: 1, outDir: join(dir, 'x') }),
+      (e: unknown) => e instanceof ConfigError && e.field === 'n_heads',
+    );
     await assert.rejects(initModel([1], { seed: 1, outDir: join(dir, 'y') }), ConfigError);
     await assert.rejects(initModel(json, { seed: Number.NaN, outDir: join(dir, 'z') }), InputError);
     await assert.rejects(readFile(join(dir, 'x', 'config.json')), /ENOENT/);

@@ -252,7 +252,15 @@ export function planInitModel(configJson: unknown): InitModelPlan {
     dataBytes += numel * SAFETENSORS_DTYPE_BYTES[t.dtypes[0] ?? 'BF16'];
     tensorCount++;
   }
-  return { json, config, plan, overrides, parameterCount: parameters, tensorCount, estimatedBytes: 8 + dataBytes + tensorCount * HEADER_BYTES_PER_TENSOR_ESTIMATE };
+  return {
+    json,
+    config,
+    plan,
+    overrides,
+    parameterCount: parameters,
+    tensorCount,
+    estimatedBytes: 8 + dataBytes + tensorCount * HEADER_BYTES_PER_TENSOR_ESTIMATE,
+  };
 }
 
 export async function initModel(configJson: unknown, opts: InitModelOptions): Promise<InitModelResult> {
@@ -279,10 +287,13 @@ export async function initModel(configJson: unknown, opts: InitModelOptions): Pr
       const { offset, scale } = initRecipe(spec.name, spec.shape);
       const numel = numelOf(spec.shape);
       const elementBytes = SAFETENSORS_DTYPE_BYTES[spec.dtype];
-      await writer.writeChunks(spec.name, counted(chunksOf(rng, numel, offset, scale), (n) => {
-        bytesDone += n * elementBytes;
-        report();
-      }));
+      await writer.writeChunks(
+        spec.name,
+        counted(chunksOf(rng, numel, offset, scale), (n) => {
+          bytesDone += n * elementBytes;
+          report();
+        }),
+      );
       count += numel;
       tensorsDone++;
       report();

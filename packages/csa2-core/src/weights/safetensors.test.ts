@@ -5,14 +5,7 @@ import { mkdtemp, readFile, rm, truncate, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CheckpointError } from '../errors.js';
-import {
-  SafetensorsWriter,
-  f16BitsToF32,
-  f32ToBf16Bits,
-  f32ToF16Bits,
-  openSafetensors,
-  writeSafetensors,
-} from './safetensors.js';
+import { SafetensorsWriter, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits, openSafetensors, writeSafetensors } from './safetensors.js';
 import type { TensorEntry } from './safetensors.js';
 import { fixturesRoot } from '../testing/fixtures.js';
 
@@ -106,7 +99,10 @@ test('round trip of every dtype, with metadata', async () => {
     const file = openSafetensors(path);
     try {
       assert.deepEqual(file.metadata, { format: 'pt', note: 'round trip' });
-      assert.deepEqual([...file.tensors.keys()], tensors.map((t) => t.name));
+      assert.deepEqual(
+        [...file.tensors.keys()],
+        tensors.map((t) => t.name),
+      );
       assert.deepEqual(file.info('f32').shape, [2, 3]);
       assert.equal(file.info('f32').byteLength, 24);
       assert.equal(file.info('f32').byteOffset, 8 + headerLen);
@@ -132,9 +128,18 @@ test('round trip of every dtype, with metadata', async () => {
       assert.equal(file.readTensorF32('empty').length, 0);
       assert.deepEqual([...file.readTensorF32('scalar')], [9]);
       // typed readers refuse the wrong dtype, naming the tensor
-      assert.throws(() => file.readTensorF32('i32'), (e: unknown) => e instanceof CheckpointError && e.tensor === 'i32' && /has dtype I32/.test(e.message));
-      assert.throws(() => file.readTensorI32('f32'), (e: unknown) => e instanceof CheckpointError && e.tensor === 'f32');
-      assert.throws(() => file.info('nope'), (e: unknown) => e instanceof CheckpointError && e.tensor === 'nope' && e.message.includes(path));
+      assert.throws(
+        () => file.readTensorF32('i32'),
+        (e: unknown) => e instanceof CheckpointError && e.tensor === 'i32' && /has dtype I32/.test(e.message),
+      );
+      assert.throws(
+        () => file.readTensorI32('f32'),
+        (e: unknown) => e instanceof CheckpointError && e.tensor === 'f32',
+      );
+      assert.throws(
+        () => file.info('nope'),
+        (e: unknown) => e instanceof CheckpointError && e.tensor === 'nope' && e.message.includes(path),
+      );
     } finally {
       file.close();
     }
@@ -196,11 +201,17 @@ test('writeChunks streams one tensor in pieces and refuses a wrong total', async
     } finally {
       f.close();
     }
-    const short = await SafetensorsWriter.create(path + '2', [{ name: 'x', dtype: 'F32', shape: [4] }]);
-    await assert.rejects(short.writeChunks('x', [new Float32Array(3)]), (e: unknown) => e instanceof CheckpointError && /hold 3 elements, expected 4/.test(e.message));
-    assert.ok(!existsSync(path + '2') && !existsSync(path + '2.partial'), 'a failed stream leaves no file behind');
-    const long = await SafetensorsWriter.create(path + '3', [{ name: 'x', dtype: 'F32', shape: [4] }]);
-    await assert.rejects(long.writeChunks('x', [new Float32Array(3), new Float32Array(3)]), (e: unknown) => e instanceof CheckpointError && /exceed/.test(e.message));
+    const short = await SafetensorsWriter.create(`${path}2`, [{ name: 'x', dtype: 'F32', shape: [4] }]);
+    await assert.rejects(
+      short.writeChunks('x', [new Float32Array(3)]),
+      (e: unknown) => e instanceof CheckpointError && /hold 3 elements, expected 4/.test(e.message),
+    );
+    assert.ok(!existsSync(`${path}2`) && !existsSync(`${path}2.partial`), 'a failed stream leaves no file behind');
+    const long = await SafetensorsWriter.create(`${path}3`, [{ name: 'x', dtype: 'F32', shape: [4] }]);
+    await assert.rejects(
+      long.writeChunks('x', [new Float32Array(3), new Float32Array(3)]),
+      (e: unknown) => e instanceof CheckpointError && /exceed/.test(e.message),
+    );
     await assert.rejects(long.write('x', new Float32Array(4)), (e: unknown) => e instanceof CheckpointError && /closed/.test(e.message));
   });
 });
@@ -232,7 +243,10 @@ test('reads the tiny-a fixture model and golden files', async (t) => {
     // RMSNorm weights are 1 + 0.1 z: all near 1 and exactly bf16
     assert.ok(norm.every((v) => v > 0.5 && v < 1.5));
     const bits = new Uint32Array(norm.buffer, norm.byteOffset, norm.length);
-    assert.ok(bits.every((b) => (b & 0xffff) === 0), 'bf16 widened exactly');
+    assert.ok(
+      bits.every((b) => (b & 0xffff) === 0),
+      'bf16 widened exactly',
+    );
   } finally {
     model.close();
   }
@@ -275,17 +289,17 @@ test('corrupted files give a CheckpointError naming the file and the tensor', as
       ['header not an object', () => writeRaw(p, [1, 2], 16), /not a JSON object/, undefined],
       ['unknown dtype', () => writeRaw(p, { w: { dtype: 'F4', shape: [2], data_offsets: [0, 1] } }, 1), /unknown or unsupported dtype "F4"/, 'w'],
       ['bad shape', () => writeRaw(p, { w: { dtype: 'F32', shape: [-1], data_offsets: [0, 4] } }, 4), /shape must be/, 'w'],
-      ['offsets out of range', () => writeRaw(p, { w: { dtype: 'F32', shape: [2, 2], data_offsets: [0, 32] } }, 16), /outside the data section of 16 bytes/, 'w'],
+      [
+        'offsets out of range',
+        () => writeRaw(p, { w: { dtype: 'F32', shape: [2, 2], data_offsets: [0, 32] } }, 16),
+        /outside the data section of 16 bytes/,
+        'w',
+      ],
       ['size mismatch', () => writeRaw(p, { w: { dtype: 'F32', shape: [2, 2], data_offsets: [0, 12] } }, 16), /span 12 bytes, but F32 \[2, 2\] needs 16/, 'w'],
       ['begin > end', () => writeRaw(p, { w: { dtype: 'F32', shape: [0], data_offsets: [8, 4] } }, 16), /begin > end/, 'w'],
       [
         'overlap',
-        () =>
-          writeRaw(
-            p,
-            { a: { dtype: 'F32', shape: [2], data_offsets: [0, 8] }, b: { dtype: 'F32', shape: [2], data_offsets: [4, 12] } },
-            12,
-          ),
+        () => writeRaw(p, { a: { dtype: 'F32', shape: [2], data_offsets: [0, 8] }, b: { dtype: 'F32', shape: [2], data_offsets: [4, 12] } }, 12),
         /overlaps tensor "a"/,
         'b',
       ],
@@ -313,7 +327,13 @@ test('corrupted files give a CheckpointError naming the file and the tensor', as
     ]);
     const size = (await readFile(real)).length;
     await truncate(real, size - 3);
-    assert.throws(() => openSafetensors(real), (e: unknown) => e instanceof CheckpointError && e.tensor === 'b' && /truncated file/.test(e.message));
-    assert.throws(() => openSafetensors(join(dir, 'missing.safetensors')), (e: unknown) => e instanceof CheckpointError && /cannot open/.test(e.message));
+    assert.throws(
+      () => openSafetensors(real),
+      (e: unknown) => e instanceof CheckpointError && e.tensor === 'b' && /truncated file/.test(e.message),
+    );
+    assert.throws(
+      () => openSafetensors(join(dir, 'missing.safetensors')),
+      (e: unknown) => e instanceof CheckpointError && /cannot open/.test(e.message),
+    );
   });
 });

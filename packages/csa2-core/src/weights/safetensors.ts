@@ -155,7 +155,8 @@ function parseHeader(path: string, headerText: string, dataStart: number, dataBy
     const dtype = entry['dtype'];
     if (!isSafetensorsDtype(dtype)) throw fail(path, `unknown or unsupported dtype ${JSON.stringify(dtype)}`, name);
     const shape = entry['shape'];
-    if (!Array.isArray(shape) || !shape.every(isNonNegInt)) throw fail(path, `shape must be a list of non-negative integers, got ${JSON.stringify(shape)}`, name);
+    if (!Array.isArray(shape) || !shape.every(isNonNegInt))
+      throw fail(path, `shape must be a list of non-negative integers, got ${JSON.stringify(shape)}`, name);
     const offsets = entry['data_offsets'];
     if (!Array.isArray(offsets) || offsets.length !== 2 || !offsets.every(isNonNegInt)) {
       throw fail(path, `data_offsets must be [begin, end] non-negative integers, got ${JSON.stringify(offsets)}`, name);
@@ -545,7 +546,12 @@ export class SafetensorsWriter {
     const { handle, spec } = this.expect(name);
     const numel = numelOf(spec.shape);
     const count = checkData(this.path, spec, data);
-    if (count !== numel) throw fail(this.path, `cannot write ${spec.dtype} [${spec.shape.join(', ')}] from ${data.constructor.name} of ${count} elements (expected ${numel})`, name);
+    if (count !== numel)
+      throw fail(
+        this.path,
+        `cannot write ${spec.dtype} [${spec.shape.join(', ')}] from ${data.constructor.name} of ${count} elements (expected ${numel})`,
+        name,
+      );
     await this.writeBytes(handle, spec, data);
     this.next++;
   }
@@ -600,11 +606,7 @@ export class SafetensorsWriter {
  * Writes `tensors` to a safetensors file, one tensor at a time (see {@link SafetensorsWriter} for data
  * conventions). Float32Array data stored as BF16/F16 is rounded to nearest even.
  */
-export async function writeSafetensors(
-  path: string,
-  tensors: readonly TensorEntry[],
-  metadata?: Readonly<Record<string, string>>,
-): Promise<void> {
+export async function writeSafetensors(path: string, tensors: readonly TensorEntry[], metadata?: Readonly<Record<string, string>>): Promise<void> {
   const writer = await SafetensorsWriter.create(path, tensors, metadata);
   try {
     for (const t of tensors) await writer.write(t.name, t.data);

@@ -6,7 +6,15 @@
  * the report as JSON. Needs no model: it only talks to the store.
  */
 import { parseArgs } from 'node:util';
-import { DEFAULT_GC_GRACE_MS, DEFAULT_INGEST_MARKER_TTL_MS, DEFAULT_PROMPT_TTL_MS, collectGarbage, openStore, type GcReport, type GcTenantReport } from '@csa2/artifacts';
+import {
+  DEFAULT_GC_GRACE_MS,
+  DEFAULT_INGEST_MARKER_TTL_MS,
+  DEFAULT_PROMPT_TTL_MS,
+  collectGarbage,
+  openStore,
+  type GcReport,
+  type GcTenantReport,
+} from '@csa2/artifacts';
 import { InputError } from '@csa2/core';
 
 export const GC_USAGE = `usage: csa2 gc --store URL [--grace-ms N] [--marker-ttl-ms N] [--prompt-ttl-ms N|off]
@@ -38,7 +46,8 @@ export class GcUsageError extends Error {
 function msOption(value: string | undefined, name: string, fallback: number): number {
   if (value === undefined) return fallback;
   const n = Number(value);
-  if (!/^[0-9]+$/.test(value) || !Number.isSafeInteger(n)) throw new InputError(`--${name} must be a non-negative integer number of milliseconds, got "${value}"`);
+  if (!/^[0-9]+$/.test(value) || !Number.isSafeInteger(n))
+    throw new InputError(`--${name} must be a non-negative integer number of milliseconds, got "${value}"`);
   return n;
 }
 
@@ -106,7 +115,11 @@ export function describeReport(report: GcReport): string[] {
  * Runs `csa2 gc ARGS`: returns the exit code (2 for a usage error, printed with the usage).
  * Store and input errors propagate (the CLI prints them as one line).
  */
-export async function cmdGc(args: readonly string[], out: (line: string) => void = (l) => void process.stdout.write(`${l}\n`), err: (line: string) => void = (l) => void process.stderr.write(`${l}\n`)): Promise<number> {
+export async function cmdGc(
+  args: readonly string[],
+  out: (line: string) => void = (l) => void process.stdout.write(`${l}\n`),
+  err: (line: string) => void = (l) => void process.stderr.write(`${l}\n`),
+): Promise<number> {
   let cmd: GcCommand;
   try {
     cmd = parseGcArgs(args);
@@ -115,7 +128,10 @@ export async function cmdGc(args: readonly string[], out: (line: string) => void
     err(`csa2 gc: ${error.message}\n${GC_USAGE}`);
     return 2;
   }
-  if (cmd.graceMs < GC_GRACE_WARNING_MS) err(`csa2 gc: warning: --grace-ms ${cmd.graceMs} is below ${GC_GRACE_WARNING_MS}: chunks an ingest is about to adopt, or that a store clock ahead of this one shows as old, may be deleted`);
+  if (cmd.graceMs < GC_GRACE_WARNING_MS)
+    err(
+      `csa2 gc: warning: --grace-ms ${cmd.graceMs} is below ${GC_GRACE_WARNING_MS}: chunks an ingest is about to adopt, or that a store clock ahead of this one shows as old, may be deleted`,
+    );
   const store = openStore(cmd.store);
   try {
     await store.ping();

@@ -19,7 +19,10 @@ function assertUserError(r: ReturnType<typeof csa2>, pattern: RegExp): void {
 }
 
 test('generate refuses bad input with a clear message', () => {
-  assertUserError(csa2('generate', '--model', TINY, '--prompt-ids', '1,999', '--max-tokens', '2'), /token id 999 at index 1 is outside the vocabulary \[0, 256\)/);
+  assertUserError(
+    csa2('generate', '--model', TINY, '--prompt-ids', '1,999', '--max-tokens', '2'),
+    /token id 999 at index 1 is outside the vocabulary \[0, 256\)/,
+  );
   assertUserError(csa2('generate', '--model', TINY, '--prompt', '', '--max-tokens', '2'), /prompt is empty/);
   assertUserError(csa2('generate', '--model', TINY, '--prompt-ids', Array(300).fill('5').join(','), '--max-tokens', '2'), /exceed max_seq_len 256/);
   assertUserError(csa2('generate', '--model', TINY, '--prompt-ids', '1,2', '--max-tokens', '0'), /max tokens must be a positive integer/);
@@ -36,7 +39,19 @@ test('a malformed config or checkpoint is refused naming what is wrong', () => {
   assertUserError(csa2('inspect', '--model', bad), /dim/);
   const missing = join(dir, 'missing');
   mkdirSync(missing);
-  writeFileSync(join(missing, 'config.json'), JSON.stringify({ vocab_size: 256, dim: 64, n_layers: 1, compress_ratios: [0], kv_source_layers: [], index_source_layers: [], dtype: 'bf16', expert_dtype: null }));
+  writeFileSync(
+    join(missing, 'config.json'),
+    JSON.stringify({
+      vocab_size: 256,
+      dim: 64,
+      n_layers: 1,
+      compress_ratios: [0],
+      kv_source_layers: [],
+      index_source_layers: [],
+      dtype: 'bf16',
+      expert_dtype: null,
+    }),
+  );
   assertUserError(csa2('generate', '--model', missing, '--prompt-ids', '1', '--max-tokens', '1'), /model\.safetensors/);
 });
 
@@ -45,10 +60,10 @@ test('inspect prints the layer plan and 890 bytes per token for the released con
   assert.equal(r.status, 0, r.stderr);
   assert.match(r.stdout, /global-cache bytes per token: 890\n/);
   assert.match(r.stdout, /\s20\s+full\s+1\s+20\s+20\s+source/);
-  assert.match(r.stdout, /\nnot runnable here:\n  engram_layer_ids = \[1, 14\]: /);
+  assert.match(r.stdout, /\nnot runnable here:\n {2}engram_layer_ids = \[1, 14\]: /);
   // the values quoted are the config's own, not the runnable ones
-  assert.match(r.stdout, /\n  dtype = "fp8": fp8 weights are not supported; only bf16\/fp32 weights are runnable for now; use "bf16"\n/);
-  assert.match(r.stdout, /\n  expert_dtype = "fp4": fp4 experts are not supported; .*; use null\n/);
+  assert.match(r.stdout, /\n {2}dtype = "fp8": fp8 weights are not supported; only bf16\/fp32 weights are runnable for now; use "bf16"\n/);
+  assert.match(r.stdout, /\n {2}expert_dtype = "fp4": fp4 experts are not supported; .*; use null\n/);
 });
 
 test('every command has --help (exit 0, its options listed); csa2 --version and <command> --version print the version', async () => {
@@ -60,7 +75,19 @@ test('every command has --help (exit 0, its options listed); csa2 --version and 
     assert.equal(r.stdout, `csa2 ${version()}\n`);
   }
   const flags: Record<string, string[]> = {
-    generate: ['--model DIR', '--max-tokens N', '--top-k', '--min-p', '--repetition-penalty', '--presence-penalty', '--frequency-penalty', '--logit-bias', '--seed S', '--exact', '--store URL'],
+    generate: [
+      '--model DIR',
+      '--max-tokens N',
+      '--top-k',
+      '--min-p',
+      '--repetition-penalty',
+      '--presence-penalty',
+      '--frequency-penalty',
+      '--logit-bias',
+      '--seed S',
+      '--exact',
+      '--store URL',
+    ],
     ingest: ['--model DIR', '--store URL', '--text-file F', '--doc-id ID', '--chunk-tokens C'],
     inspect: ['--model DIR', '--config FILE'],
     'init-model': ['--config FILE', '--seed S', '--out DIR', '--force', '--drop-unsupported'],
@@ -109,7 +136,17 @@ test('init-model estimates the size first and refuses more than 4 GB without --f
   assertUserError(r, /this checkpoint would be about 1\.1 TB \(551,566,165,104 parameters in 46958 tensors\); pass --force to write more than 4\.0 GB/);
   assert.equal(existsSync(out), false, 'nothing written');
   // with --force it still will not write more than the disk holds
-  const forced = csa2('init-model', '--config', join(fixturesRoot(), 'deepseek-v41-flash/config.json'), '--seed', '1', '--out', out, '--drop-unsupported', '--force');
+  const forced = csa2(
+    'init-model',
+    '--config',
+    join(fixturesRoot(), 'deepseek-v41-flash/config.json'),
+    '--seed',
+    '1',
+    '--out',
+    out,
+    '--drop-unsupported',
+    '--force',
+  );
   assertUserError(forced, /this checkpoint would be about 1\.1 TB .*, but only [\d.]+ [kMGT]?B are free where/);
   assert.equal(existsSync(out), false);
 });
@@ -154,7 +191,10 @@ test('progress: a bar on a terminal (redrawn, ends with a newline), nothing else
   let total = 0;
   const info = await initModel(config, { seed: 1, outDir: dir, onProgress: (p) => (seen.push(p.bytesDone), (total = p.bytesTotal)) });
   assert.ok(seen.length > 10);
-  assert.ok(seen.every((v, i) => i === 0 || v >= (seen[i - 1] as number)), 'monotone');
+  assert.ok(
+    seen.every((v, i) => i === 0 || v >= (seen[i - 1] as number)),
+    'monotone',
+  );
   assert.equal(seen.at(-1), total);
   assert.ok(info.bytes > total && info.bytes - total < 64 * 1024, 'the data plus the header');
 });
@@ -172,7 +212,10 @@ test('generate honours the sampling flags: --top-k 1 is greedy at any temperatur
   assert.notEqual(biased[0], banned, 'a -100 bias bans the greedy first token');
   assert.ok(!biased.includes(banned), 'at every step');
   assert.ok(new Set(greedy).size < greedy.length, `the greedy text repeats tokens: ${greedy.join(',')}`);
-  for (const penalty of [['--presence-penalty', '2', '--frequency-penalty', '2'], ['--repetition-penalty', '3']]) {
+  for (const penalty of [
+    ['--presence-penalty', '2', '--frequency-penalty', '2'],
+    ['--repetition-penalty', '3'],
+  ]) {
     const penalized = tokens(...penalty);
     assert.notDeepEqual(penalized, greedy, `${penalty.join(' ')} changes a repetitive greedy text`);
     const firstRepeat = greedy.findIndex((id, i) => greedy.indexOf(id) < i);
@@ -180,6 +223,12 @@ test('generate honours the sampling flags: --top-k 1 is greedy at any temperatur
     assert.notEqual(penalized[firstRepeat], greedy[firstRepeat], 'the repeat is penalized away');
   }
   assertUserError(csa2('generate', '--model', TINY, '--prompt-ids', '1', '--max-tokens', '1', '--top-k=-3'), /top_k must be an integer >= 0/);
-  assertUserError(csa2('generate', '--model', TINY, '--prompt-ids', '1', '--max-tokens', '1', '--logit-bias', '300:1'), /logit_bias: token id 300 is outside the vocabulary \[0, 256\)/);
-  assertUserError(csa2('generate', '--model', TINY, '--prompt-ids', '1', '--max-tokens', '1', '--logit-bias', '5=1'), /--logit-bias: item 0 \("5=1"\) is not ID:BIAS/);
+  assertUserError(
+    csa2('generate', '--model', TINY, '--prompt-ids', '1', '--max-tokens', '1', '--logit-bias', '300:1'),
+    /logit_bias: token id 300 is outside the vocabulary \[0, 256\)/,
+  );
+  assertUserError(
+    csa2('generate', '--model', TINY, '--prompt-ids', '1', '--max-tokens', '1', '--logit-bias', '5=1'),
+    /--logit-bias: item 0 \("5=1"\) is not ID:BIAS/,
+  );
 });

@@ -47,7 +47,12 @@ type Options = NonNullable<ParseArgsConfig['options']>;
 
 function parse(args: string[], options: Options): Values {
   try {
-    return parseArgs({ args, options: { ...options, help: { type: 'boolean', short: 'h' }, version: { type: 'boolean' } }, allowPositionals: false, strict: true }).values as Values;
+    return parseArgs({
+      args,
+      options: { ...options, help: { type: 'boolean', short: 'h' }, version: { type: 'boolean' } },
+      allowPositionals: false,
+      strict: true,
+    }).values as Values;
   } catch (err) {
     throw new UsageError((err as Error).message);
   }
@@ -111,9 +116,12 @@ function samplingOptions(o: Values): SamplingParams {
 
 async function cmdGenerate(o: Values): Promise<void> {
   if (typeof o['model'] !== 'string') throw new UsageError('--model DIR is required');
-  const document = typeof o['document'] === 'string' ? { tenant: typeof o['tenant'] === 'string' ? o['tenant'] : DEFAULT_TENANT, documentId: o['document'] } : undefined;
-  if (document === undefined && (o['prompt'] === undefined) === (o['prompt-ids'] === undefined)) throw new UsageError('give exactly one of --prompt and --prompt-ids');
-  if (document !== undefined && o['prompt'] !== undefined && o['prompt-ids'] !== undefined) throw new UsageError('give at most one of --prompt and --prompt-ids');
+  const document =
+    typeof o['document'] === 'string' ? { tenant: typeof o['tenant'] === 'string' ? o['tenant'] : DEFAULT_TENANT, documentId: o['document'] } : undefined;
+  if (document === undefined && (o['prompt'] === undefined) === (o['prompt-ids'] === undefined))
+    throw new UsageError('give exactly one of --prompt and --prompt-ids');
+  if (document !== undefined && o['prompt'] !== undefined && o['prompt-ids'] !== undefined)
+    throw new UsageError('give at most one of --prompt and --prompt-ids');
   if (document !== undefined && typeof o['store'] !== 'string') throw new UsageError('--document needs --store URL');
   if (o['exact'] === true && o['replay'] !== undefined) throw new UsageError('--replay and --exact exclude each other');
   const numerics = (o['numerics'] ?? 'bf16') as string;
@@ -184,7 +192,13 @@ function runtimeOptions(o: Values) {
   return { executionProvider: provider, intraOpThreads: threads, deviceId, tf32: o['tf32'] === true, cudaCpuFallback: fallback } as const;
 }
 
-const RUNTIME_FLAGS = { provider: { type: 'string' }, threads: { type: 'string' }, 'device-id': { type: 'string' }, tf32: { type: 'boolean' }, 'cuda-cpu-fallback': { type: 'string' } } as const;
+const RUNTIME_FLAGS = {
+  provider: { type: 'string' },
+  threads: { type: 'string' },
+  'device-id': { type: 'string' },
+  tf32: { type: 'boolean' },
+  'cuda-cpu-fallback': { type: 'string' },
+} as const;
 const RUNTIME_HELP: readonly Help[] = [
   ['--provider cpu|cuda', 'onnxruntime execution provider (default cpu)'],
   ['--device-id N', 'the CUDA device (default 0)'],
@@ -295,7 +309,7 @@ async function cmdIngest(o: Values): Promise<void> {
     bar.end();
     const seconds = (performance.now() - t0) / 1000;
     process.stdout.write(
-      [
+      `${[
         `document: ${out.documentId}`,
         `tenant: ${tenant}`,
         `tokens: ${out.tokens}`,
@@ -305,7 +319,7 @@ async function cmdIngest(o: Values): Promise<void> {
         `global-cache bytes per token: ${out.bytesPerToken}`,
         `encoder tail: ${out.tailBytes > 0 ? `${out.tailBytes} bytes (questions with replay ${out.tailReplayTokens} start after it)` : 'none (not asked, or the document is too short for a reusable one)'}`,
         `time: ${seconds.toFixed(2)} s (${((out.tokens - out.reusedTokens) / seconds).toFixed(0)} tokens/s encoded)`,
-      ].join('\n') + '\n',
+      ].join('\n')}\n`,
     );
   } finally {
     await engine.close();
@@ -328,14 +342,16 @@ async function cmdInspect(o: Values): Promise<void> {
       `${String(e.layer).padStart(5)}  ${e.mode.padEnd(7)}  ${String(e.compressRatio).padStart(5)}  ${String(e.kvSource ?? '-').padStart(6)}  ${String(e.indexSource ?? '-').padStart(7)}  ${cand}`,
     );
   }
-  const counts = Object.entries(plan.counts).map(([k, v]) => `${k} ${v}`).join(', ');
+  const counts = Object.entries(plan.counts)
+    .map(([k, v]) => `${k} ${v}`)
+    .join(', ');
   lines.push('', `layers: ${config.numLayers} (${counts}); encoder/decoder split at layer ${plan.decoderStart ?? 'none'}`);
   lines.push(`parameters: ${parameterCount(config, plan).toLocaleString('en-US')}`);
   lines.push(`global-cache bytes per token: ${globalCacheBytesPerToken(config, plan)}`);
   lines.push(`sliding-window bytes (all layers, fixed): ${windowCacheBytes(config).toLocaleString('en-US')}`);
   const unsupported = unsupportedSettings(config);
   if (unsupported.length > 0) lines.push('not runnable here:', ...unsupported.map((u) => `  ${u.reason}`));
-  process.stdout.write(lines.join('\n') + '\n');
+  process.stdout.write(`${lines.join('\n')}\n`);
 }
 
 /** Free bytes on the file system that `dir` (or its nearest existing ancestor) is on; null when unknown. */
@@ -384,7 +400,9 @@ async function cmdInitModel(o: Values): Promise<void> {
   const bar = progressBar('csa2: writing weights', (done, total, rate) => `${formatBytes(done)} / ${formatBytes(total)}, ${formatBytes(rate)}/s`);
   const info = await initModel(json, { seed, outDir: o['out'], onProgress: (p) => bar.update(p.bytesDone, p.bytesTotal) });
   bar.end();
-  process.stdout.write(`wrote ${info.weightsPath} (${info.parameterCount.toLocaleString('en-US')} parameters, ${info.bytes.toLocaleString('en-US')} bytes) and ${info.configPath}\n`);
+  process.stdout.write(
+    `wrote ${info.weightsPath} (${info.parameterCount.toLocaleString('en-US')} parameters, ${info.bytes.toLocaleString('en-US')} bytes) and ${info.configPath}\n`,
+  );
 }
 
 type Help = readonly [flag: string, what: string];
@@ -432,15 +450,15 @@ const COMMANDS: readonly Command[] = [
       ['--prompt TEXT | --prompt-ids 1,2,3', 'the prompt as text or token ids (optional with --document)'],
       ['--max-tokens N', 'tokens to generate (required)'],
       ['--temperature T', '0 (default) = greedy; otherwise sampled with --seed'],
-      ['--top-p P, --top-k K, --min-p P', 'nucleus, top-k (0 = off) and min-p filters, in vLLM\'s order'],
-      ['--repetition-penalty R', 'vLLM\'s, over prompt and output tokens (1 = off)'],
-      ['--presence-penalty P, --frequency-penalty F', 'OpenAI\'s, over the output tokens, in [-2, 2]'],
-      ['--logit-bias ID:BIAS,...', 'added to those tokens\' logits first, bias in [-100, 100]'],
+      ['--top-p P, --top-k K, --min-p P', "nucleus, top-k (0 = off) and min-p filters, in vLLM's order"],
+      ['--repetition-penalty R', "vLLM's, over prompt and output tokens (1 = off)"],
+      ['--presence-penalty P, --frequency-penalty F', "OpenAI's, over the output tokens, in [-2, 2]"],
+      ['--logit-bias ID:BIAS,...', "added to those tokens' logits first, bias in [-100, 100]"],
       ['--seed S', 'sampling seed (default 0): token i is drawn from (S, i) alone'],
       ['--replay R | --exact', `decoder replay over the last R tokens (default ${DEFAULT_REPLAY_TOKENS}), or every layer over the whole prompt`],
       ['--force-ids 5,9,...', 'feed these ids at the decode steps (teacher forcing)'],
       ['--dump FILE', 'write the logits and tokens as safetensors'],
-      ['--numerics bf16|fp32', 'the reference\'s bf16 execution (default) or plain fp32'],
+      ['--numerics bf16|fp32', "the reference's bf16 execution (default) or plain fp32"],
       ['--store URL --document ID [--tenant T]', `continue a stored document (URL: ${STORE_URL_HELP})`],
       ...RUNTIME_HELP,
     ],
@@ -475,7 +493,7 @@ const COMMANDS: readonly Command[] = [
   },
   {
     name: 'inspect',
-    summary: 'print a config\'s layer plan, parameter count, cache bytes per token, and what cannot run',
+    summary: "print a config's layer plan, parameter count, cache bytes per token, and what cannot run",
     synopsis: 'csa2 inspect (--model DIR | --config FILE)',
     options: { model: { type: 'string' }, config: { type: 'string' } },
     help: [
@@ -488,12 +506,21 @@ const COMMANDS: readonly Command[] = [
     name: 'init-model',
     summary: 'write a seeded random checkpoint (bf16) for a runnable config',
     synopsis: 'csa2 init-model --config FILE --seed S --out DIR [--drop-unsupported] [--force]',
-    options: { config: { type: 'string' }, seed: { type: 'string' }, out: { type: 'string' }, force: { type: 'boolean' }, 'drop-unsupported': { type: 'boolean' } },
+    options: {
+      config: { type: 'string' },
+      seed: { type: 'string' },
+      out: { type: 'string' },
+      force: { type: 'boolean' },
+      'drop-unsupported': { type: 'boolean' },
+    },
     help: [
       ['--config FILE', 'a config.json (ModelArgs keys)'],
       ['--seed S', 'PRNG seed: the same seed writes byte-identical files'],
       ['--out DIR', 'where config.json and model.safetensors go (created if needed)'],
-      ['--drop-unsupported', 'write a checkpoint although the config turns on what cannot run (Engram, vision, DSpark/MTP, fp8/fp4 weights), with those settings turned off'],
+      [
+        '--drop-unsupported',
+        'write a checkpoint although the config turns on what cannot run (Engram, vision, DSpark/MTP, fp8/fp4 weights), with those settings turned off',
+      ],
       ['--force', `write a checkpoint larger than ${formatBytes(INIT_MODEL_FORCE_ABOVE_BYTES)} (the size is estimated first)`],
     ],
     run: cmdInitModel,
@@ -502,7 +529,15 @@ const COMMANDS: readonly Command[] = [
 
 function commandHelp(c: Command): string {
   const width = Math.max(...c.help.map(([flag]) => flag.length));
-  return [`csa2 ${c.name}: ${c.summary}`, '', `usage: ${c.synopsis}`, '', 'options:', ...c.help.map(([flag, what]) => `  ${flag.padEnd(width)}  ${what}`), `  ${'-h, --help'.padEnd(width)}  this help`].join('\n');
+  return [
+    `csa2 ${c.name}: ${c.summary}`,
+    '',
+    `usage: ${c.synopsis}`,
+    '',
+    'options:',
+    ...c.help.map(([flag, what]) => `  ${flag.padEnd(width)}  ${what}`),
+    `  ${'-h, --help'.padEnd(width)}  this help`,
+  ].join('\n');
 }
 
 const USAGE = [
@@ -556,12 +591,7 @@ export async function main(argv: string[]): Promise<number> {
     return 0;
   } catch (err) {
     if (err instanceof UsageError) {
-      const usage =
-        command !== undefined
-          ? `usage: ${command.synopsis}\n(csa2 ${command.name} --help lists every option)`
-          : name === 'gc'
-            ? GC_USAGE
-            : USAGE;
+      const usage = command !== undefined ? `usage: ${command.synopsis}\n(csa2 ${command.name} --help lists every option)` : name === 'gc' ? GC_USAGE : USAGE;
       process.stderr.write(`csa2: ${err.message}\n${usage}\n`);
       return 2;
     }

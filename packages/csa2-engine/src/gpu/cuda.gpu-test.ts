@@ -96,7 +96,7 @@ test('v41-mini-128k on CUDA: mean row distance to the official GPU run within 1.
   }
 });
 
-test('the served model ingests the same document on the CPU and on CUDA: Full layers\' top-k ≥ 99 % identical, the same answers', async () => {
+test("the served model ingests the same document on the CPU and on CUDA: Full layers' top-k ≥ 99 % identical, the same answers", async () => {
   const root = mkdtempSync(join(tmpdir(), 'csa2-gpu-ingest-'));
   const rng = new SeededRandom(4096);
   const ids = Array.from({ length: 4096 }, () => 3 + Math.floor(rng.nextUniform() * 1000));
@@ -107,7 +107,11 @@ test('the served model ingests the same document on the CPU and on CUDA: Full la
     const engine = await Engine.open({ modelDir: SERVED, store, runtime: provider === 'cuda' ? CUDA : {} });
     const mine = new Map<string, Int32Array>();
     picks.set(provider, mine);
-    const full = new Set(engine.model.plan.entries.filter((e) => e.mode === 'full' && engine.model.plan.decoderStart !== null && e.layer < engine.model.plan.decoderStart).map((e) => e.layer));
+    const full = new Set(
+      engine.model.plan.entries
+        .filter((e) => e.mode === 'full' && engine.model.plan.decoderStart !== null && e.layer < engine.model.plan.decoderStart)
+        .map((e) => e.layer),
+    );
     const observer: ForwardObserver = {
       topk(layer, p0, rows, kk, topk) {
         if (full.has(layer)) for (let r = 0; r < rows; r++) mine.set(`${layer}:${p0 + r}`, topk.slice(r * kk, (r + 1) * kk));
@@ -143,11 +147,17 @@ test('the served model ingests the same document on the CPU and on CUDA: Full la
     assert.ok(total > 0 && same / total >= 0.99, `${same} of ${total} top-k entries identical`);
     // answers: both artifacts decoded by one CPU engine
     const answers = new Map<string, number[][]>();
-    for (const [name, store] of [['cpu', cpuStore], ['cuda', cudaStore]] as const) {
+    for (const [name, store] of [
+      ['cpu', cpuStore],
+      ['cuda', cudaStore],
+    ] as const) {
       const engine = await Engine.open({ modelDir: SERVED, store });
       try {
         const out: number[][] = [];
-        for (const q of questions) out.push((await engine.generate({ promptIds: q, document: { tenant: 't', documentId: 'doc' }, maxTokens: 8, sampling: greedy, ignoreEos: true })).tokens);
+        for (const q of questions)
+          out.push(
+            (await engine.generate({ promptIds: q, document: { tenant: 't', documentId: 'doc' }, maxTokens: 8, sampling: greedy, ignoreEos: true })).tokens,
+          );
         answers.set(name, out);
       } finally {
         await engine.close();

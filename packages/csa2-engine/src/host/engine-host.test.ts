@@ -46,7 +46,12 @@ test('an abort stops generation with finish reason cancelled', async () => {
   const ac = new AbortController();
   const out = await host.generate(
     { promptIds: PROMPT, maxTokens: 200, sampling: { temperature: 0, topP: 1, seed: 0 }, ignoreEos: true },
-    { signal: ac.signal, onToken: (t) => { if (t.index === 2) ac.abort(); } },
+    {
+      signal: ac.signal,
+      onToken: (t) => {
+        if (t.index === 2) ac.abort();
+      },
+    },
   );
   assert.equal(out.finishReason, 'cancelled');
   assert.ok(out.tokens.length >= 3 && out.tokens.length < 200, `${out.tokens.length} tokens`);
@@ -64,7 +69,10 @@ test('errors in the thread come back with their code and message; the host keeps
 });
 
 test('a model that cannot be loaded fails start with a clear error', async () => {
-  await assert.rejects(EngineHost.start({ modelDir: '/nonexistent-model-dir' }), (err: unknown) => err instanceof EngineError && /config\.json/.test(err.message));
+  await assert.rejects(
+    EngineHost.start({ modelDir: '/nonexistent-model-dir' }),
+    (err: unknown) => err instanceof EngineError && /config\.json/.test(err.message),
+  );
 });
 
 test('the engine thread has a stack of its own size: a process with a long command line still opens its sessions', async () => {

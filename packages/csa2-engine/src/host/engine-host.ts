@@ -14,7 +14,19 @@
  */
 import { Worker } from 'node:worker_threads';
 import { Csa2Error, DEFAULT_RUNTIME_OPTIONS, applyCudaEnvironment, type Csa2ErrorCode } from '@csa2/core';
-import type { EngineOptions, EngineStats, GenerateHooks, GenerateOutcome, GenerateRequest, IngestHooks, IngestOutcome, IngestRequest, ModelInfo, SerializedError, TokenEvent } from '../engine.js';
+import type {
+  EngineOptions,
+  EngineStats,
+  GenerateHooks,
+  GenerateOutcome,
+  GenerateRequest,
+  IngestHooks,
+  IngestOutcome,
+  IngestRequest,
+  ModelInfo,
+  SerializedError,
+  TokenEvent,
+} from '../engine.js';
 import type { FlowControl } from '../flow-control.js';
 import type { EngineMethod, FromThread, ThreadData, ToThread } from './protocol.js';
 
@@ -86,7 +98,8 @@ export class EngineHost {
   generate(req: GenerateRequest, hooks: GenerateHooks = {}): Promise<GenerateOutcome> {
     // the thread's generate events: token events, and the prompt logprobs once ({ promptLogprobs })
     const onEvent = (e: unknown) => {
-      if (typeof e === 'object' && e !== null && 'promptLogprobs' in e) hooks.onPromptLogprobs?.((e as { promptLogprobs: Parameters<NonNullable<GenerateHooks['onPromptLogprobs']>>[0] }).promptLogprobs);
+      if (typeof e === 'object' && e !== null && 'promptLogprobs' in e)
+        hooks.onPromptLogprobs?.((e as { promptLogprobs: Parameters<NonNullable<GenerateHooks['onPromptLogprobs']>>[0] }).promptLogprobs);
       else hooks.onToken?.(e as TokenEvent);
     };
     return this.call('generate', req, onEvent, hooks.signal, hooks.flow) as Promise<GenerateOutcome>;

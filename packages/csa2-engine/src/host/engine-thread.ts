@@ -71,11 +71,13 @@ port.on('message', (msg: ToThread) => {
   }
   running.set(msg.id, new AbortController());
   if (msg.method === 'generate') flows.set(msg.id, new FlowControl());
-  dispatch(msg.id, msg.method, msg.args).then(
-    (value) => post({ type: 'result', id: msg.id, value }),
-    (err: unknown) => post({ type: 'error', id: msg.id, error: serializeError(err) }),
-  ).finally(() => {
-    running.delete(msg.id);
-    flows.delete(msg.id);
-  });
+  dispatch(msg.id, msg.method, msg.args)
+    .then(
+      (value) => post({ type: 'result', id: msg.id, value }),
+      (err: unknown) => post({ type: 'error', id: msg.id, error: serializeError(err) }),
+    )
+    .finally(() => {
+      running.delete(msg.id);
+      flows.delete(msg.id);
+    });
 });

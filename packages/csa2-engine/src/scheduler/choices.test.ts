@@ -60,11 +60,18 @@ test('n choices: choice i equals the n = 1 generation with seed + i, from one pr
         assert.equal(c.finishReason, a.finishReason);
         c.logits.forEach((row, j) => assert.deepEqual(row, a.logits[j], `choice ${i}: logits row ${j}`));
         const mine = events.filter((e) => e.choice === i && e.id >= 0);
-        assert.deepEqual(mine.map((e) => e.index), c.tokens.map((_, j) => j), `choice ${i}: one event per token, in order`);
+        assert.deepEqual(
+          mine.map((e) => e.index),
+          c.tokens.map((_, j) => j),
+          `choice ${i}: one event per token, in order`,
+        );
         if (base.logprobs !== undefined) assert.ok(mine.every((e) => e.logprob !== undefined && e.topLogprobs?.length === 2));
       });
       assert.deepEqual(out.tokens, out.choices[0]!.tokens, 'the top-level fields are choice 0');
-      assert.ok(out.choices.some((c) => c.tokens.join() !== out.choices[0]!.tokens.join()), 'the seeds make the choices differ');
+      assert.ok(
+        out.choices.some((c) => c.tokens.join() !== out.choices[0]!.tokens.join()),
+        'the seeds make the choices differ',
+      );
       // the prompt was prefilled once: the rows of one n = 1 prefill, not three
       const before1 = engine.stats().prefillTokens;
       await engine.generate({ ...base, maxTokens: 1 });
@@ -94,7 +101,11 @@ test('resumeChoices: each choice continues from its own tokens exactly as the un
     const resumed = await engine.generate({ ...req, resumeChoices: full.choices.map((c, i) => c.tokens.slice(0, cut[i])) }, { onToken: (e) => events.push(e) });
     resumed.choices.forEach((c, i) => {
       assert.deepEqual(c.tokens, full.choices[i]!.tokens, `choice ${i}`);
-      assert.deepEqual(events.filter((e) => e.choice === i && e.id >= 0).map((e) => e.index), c.tokens.map((_, j) => j).slice(cut[i]), `choice ${i}: only the new tokens`);
+      assert.deepEqual(
+        events.filter((e) => e.choice === i && e.id >= 0).map((e) => e.index),
+        c.tokens.map((_, j) => j).slice(cut[i]),
+        `choice ${i}: only the new tokens`,
+      );
     });
   } finally {
     await engine.close();
@@ -106,7 +117,10 @@ test('prompt logprobs: exact and a CED replay over the prompt agree bit for bit,
   try {
     const prompt = ids(40, 7);
     let reported: unknown = null;
-    const exact = await engine.generate({ promptIds: prompt, maxTokens: 2, sampling: greedy, exact: true, promptLogprobs: 3 }, { onPromptLogprobs: (lp) => (reported = lp) });
+    const exact = await engine.generate(
+      { promptIds: prompt, maxTokens: 2, sampling: greedy, exact: true, promptLogprobs: 3 },
+      { onPromptLogprobs: (lp) => (reported = lp) },
+    );
     const ced = await engine.generate({ promptIds: prompt, maxTokens: 2, sampling: greedy, replayTokens: 4, promptLogprobs: 3 });
     const lp = exact.promptLogprobs ?? [];
     assert.equal(lp.length, prompt.length);
@@ -127,7 +141,10 @@ test('prompt logprobs: exact and a CED replay over the prompt agree bit for bit,
     // the generated tokens' logprobs equal the prompt logprob of the same position one step later
     const withNext = await engine.generate({ promptIds: [...prompt, exact.tokens[0]!], maxTokens: 1, sampling: greedy, exact: true, promptLogprobs: 0 });
     const stepped: number[] = [];
-    await engine.generate({ promptIds: prompt, maxTokens: 1, sampling: greedy, exact: true, logprobs: 0 }, { onToken: (e) => (e.logprob !== undefined ? stepped.push(e.logprob) : undefined) });
+    await engine.generate(
+      { promptIds: prompt, maxTokens: 1, sampling: greedy, exact: true, logprobs: 0 },
+      { onToken: (e) => (e.logprob !== undefined ? stepped.push(e.logprob) : undefined) },
+    );
     assert.ok(Math.abs(withNext.promptLogprobs![prompt.length]!.logprob - stepped[0]!) < 1e-4);
   } finally {
     await engine.close();

@@ -133,7 +133,12 @@ function ids(n: number, seed: number): number[] {
 
 test('DocumentCache encoder tails: kept within the bytes, at most a few replay lengths a document, none for long replays or after release; counted and dropped with their document', async () => {
   const cache = new DocumentCache(1000);
-  const tailOf = (bytes: number): PrimedTail => ({ state: { tokenCount: 0, indexKSlot: null, windows: [], pending: [] }, stream: { start: 0, rows: 0, X: new Float32Array(0), pre: new Float32Array(0) }, sources: null, bytes });
+  const tailOf = (bytes: number): PrimedTail => ({
+    state: { tokenCount: 0, indexKSlot: null, windows: [], pending: [] },
+    stream: { start: 0, rows: 0, X: new Float32Array(0), pre: new Float32Array(0) },
+    sources: null,
+    bytes,
+  });
   const a = await cache.acquire('a', 300, async () => seqOf(3));
   assert.ok(a !== null);
   assert.equal(a.tail(128), null);
@@ -228,7 +233,14 @@ test('documents that evict each other are loaded into the memory the evicted one
     ];
     await privateCopies.ingest({ ...docs[0]!, tokenIds: ids(200, 21) });
     await privateCopies.ingest({ ...docs[1]!, tokenIds: ids(200, 22) });
-    const question = (document: (typeof docs)[number], seed: number) => ({ promptIds: ids(6, seed), document, maxTokens: 6, sampling: greedy, keepLogits: true, ignoreEos: true });
+    const question = (document: (typeof docs)[number], seed: number) => ({
+      promptIds: ids(6, seed),
+      document,
+      maxTokens: 6,
+      sampling: greedy,
+      keepLogits: true,
+      ignoreEos: true,
+    });
     let touched = 0;
     for (const [i, document] of [docs[0]!, docs[1]!, docs[0]!, docs[1]!, docs[0]!].entries()) {
       const q = question(document, 30 + i);
@@ -262,6 +274,9 @@ test('documentPrefaultBytes faults the document memory in at open; it needs the 
   const plain = await Engine.open({ modelDir: TINY, chunkTokens: 32 });
   assert.equal(plain.info().documentPrefaultMs, null);
   await plain.close();
-  await assert.rejects(Engine.open({ modelDir: TINY, documentCacheBytes: 1 << 20, documentArena: false, documentPrefaultBytes: 4096 }), /need the document cache and its arena/);
+  await assert.rejects(
+    Engine.open({ modelDir: TINY, documentCacheBytes: 1 << 20, documentArena: false, documentPrefaultBytes: 4096 }),
+    /need the document cache and its arena/,
+  );
   await assert.rejects(Engine.open({ modelDir: TINY, documentCacheBytes: 0, documentPrefaultBytes: 4096 }), /need the document cache and its arena/);
 });

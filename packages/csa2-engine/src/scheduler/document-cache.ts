@@ -119,7 +119,8 @@ export class DocumentCache {
     readonly maxBytes: number,
     options: { readonly arena?: boolean } = {},
   ) {
-    if (!Number.isSafeInteger(maxBytes) || maxBytes < 0) throw new Csa2Error('config-invalid', `document cache bytes must be a non-negative integer, got ${maxBytes}`);
+    if (!Number.isSafeInteger(maxBytes) || maxBytes < 0)
+      throw new Csa2Error('config-invalid', `document cache bytes must be a non-negative integer, got ${maxBytes}`);
     this.arena = options.arena !== false && maxBytes > 0 ? new RowArena(maxBytes) : null;
   }
 

@@ -40,7 +40,17 @@ import type { ChoiceOutcome, DocumentRef, FinishReason, GenerateHooks, GenerateO
 import { documentCacheKey, MAX_TAIL_REPLAY, type DocumentLease } from './document-cache.js';
 import { SegmentRun } from './segment-run.js';
 import { listedChunks } from './stored-chunks.js';
-import { applyTailState, copySelections, joinSelections, primedTailOf, tailCandidatesOf, tailShapeOf, tailStateBytes, tailStateOf, type PrimedTail } from './stored-tail.js';
+import {
+  applyTailState,
+  copySelections,
+  joinSelections,
+  primedTailOf,
+  tailCandidatesOf,
+  tailShapeOf,
+  tailStateBytes,
+  tailStateOf,
+  type PrimedTail,
+} from './stored-tail.js';
 import { globalCacheBytes, sequenceBytes, type WorkContext } from './work-context.js';
 import type { NextRows, Work } from './work.js';
 
@@ -87,7 +97,8 @@ class Choice {
 }
 
 function checkTop(name: string, v: number | undefined): void {
-  if (v !== undefined && !(Number.isInteger(v) && v >= 0 && v <= MAX_TOP_LOGPROBS)) throw new InputError(`${name} must be an integer in [0, ${MAX_TOP_LOGPROBS}], got ${v}`);
+  if (v !== undefined && !(Number.isInteger(v) && v >= 0 && v <= MAX_TOP_LOGPROBS))
+    throw new InputError(`${name} must be an integer in [0, ${MAX_TOP_LOGPROBS}], got ${v}`);
 }
 
 export class GenerateWork implements Work {
@@ -145,13 +156,15 @@ export class GenerateWork implements Work {
     const model = ctx.model;
     if (req.promptIds.length === 0 && req.document === undefined) throw new InputError('the prompt is empty');
     if (req.exact === true && req.replayTokens !== undefined) throw new InputError('replay and exact exclude each other');
-    if (req.exact === true && req.document !== undefined) throw new InputError('exact mode runs the whole prompt through every layer; it cannot continue a stored document');
+    if (req.exact === true && req.document !== undefined)
+      throw new InputError('exact mode runs the whole prompt through every layer; it cannot continue a stored document');
     if (!Number.isInteger(req.maxTokens) || req.maxTokens < 1) throw new InputError(`max tokens must be a positive integer, got ${req.maxTokens}`);
     if (req.forceIds !== undefined && req.forceIds.length < req.maxTokens) {
       throw new InputError(`--force-ids has ${req.forceIds.length} ids, ${req.maxTokens} needed (one per generated token)`);
     }
     this.replayTokens = req.replayTokens ?? DEFAULT_REPLAY_TOKENS;
-    if (req.exact !== true && !(Number.isInteger(this.replayTokens) && this.replayTokens >= 1)) throw new InputError(`replay must be a positive integer, got ${this.replayTokens}`);
+    if (req.exact !== true && !(Number.isInteger(this.replayTokens) && this.replayTokens >= 1))
+      throw new InputError(`replay must be a positive integer, got ${this.replayTokens}`);
     if (req.exact !== true && req.document === undefined) void model.decoderStart; // throws for schedules without a split
     const tok = ctx.tokenizer;
     this.vocabLimit = Math.min(tok.vocabSize, model.config.vocabSize);
@@ -164,7 +177,8 @@ export class GenerateWork implements Work {
     if (req.forceIds !== undefined && n > 1) throw new InputError('forceIds (teacher forcing) needs n = 1');
     if (req.resumeTokens !== undefined && req.resumeChoices !== undefined) throw new InputError('resumeTokens and resumeChoices exclude each other');
     if (n > 1 && (req.resumeTokens?.length ?? 0) > 0) throw new InputError('with n > 1 a generation resumes through resumeChoices (one list per choice)');
-    if (req.resumeChoices !== undefined && req.resumeChoices.length !== n) throw new InputError(`resumeChoices has ${req.resumeChoices.length} entries, n is ${n}`);
+    if (req.resumeChoices !== undefined && req.resumeChoices.length !== n)
+      throw new InputError(`resumeChoices has ${req.resumeChoices.length} entries, n is ${n}`);
     const resumes = req.resumeChoices ?? [req.resumeTokens ?? []];
     const probe = model.createSequence();
     if (req.promptIds.length > 0) model.checkTokens(req.promptIds, probe, 'prompt');
@@ -180,7 +194,15 @@ export class GenerateWork implements Work {
     this.choices = Array.from({ length: n }, (_, i) => {
       const seed = req.seeds?.[i] ?? req.sampling.seed + i;
       const resume = resumes[i] ?? [];
-      return new Choice(i, null, new Sampler({ ...req.sampling, seed }, this.vocabLimit), tok.createDecodeStream(), new StopMatcher(req.stopSequences ?? []), req.forceIds ?? resume, resume.length);
+      return new Choice(
+        i,
+        null,
+        new Sampler({ ...req.sampling, seed }, this.vocabLimit),
+        tok.createDecodeStream(),
+        new StopMatcher(req.stopSequences ?? []),
+        req.forceIds ?? resume,
+        resume.length,
+      );
     });
     // a resumed generation has rows again: let an idle loop look
     this.unfollowFlow = hooks.flow?.onChange((paused) => (paused ? undefined : ctx.wake())) ?? null;
@@ -304,7 +326,10 @@ export class GenerateWork implements Work {
     const { hcMult, dim } = model.config;
     const L = model.config.numLayers;
     if (this.req.exact === true) {
-      this.phase = { kind: 'exact', run: new SegmentRun(seq, { start: 0, end: seq.length, l0: 0, l1: L, input: null, logits: true, allLogits: wantPrompt }, { hcMult, dim }) };
+      this.phase = {
+        kind: 'exact',
+        run: new SegmentRun(seq, { start: 0, end: seq.length, l0: 0, l1: L, input: null, logits: true, allLogits: wantPrompt }, { hcMult, dim }),
+      };
     } else {
       const start = Math.max(0, prior - Math.max(1, this.replayTokens));
       // prompt logprobs: the replay covers every row before a prompt token (the prompt, and the last document row)
@@ -313,7 +338,11 @@ export class GenerateWork implements Work {
       // either starts after them from the stored tail, or stops a chunk at the document's end to store it
       const tailRows = this.tailReusable ? seq.length - start : keepRows;
       const from = this.tail !== null ? { from: prior, keptBefore: this.tail.stream } : this.storesTail ? { breakAt: prior } : {};
-      const run = new SegmentRun(seq, { start, end: seq.length, l0: 0, l1: model.decoderStart, input: null, compressAtEnd: true, keepRows: tailRows, ...from }, { hcMult, dim });
+      const run = new SegmentRun(
+        seq,
+        { start, end: seq.length, l0: 0, l1: model.decoderStart, input: null, compressAtEnd: true, keepRows: tailRows, ...from },
+        { hcMult, dim },
+      );
       this.phase = { kind: 'encode', run };
     }
   }
@@ -373,7 +402,21 @@ export class GenerateWork implements Work {
         // the candidate source's picks of document rows: from the tail, or kept for it
         const known = this.tail?.sources ?? null;
         const capture = this.ownTail !== null ? (sel: SourceSelections) => this.sourcePieces.push(copySelections(sel, this.prior)) : null;
-        const run = new SegmentRun(this.requireSeq(), { start: kept.start, end: this.requireSeq().length, l0: model.decoderStart, l1: L, input: kept, logits: true, allLogits: wantPrompt, knownSources: known, captureSources: capture }, model.config);
+        const run = new SegmentRun(
+          this.requireSeq(),
+          {
+            start: kept.start,
+            end: this.requireSeq().length,
+            l0: model.decoderStart,
+            l1: L,
+            input: kept,
+            logits: true,
+            allLogits: wantPrompt,
+            knownSources: known,
+            captureSources: capture,
+          },
+          model.config,
+        );
         this.replayChunk = replayChunkRows(model, run.remaining, this.ctx.replayChunkBytes);
         this.phase = { kind: 'replay', run };
       }
@@ -458,7 +501,8 @@ export class GenerateWork implements Work {
     if (this.req.keepLogits === true) c.logitsRows.push(logits.slice());
     const history = c.history as TokenHistory;
     const id = i < c.forced.length ? (c.forced[i] as number) : c.sampler.next(logits, history, i);
-    const lp = this.req.logprobs !== undefined && i >= c.resumed ? tokenLogprobs(this.req.sampling, logits, history, this.vocabLimit, id, this.req.logprobs) : null;
+    const lp =
+      this.req.logprobs !== undefined && i >= c.resumed ? tokenLogprobs(this.req.sampling, logits, history, this.vocabLimit, id, this.req.logprobs) : null;
     c.tokens.push(id);
     history.push(id);
     if (i === c.resumed && this.firstTokenAtMs === 0) this.firstTokenAtMs = performance.now();

@@ -18,7 +18,16 @@
  * for their picks; the manifest, written last, names it.
  */
 import { ArtifactWriter, DEFAULT_CHUNK_TOKENS, bytesPerToken, encodeManifest, encodeTail, existingChunkPrefix } from '@csa2/artifacts';
-import { Csa2Error, DEFAULT_REPLAY_TOKENS, InputError, encoderContinuationTokens, type Sequence, type SourceSelections, type Span, type SpanOutput } from '@csa2/core';
+import {
+  Csa2Error,
+  DEFAULT_REPLAY_TOKENS,
+  InputError,
+  encoderContinuationTokens,
+  type Sequence,
+  type SourceSelections,
+  type Span,
+  type SpanOutput,
+} from '@csa2/core';
 import { MAX_TAIL_REPLAY } from './document-cache.js';
 import { encoderTailReusable, replayChunkRows } from './generate-work.js';
 import { clearToArtifactState, copySelections, joinSelections, storedTailOf } from './stored-tail.js';
@@ -154,7 +163,10 @@ export class IngestWork implements Work {
     const rows =
       this.tailPhase === null
         ? run.remaining
-        : Math.min(run.remaining, this.tailPhase.kind === 'sources' ? TAIL_SOURCE_CHUNK_ROWS : replayChunkRows(this.ctx.model, this.tailReplay, this.ctx.replayChunkBytes));
+        : Math.min(
+            run.remaining,
+            this.tailPhase.kind === 'sources' ? TAIL_SOURCE_CHUNK_ROWS : replayChunkRows(this.ctx.model, this.tailReplay, this.ctx.replayChunkBytes),
+          );
     return { kind: 'prefill', rows, layers: run.opts.l1 - run.opts.l0 };
   }
 
@@ -215,7 +227,18 @@ export class IngestWork implements Work {
       if (src !== undefined && src.layer >= model.decoderStart) {
         // the candidate source's picks of these rows (they depend on the rows' encoder output only); what
         // the decoder layers write into the sequence is no part of the tail (its state is copied above)
-        const run = new SegmentRun(seq, { start: stream.start, end: seq.length, l0: model.decoderStart, l1: src.layer + 1, input: stream, captureSources: (sel) => this.tailPicks.push(copySelections(sel, seq.length)) }, model.config);
+        const run = new SegmentRun(
+          seq,
+          {
+            start: stream.start,
+            end: seq.length,
+            l0: model.decoderStart,
+            l1: src.layer + 1,
+            input: stream,
+            captureSources: (sel) => this.tailPicks.push(copySelections(sel, seq.length)),
+          },
+          model.config,
+        );
         this.tailPhase = { kind: 'sources', run };
         return;
       }

@@ -59,11 +59,17 @@ export function resolvePolicy(overrides: Partial<SchedulerPolicy> = {}): Schedul
   for (const k of ['maxRunning', 'maxStepTokens', 'prefillChunkTokens', 'minPrefillTokens'] as const) {
     if (!(Number.isInteger(p[k]) && p[k] >= 1)) throw new Csa2Error('config-invalid', `scheduler policy: ${k} must be a positive integer, got ${p[k]}`);
   }
-  if (!(Number.isFinite(p.kvBudgetBytes) && p.kvBudgetBytes > 0)) throw new Csa2Error('config-invalid', `scheduler policy: kvBudgetBytes must be a positive number, got ${p.kvBudgetBytes}`);
-  if (!(Number.isFinite(p.replayChunkBytes) && p.replayChunkBytes > 0)) throw new Csa2Error('config-invalid', `scheduler policy: replayChunkBytes must be a positive number, got ${p.replayChunkBytes}`);
-  if (!(p.decodeLatencyFactor >= 1)) throw new Csa2Error('config-invalid', `scheduler policy: decodeLatencyFactor must be at least 1, got ${p.decodeLatencyFactor}`);
+  if (!(Number.isFinite(p.kvBudgetBytes) && p.kvBudgetBytes > 0))
+    throw new Csa2Error('config-invalid', `scheduler policy: kvBudgetBytes must be a positive number, got ${p.kvBudgetBytes}`);
+  if (!(Number.isFinite(p.replayChunkBytes) && p.replayChunkBytes > 0))
+    throw new Csa2Error('config-invalid', `scheduler policy: replayChunkBytes must be a positive number, got ${p.replayChunkBytes}`);
+  if (!(p.decodeLatencyFactor >= 1))
+    throw new Csa2Error('config-invalid', `scheduler policy: decodeLatencyFactor must be at least 1, got ${p.decodeLatencyFactor}`);
   if (p.maxStepTokens < p.maxRunning) {
-    throw new Csa2Error('config-invalid', `scheduler policy: maxStepTokens (${p.maxStepTokens}) must be at least maxRunning (${p.maxRunning}), or running sequences could not all step`);
+    throw new Csa2Error(
+      'config-invalid',
+      `scheduler policy: maxStepTokens (${p.maxStepTokens}) must be at least maxRunning (${p.maxRunning}), or running sequences could not all step`,
+    );
   }
   return p;
 }

@@ -66,7 +66,11 @@ test('a resumed generation feeds the tokens it was given, reports only the new o
     const seen: number[] = [];
     const resumed = await engine.generate({ ...req, resumeTokens: full.tokens.slice(0, 6) }, { onToken: (t) => t.id >= 0 && seen.push(t.index) });
     assert.deepEqual(resumed.tokens, full.tokens, `temperature ${sampling.temperature}: tokens`);
-    assert.deepEqual(seen, Array.from({ length: 8 }, (_, i) => 6 + i), 'only indexes 6.. are reported');
+    assert.deepEqual(
+      seen,
+      Array.from({ length: 8 }, (_, i) => 6 + i),
+      'only indexes 6.. are reported',
+    );
   }
   await engine.close();
 });
@@ -117,7 +121,10 @@ test('a short prompt is not stuck behind a long ingest: prefill chunks of both t
     return o;
   });
   await new Promise((r) => setTimeout(r, 5));
-  const gen = engine.generate({ tenant: 'small', promptIds: ids(10, 9), maxTokens: 2, sampling: greedy, ignoreEos: true }, { onToken: () => (firstTokenBeforeIngestEnd ||= !ingestDone) });
+  const gen = engine.generate(
+    { tenant: 'small', promptIds: ids(10, 9), maxTokens: 2, sampling: greedy, ignoreEos: true },
+    { onToken: () => (firstTokenBeforeIngestEnd ||= !ingestDone) },
+  );
   const [doc] = await Promise.all([ingest, gen]);
   assert.equal(doc.tokens, 240);
   assert.ok(firstTokenBeforeIngestEnd, "the short request's first token came before the long ingest finished");
@@ -146,7 +153,10 @@ test('logprobs: each reported token carries its log-probability and the top alte
   const engine = await Engine.open({ modelDir: TINY });
   for (const sampling of [greedy, { temperature: 0.7, topP: 1, seed: 3 }]) {
     const events: TokenEvent[] = [];
-    const out = await engine.generate({ promptIds: ids(12, 4), maxTokens: 6, sampling, keepLogits: true, ignoreEos: true, logprobs: 3 }, { onToken: (t) => t.id >= 0 && events.push(t) });
+    const out = await engine.generate(
+      { promptIds: ids(12, 4), maxTokens: 6, sampling, keepLogits: true, ignoreEos: true, logprobs: 3 },
+      { onToken: (t) => t.id >= 0 && events.push(t) },
+    );
     assert.equal(events.length, 6);
     events.forEach((ev, i) => {
       const row = out.logits[i]!;
@@ -164,7 +174,10 @@ test('logprobs: each reported token carries its log-probability and the top alte
   }
   const plain: TokenEvent[] = [];
   await engine.generate({ promptIds: ids(12, 4), maxTokens: 2, sampling: greedy, ignoreEos: true }, { onToken: (t) => plain.push(t) });
-  assert.ok(plain.every((t) => t.logprob === undefined && t.topLogprobs === undefined), 'no logprobs unless asked');
+  assert.ok(
+    plain.every((t) => t.logprob === undefined && t.topLogprobs === undefined),
+    'no logprobs unless asked',
+  );
   await assert.rejects(engine.generate({ promptIds: ids(3, 1), maxTokens: 2, sampling: greedy, logprobs: 21 }), /logprobs must be an integer in \[0, 20\]/);
   await engine.close();
 });

@@ -53,15 +53,16 @@ export class SegmentRun {
     this.nextRow = from;
     const keep = opts.keepRows === undefined ? 0 : Math.min(Math.max(1, opts.keepRows), opts.end - opts.start);
     this.kept =
-      keep === 0
-        ? null
-        : { X: new Float32Array(keep * dims.hcMult * dims.dim), pre: new Float32Array(keep * dims.hcMult), start: opts.end - keep, rows: keep };
+      keep === 0 ? null : { X: new Float32Array(keep * dims.hcMult * dims.dim), pre: new Float32Array(keep * dims.hcMult), start: opts.end - keep, rows: keep };
     const k = this.kept;
     if (k !== null && from > k.start) {
       const b = opts.keptBefore;
       const nd = dims.hcMult * dims.dim;
       if (b === undefined || b.start > k.start || b.start + b.rows < from) {
-        throw new Csa2Error('runtime', `segment run from row ${from}: the kept rows from ${k.start} need the output of rows [${k.start}, ${from}) (keptBefore)`);
+        throw new Csa2Error(
+          'runtime',
+          `segment run from row ${from}: the kept rows from ${k.start} need the output of rows [${k.start}, ${from}) (keptBefore)`,
+        );
       }
       for (let t = k.start; t < from; t++) {
         k.X.set(b.X.subarray((t - b.start) * nd, (t - b.start + 1) * nd), (t - k.start) * nd);
@@ -145,6 +146,11 @@ export class SegmentRun {
     }
     const nd = k.X.length / k.rows;
     const h = k.pre.length / k.rows;
-    return { start: from, rows: to - from, X: k.X.slice((from - k.start) * nd, (to - k.start) * nd), pre: k.pre.slice((from - k.start) * h, (to - k.start) * h) };
+    return {
+      start: from,
+      rows: to - from,
+      X: k.X.slice((from - k.start) * nd, (to - k.start) * nd),
+      pre: k.pre.slice((from - k.start) * h, (to - k.start) * h),
+    };
   }
 }

@@ -36,7 +36,9 @@ export async function listedChunks<T>(doc: DocumentRef, read: () => Promise<T>):
 
 /** A stored chunk that cannot be used as it is: it failed verification, or it is gone. */
 function isDamagedChunkError(err: unknown): err is ArtifactCorruptError | ObjectNotFoundError | ModelMismatchError | UnsupportedVersionError {
-  return err instanceof ArtifactCorruptError || err instanceof ObjectNotFoundError || err instanceof ModelMismatchError || err instanceof UnsupportedVersionError;
+  return (
+    err instanceof ArtifactCorruptError || err instanceof ObjectNotFoundError || err instanceof ModelMismatchError || err instanceof UnsupportedVersionError
+  );
 }
 
 /** A stored document's token ids (its manifest, then every chunk, verified). */

@@ -49,10 +49,21 @@ export function clearToArtifactState(seq: Sequence): void {
  * The stored form of a tail: `seq` after the encoder over rows [P - R, P) from its artifact's state
  * (clearToArtifactState), its output and picks — copies: `seq` may change afterwards.
  */
-export function storedTailOf(seq: Sequence, stream: StreamRows, sources: SourceSelections | null, replayTokens: number, model: Pick<Csa2Model, 'config'>, layout: { readonly modelId: string; readonly layoutId: string }): StoredTail {
+export function storedTailOf(
+  seq: Sequence,
+  stream: StreamRows,
+  sources: SourceSelections | null,
+  replayTokens: number,
+  model: Pick<Csa2Model, 'config'>,
+  layout: { readonly modelId: string; readonly layoutId: string },
+): StoredTail {
   const c = model.config;
   const P = seq.length;
-  if (stream.start !== P - replayTokens || stream.rows !== replayTokens) throw new Csa2Error('runtime', `an encoder tail of ${replayTokens} rows needs the stream of rows [${P - replayTokens}, ${P}), got [${stream.start}, ${stream.start + stream.rows})`);
+  if (stream.start !== P - replayTokens || stream.rows !== replayTokens)
+    throw new Csa2Error(
+      'runtime',
+      `an encoder tail of ${replayTokens} rows needs the stream of rows [${P - replayTokens}, ${P}), got [${stream.start}, ${stream.start + stream.rows})`,
+    );
   return {
     modelId: layout.modelId,
     layoutId: layout.layoutId,
@@ -107,7 +118,8 @@ export function tailStateOf(seq: Sequence, tokenCount = seq.length): TailState {
   });
   const pending: TailPending[] = [];
   for (const k of seq.caches.values()) {
-    if (k.pendingGroup >= 0) pending.push({ layer: k.layer, ratio: k.ratio, group: k.pendingGroup, count: k.pendingCount, kv: k.pendingKv.slice(), score: k.pendingScore.slice() });
+    if (k.pendingGroup >= 0)
+      pending.push({ layer: k.layer, ratio: k.ratio, group: k.pendingGroup, count: k.pendingCount, kv: k.pendingKv.slice(), score: k.pendingScore.slice() });
   }
   return { tokenCount, indexKSlot: seq.indexKSlot, windows, pending };
 }

@@ -42,7 +42,8 @@ const DAY_MS = 24 * 3600 * 1000;
 export function loadBatchConfig(env: Env): BatchConfig {
   const lockDurationMs = envInt(env, 'CSA2_BATCH_LOCK_DURATION_MS', 30_000, { min: 1000 });
   const stalledIntervalMs = envInt(env, 'CSA2_BATCH_STALLED_INTERVAL_MS', Math.min(15_000, lockDurationMs), { min: 500 });
-  if (stalledIntervalMs > lockDurationMs) throw new EnvConfigError('CSA2_BATCH_STALLED_INTERVAL_MS', `must not exceed CSA2_BATCH_LOCK_DURATION_MS (${lockDurationMs}), got ${stalledIntervalMs}`);
+  if (stalledIntervalMs > lockDurationMs)
+    throw new EnvConfigError('CSA2_BATCH_STALLED_INTERVAL_MS', `must not exceed CSA2_BATCH_LOCK_DURATION_MS (${lockDurationMs}), got ${stalledIntervalMs}`);
   return {
     maxFileBytes: envInt(env, 'CSA2_MAX_FILE_BYTES', 100 * MIB, { min: 1024 }),
     uploadConcurrency: envInt(env, 'CSA2_UPLOAD_CONCURRENCY', 4, { min: 1 }),

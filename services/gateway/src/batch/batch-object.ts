@@ -84,7 +84,13 @@ export const BatchObjectSchema = z
 export type BatchObject = z.infer<typeof BatchObjectSchema>;
 
 export const BatchListSchema = z
-  .object({ object: z.literal('list'), data: z.array(BatchObjectSchema), first_id: z.string().nullable(), last_id: z.string().nullable(), has_more: z.boolean() })
+  .object({
+    object: z.literal('list'),
+    data: z.array(BatchObjectSchema),
+    first_id: z.string().nullable(),
+    last_id: z.string().nullable(),
+    has_more: z.boolean(),
+  })
   .meta({ id: 'BatchList' });
 
 /** The batch as kept in Redis: times in ms (0 = not yet), counts, the JSON parts as strings. */
@@ -118,7 +124,9 @@ export interface BatchRecord {
 }
 
 /** Redis hash fields of a new batch. */
-export function newBatchFields(r: Pick<BatchRecord, 'id' | 'tenant' | 'endpoint' | 'model' | 'inputFileId' | 'completionWindow' | 'createdAtMs' | 'expiresAtMs' | 'metadata'>): Record<string, string> {
+export function newBatchFields(
+  r: Pick<BatchRecord, 'id' | 'tenant' | 'endpoint' | 'model' | 'inputFileId' | 'completionWindow' | 'createdAtMs' | 'expiresAtMs' | 'metadata'>,
+): Record<string, string> {
   return {
     id: r.id,
     tenant: r.tenant,

@@ -62,7 +62,14 @@ export class BatchStore {
 
   /** The tenant's batches, newest first, after `after` (an id); `limit` + whether more follow. */
   async list(tenant: string, options: { after?: string | undefined; limit: number }): Promise<{ data: BatchRecord[]; hasMore: boolean }> {
-    const ids = await this.redis.zrevrangebylex(tenantBatchesKey(tenant), options.after === undefined ? '+' : `(${options.after}`, '-', 'LIMIT', 0, options.limit + 1);
+    const ids = await this.redis.zrevrangebylex(
+      tenantBatchesKey(tenant),
+      options.after === undefined ? '+' : `(${options.after}`,
+      '-',
+      'LIMIT',
+      0,
+      options.limit + 1,
+    );
     const page = ids.slice(0, options.limit);
     const pipeline = this.redis.pipeline();
     for (const id of page) pipeline.hgetall(batchKey(id));
@@ -90,7 +97,17 @@ export class BatchStore {
 
   /** Marks line `index` done; true when this call did (then counters and usage were added). */
   async markLineDone(batchId: string, index: number, outcome: LineOutcome, usage: LineUsage = NO_USAGE): Promise<boolean> {
-    const r = await this.redis.eval(MARK_DONE_SCRIPT, 2, batchDoneKey(batchId), batchKey(batchId), String(index), outcome, usage.promptTokens, usage.completionTokens, usage.cachedTokens);
+    const r = await this.redis.eval(
+      MARK_DONE_SCRIPT,
+      2,
+      batchDoneKey(batchId),
+      batchKey(batchId),
+      String(index),
+      outcome,
+      usage.promptTokens,
+      usage.completionTokens,
+      usage.cachedTokens,
+    );
     return r === 1;
   }
 

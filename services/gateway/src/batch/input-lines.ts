@@ -78,7 +78,12 @@ export function parseInputFile(bytes: Uint8Array, options: ParseInputOptions): P
       return failed('too_many_lines', `the input file has more than ${options.maxLines} requests (CSA2_BATCH_MAX_LINES)`);
     }
     const base = { index: lines.length, lineNumber: i + 1 };
-    const bad = (customId: string | null, code: string, message: string): InputLine => ({ ...base, customId, body: null, problem: { code, message: `line ${base.lineNumber}: ${message}` } });
+    const bad = (customId: string | null, code: string, message: string): InputLine => ({
+      ...base,
+      customId,
+      body: null,
+      problem: { code, message: `line ${base.lineNumber}: ${message}` },
+    });
     if (Buffer.byteLength(line) > options.maxLineBytes) {
       lines.push(bad(null, 'line_too_large', `the line is longer than ${options.maxLineBytes} bytes (CSA2_MAX_BODY_BYTES)`));
       continue;

@@ -87,7 +87,8 @@ export const fileContentKey = (tenant: string, fileId: string): string => `${ten
 export const fileMetaKey = (tenant: string, fileId: string): string => `${tenantPrefix(tenant)}files/${fileId}/meta.json`;
 export const filesPrefix = (tenant: string): string => `${tenantPrefix(tenant)}files/`;
 export const batchLinesPrefix = (tenant: string, batchId: string): string => `${tenantPrefix(tenant)}batches/${batchId}/lines/`;
-export const batchLineKey = (tenant: string, batchId: string, index: number): string => `${batchLinesPrefix(tenant, batchId)}${String(index).padStart(7, '0')}.json`;
+export const batchLineKey = (tenant: string, batchId: string, index: number): string =>
+  `${batchLinesPrefix(tenant, batchId)}${String(index).padStart(7, '0')}.json`;
 
 export const batchKey = (batchId: string): string => `csa2:batch:${batchId}`;
 export const tenantBatchesKey = (tenant: string): string => `csa2:batches:${tenant}`;

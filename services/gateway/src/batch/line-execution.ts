@@ -74,14 +74,21 @@ export async function cancelLine(deps: GatewayDeps, requestId: string): Promise<
   await deps.redis.set(cancelKey(requestId), '1', 'EX', STREAM_TTL_SECONDS).catch(() => undefined);
 }
 
-export async function runGenerationLine(ctx: LineContext, line: { index: number; body: Readonly<Record<string, unknown>> }, attempt: number, signal: AbortSignal): Promise<LineRun> {
+export async function runGenerationLine(
+  ctx: LineContext,
+  line: { index: number; body: Readonly<Record<string, unknown>> },
+  attempt: number,
+  signal: AbortSignal,
+): Promise<LineRun> {
   const { deps } = ctx;
   const endpoint = ctx.endpoint === '/v1/chat/completions' ? 'chat' : 'completions';
   const requestId = lineRequestId(ctx.batchId, endpoint, line.index, attempt);
   let plan: GenerationPlan;
   try {
-    if (line.body['stream'] === true) throw invalidRequest("'stream' is not supported in a batch: each line answers one JSON body", 'stream', 'unsupported_parameter');
-    const parsed: GenerationRequest = endpoint === 'chat' ? await chatRequest(deps, ctx.tenant, line.body) : await completionRequest(deps, ctx.tenant, line.body);
+    if (line.body['stream'] === true)
+      throw invalidRequest("'stream' is not supported in a batch: each line answers one JSON body", 'stream', 'unsupported_parameter');
+    const parsed: GenerationRequest =
+      endpoint === 'chat' ? await chatRequest(deps, ctx.tenant, line.body) : await completionRequest(deps, ctx.tenant, line.body);
     const request: GenerationRequest = { ...parsed, requestId, seed: parsed.seed ?? lineSeed(ctx.batchId, line.index) };
     if (request.documentId !== null) {
       const doc = await documentStatus(deps, ctx.tenant, request.documentId);
@@ -124,12 +131,18 @@ async function sleep(ms: number, signal: AbortSignal): Promise<void> {
   });
 }
 
-export async function runDocumentLine(ctx: LineContext, line: { index: number; body: Readonly<Record<string, unknown>> }, attempt: number, signal: AbortSignal): Promise<LineRun> {
+export async function runDocumentLine(
+  ctx: LineContext,
+  line: { index: number; body: Readonly<Record<string, unknown>> },
+  attempt: number,
+  signal: AbortSignal,
+): Promise<LineRun> {
   const { deps } = ctx;
   let requestId = lineDocumentId(ctx.batchId, line.index);
   let prepared;
   try {
-    if ('documents' in line.body) throw invalidRequest("a batch line ingests one document: send each of 'documents' as its own line", 'documents', 'invalid_value');
+    if ('documents' in line.body)
+      throw invalidRequest("a batch line ingests one document: send each of 'documents' as its own line", 'documents', 'invalid_value');
     const input = parseRequest(DocumentInputSchema, line.body);
     prepared = await prepareDocument(deps, { ...input, id: input.id ?? requestId }, (f) => f);
     requestId = prepared.id;
@@ -145,10 +158,17 @@ export async function runDocumentLine(ctx: LineContext, line: { index: number; b
       if (signal.aborted) return { kind: 'detached' };
       if (Date.now() >= ctx.expiresAtMs) return { kind: 'cancelled', requestId };
       const found = await documentStatus(deps, ctx.tenant, prepared.id);
-      if (found === null) return failure(requestId, new ApiError(404, `document '${prepared.id}' vanished while it was ingested (deleted?)`, { code: 'document_not_found' }));
+      if (found === null)
+        return failure(requestId, new ApiError(404, `document '${prepared.id}' vanished while it was ingested (deleted?)`, { code: 'document_not_found' }));
       const { state } = found;
       if (state.status === 'ready') {
-        return { kind: 'ok', requestId, statusCode: 200, body: documentObject(prepared.id, state), usage: { promptTokens: state.tokens, completionTokens: 0, cachedTokens: 0 } };
+        return {
+          kind: 'ok',
+          requestId,
+          statusCode: 200,
+          body: documentObject(prepared.id, state),
+          usage: { promptTokens: state.tokens, completionTokens: 0, cachedTokens: 0 },
+        };
       }
       if (state.status === 'failed') {
         const err = workerError(state.code, state.reason);

@@ -24,7 +24,11 @@ export type GenerationLineResult =
   | { readonly kind: 'detached' };
 
 /** Relays the line's streams (one per choice) to their end. Throws an ApiError for a failed line. */
-export async function collectGeneration(deps: GatewayDeps, plan: GenerationPlan, options: { readonly deadlineMs: number; readonly signal: AbortSignal }): Promise<GenerationLineResult> {
+export async function collectGeneration(
+  deps: GatewayDeps,
+  plan: GenerationPlan,
+  options: { readonly deadlineMs: number; readonly signal: AbortSignal },
+): Promise<GenerationLineResult> {
   const assembly = choiceAssembly(deps, plan);
   try {
     const entries = relayStream(deps, {

@@ -37,8 +37,18 @@ export interface StoredLineResult {
   readonly line: BatchOutputLine;
 }
 
-export function responseLine(batchId: string, index: number, customId: string | null, response: { statusCode: number; requestId: string; body: Record<string, unknown> }): BatchOutputLine {
-  return { id: lineOutputId(batchId, index), custom_id: customId, response: { status_code: response.statusCode, request_id: response.requestId, body: response.body }, error: null };
+export function responseLine(
+  batchId: string,
+  index: number,
+  customId: string | null,
+  response: { statusCode: number; requestId: string; body: Record<string, unknown> },
+): BatchOutputLine {
+  return {
+    id: lineOutputId(batchId, index),
+    custom_id: customId,
+    response: { status_code: response.statusCode, request_id: response.requestId, body: response.body },
+    error: null,
+  };
 }
 
 export function apiErrorLine(batchId: string, index: number, customId: string | null, requestId: string, err: ApiError): BatchOutputLine {
@@ -76,7 +86,13 @@ export async function writeBatchFiles(store: ObjectStore, tenant: string, batchI
   const write = async (which: 'output' | 'error', lines: string[]): Promise<FileObject | null> =>
     lines.length === 0
       ? null
-      : putFile(store, tenant, { id: batchFileId(batchId, which, atMs), filename: `${batchId}_${which}.jsonl`, purpose: 'batch_output', content: Buffer.from(lines.join('')), createdAtMs: atMs });
+      : putFile(store, tenant, {
+          id: batchFileId(batchId, which, atMs),
+          filename: `${batchId}_${which}.jsonl`,
+          purpose: 'batch_output',
+          content: Buffer.from(lines.join('')),
+          createdAtMs: atMs,
+        });
   return { output: await write('output', out), error: await write('error', errors) };
 }
 

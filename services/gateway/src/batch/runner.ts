@@ -70,7 +70,15 @@ class BatchRun {
     private record: BatchRecord,
     private readonly signal: AbortSignal,
   ) {
-    this.ctx = { deps: runner.deps, batches: runner.batches, config: runner.config, batchId: record.id, tenant: record.tenant, endpoint: record.endpoint, expiresAtMs: record.expiresAtMs };
+    this.ctx = {
+      deps: runner.deps,
+      batches: runner.batches,
+      config: runner.config,
+      batchId: record.id,
+      tenant: record.tenant,
+      endpoint: record.endpoint,
+      expiresAtMs: record.expiresAtMs,
+    };
   }
 
   private get log() {
@@ -95,7 +103,8 @@ class BatchRun {
     this.done = await batches.doneLines(id);
     this.attempts = await batches.attempts(id);
     for (const line of this.lines) {
-      if (line.problem !== null && !this.done.has(line.index)) await this.record_(line.index, false, notRunLine(id, line.index, line.customId, line.problem.code, line.problem.message));
+      if (line.problem !== null && !this.done.has(line.index))
+        await this.record_(line.index, false, notRunLine(id, line.index, line.customId, line.problem.code, line.problem.message));
     }
     const open = this.lines.filter((l) => l.problem === null && !this.done.has(l.index)).map((l) => l.index);
     // lines submitted before a restart first: they are on the queues already
@@ -113,7 +122,10 @@ class BatchRun {
         ? { lines: [], error: { code: 'input_file_missing', message: `the input file ${r.inputFileId} is gone`, param: 'input_file_id', line: null } }
         : parseInputFile(bytes, { endpoint: r.endpoint, maxLines: config.maxLines, maxLineBytes: deps.limits.maxBodyBytes });
     if (parsed.error !== null) {
-      await batches.transition(r.id, ['validating', 'in_progress', 'cancelling'], 'failed', { failed_at_ms: Date.now(), errors: JSON.stringify([parsed.error]) });
+      await batches.transition(r.id, ['validating', 'in_progress', 'cancelling'], 'failed', {
+        failed_at_ms: Date.now(),
+        errors: JSON.stringify([parsed.error]),
+      });
       this.log.info({ batchId: r.id, code: parsed.error.code }, 'batch failed: unusable input file');
       await this.cleanup();
       return false;
@@ -244,7 +256,12 @@ class BatchRun {
   }
 
   /** Stores a line's result (once) and marks it done (once). */
-  private async record_(index: number, ok: boolean, line: BatchOutputLine, usage?: { promptTokens: number; completionTokens: number; cachedTokens: number }): Promise<void> {
+  private async record_(
+    index: number,
+    ok: boolean,
+    line: BatchOutputLine,
+    usage?: { promptTokens: number; completionTokens: number; cachedTokens: number },
+  ): Promise<void> {
     const { deps, batches } = this.runner;
     await storeLineResult(deps.store, this.record.tenant, this.record.id, { index, ok, line });
     await batches.markLineDone(this.record.id, index, ok ? 'ok' : 'err', usage);
@@ -253,7 +270,10 @@ class BatchRun {
 
   private async writeOff(index: number, reason: StopReason): Promise<void> {
     const line = this.lineOf(index);
-    const message = reason === 'expired' ? 'This request could not be executed before the completion window expired.' : 'This request was not executed because the batch was cancelled.';
+    const message =
+      reason === 'expired'
+        ? 'This request could not be executed before the completion window expired.'
+        : 'This request was not executed because the batch was cancelled.';
     await this.record_(index, false, notRunLine(this.record.id, index, line.customId, reason === 'expired' ? 'batch_expired' : 'batch_cancelled', message));
   }
 

@@ -31,7 +31,13 @@ export const FileObjectSchema = z
 export type FileObject = z.infer<typeof FileObjectSchema>;
 
 export const FileListSchema = z
-  .object({ object: z.literal('list'), data: z.array(FileObjectSchema), first_id: z.string().nullable(), last_id: z.string().nullable(), has_more: z.boolean() })
+  .object({
+    object: z.literal('list'),
+    data: z.array(FileObjectSchema),
+    first_id: z.string().nullable(),
+    last_id: z.string().nullable(),
+    has_more: z.boolean(),
+  })
   .meta({ id: 'FileList' });
 
 export const FileDeletedSchema = z.object({ id: z.string(), object: z.literal('file'), deleted: z.literal(true) }).meta({ id: 'FileDeleted' });
@@ -45,7 +51,11 @@ function parseMeta(bytes: Uint8Array): FileObject {
 }
 
 /** Stores a file (content, then metadata) and returns its object. */
-export async function putFile(store: ObjectStore, tenant: string, file: { id: string; filename: string; purpose: FilePurpose; content: Uint8Array; createdAtMs: number }): Promise<FileObject> {
+export async function putFile(
+  store: ObjectStore,
+  tenant: string,
+  file: { id: string; filename: string; purpose: FilePurpose; content: Uint8Array; createdAtMs: number },
+): Promise<FileObject> {
   const object: FileObject = {
     id: file.id,
     object: 'file',

@@ -52,7 +52,8 @@ test('a small body does not wait behind large ones: it takes the small lane whil
     return c.text('held');
   });
   app.post('/quick', (c) => c.text('quick'));
-  const post = async (path: string, body: string, headers: Record<string, string> = {}): Promise<Response> => app.request(path, { method: 'POST', body, headers: { 'content-length': String(Buffer.byteLength(body)), ...headers } });
+  const post = async (path: string, body: string, headers: Record<string, string> = {}): Promise<Response> =>
+    app.request(path, { method: 'POST', body, headers: { 'content-length': String(Buffer.byteLength(body)), ...headers } });
   // one large body holds the whole budget; a second one waits
   const first = post('/hold', 'x'.repeat(100));
   await new Promise((r) => setTimeout(r, 10));

@@ -24,7 +24,10 @@ describe('x-request-id', () => {
     await h.close();
   });
 
-  const withId = (id: string, init: RequestInit = {}): RequestInit => ({ ...init, headers: { ...(init.headers as Record<string, string>), 'x-request-id': id } });
+  const withId = (id: string, init: RequestInit = {}): RequestInit => ({
+    ...init,
+    headers: { ...(init.headers as Record<string, string>), 'x-request-id': id },
+  });
 
   test('a valid id is echoed and reaches the decode job; every gateway line of the request carries it', async () => {
     const [url, init] = post('/v1/completions', { model: MODEL_NAME, prompt: 'trace me', max_tokens: 2 });
@@ -36,13 +39,25 @@ describe('x-request-id', () => {
     const job = jobs.find((j) => j.requestId === body.id);
     assert.equal(job?.reqId, id, 'the job carries the x-request-id');
     const mine = logLines.filter((l) => l['reqId'] === id);
-    assert.ok(mine.some((l) => l['msg'] === 'request' && l['path'] === '/v1/completions'), 'the request line carries it');
-    assert.ok(logLines.filter((l) => l['msg'] === 'request').every((l) => typeof l['reqId'] === 'string'), 'every request line has one');
+    assert.ok(
+      mine.some((l) => l['msg'] === 'request' && l['path'] === '/v1/completions'),
+      'the request line carries it',
+    );
+    assert.ok(
+      logLines.filter((l) => l['msg'] === 'request').every((l) => typeof l['reqId'] === 'string'),
+      'every request line has one',
+    );
   });
 
   test('without one, an id is generated (req_ + 32 hex), different per request, on every kind of response', async () => {
     const ids = new Set<string>();
-    for (const [url, init] of [get('/healthz', null), get('/v1/models'), get('/v1/models', null), get('/v1/nowhere'), post('/v1/completions', { model: MODEL_NAME })]) {
+    for (const [url, init] of [
+      get('/healthz', null),
+      get('/v1/models'),
+      get('/v1/models', null),
+      get('/v1/nowhere'),
+      post('/v1/completions', { model: MODEL_NAME }),
+    ]) {
       const res = await h.app.request(url, init);
       const id = res.headers.get('x-request-id') ?? '';
       assert.match(id, /^req_[0-9a-f]{32}$/, `${init.method ?? 'GET'} ${url} → ${res.status}`);
@@ -50,10 +65,12 @@ describe('x-request-id', () => {
     }
     assert.equal(ids.size, 5);
     // an empty header counts as absent
-    const blank = await h.app.request(...(() => {
-      const [url, init] = get('/healthz', null);
-      return [url, withId('', init)] as const;
-    })());
+    const blank = await h.app.request(
+      ...(() => {
+        const [url, init] = get('/healthz', null);
+        return [url, withId('', init)] as const;
+      })(),
+    );
     assert.match(blank.headers.get('x-request-id') ?? '', /^req_/);
   });
 
@@ -93,7 +110,20 @@ describe('x-request-id', () => {
   });
 
   test('jobs without a reqId (enqueued by an older gateway) still parse', async () => {
-    const job: DecodeJob = { v: 1, requestId: 'old-1', tenant: TENANT_A, model: MODEL_NAME, promptIds: [1], documentId: null, sampling: { temperature: 0, topP: 1, seed: 0 }, maxTokens: 1, stop: [], ignoreEos: false, replayTokens: null, acceptedAtMs: Date.now() };
+    const job: DecodeJob = {
+      v: 1,
+      requestId: 'old-1',
+      tenant: TENANT_A,
+      model: MODEL_NAME,
+      promptIds: [1],
+      documentId: null,
+      sampling: { temperature: 0, topP: 1, seed: 0 },
+      maxTokens: 1,
+      stop: [],
+      ignoreEos: false,
+      replayTokens: null,
+      acceptedAtMs: Date.now(),
+    };
     assert.equal(parseDecodeJob(job).reqId, undefined);
     assert.throws(() => parseDecodeJob({ ...job, reqId: 'bad id' }), /reqId/);
   });

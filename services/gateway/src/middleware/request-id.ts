@@ -36,7 +36,11 @@ export function requestId(): MiddlewareHandler<{ Variables: RequestIdVariables }
     c.header(REQUEST_ID_HEADER, id);
     return withLogFields({ reqId: id }, async () => {
       if (given !== undefined && given !== '' && !valid) {
-        const res = invalidRequest(`Invalid '${REQUEST_ID_HEADER}' header: it must be ${REQ_ID_RULE} (got ${given.length} characters). Request id: ${id}`, null, 'invalid_request_id').getResponse();
+        const res = invalidRequest(
+          `Invalid '${REQUEST_ID_HEADER}' header: it must be ${REQ_ID_RULE} (got ${given.length} characters). Request id: ${id}`,
+          null,
+          'invalid_request_id',
+        ).getResponse();
         res.headers.set(REQUEST_ID_HEADER, id);
         return res;
       }

@@ -38,7 +38,10 @@ export interface OpenAiUsage {
 }
 
 /** Normalizes a worker's usage (fields checked, totals recomputed) with fallbacks known to the gateway. */
-export function toOpenAiUsage(usage: Usage | null | undefined, fallback: { promptTokens: number; completionTokens: number; cachedTokens: number }): OpenAiUsage {
+export function toOpenAiUsage(
+  usage: Usage | null | undefined,
+  fallback: { promptTokens: number; completionTokens: number; cachedTokens: number },
+): OpenAiUsage {
   const int = (v: unknown, d: number): number => (typeof v === 'number' && Number.isSafeInteger(v) && v >= 0 ? v : d);
   const prompt = int(usage?.prompt_tokens, fallback.promptTokens);
   const completion = int(usage?.completion_tokens, fallback.completionTokens);
@@ -98,12 +101,23 @@ export function usageChunk(meta: ResponseMeta, usage: OpenAiUsage): Record<strin
 
 /** The whole (non-streamed) response body: every choice, in order. */
 export function completionBody(meta: ResponseMeta, choices: readonly AssembledChoice[], usage: OpenAiUsage): Record<string, unknown> {
-  const base = { id: meta.id, object: meta.endpoint === 'chat' ? 'chat.completion' : 'text_completion', created: meta.created, model: meta.model, system_fingerprint: null };
+  const base = {
+    id: meta.id,
+    object: meta.endpoint === 'chat' ? 'chat.completion' : 'text_completion',
+    created: meta.created,
+    model: meta.model,
+    system_fingerprint: null,
+  };
   return {
     ...base,
     choices: choices.map((c) =>
       meta.endpoint === 'chat'
-        ? { index: c.index, message: { role: 'assistant', content: c.text, refusal: null }, logprobs: logprobsOf(meta, c.tokens, 0), finish_reason: c.finishReason }
+        ? {
+            index: c.index,
+            message: { role: 'assistant', content: c.text, refusal: null },
+            logprobs: logprobsOf(meta, c.tokens, 0),
+            finish_reason: c.finishReason,
+          }
         : { index: c.index, text: c.text, logprobs: logprobsOf(meta, c.tokens, 0), finish_reason: c.finishReason },
     ),
     usage,

@@ -26,7 +26,10 @@ export interface ClientIssue {
 
 export function paramOf(path: readonly PropertyKey[]): string | null {
   if (path.length === 0) return null;
-  return path.map((p) => (typeof p === 'number' ? `[${p}]` : String(p))).join('.').replaceAll('.[', '[');
+  return path
+    .map((p) => (typeof p === 'number' ? `[${p}]` : String(p)))
+    .join('.')
+    .replaceAll('.[', '[');
 }
 
 /** zod's default messages start like this; anything else was written for the client. */
@@ -75,9 +78,13 @@ function bound(issue: Extract<Issue, { code: 'too_big' | 'too_small' }>, value: 
   switch (issue.origin) {
     case 'array':
     case 'set':
-      return big ? `at most ${limit} item${limit === 1 ? '' : 's'} are allowed${count(value)}` : `at least ${limit} item${limit === 1 ? ' is' : 's are'} needed${count(value)}`;
+      return big
+        ? `at most ${limit} item${limit === 1 ? '' : 's'} are allowed${count(value)}`
+        : `at least ${limit} item${limit === 1 ? ' is' : 's are'} needed${count(value)}`;
     case 'string':
-      return big ? `at most ${limit} character${limit === 1 ? '' : 's'} are allowed${count(value)}` : `at least ${limit} character${limit === 1 ? ' is' : 's are'} needed${count(value)}`;
+      return big
+        ? `at most ${limit} character${limit === 1 ? '' : 's'} are allowed${count(value)}`
+        : `at least ${limit} character${limit === 1 ? ' is' : 's are'} needed${count(value)}`;
     default:
       return `must be ${big ? (inclusive ? 'at most' : 'less than') : inclusive ? 'at least' : 'greater than'} ${limit}${count(value)}`;
   }
@@ -104,15 +111,27 @@ function rawIssue(issue: Issue, body: unknown): ClientIssue {
   // optional fields never raise an issue when absent: an issue at an absent path is a missing required one
   if (!at.found || at.value === undefined) {
     // (a type error's own message is written for exactly this: 'you must provide a model parameter')
-    return { param, message: issue.code === 'invalid_type' && custom ? issue.message : `Missing required parameter: '${name}'`, code: 'missing_required_parameter' };
+    return {
+      param,
+      message: issue.code === 'invalid_type' && custom ? issue.message : `Missing required parameter: '${name}'`,
+      code: 'missing_required_parameter',
+    };
   }
   switch (issue.code) {
     case 'invalid_type':
       if (custom) return { param, message: `Invalid value for '${name}': ${issue.message}`, code: 'invalid_value' };
-      return { param, message: `Invalid type for '${name}': expected ${expected(issue.expected)}, but got ${describeValue(at.value)} instead`, code: 'invalid_type' };
+      return {
+        param,
+        message: `Invalid type for '${name}': expected ${expected(issue.expected)}, but got ${describeValue(at.value)} instead`,
+        code: 'invalid_type',
+      };
     case 'too_big':
     case 'too_small':
-      return { param, message: `Invalid value for '${name}': ${custom ? `${issue.message}${count(at.value)}` : bound(issue, at.value)}`, code: 'invalid_value' };
+      return {
+        param,
+        message: `Invalid value for '${name}': ${custom ? `${issue.message}${count(at.value)}` : bound(issue, at.value)}`,
+        code: 'invalid_value',
+      };
     case 'invalid_union': {
       if (custom) return { param, message: `Invalid value for '${name}': ${issue.message}`, code: 'invalid_value' };
       // the branch that accepted the value's type and objected to something else speaks for the union
@@ -124,7 +143,11 @@ function rawIssue(issue: Issue, body: unknown): ClientIssue {
     }
     case 'invalid_value':
       if (custom) return { param, message: `Invalid value for '${name}': ${issue.message}`, code: 'invalid_value' };
-      return { param, message: `Invalid value for '${name}': must be one of ${issue.values.map((v) => JSON.stringify(v)).join(', ')}, got ${JSON.stringify(at.value)?.slice(0, 40) ?? 'nothing'}`, code: 'invalid_value' };
+      return {
+        param,
+        message: `Invalid value for '${name}': must be one of ${issue.values.map((v) => JSON.stringify(v)).join(', ')}, got ${JSON.stringify(at.value)?.slice(0, 40) ?? 'nothing'}`,
+        code: 'invalid_value',
+      };
     default:
       return { param, message: `Invalid value for '${name}': ${custom ? issue.message : 'not valid here'}`, code: 'invalid_value' };
   }

@@ -122,7 +122,9 @@ export type CompletionRequest = z.infer<typeof CompletionRequestSchema>;
 const textPart = z.object({ type: z.literal('text'), text: z.string() });
 
 const ChatMessageSchema = z.object({
-  role: z.enum(['system', 'developer', 'user', 'assistant'], { error: "must be one of 'system', 'developer', 'user', 'assistant' (tool messages are not supported)" }),
+  role: z.enum(['system', 'developer', 'user', 'assistant'], {
+    error: "must be one of 'system', 'developer', 'user', 'assistant' (tool messages are not supported)",
+  }),
   content: z.union([z.string(), z.array(textPart), z.null()], { error: 'must be a string or an array of text parts' }).optional(),
   name: z.string().optional(),
   tool_calls: z.array(z.unknown()).nullish(),
@@ -169,14 +171,19 @@ function checkCommonUnsupported(r: CompletionRequest | ChatRequest): void {
   if (r.stream !== true && r.stream_options !== null && r.stream_options !== undefined) {
     throw invalidRequest("The 'stream_options' parameter is only allowed when 'stream' is enabled.", 'stream_options', 'invalid_value');
   }
-  if (Array.isArray(r.stop) && r.stop.some((s) => s === '')) throw invalidRequest("Invalid value for 'stop': stop sequences must not be empty", 'stop', 'invalid_value');
+  if (Array.isArray(r.stop) && r.stop.some((s) => s === ''))
+    throw invalidRequest("Invalid value for 'stop': stop sequences must not be empty", 'stop', 'invalid_value');
 }
 
 export function checkCompletionUnsupported(r: CompletionRequest): void {
   checkCommonUnsupported(r);
   const n = r.n ?? 1;
   if (r.best_of !== null && r.best_of !== undefined && r.best_of !== n) {
-    throw invalidRequest(`Invalid value for 'best_of': must equal 'n' (${n}): this server returns every choice it generates, got ${r.best_of}.`, 'best_of', 'invalid_value');
+    throw invalidRequest(
+      `Invalid value for 'best_of': must equal 'n' (${n}): this server returns every choice it generates, got ${r.best_of}.`,
+      'best_of',
+      'invalid_value',
+    );
   }
   if (r.suffix !== null && r.suffix !== undefined && r.suffix !== '') throw refuse('suffix', 'is not supported');
 }
@@ -191,7 +198,13 @@ export function checkChatUnsupported(r: ChatRequest): void {
   if (r.response_format !== null && r.response_format !== undefined && r.response_format.type !== 'text') {
     throw refuse('response_format', `type '${r.response_format.type}' is not supported (only 'text')`);
   }
-  if (r.max_tokens !== null && r.max_tokens !== undefined && r.max_completion_tokens !== null && r.max_completion_tokens !== undefined && r.max_tokens !== r.max_completion_tokens) {
+  if (
+    r.max_tokens !== null &&
+    r.max_tokens !== undefined &&
+    r.max_completion_tokens !== null &&
+    r.max_completion_tokens !== undefined &&
+    r.max_tokens !== r.max_completion_tokens
+  ) {
     throw invalidRequest("'max_tokens' and 'max_completion_tokens' disagree; send one of them", 'max_completion_tokens', 'invalid_value');
   }
 }
@@ -218,7 +231,8 @@ export function normalizePrompt(prompt: CompletionRequest['prompt']): Normalized
 /** Chat messages as the tokenizer's template takes them ('developer' is a system message). */
 export function normalizeMessages(messages: ChatRequest['messages']): { role: 'system' | 'user' | 'assistant'; content: string }[] {
   return messages.map((m, i) => {
-    if ((m.tool_calls?.length ?? 0) > 0) throw invalidRequest(`Invalid value for 'messages[${i}].tool_calls': tool calls are not supported`, `messages[${i}].tool_calls`, 'unsupported_parameter');
+    if ((m.tool_calls?.length ?? 0) > 0)
+      throw invalidRequest(`Invalid value for 'messages[${i}].tool_calls': tool calls are not supported`, `messages[${i}].tool_calls`, 'unsupported_parameter');
     const content = m.content === undefined || m.content === null ? '' : typeof m.content === 'string' ? m.content : m.content.map((p) => p.text).join('');
     return { role: m.role === 'developer' ? 'system' : m.role, content };
   });
@@ -232,12 +246,22 @@ export function parseLogitBias(bias: Readonly<Record<string, number>> | null | u
   if (bias === null || bias === undefined) return [];
   const entries = Object.entries(bias);
   if (entries.length > MAX_LOGIT_BIAS_ENTRIES) {
-    throw invalidRequest(`Invalid value for 'logit_bias': ${entries.length} entries; at most ${MAX_LOGIT_BIAS_ENTRIES} are allowed`, 'logit_bias', 'invalid_value');
+    throw invalidRequest(
+      `Invalid value for 'logit_bias': ${entries.length} entries; at most ${MAX_LOGIT_BIAS_ENTRIES} are allowed`,
+      'logit_bias',
+      'invalid_value',
+    );
   }
   return entries.map(([key, value]) => {
     const id = /^(0|[1-9][0-9]{0,15})$/.test(key) ? Number(key) : NaN;
-    if (!Number.isSafeInteger(id)) throw invalidRequest(`Invalid value for 'logit_bias': the key '${key.slice(0, 32)}' is not a token id (a non-negative integer)`, 'logit_bias', 'invalid_value');
-    if (id >= vocabLimit) throw invalidRequest(`Invalid value for 'logit_bias': token id ${id} is outside the vocabulary [0, ${vocabLimit})`, 'logit_bias', 'invalid_value');
+    if (!Number.isSafeInteger(id))
+      throw invalidRequest(
+        `Invalid value for 'logit_bias': the key '${key.slice(0, 32)}' is not a token id (a non-negative integer)`,
+        'logit_bias',
+        'invalid_value',
+      );
+    if (id >= vocabLimit)
+      throw invalidRequest(`Invalid value for 'logit_bias': token id ${id} is outside the vocabulary [0, ${vocabLimit})`, 'logit_bias', 'invalid_value');
     return [id, value];
   });
 }

@@ -60,7 +60,8 @@ function constraints(schema: Json): string {
   if (typeof schema['pattern'] === 'string') parts.push(`pattern <code>${escapeHtml(schema['pattern'])}</code>`);
   if (typeof schema['format'] === 'string') parts.push(`format ${escapeHtml(schema['format'])}`);
   for (const key of ['anyOf', 'oneOf'] as const) {
-    if (Array.isArray(schema[key])) for (const alt of schema[key] as Json[]) if (typeof alt === 'object' && alt !== null) parts.push(...[constraints(alt)].filter((c) => c !== ''));
+    if (Array.isArray(schema[key]))
+      for (const alt of schema[key] as Json[]) if (typeof alt === 'object' && alt !== null) parts.push(...[constraints(alt)].filter((c) => c !== ''));
   }
   return parts.join(', ');
 }
@@ -79,7 +80,8 @@ function propertiesTable(schema: Json): string {
 
 function schemaBlock(name: string, schema: Json): string {
   const alternatives = (schema['anyOf'] ?? schema['oneOf']) as Json[] | undefined;
-  const body = Array.isArray(alternatives) && schema['properties'] === undefined ? `<p>One of: ${alternatives.map(typeOf).join(', ')}</p>` : propertiesTable(schema);
+  const body =
+    Array.isArray(alternatives) && schema['properties'] === undefined ? `<p>One of: ${alternatives.map(typeOf).join(', ')}</p>` : propertiesTable(schema);
   const desc = typeof schema['description'] === 'string' ? `<p>${escapeHtml(schema['description'])}</p>` : '';
   return `<section class="schema" id="schema-${escapeHtml(name)}"><h3>${escapeHtml(name)}</h3>${desc}${body}</section>`;
 }
@@ -105,10 +107,16 @@ function operationBlock(path: string, method: string, op: Json, schemas: Record<
   const security = (op['security'] ?? []) as Json[];
   const auth = security.length === 0 ? 'none' : security.map((s) => Object.keys(s).join('+')).join(' or ');
   const params = (op['parameters'] ?? []) as Json[];
-  const paramRows = params.map((p) => `<tr><td><code>${escapeHtml(String(p['name']))}</code>${p['required'] === true ? ' <span class="req">required</span>' : ''}</td><td>${escapeHtml(String(p['in']))}</td><td class="type">${typeOf(p['schema'])}</td></tr>`);
+  const paramRows = params.map(
+    (p) =>
+      `<tr><td><code>${escapeHtml(String(p['name']))}</code>${p['required'] === true ? ' <span class="req">required</span>' : ''}</td><td>${escapeHtml(String(p['in']))}</td><td class="type">${typeOf(p['schema'])}</td></tr>`,
+  );
   const body = op['requestBody'] as Json | undefined;
   const responses = Object.entries((op['responses'] ?? {}) as Record<string, Json>)
-    .map(([status, r]) => `<tr><td><span class="status s${status[0] ?? ''}">${escapeHtml(status)}</span></td><td>${escapeHtml(String(r['description'] ?? ''))}</td><td>${mediaSchemas(r['content'])}</td></tr>`)
+    .map(
+      ([status, r]) =>
+        `<tr><td><span class="status s${status[0] ?? ''}">${escapeHtml(status)}</span></td><td>${escapeHtml(String(r['description'] ?? ''))}</td><td>${mediaSchemas(r['content'])}</td></tr>`,
+    )
     .join('');
   const id = String(op['operationId']);
   return `<article class="op" id="op-${escapeHtml(id)}">
@@ -154,11 +162,22 @@ export function renderDocsPage(spec: Json): string {
   }
   const schemas = (((spec['components'] ?? {}) as Json)['schemas'] ?? {}) as Record<string, Json>;
   const nav = [...byTag.entries()]
-    .map(([tag, ops]) => `<h2>${escapeHtml(tag)}</h2>${ops.map(({ path, method, op }) => `<a href="#op-${escapeHtml(String(op['operationId']))}"><span class="method ${escapeHtml(method)}" style="min-width:46px;font-size:10px">${escapeHtml(method.toUpperCase())}</span>${escapeHtml(path)}</a>`).join('')}`)
+    .map(
+      ([tag, ops]) =>
+        `<h2>${escapeHtml(tag)}</h2>${ops.map(({ path, method, op }) => `<a href="#op-${escapeHtml(String(op['operationId']))}"><span class="method ${escapeHtml(method)}" style="min-width:46px;font-size:10px">${escapeHtml(method.toUpperCase())}</span>${escapeHtml(path)}</a>`).join('')}`,
+    )
     .join('');
-  const sections = [...byTag.entries()].map(([tag, ops]) => `<h2 class="tag">${escapeHtml(tag)}</h2>${ops.map(({ path, method, op }) => operationBlock(path, method, op, schemas)).join('')}`).join('');
-  const schemaNav = Object.keys(schemas).sort().map((n) => `<a href="#schema-${escapeHtml(n)}">${escapeHtml(n)}</a>`).join('');
-  const schemaSections = Object.keys(schemas).sort().map((n) => schemaBlock(n, schemas[n] as Json)).join('');
+  const sections = [...byTag.entries()]
+    .map(([tag, ops]) => `<h2 class="tag">${escapeHtml(tag)}</h2>${ops.map(({ path, method, op }) => operationBlock(path, method, op, schemas)).join('')}`)
+    .join('');
+  const schemaNav = Object.keys(schemas)
+    .sort()
+    .map((n) => `<a href="#schema-${escapeHtml(n)}">${escapeHtml(n)}</a>`)
+    .join('');
+  const schemaSections = Object.keys(schemas)
+    .sort()
+    .map((n) => schemaBlock(n, schemas[n] as Json))
+    .join('');
   return `<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
 <title>${escapeHtml(String(info['title'] ?? 'API'))} — API reference</title><style>${STYLE}</style></head><body>
 <header><h1>${escapeHtml(String(info['title'] ?? 'API'))} <span style="font-weight:400;color:#94a3b8">${escapeHtml(String(info['version'] ?? ''))} · OpenAPI ${escapeHtml(String(spec['openapi'] ?? ''))}</span></h1><p>${escapeHtml(String(info['description'] ?? ''))} The machine-readable document: <a style="color:#93c5fd" href="/openapi.json">/openapi.json</a>.</p></header>

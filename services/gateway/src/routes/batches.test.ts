@@ -29,7 +29,7 @@ import {
 type Json = Record<string, any>;
 
 function jsonl(lines: readonly unknown[]): string {
-  return lines.map((l) => (typeof l === 'string' ? l : JSON.stringify(l))).join('\n') + '\n';
+  return `${lines.map((l) => (typeof l === 'string' ? l : JSON.stringify(l))).join('\n')}\n`;
 }
 
 function completionLine(customId: string, prompt: string, extra: Json = {}): Json {
@@ -71,21 +71,34 @@ describe('Files and Batch API', () => {
   }
 
   async function settled(id: string, timeoutMs = 20_000): Promise<Json> {
-    return waitFor(`batch ${id} to end`, async () => {
-      const b = await batchOf(id);
-      return ['completed', 'failed', 'expired', 'cancelled'].includes(b['status'] as string) ? b : undefined;
-    }, timeoutMs);
+    return waitFor(
+      `batch ${id} to end`,
+      async () => {
+        const b = await batchOf(id);
+        return ['completed', 'failed', 'expired', 'cancelled'].includes(b['status'] as string) ? b : undefined;
+      },
+      timeoutMs,
+    );
   }
 
   async function fileLines(fileId: string | null): Promise<Json[]> {
     if (fileId === null) return [];
     const res = await h.app.request(...get(`/v1/files/${fileId}/content`));
     assert.equal(res.status, 200);
-    return (await res.text()).split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as Json);
+    return (await res.text())
+      .split('\n')
+      .filter((l) => l !== '')
+      .map((l) => JSON.parse(l) as Json);
   }
 
   before(async () => {
-    h = await startHarness({ CSA2_BATCH_POLL_MS: '50', CSA2_BATCH_WINDOW_LINES: '3', CSA2_BATCH_CANCEL_WAIT_MS: '3000', CSA2_BATCH_LOCK_DURATION_MS: '2000', CSA2_BATCH_STALLED_INTERVAL_MS: '1000' });
+    h = await startHarness({
+      CSA2_BATCH_POLL_MS: '50',
+      CSA2_BATCH_WINDOW_LINES: '3',
+      CSA2_BATCH_CANCEL_WAIT_MS: '3000',
+      CSA2_BATCH_LOCK_DURATION_MS: '2000',
+      CSA2_BATCH_STALLED_INTERVAL_MS: '1000',
+    });
     drivers = await startBatchDrivers(h.deps);
     fakeDecoder(h, async (job, redis) => {
       const data = job.data;
@@ -104,13 +117,17 @@ describe('Files and Batch API', () => {
         return;
       }
       const text = `<${prompt.trim().toUpperCase()}>`;
-      await writeEntries(redis, data.requestId, [...tokenEntries(text), finalEntry(data, text.length, { finishReason: 'length', cachedTokens: data.documentId !== null ? 5 : 0 })]);
+      await writeEntries(redis, data.requestId, [
+        ...tokenEntries(text),
+        finalEntry(data, text.length, { finishReason: 'length', cachedTokens: data.documentId !== null ? 5 : 0 }),
+      ]);
     });
     fakeEncoder(h, async (job) => {
       const data = job.data;
       if (data.kind !== 'document') throw new UnrecoverableError('unexpected prompt job');
       const ids = 'tokenIds' in data.input ? data.input.tokenIds : [];
-      if (Buffer.from(ids).toString('latin1').includes('poison')) throw new UnrecoverableError(formatFailure('input-invalid', 'the encoder refused this document'));
+      if (Buffer.from(ids).toString('latin1').includes('poison'))
+        throw new UnrecoverableError(formatFailure('input-invalid', 'the encoder refused this document'));
       await new Promise((r) => setTimeout(r, 150));
       await writeManifest(h, data.tenant, data.documentId, ids.length);
       return { documentId: data.documentId, tokens: ids.length, bytesWritten: 10, artifactBytes: 10, reusedTokens: 0 };
@@ -127,7 +144,20 @@ describe('Files and Batch API', () => {
     assert.equal(res.status, 200);
     const file = (await res.json()) as Json;
     assert.match(String(file['id']), /^file-/);
-    assert.deepEqual({ ...file, id: null, created_at: null }, { id: null, object: 'file', bytes: Buffer.byteLength(text), created_at: null, filename: 'my input.jsonl', purpose: 'batch', status: 'processed', status_details: null, expires_at: null });
+    assert.deepEqual(
+      { ...file, id: null, created_at: null },
+      {
+        id: null,
+        object: 'file',
+        bytes: Buffer.byteLength(text),
+        created_at: null,
+        filename: 'my input.jsonl',
+        purpose: 'batch',
+        status: 'processed',
+        status_details: null,
+        expires_at: null,
+      },
+    );
     assert.deepEqual(await (await h.app.request(...get(`/v1/files/${file['id']}`))).json(), file);
     assert.equal(await (await h.app.request(...get(`/v1/files/${file['id']}/content`))).text(), text);
     const list = (await (await h.app.request(...get('/v1/files?purpose=batch'))).json()) as Json;
@@ -144,7 +174,11 @@ describe('Files and Batch API', () => {
     assert.equal((await h.app.request(...get(`/v1/files/${file['id']}`))).status, 404);
 
     const bad = async (body: FormData | string, contentType?: string): Promise<Json> => {
-      const r = await h.app.request('http://gateway.test/v1/files', { method: 'POST', headers: { authorization: `Bearer ${KEY_A}`, ...(contentType !== undefined ? { 'content-type': contentType } : {}) }, body });
+      const r = await h.app.request('http://gateway.test/v1/files', {
+        method: 'POST',
+        headers: { authorization: `Bearer ${KEY_A}`, ...(contentType !== undefined ? { 'content-type': contentType } : {}) },
+        body,
+      });
       assert.equal(r.status, 400);
       return ((await r.json()) as Json)['error'] as Json;
     };
@@ -184,8 +218,14 @@ describe('Files and Batch API', () => {
     assert.deepEqual(b['request_counts'], { total: 9, completed: 3, failed: 6 });
     for (const f of ['in_progress_at', 'finalizing_at', 'completed_at']) assert.equal(typeof b[f], 'number', f);
     const out = await fileLines(b['output_file_id'] as string);
-    assert.deepEqual(out.map((l) => l['custom_id']), ['q1', 'q3', 'q7']);
-    assert.deepEqual(out.map((l) => l['response']['body']['choices'][0]['text']), ['<ALPHA>', '<GAMMA>', '<ZETA>']);
+    assert.deepEqual(
+      out.map((l) => l['custom_id']),
+      ['q1', 'q3', 'q7'],
+    );
+    assert.deepEqual(
+      out.map((l) => l['response']['body']['choices'][0]['text']),
+      ['<ALPHA>', '<GAMMA>', '<ZETA>'],
+    );
     for (const l of out) {
       assert.equal(l['response']['status_code'], 200);
       assert.equal(l['error'], null);
@@ -242,7 +282,13 @@ describe('Files and Batch API', () => {
     const d = await settled(docs['id'] as string);
     assert.deepEqual(d['request_counts'], { total: 3, completed: 2, failed: 1 });
     const out = await fileLines(d['output_file_id'] as string);
-    assert.deepEqual(out.map((l) => [l['custom_id'], l['response']['body']['status'], l['response']['body']['id']]), [['d1', 'ready', 'batch-doc'], ['d2', 'ready', 'batch-doc']]);
+    assert.deepEqual(
+      out.map((l) => [l['custom_id'], l['response']['body']['status'], l['response']['body']['id']]),
+      [
+        ['d1', 'ready', 'batch-doc'],
+        ['d2', 'ready', 'batch-doc'],
+      ],
+    );
     const [err] = await fileLines(d['error_file_id'] as string);
     assert.equal(err?.['response']['status_code'], 400);
     assert.equal(err?.['response']['body']['error']['code'], 'input_invalid');
@@ -259,7 +305,9 @@ describe('Files and Batch API', () => {
     hold.add('wait-here');
     const b = await createBatch(jsonl([completionLine('c0', 'quick'), ...Array.from({ length: 6 }, (_, i) => completionLine(`c${i + 1}`, 'wait-here'))]));
     const id = b['id'] as string;
-    await waitFor('lines running', async () => (runs.filter((r) => promptOf(r) === 'wait-here' && r.requestId.includes(id.slice(6))).length >= 2 ? true : undefined));
+    await waitFor('lines running', async () =>
+      runs.filter((r) => promptOf(r) === 'wait-here' && r.requestId.includes(id.slice(6))).length >= 2 ? true : undefined,
+    );
     const res = await h.app.request(...post(`/v1/batches/${id}/cancel`, {}));
     assert.equal(res.status, 200);
     assert.ok(['cancelling', 'cancelled'].includes(((await res.json()) as Json)['status'] as string));
@@ -279,13 +327,25 @@ describe('Files and Batch API', () => {
 
   test('expiry: lines not done when the completion window ends are written off as batch_expired', async () => {
     hold.add('too-slow');
-    const b = await createBatch(jsonl([completionLine('e1', 'too-slow'), completionLine('e2', 'too-slow'), completionLine('e3', 'too-slow'), completionLine('e4', 'too-slow')]), '/v1/completions', '2s');
+    const b = await createBatch(
+      jsonl([completionLine('e1', 'too-slow'), completionLine('e2', 'too-slow'), completionLine('e3', 'too-slow'), completionLine('e4', 'too-slow')]),
+      '/v1/completions',
+      '2s',
+    );
     const end = await settled(b['id'] as string);
     assert.equal(end['status'], 'expired');
     assert.equal(typeof end['expired_at'], 'number');
     assert.deepEqual(end['request_counts'], { total: 4, completed: 0, failed: 4 });
     const errors = await fileLines(end['error_file_id'] as string);
-    assert.deepEqual(errors.map((e) => [e['custom_id'], e['error']['code']]), [['e1', 'batch_expired'], ['e2', 'batch_expired'], ['e3', 'batch_expired'], ['e4', 'batch_expired']]);
+    assert.deepEqual(
+      errors.map((e) => [e['custom_id'], e['error']['code']]),
+      [
+        ['e1', 'batch_expired'],
+        ['e2', 'batch_expired'],
+        ['e3', 'batch_expired'],
+        ['e4', 'batch_expired'],
+      ],
+    );
     assert.equal(end['output_file_id'], null);
   });
 
@@ -303,8 +363,14 @@ describe('Files and Batch API', () => {
     const end = await settled(id);
     assert.deepEqual(end['request_counts'], { total: 9, completed: 9, failed: 0 });
     const out = await fileLines(end['output_file_id'] as string);
-    assert.deepEqual(out.map((l) => l['custom_id']), lines.map((l) => l['custom_id']));
-    assert.deepEqual(out.map((l) => l['response']['body']['choices'][0]['text']), lines.map((_, i) => `<RESTART ${i}>`));
+    assert.deepEqual(
+      out.map((l) => l['custom_id']),
+      lines.map((l) => l['custom_id']),
+    );
+    assert.deepEqual(
+      out.map((l) => l['response']['body']['choices'][0]['text']),
+      lines.map((_, i) => `<RESTART ${i}>`),
+    );
     const mine = runs.filter((r) => r.requestId.includes(stem));
     assert.equal(mine.length, 9, `each line's job ran once: ${mine.map((r) => r.requestId).join(', ')}`);
   });
@@ -318,7 +384,13 @@ describe('Files and Batch API', () => {
     const end = await settled(id);
     assert.equal(end['status'], 'cancelled');
     assert.deepEqual(end['request_counts'], { total: 2, completed: 0, failed: 2 });
-    assert.deepEqual((await fileLines(end['error_file_id'] as string)).map((e) => [e['custom_id'], e['error']['code']]), [['n1', 'batch_cancelled'], ['n2', 'batch_cancelled']]);
+    assert.deepEqual(
+      (await fileLines(end['error_file_id'] as string)).map((e) => [e['custom_id'], e['error']['code']]),
+      [
+        ['n1', 'batch_cancelled'],
+        ['n2', 'batch_cancelled'],
+      ],
+    );
     assert.equal(runs.filter((r) => r.requestId.includes(id.slice(6))).length, 0);
   });
 

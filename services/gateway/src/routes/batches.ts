@@ -44,11 +44,20 @@ export function batchesRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVariab
     const body = parseRequest(BatchCreateRequestSchema, await readJson(c));
     const windowMs = completionWindowMs(body.completion_window) ?? 0;
     if (windowMs > deps.config.batch.maxCompletionWindowMs) {
-      throw invalidRequest(`Invalid value for 'completion_window': at most ${deps.config.batch.maxCompletionWindowMs} ms (CSA2_BATCH_MAX_WINDOW_MS)`, 'completion_window', 'invalid_value');
+      throw invalidRequest(
+        `Invalid value for 'completion_window': at most ${deps.config.batch.maxCompletionWindowMs} ms (CSA2_BATCH_MAX_WINDOW_MS)`,
+        'completion_window',
+        'invalid_value',
+      );
     }
     const file = await getFileObject(deps.store, tenant, body.input_file_id);
     if (file === null) throw new ApiError(404, `No such File object: ${body.input_file_id}`, { param: 'input_file_id', code: 'file_not_found' });
-    if (file.purpose !== 'batch') throw invalidRequest(`Invalid value for 'input_file_id': file ${file.id} has purpose '${file.purpose}'; a batch reads a file uploaded with purpose 'batch'`, 'input_file_id', 'invalid_value');
+    if (file.purpose !== 'batch')
+      throw invalidRequest(
+        `Invalid value for 'input_file_id': file ${file.id} has purpose '${file.purpose}'; a batch reads a file uploaded with purpose 'batch'`,
+        'input_file_id',
+        'invalid_value',
+      );
     if (!deps.inflight.isAccepting) throw new ApiError(503, 'the server is shutting down', { code: 'shutting_down', headers: { 'retry-after': '1' } });
     const nowMs = Date.now();
     const id = newBatchId(nowMs);

@@ -26,12 +26,24 @@ const promptLpOf = (k: number): number => -k / 8;
 function choiceEntries(job: DecodeJob, c: number, opts: { dropLp?: boolean } = {}): StreamEntry[] {
   const out: StreamEntry[] = [];
   if (c === 0 && job.promptLogprobs !== undefined) {
-    out.push({ kind: 'prompt', logprobs: job.promptIds.map((id, k) => (k === 0 ? null : { id, logprob: promptLpOf(k), top: [{ id: 32, logprob: -0.5 }].slice(0, job.promptLogprobs) })) });
+    out.push({
+      kind: 'prompt',
+      logprobs: job.promptIds.map((id, k) => (k === 0 ? null : { id, logprob: promptLpOf(k), top: [{ id: 32, logprob: -0.5 }].slice(0, job.promptLogprobs) })),
+    });
   }
   const text = job.maxTokens === 0 ? '' : (CHOICE_TEXTS[c] ?? '');
   [...text].forEach((ch, i) => {
     const id = ch.charCodeAt(0);
-    const lp = job.logprobs !== undefined && opts.dropLp !== true ? { logprob: lpOf(c, i), top: [{ id, logprob: lpOf(c, i) }, { id: 120, logprob: -3 }].slice(0, job.logprobs) } : {};
+    const lp =
+      job.logprobs !== undefined && opts.dropLp !== true
+        ? {
+            logprob: lpOf(c, i),
+            top: [
+              { id, logprob: lpOf(c, i) },
+              { id: 120, logprob: -3 },
+            ].slice(0, job.logprobs),
+          }
+        : {};
     out.push({ kind: 'token', index: i, id, text: ch, ...lp });
   });
   out.push(finalEntry(job, text.length, { finishReason: job.maxTokens === 0 ? 'length' : 'stop' }));
@@ -79,7 +91,10 @@ describe('n, logprobs and echo through the gateway', () => {
 
   test('n = 3: three choices with their index, one decode job with n, usage counts the prompt once and sums the choices', async () => {
     const body = await completion({ prompt: 'three', n: 3, seed: 10, max_tokens: 4 });
-    assert.deepEqual(body['choices'], [0, 1, 2].map((i) => ({ index: i, text: CHOICE_TEXTS[i], logprobs: null, finish_reason: 'stop' })));
+    assert.deepEqual(
+      body['choices'],
+      [0, 1, 2].map((i) => ({ index: i, text: CHOICE_TEXTS[i], logprobs: null, finish_reason: 'stop' })),
+    );
     assert.deepEqual(body['usage'], { prompt_tokens: 5, completion_tokens: 3 + 2 + 3, total_tokens: 13, prompt_tokens_details: { cached_tokens: 0 } });
     const job = jobOf(body['id']);
     assert.equal(job.n, 3);
@@ -106,9 +121,12 @@ describe('n, logprobs and echo through the gateway', () => {
     assert.deepEqual((await completion({ prompt: 'lp0', logprobs: 0 }))['choices'][0].logprobs.top_logprobs[1], { i: lpOf(0, 1) });
   });
 
-  test('echo: the prompt precedes every choice\'s text; with logprobs its tokens come first, the first without context null', async () => {
+  test("echo: the prompt precedes every choice's text; with logprobs its tokens come first, the first without context null", async () => {
     const plain = await completion({ prompt: 'Echo me', echo: true, n: 2 });
-    assert.deepEqual(plain['choices'].map((c: Json) => c['text']), ['Echo meHi!', 'Echo meYo']);
+    assert.deepEqual(
+      plain['choices'].map((c: Json) => c['text']),
+      ['Echo meHi!', 'Echo meYo'],
+    );
     assert.equal(jobOf(plain['id']).promptLogprobs, undefined, 'no prompt logprobs without logprobs');
 
     const body = await completion({ prompt: 'Echo', echo: true, logprobs: 1 });
@@ -146,7 +164,7 @@ describe('n, logprobs and echo through the gateway', () => {
     assert.deepEqual(await h.deps.queues.prefill.getJobs(['completed', 'wait', 'active', 'prioritized', 'failed']), []);
   });
 
-  test('streamed equals non-streamed: per choice the texts and the logprobs lists concatenate to the body\'s; one finish chunk per choice, one usage chunk', async () => {
+  test("streamed equals non-streamed: per choice the texts and the logprobs lists concatenate to the body's; one finish chunk per choice, one usage chunk", async () => {
     const request = { prompt: 'Same', n: 2, logprobs: 2, echo: true, seed: 3 };
     const body = await completion(request);
     const chunks = await streamed('/v1/completions', request);
@@ -154,7 +172,10 @@ describe('n, logprobs and echo through the gateway', () => {
     assert.deepEqual(usage?.['choices'], []);
     assert.deepEqual(usage?.['usage'], body['usage']);
     const finishes = chunks.filter((c) => c['choices'][0]?.finish_reason !== null && c['choices'].length > 0);
-    assert.deepEqual(finishes.map((c) => [c['choices'][0].index, c['choices'][0].finish_reason]).sort(), [[0, 'stop'], [1, 'stop']]);
+    assert.deepEqual(finishes.map((c) => [c['choices'][0].index, c['choices'][0].finish_reason]).sort(), [
+      [0, 'stop'],
+      [1, 'stop'],
+    ]);
     for (const choice of body['choices'] as Json[]) {
       const mine = chunks.filter((c) => c['choices'][0]?.index === choice['index'] && c['choices'][0]?.finish_reason === null).map((c) => c['choices'][0]);
       assert.equal(mine.map((c: Json) => c['text']).join(''), choice['text']);
@@ -173,8 +194,24 @@ describe('n, logprobs and echo through the gateway', () => {
     assert.equal(body['choices'][1].message.content, 'Yo');
     assert.deepEqual(body['choices'][1].logprobs, {
       content: [
-        { token: 'Y', logprob: lpOf(1, 0), bytes: [89], top_logprobs: [{ token: 'Y', logprob: lpOf(1, 0), bytes: [89] }, { token: 'x', logprob: -3, bytes: [120] }] },
-        { token: 'o', logprob: lpOf(1, 1), bytes: [111], top_logprobs: [{ token: 'o', logprob: lpOf(1, 1), bytes: [111] }, { token: 'x', logprob: -3, bytes: [120] }] },
+        {
+          token: 'Y',
+          logprob: lpOf(1, 0),
+          bytes: [89],
+          top_logprobs: [
+            { token: 'Y', logprob: lpOf(1, 0), bytes: [89] },
+            { token: 'x', logprob: -3, bytes: [120] },
+          ],
+        },
+        {
+          token: 'o',
+          logprob: lpOf(1, 1),
+          bytes: [111],
+          top_logprobs: [
+            { token: 'o', logprob: lpOf(1, 1), bytes: [111] },
+            { token: 'x', logprob: -3, bytes: [120] },
+          ],
+        },
       ],
       refusal: null,
     });
@@ -182,18 +219,28 @@ describe('n, logprobs and echo through the gateway', () => {
     const roles = chunks.filter((c) => c['choices'][0]?.delta?.role === 'assistant').map((c) => c['choices'][0].index);
     assert.deepEqual(roles, [0, 1]);
     for (const choice of body['choices'] as Json[]) {
-      const mine = chunks.filter((c) => c['choices'][0]?.index === choice['index'] && c['choices'][0].finish_reason === null && c['choices'][0].delta.role === undefined).map((c) => c['choices'][0]);
+      const mine = chunks
+        .filter((c) => c['choices'][0]?.index === choice['index'] && c['choices'][0].finish_reason === null && c['choices'][0].delta.role === undefined)
+        .map((c) => c['choices'][0]);
       assert.equal(mine.map((c: Json) => c['delta'].content).join(''), choice['message'].content);
-      assert.deepEqual(mine.flatMap((c: Json) => c['logprobs'].content), choice['logprobs'].content);
+      assert.deepEqual(
+        mine.flatMap((c: Json) => c['logprobs'].content),
+        choice['logprobs'].content,
+      );
     }
     // logprobs: true without top_logprobs: the tokens, no alternatives
-    const bare = (await (await h.app.request(...post('/v1/chat/completions', { model: MODEL_NAME, messages: [{ role: 'user', content: 'bare' }], logprobs: true }))).json()) as Json;
+    const bare = (await (
+      await h.app.request(...post('/v1/chat/completions', { model: MODEL_NAME, messages: [{ role: 'user', content: 'bare' }], logprobs: true }))
+    ).json()) as Json;
     assert.deepEqual(bare['choices'][0].logprobs.content[0].top_logprobs, []);
     assert.equal(jobOf(bare['id']).logprobs, 0);
   });
 
   test('a stream that contradicts the request is a 500 stream_invalid, never an answer without its logprobs', async () => {
-    for (const [prompt, extra] of [['no-lp', { logprobs: 1 }], ['no-prompt-entry', { logprobs: 1, echo: true }]] as const) {
+    for (const [prompt, extra] of [
+      ['no-lp', { logprobs: 1 }],
+      ['no-prompt-entry', { logprobs: 1, echo: true }],
+    ] as const) {
       const res = await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt, ...extra }));
       assert.equal(res.status, 500, prompt);
       assert.equal(((await res.json()) as Json)['error'].code, 'stream_invalid');

@@ -61,7 +61,8 @@ describe('completions and chat completions against a fake decoder', () => {
       if (data.kind !== 'prompt') throw new UnrecoverableError('unexpected document job');
       if (data.tokenIds === undefined) throw new UnrecoverableError('the test prompts are short enough to travel inline');
       prefillJobs.push(data);
-      if (Buffer.from(data.tokenIds).toString('latin1').startsWith('prefill-fail')) throw new UnrecoverableError(formatFailure('artifact-corrupt', 'internal error in the encoder'));
+      if (Buffer.from(data.tokenIds).toString('latin1').startsWith('prefill-fail'))
+        throw new UnrecoverableError(formatFailure('artifact-corrupt', 'internal error in the encoder'));
       if (Buffer.from(data.tokenIds).toString('latin1').startsWith('slow-prefill')) {
         await job.updateProgress({ tokensDone: 64, tokensTotal: data.tokenIds.length });
         await new Promise((r) => setTimeout(r, 700));
@@ -76,7 +77,9 @@ describe('completions and chat completions against a fake decoder', () => {
   });
 
   test('a non-streamed completion answers the whole text with usage, and the job carries the request', async () => {
-    const res = await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: 'Say hi', max_tokens: 5, temperature: 0.5, top_p: 0.9, seed: 7, stop: ['\n'] }));
+    const res = await h.app.request(
+      ...post('/v1/completions', { model: MODEL_NAME, prompt: 'Say hi', max_tokens: 5, temperature: 0.5, top_p: 0.9, seed: 7, stop: ['\n'] }),
+    );
     assert.equal(res.status, 200);
     assert.match(res.headers.get('content-type') ?? '', /application\/json/);
     const body = (await res.json()) as Record<string, unknown>;
@@ -122,11 +125,24 @@ describe('completions and chat completions against a fake decoder', () => {
       repetitionPenalty: 1.2,
       presencePenalty: -0.5,
       frequencyPenalty: 2,
-      logitBias: [[0, 5.5], [65, -100]],
+      logitBias: [
+        [0, 5.5],
+        [65, -100],
+      ],
     });
     // their no-op values (top_k -1 as vLLM's "off") leave the job's sampling as it was
     const plain = await h.app.request(
-      ...post('/v1/completions', { model: MODEL_NAME, prompt: 'no-op options', seed: 4, top_k: -1, min_p: 0, repetition_penalty: 1, presence_penalty: 0, frequency_penalty: 0, logit_bias: {} }),
+      ...post('/v1/completions', {
+        model: MODEL_NAME,
+        prompt: 'no-op options',
+        seed: 4,
+        top_k: -1,
+        min_p: 0,
+        repetition_penalty: 1,
+        presence_penalty: 0,
+        frequency_penalty: 0,
+        logit_bias: {},
+      }),
     );
     const plainId = ((await plain.json()) as { id: string }).id;
     const plainJob = jobs.find((j) => j.requestId === plainId);
@@ -149,7 +165,13 @@ describe('completions and chat completions against a fake decoder', () => {
       assert.equal(c['id'], chunks[0]?.['id']);
       assert.equal('usage' in c, false, 'no usage without include_usage');
     }
-    assert.equal(chunks.slice(0, 5).map((c) => c['choices'][0].text).join(''), 'Hello');
+    assert.equal(
+      chunks
+        .slice(0, 5)
+        .map((c) => c['choices'][0].text)
+        .join(''),
+      'Hello',
+    );
     assert.deepEqual(
       chunks.slice(0, 5).map((c) => c['choices'][0].finish_reason),
       [null, null, null, null, null],
@@ -192,14 +214,21 @@ describe('completions and chat completions against a fake decoder', () => {
     const job = jobs.find((j) => j.requestId === usage?.['id']);
     assert.ok(job);
     assert.deepEqual(job.promptIds, [...Buffer.from('System: Be brief.\nUser: usage-chat\nAssistant:')], "the tokenizer's chat template");
-    assert.deepEqual(usage?.['usage'], { prompt_tokens: job.promptIds.length, completion_tokens: 3, total_tokens: job.promptIds.length + 3, prompt_tokens_details: { cached_tokens: 0 } });
+    assert.deepEqual(usage?.['usage'], {
+      prompt_tokens: job.promptIds.length,
+      completion_tokens: 3,
+      total_tokens: job.promptIds.length + 3,
+      prompt_tokens_details: { cached_tokens: 0 },
+    });
   });
 
   test('non-streamed chat answers a chat.completion whose content includes the text released by the final entry', async () => {
     scripts.set('tail-text', async (job) => {
       await writeEntries(h.redis, job.requestId, [...tokenEntries('ab'), finalEntry(job, 3, { text: 'c' })]);
     });
-    const res = await h.app.request(...post('/v1/chat/completions', { model: MODEL_NAME, messages: [{ role: 'user', content: 'tail-text' }], max_completion_tokens: 3 }));
+    const res = await h.app.request(
+      ...post('/v1/chat/completions', { model: MODEL_NAME, messages: [{ role: 'user', content: 'tail-text' }], max_completion_tokens: 3 }),
+    );
     assert.equal(res.status, 200);
     const body = (await res.json()) as Record<string, any>;
     assert.equal(body['object'], 'chat.completion');
@@ -221,7 +250,8 @@ describe('completions and chat completions against a fake decoder', () => {
 
   /** Asserts the worker's text reached no client and went to the gateway's log with the request id. */
   function assertInternalsStayInTheLog(clientText: string, internal: string, reqId: string): void {
-    for (const piece of internal.split(/[ :()]+/).filter((w) => w.length >= 8)) assert.ok(!clientText.includes(piece), `the client saw '${piece}': ${clientText}`);
+    for (const piece of internal.split(/[ :()]+/).filter((w) => w.length >= 8))
+      assert.ok(!clientText.includes(piece), `the client saw '${piece}': ${clientText}`);
     const line = logLines.find((l) => l['reqId'] === reqId && String(l['err']).includes(internal));
     assert.ok(line !== undefined, `the gateway logged the worker's message with reqId ${reqId}`);
   }
@@ -233,12 +263,21 @@ describe('completions and chat completions against a fake decoder', () => {
     scripts.set('store-down', async (job) => {
       await writeEntries(h.redis, job.requestId, [...tokenEntries('a'), { kind: 'error', code: 'store-unavailable', message: STORE_DOWN }]);
     });
-    const bad = await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: 'bad-input' }, undefined, { headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY_A}`, 'x-request-id': 'trace-corrupt-1' } }));
+    const bad = await h.app.request(
+      ...post('/v1/completions', { model: MODEL_NAME, prompt: 'bad-input' }, undefined, {
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY_A}`, 'x-request-id': 'trace-corrupt-1' },
+      }),
+    );
     assert.equal(bad.status, 500);
     assert.equal(bad.headers.get('x-request-id'), 'trace-corrupt-1');
     const badText = await bad.text();
     assert.deepEqual(JSON.parse(badText), {
-      error: { message: 'A stored artifact this request needs is damaged. (request id: trace-corrupt-1)', type: 'server_error', param: null, code: 'artifact_corrupt' },
+      error: {
+        message: 'A stored artifact this request needs is damaged. (request id: trace-corrupt-1)',
+        type: 'server_error',
+        param: null,
+        code: 'artifact_corrupt',
+      },
     });
     assertInternalsStayInTheLog(badText, CORRUPT, 'trace-corrupt-1');
     const down = await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: 'store-down' }));
@@ -246,7 +285,12 @@ describe('completions and chat completions against a fake decoder', () => {
     const reqId = down.headers.get('x-request-id') ?? '';
     assert.match(reqId, /^req_[0-9a-f]{32}$/, 'generated when the client sent none');
     const downText = await down.text();
-    assert.deepEqual(JSON.parse(downText)['error'], { message: `The artifact store is unavailable. Please retry shortly. (request id: ${reqId})`, type: 'server_error', param: null, code: 'store_unavailable' });
+    assert.deepEqual(JSON.parse(downText)['error'], {
+      message: `The artifact store is unavailable. Please retry shortly. (request id: ${reqId})`,
+      type: 'server_error',
+      param: null,
+      code: 'store_unavailable',
+    });
     assertInternalsStayInTheLog(downText, STORE_DOWN, reqId);
   });
 
@@ -259,7 +303,14 @@ describe('completions and chat completions against a fake decoder', () => {
     const events = parseSse(raw);
     assert.notEqual(events.at(-1), '[DONE]');
     const last = JSON.parse(events.at(-1) ?? 'null') as Record<string, any>;
-    assert.deepEqual(last, { error: { message: `The artifact store is unavailable. Please retry shortly. (request id: ${reqId})`, type: 'server_error', param: null, code: 'store_unavailable' } });
+    assert.deepEqual(last, {
+      error: {
+        message: `The artifact store is unavailable. Please retry shortly. (request id: ${reqId})`,
+        type: 'server_error',
+        param: null,
+        code: 'store_unavailable',
+      },
+    });
     assert.equal((JSON.parse(events[1] ?? 'null') as Record<string, any>)['choices'][0].delta.content, 'a', 'the text before the error was relayed');
     assertInternalsStayInTheLog(raw, STORE_DOWN, reqId);
   });
@@ -271,11 +322,21 @@ describe('completions and chat completions against a fake decoder', () => {
     const res = await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: 'fails-hard' }));
     assert.equal(res.status, 400);
     const reqId = res.headers.get('x-request-id') ?? '';
-    assert.deepEqual(((await res.json()) as Record<string, any>)['error'], { message: `The request is invalid for this model. (request id: ${reqId})`, type: 'invalid_request_error', param: null, code: 'input_invalid' });
-    assert.ok(logLines.some((l) => l['reqId'] === reqId && String(l['err']).includes('token id 999')), 'the worker message is in the log');
+    assert.deepEqual(((await res.json()) as Record<string, any>)['error'], {
+      message: `The request is invalid for this model. (request id: ${reqId})`,
+      type: 'invalid_request_error',
+      param: null,
+      code: 'input_invalid',
+    });
+    assert.ok(
+      logLines.some((l) => l['reqId'] === reqId && String(l['err']).includes('token id 999')),
+      'the worker message is in the log',
+    );
     const failed = jobs.at(-1);
     assert.ok(failed !== undefined);
-    await waitFor('the cancel key of a request answered with an error', async () => ((await h.redis.exists(cancelKey(failed.requestId))) === 1 ? true : undefined));
+    await waitFor('the cancel key of a request answered with an error', async () =>
+      (await h.redis.exists(cancelKey(failed.requestId))) === 1 ? true : undefined,
+    );
   });
 
   test('a document completion: the job names the document, usage reports cached tokens', async () => {
@@ -295,12 +356,16 @@ describe('completions and chat completions against a fake decoder', () => {
   test('a document whose artifact lost a chunk: 500 artifact_missing, its status says so, posting it again re-encodes it', async () => {
     await writeManifest(h, TENANT_A, 'damaged', 40);
     scripts.set('lost-chunk', async (job) => {
-      await writeEntries(h.redis, job.requestId, [{ kind: 'error', code: 'artifact-missing', message: 'document damaged of tenant tenant-a: object tenants/… is missing from the store' }]);
+      await writeEntries(h.redis, job.requestId, [
+        { kind: 'error', code: 'artifact-missing', message: 'document damaged of tenant tenant-a: object tenants/… is missing from the store' },
+      ]);
     });
     const res = await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: ' lost-chunk', document_id: 'damaged' }));
     assert.equal(res.status, 500);
     assert.equal(((await res.json()) as Record<string, any>)['error'].code, 'artifact_missing');
-    const status = (await (await h.app.request(`http://gateway.test/v1/documents/damaged`, { headers: { authorization: `Bearer ${KEY_A}` } })).json()) as Record<string, unknown>;
+    const status = (await (
+      await h.app.request(`http://gateway.test/v1/documents/damaged`, { headers: { authorization: `Bearer ${KEY_A}` } })
+    ).json()) as Record<string, unknown>;
     assert.equal(status['status'], 'failed');
     assert.equal(status['error_code'], 'artifact_missing');
     assert.match(String(status['reason']), /missing from the object store/);
@@ -347,7 +412,7 @@ describe('completions and chat completions against a fake decoder', () => {
     );
   });
 
-  test('a long prompt after a document goes through the encoder too: the document is its artifact\'s prefix, the decoder gets one token', async () => {
+  test("a long prompt after a document goes through the encoder too: the document is its artifact's prefix, the decoder gets one token", async () => {
     await writeManifest(h, TENANT_A, 'prefix-doc', 40);
     const prompt = ' question '.repeat(12); // 120 tokens ≥ CSA2_PREFILL_THRESHOLD_TOKENS
     const res = await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt, document_id: 'prefix-doc', max_tokens: 4 }));
@@ -368,7 +433,7 @@ describe('completions and chat completions against a fake decoder', () => {
     assert.equal(prefillJobs.length, before);
   });
 
-  test('a quiet stream carries progress comments: the prefill\'s tokens, then the decode job, and a job whose worker died (lock gone)', async () => {
+  test("a quiet stream carries progress comments: the prefill's tokens, then the decode job, and a job whose worker died (lock gone)", async () => {
     let release: () => void = () => undefined;
     scripts.set('slow-decode', async (job) => {
       await new Promise<void>((resolve) => (release = resolve));
@@ -379,7 +444,15 @@ describe('completions and chat completions against a fake decoder', () => {
     const body = res.text();
     // the decode job runs and holds: its lock disappears as when the worker died and the lock expired
     const job = await waitFor('the decode job to be active', async () =>
-      jobs.find((d) => prefillJobs.some((p) => p.requestId === d.requestId && Buffer.from(p.tokenIds ?? []).toString('latin1').startsWith('slow-prefill'))),
+      jobs.find((d) =>
+        prefillJobs.some(
+          (p) =>
+            p.requestId === d.requestId &&
+            Buffer.from(p.tokenIds ?? [])
+              .toString('latin1')
+              .startsWith('slow-prefill'),
+        ),
+      ),
     );
     await new Promise((r) => setTimeout(r, 500)); // a progress poll or two while it is active
     await h.redis.del(h.deps.queues.decode.toKey(`${requestDecodeJobId(job.requestId)}:lock`));
@@ -390,9 +463,18 @@ describe('completions and chat completions against a fake decoder', () => {
       .split('\n\n')
       .filter((e) => e.startsWith(': progress '))
       .map((e) => JSON.parse(e.slice(': progress '.length)) as Record<string, unknown>);
-    assert.ok(progress.some((p) => p['stage'] === 'prefill' && p['state'] === 'active' && p['tokens_done'] === 64), JSON.stringify(progress));
-    assert.ok(progress.some((p) => p['stage'] === 'decode' && p['state'] === 'active' && p['tokens'] === 0 && p['attempt'] === 1 && p['stalled'] === undefined), JSON.stringify(progress));
-    assert.ok(progress.some((p) => p['stage'] === 'decode' && p['state'] === 'active' && p['stalled'] === true), JSON.stringify(progress));
+    assert.ok(
+      progress.some((p) => p['stage'] === 'prefill' && p['state'] === 'active' && p['tokens_done'] === 64),
+      JSON.stringify(progress),
+    );
+    assert.ok(
+      progress.some((p) => p['stage'] === 'decode' && p['state'] === 'active' && p['tokens'] === 0 && p['attempt'] === 1 && p['stalled'] === undefined),
+      JSON.stringify(progress),
+    );
+    assert.ok(
+      progress.some((p) => p['stage'] === 'decode' && p['state'] === 'active' && p['stalled'] === true),
+      JSON.stringify(progress),
+    );
     assert.deepEqual(parseSse(raw).at(-1), '[DONE]');
   });
 
@@ -401,7 +483,12 @@ describe('completions and chat completions against a fake decoder', () => {
     assert.equal(res.status, 200);
     const events = parseSse(await res.text());
     assert.deepEqual(JSON.parse(events.at(-1) ?? 'null'), {
-      error: { message: `A stored artifact this request needs is damaged. (request id: ${res.headers.get('x-request-id') ?? ''})`, type: 'server_error', param: null, code: 'artifact_corrupt' },
+      error: {
+        message: `A stored artifact this request needs is damaged. (request id: ${res.headers.get('x-request-id') ?? ''})`,
+        type: 'server_error',
+        param: null,
+        code: 'artifact_corrupt',
+      },
     });
   });
 });

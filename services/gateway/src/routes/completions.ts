@@ -41,9 +41,13 @@ function samplingOptions(body: CompletionRequest | ChatRequest, vocabLimit: numb
   return {
     ...(topK > 0 ? { topK } : {}),
     ...(body.min_p !== null && body.min_p !== undefined && body.min_p > 0 ? { minP: body.min_p } : {}),
-    ...(body.repetition_penalty !== null && body.repetition_penalty !== undefined && body.repetition_penalty !== 1 ? { repetitionPenalty: body.repetition_penalty } : {}),
+    ...(body.repetition_penalty !== null && body.repetition_penalty !== undefined && body.repetition_penalty !== 1
+      ? { repetitionPenalty: body.repetition_penalty }
+      : {}),
     ...(body.presence_penalty !== null && body.presence_penalty !== undefined && body.presence_penalty !== 0 ? { presencePenalty: body.presence_penalty } : {}),
-    ...(body.frequency_penalty !== null && body.frequency_penalty !== undefined && body.frequency_penalty !== 0 ? { frequencyPenalty: body.frequency_penalty } : {}),
+    ...(body.frequency_penalty !== null && body.frequency_penalty !== undefined && body.frequency_penalty !== 0
+      ? { frequencyPenalty: body.frequency_penalty }
+      : {}),
     ...(logitBias.length > 0 ? { logitBias } : {}),
   };
 }
@@ -77,16 +81,18 @@ function tooLong(err: unknown, deps: GatewayDeps, param: string): never {
   throw err;
 }
 
-async function generate(c: Context<{ Variables: TenantVariables & RequestIdVariables }>, deps: GatewayDeps, request: Omit<GenerationRequest, 'weight'>): Promise<Response> {
+async function generate(
+  c: Context<{ Variables: TenantVariables & RequestIdVariables }>,
+  deps: GatewayDeps,
+  request: Omit<GenerationRequest, 'weight'>,
+): Promise<Response> {
   const keyId = c.get('keyId');
   const limits = deps.keyLimits(keyId);
   const plan = await planGeneration(deps, { ...request, weight: limits.weight });
   // the key's limits: its prompt plus what it may generate count against its tokens per minute
-  const admission = await deps.keyLimiter
-    .admitCompletion(keyId, limits, { requestId: plan.requestId, tokens: plannedTokens(plan) })
-    .catch((err: unknown) => {
-      throw isRedisUnavailable(err) ? redisUnavailable(err) : err;
-    });
+  const admission = await deps.keyLimiter.admitCompletion(keyId, limits, { requestId: plan.requestId, tokens: plannedTokens(plan) }).catch((err: unknown) => {
+    throw isRedisUnavailable(err) ? redisUnavailable(err) : err;
+  });
   try {
     await enqueueGeneration(deps, plan);
   } catch (err) {
@@ -102,7 +108,11 @@ async function generate(c: Context<{ Variables: TenantVariables & RequestIdVaria
  * it too); token ids are checked against the vocabulary and passed as given. `bosAdded`: whether the
  * first id is a BOS the client did not send (an echo leaves it out).
  */
-export async function completionPrompt(deps: GatewayDeps, prompt: CompletionRequest['prompt'], options: { documentId: string | null; addBos?: boolean }): Promise<{ ids: number[]; bosAdded: boolean }> {
+export async function completionPrompt(
+  deps: GatewayDeps,
+  prompt: CompletionRequest['prompt'],
+  options: { documentId: string | null; addBos?: boolean },
+): Promise<{ ids: number[]; bosAdded: boolean }> {
   const normalized = normalizePrompt(prompt);
   if (normalized.kind === 'text') {
     const ids = await deps.tokenize.encode(normalized.text, deps.limits.maxPromptTokens).catch((err: unknown) => tooLong(err, deps, 'prompt'));
@@ -120,13 +130,19 @@ export async function completionPrompt(deps: GatewayDeps, prompt: CompletionRequ
 }
 
 /** completionPrompt's ids alone. */
-export async function completionPromptIds(deps: GatewayDeps, prompt: CompletionRequest['prompt'], options: { documentId: string | null; addBos?: boolean }): Promise<number[]> {
+export async function completionPromptIds(
+  deps: GatewayDeps,
+  prompt: CompletionRequest['prompt'],
+  options: { documentId: string | null; addBos?: boolean },
+): Promise<number[]> {
   return (await completionPrompt(deps, prompt, options)).ids;
 }
 
 /** The token ids of chat messages as the model sees them: the tokenizer's chat template, whose BOS is dropped after a document. */
 export async function chatPromptIds(deps: GatewayDeps, messages: ChatRequest['messages'], options: { documentId: string | null }): Promise<number[]> {
-  const ids = await deps.tokenize.applyChatTemplate(normalizeMessages(messages), deps.limits.maxPromptTokens).catch((err: unknown) => tooLong(err, deps, 'messages'));
+  const ids = await deps.tokenize
+    .applyChatTemplate(normalizeMessages(messages), deps.limits.maxPromptTokens)
+    .catch((err: unknown) => tooLong(err, deps, 'messages'));
   if (options.documentId !== null && deps.tokenizer.bosId !== null && ids[0] === deps.tokenizer.bosId) ids.shift();
   return ids;
 }

@@ -40,7 +40,8 @@ describe('GET /v1/documents', () => {
     await writeManifest(h, TENANT_A, 'prompt-req-1', 200); // a long prompt's artifact: not a document
     // failed and queued or encoding: prefill jobs ('bad' fails; the encoder holds anything else)
     fakeEncoder(h, async (job) => {
-      if (job.data.kind === 'document' && job.data.documentId.startsWith('bad')) throw new UnrecoverableError(formatFailure('input-invalid', 'not for this model'));
+      if (job.data.kind === 'document' && job.data.documentId.startsWith('bad'))
+        throw new UnrecoverableError(formatFailure('input-invalid', 'not for this model'));
       await new Promise(() => undefined); // holds anything else
       return { documentId: '', tokens: 0, bytesWritten: 0, artifactBytes: 0, reusedTokens: 0 };
     });
@@ -65,7 +66,10 @@ describe('GET /v1/documents', () => {
     assert.deepEqual(page.data.find((d) => d['id'] === 'a')?.['status'], 'ready');
 
     const [, other] = await list('', KEY_B);
-    assert.deepEqual(other.data.map((d) => d['id']), ['other-tenant', 'q-1']);
+    assert.deepEqual(
+      other.data.map((d) => d['id']),
+      ['other-tenant', 'q-1'],
+    );
     assert.ok(['queued', 'encoding'].includes(String(other.data[1]?.['status'])), 'q-1 exists only as its prefill job (held by the encoder)');
   });
 
@@ -92,7 +96,10 @@ describe('GET /v1/documents', () => {
       assert.deepEqual(joined, all, `pages of ${limit}`);
     }
     const [, afterP1] = await list('?after=p10x&limit=3');
-    assert.deepEqual(afterP1.data.map((d) => d['id']), ['p11', 'p12', 'p13']);
+    assert.deepEqual(
+      afterP1.data.map((d) => d['id']),
+      ['p11', 'p12', 'p13'],
+    );
     const [, past] = await list('?after=zzz');
     assert.deepEqual([past.data, past.first_id, past.last_id, past.has_more], [[], null, null, false]);
   });

@@ -32,7 +32,10 @@ describe('documents: ingest, status lifecycle, delete, tenant scoping', () => {
       const data = job.data;
       if (data.kind !== 'document') throw new UnrecoverableError('not a document job');
       encoded.push(data);
-      if (data.documentId.startsWith('bad')) throw new UnrecoverableError(formatFailure('artifact-corrupt', 'chunk tenants/tenant-a/chunks/9f8e7d6c5b4a: checksum mismatch (stored 0a1b2c3d, computed 4e5f6a7b)'));
+      if (data.documentId.startsWith('bad'))
+        throw new UnrecoverableError(
+          formatFailure('artifact-corrupt', 'chunk tenants/tenant-a/chunks/9f8e7d6c5b4a: checksum mismatch (stored 0a1b2c3d, computed 4e5f6a7b)'),
+        );
       const total = 'tokenIds' in data.input ? data.input.tokenIds.length : 0;
       await job.updateProgress({ tokensDone: 4, tokensTotal: total });
       await new Promise<void>((resolve) => gates.set(data.documentId, resolve));
@@ -100,7 +103,9 @@ describe('documents: ingest, status lifecycle, delete, tenant scoping', () => {
     assert.equal(((await busy.json()) as { error: Doc }).error['code'], 'document_busy');
     gates.get('manual')?.();
     await waitFor('ready', async () => ((await status('manual'))[1]['status'] === 'ready' ? true : undefined));
-    await waitFor('job completed', async () => ((await h.deps.queues.prefill.getJobState(documentJobId(TENANT_A, 'manual'))) === 'completed' ? true : undefined));
+    await waitFor('job completed', async () =>
+      (await h.deps.queues.prefill.getJobState(documentJobId(TENANT_A, 'manual'))) === 'completed' ? true : undefined,
+    );
 
     const del = await h.app.request(...get('/v1/documents/manual', undefined, 'DELETE'));
     assert.equal(del.status, 200);
@@ -145,7 +150,15 @@ describe('documents: ingest, status lifecycle, delete, tenant scoping', () => {
       assert.equal(((await r.json()) as { error: Doc }).error['param'], param);
     };
     await bad({ documents: [{ text: 'ok' }, { text: 'a', token_ids: [1] }] }, 'documents[1].token_ids');
-    await bad({ documents: [{ id: 'dup', text: 'a' }, { id: 'dup', text: 'b' }] }, 'documents[1].id');
+    await bad(
+      {
+        documents: [
+          { id: 'dup', text: 'a' },
+          { id: 'dup', text: 'b' },
+        ],
+      },
+      'documents[1].id',
+    );
     await bad({ documents: [] }, 'documents');
     await bad({ id: 'has space', text: 'a' }, 'id');
     await bad({ id: 'prompt-abc', text: 'a' }, 'id');
@@ -155,7 +168,10 @@ describe('documents: ingest, status lifecycle, delete, tenant scoping', () => {
     // refused before it is tokenized (the byte count alone says so), with what is known of its length
     const long = await h.app.request(...post('/v1/documents', { text: 'x'.repeat(30_000) }));
     assert.equal(long.status, 400);
-    assert.match(((await long.json()) as { error: Doc }).error['message'] as string, /^The document has at least 30000 tokens; this server accepts at most 255/);
+    assert.match(
+      ((await long.json()) as { error: Doc }).error['message'] as string,
+      /^The document has at least 30000 tokens; this server accepts at most 255/,
+    );
     await bad({ text: 'a', model: 'other-model' }, 'model', 404);
     assert.equal(await h.deps.queues.prefill.getJob(documentJobId(TENANT_A, 'dup')), undefined);
   });

@@ -31,7 +31,10 @@ export const DocumentInputSchema = z.object({
   model: z.string().optional(),
 });
 export const BatchSchema = z.object({
-  documents: z.array(DocumentInputSchema).min(1, 'must list at least one document').max(MAX_DOCUMENTS_PER_REQUEST, `at most ${MAX_DOCUMENTS_PER_REQUEST} documents per request`),
+  documents: z
+    .array(DocumentInputSchema)
+    .min(1, 'must list at least one document')
+    .max(MAX_DOCUMENTS_PER_REQUEST, `at most ${MAX_DOCUMENTS_PER_REQUEST} documents per request`),
   model: z.string().optional(),
 });
 type DocumentInput = z.infer<typeof DocumentInputSchema>;
@@ -54,7 +57,11 @@ export async function prepareDocument(deps: GatewayDeps, input: DocumentInput, p
   let tokenIds: number[];
   const field = param(input.text !== undefined ? 'text' : 'token_ids');
   const tooMany = (n: string): ApiError =>
-    invalidRequest(`The document has ${n} tokens; this server accepts at most ${limits.maxDocumentTokens} (CSA2_MAX_DOCUMENT_TOKENS)`, field, 'context_length_exceeded');
+    invalidRequest(
+      `The document has ${n} tokens; this server accepts at most ${limits.maxDocumentTokens} (CSA2_MAX_DOCUMENT_TOKENS)`,
+      field,
+      'context_length_exceeded',
+    );
   if (input.text !== undefined) {
     // refused before (or while) it is tokenized when it cannot fit: the BOS takes one token
     const bos = tokenizer.bosId !== null ? 1 : 0;
@@ -70,7 +77,11 @@ export async function prepareDocument(deps: GatewayDeps, input: DocumentInput, p
     try {
       validateTokenIds(tokenIds, deps.model.vocabSize);
     } catch (err) {
-      throw invalidRequest(`Invalid value for '${param('token_ids')}': ${err instanceof Error ? err.message : String(err)}`, param('token_ids'), 'invalid_value');
+      throw invalidRequest(
+        `Invalid value for '${param('token_ids')}': ${err instanceof Error ? err.message : String(err)}`,
+        param('token_ids'),
+        'invalid_value',
+      );
     }
   }
   if (tokenIds.length === 0) throw invalidRequest(`Invalid value for '${field}': the document is empty`, field, 'invalid_value');
@@ -88,7 +99,11 @@ export const DocumentListQuerySchema = z.object({
     .refine((n) => n >= 1 && n <= MAX_DOCUMENT_LIST_LIMIT, `expected an integer from 1 to ${MAX_DOCUMENT_LIST_LIMIT}`)
     .optional()
     .meta({ description: `page size, 1 to ${MAX_DOCUMENT_LIST_LIMIT} (default ${DEFAULT_DOCUMENT_LIST_LIMIT})` }),
-  after: z.string().regex(ID_PATTERN, 'a document id matches [A-Za-z0-9_-]{1,64}').optional().meta({ description: 'list the ids after this one (the last page\'s last_id)' }),
+  after: z
+    .string()
+    .regex(ID_PATTERN, 'a document id matches [A-Za-z0-9_-]{1,64}')
+    .optional()
+    .meta({ description: "list the ids after this one (the last page's last_id)" }),
   order: z.literal('asc', { error: "documents are listed by id in ascending order only ('asc')" }).optional(),
 });
 
@@ -114,11 +129,18 @@ export function documentsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVari
       const body = parseRequest(BatchSchema, raw);
       docs = [];
       for (const [i, d] of body.documents.entries()) {
-        docs.push(await prepareDocument(deps, { ...d, ...(d.model === undefined && body.model !== undefined ? { model: body.model } : {}) }, (f) => `documents[${i}].${f}`));
+        docs.push(
+          await prepareDocument(
+            deps,
+            { ...d, ...(d.model === undefined && body.model !== undefined ? { model: body.model } : {}) },
+            (f) => `documents[${i}].${f}`,
+          ),
+        );
       }
       const seen = new Set<string>();
       for (const [i, d] of docs.entries()) {
-        if (seen.has(d.id)) throw invalidRequest(`Invalid value for 'documents[${i}].id': the id '${d.id}' appears twice`, `documents[${i}].id`, 'invalid_value');
+        if (seen.has(d.id))
+          throw invalidRequest(`Invalid value for 'documents[${i}].id': the id '${d.id}' appears twice`, `documents[${i}].id`, 'invalid_value');
         seen.add(d.id);
       }
     } else {
@@ -137,10 +159,22 @@ export function documentsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVari
       const counts = await deps.queues.prefill.getJobCounts('wait', 'prioritized', 'delayed');
       const backlog = Object.values(counts).reduce((a, b) => a + b, 0);
       if (backlog + docs.length > deps.limits.maxQueueDepth) {
-        throw new ApiError(429, `The server is overloaded: ${waiting(backlog, 'job')} for the prefill workers. Please retry shortly.`, { code: 'queue_full', headers: { 'retry-after': '1' } });
+        throw new ApiError(429, `The server is overloaded: ${waiting(backlog, 'job')} for the prefill workers. Please retry shortly.`, {
+          code: 'queue_full',
+          headers: { 'retry-after': '1' },
+        });
       }
       for (const d of docs) {
-        results.push(documentObject(d.id, await ingestDocument(deps, tenant, d.id, d.tokenIds, acceptedAtMs, { weight: limits.weight, reqId: c.get('reqId'), onEnqueued: (id) => enqueued.push(id) })));
+        results.push(
+          documentObject(
+            d.id,
+            await ingestDocument(deps, tenant, d.id, d.tokenIds, acceptedAtMs, {
+              weight: limits.weight,
+              reqId: c.get('reqId'),
+              onEnqueued: (id) => enqueued.push(id),
+            }),
+          ),
+        );
       }
     } catch (err) {
       mapRedis(err);

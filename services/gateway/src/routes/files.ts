@@ -29,7 +29,12 @@ export const FileUploadFieldsSchema = z
 
 export const FileListQuerySchema = z.object({
   purpose: z.enum(FILE_PURPOSES, { error: `must be one of ${FILE_PURPOSES.join(', ')}` }).optional(),
-  limit: z.coerce.number({ error: 'must be an integer' }).int('must be an integer').min(1, 'must be at least 1').max(10_000, 'must be at most 10000').optional(),
+  limit: z.coerce
+    .number({ error: 'must be an integer' })
+    .int('must be an integer')
+    .min(1, 'must be at least 1')
+    .max(10_000, 'must be at most 10000')
+    .optional(),
   order: z.enum(['asc', 'desc'], { error: "must be 'asc' or 'desc'" }).optional(),
   after: z.string().optional(),
 });
@@ -51,7 +56,10 @@ export function filesRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVariable
       throw invalidRequest('Upload a file as multipart/form-data with the fields `file` and `purpose`', null, 'invalid_content_type');
     }
     if (uploading >= config.uploadConcurrency) {
-      throw new ApiError(429, `Too many uploads at once (CSA2_UPLOAD_CONCURRENCY = ${config.uploadConcurrency}); retry shortly`, { code: 'too_many_uploads', headers: { 'retry-after': '1' } });
+      throw new ApiError(429, `Too many uploads at once (CSA2_UPLOAD_CONCURRENCY = ${config.uploadConcurrency}); retry shortly`, {
+        code: 'too_many_uploads',
+        headers: { 'retry-after': '1' },
+      });
     }
     uploading++;
     try {
@@ -65,14 +73,21 @@ export function filesRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVariable
       const purposeField = form['purpose'];
       parseRequest(FileUploadFieldsSchema, { purpose: typeof purposeField === 'string' ? purposeField : undefined });
       const file = form['file'];
-      if (!(file instanceof File)) throw invalidRequest("Invalid value for 'file': send the file as a multipart file part named 'file'", 'file', 'invalid_value');
+      if (!(file instanceof File))
+        throw invalidRequest("Invalid value for 'file': send the file as a multipart file part named 'file'", 'file', 'invalid_value');
       const filename = file.name !== '' ? file.name : 'upload.jsonl';
-      if (filename.length > MAX_FILENAME_CHARS) throw invalidRequest(`Invalid value for 'file': the file name has more than ${MAX_FILENAME_CHARS} characters`, 'file', 'invalid_value');
+      if (filename.length > MAX_FILENAME_CHARS)
+        throw invalidRequest(`Invalid value for 'file': the file name has more than ${MAX_FILENAME_CHARS} characters`, 'file', 'invalid_value');
       const content = new Uint8Array(await file.arrayBuffer());
       const lines = countInputLines(content);
       if (lines === null) throw invalidRequest("Invalid value for 'file': a batch input file must be UTF-8 text (JSONL)", 'file', 'invalid_file');
       if (lines === 0) throw invalidRequest("Invalid value for 'file': the file holds no request (one JSON object per line)", 'file', 'empty_file');
-      if (lines > config.maxLines) throw invalidRequest(`Invalid value for 'file': ${lines} requests; a batch takes at most ${config.maxLines} (CSA2_BATCH_MAX_LINES)`, 'file', 'too_many_lines');
+      if (lines > config.maxLines)
+        throw invalidRequest(
+          `Invalid value for 'file': ${lines} requests; a batch takes at most ${config.maxLines} (CSA2_BATCH_MAX_LINES)`,
+          'file',
+          'too_many_lines',
+        );
       const nowMs = Date.now();
       const object = await putFile(deps.store, c.get('tenant'), { id: newFileId(nowMs), filename, purpose: 'batch', content, createdAtMs: nowMs });
       return c.json(object);
@@ -112,7 +127,11 @@ export function filesRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVariable
     if ((await getFileObject(deps.store, tenant, id)) === null) throw notFound(id);
     const readers = await deps.batches.store.fileRefs(tenant, id);
     if (readers.length > 0) {
-      throw new ApiError(409, `File ${id} is the input of batch ${readers.join(', ')}, which has not ended; delete it once the batch ended (or cancel the batch)`, { param: 'file_id', code: 'file_in_use' });
+      throw new ApiError(
+        409,
+        `File ${id} is the input of batch ${readers.join(', ')}, which has not ended; delete it once the batch ended (or cancel the batch)`,
+        { param: 'file_id', code: 'file_in_use' },
+      );
     }
     if (!(await deleteFile(deps.store, tenant, id))) throw notFound(id);
     return c.json({ id, object: 'file', deleted: true });

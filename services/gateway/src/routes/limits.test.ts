@@ -27,7 +27,8 @@ describe('per-key limits: 429 with Retry-After and x-ratelimit-* headers', () =>
     await h.close();
   });
 
-  const complete = (key: string, body: Record<string, unknown> = {}) => h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: 'hi', max_tokens: 4, ...body }, key));
+  const complete = (key: string, body: Record<string, unknown> = {}) =>
+    h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: 'hi', max_tokens: 4, ...body }, key));
   const errorOf = async (res: Response) => ((await res.json()) as { error: { code: string; message: string } }).error;
 
   test('requests per minute: answers carry the remaining count; the one past the limit gets 429 and Retry-After', async () => {

@@ -93,13 +93,21 @@ describe('OpenAPI 3.1 document, /docs and CORS', () => {
 
   test('lists exactly the routes the app serves', () => {
     const served = new Set(
-      h.app.routes
-        .filter((r) => r.method !== 'ALL' && !r.path.includes('*'))
-        .map((r) => `${r.method.toLowerCase()} ${openApiPath(r.path)}`),
+      h.app.routes.filter((r) => r.method !== 'ALL' && !r.path.includes('*')).map((r) => `${r.method.toLowerCase()} ${openApiPath(r.path)}`),
     );
-    const documented = new Set(Object.entries(spec['paths'] as Record<string, Json>).flatMap(([path, methods]) => Object.keys(methods).map((m) => `${m} ${path}`)));
-    assert.deepEqual([...served].filter((r) => !documented.has(r)), [], 'served but not documented');
-    assert.deepEqual([...documented].filter((r) => !served.has(r)), [], 'documented but not served');
+    const documented = new Set(
+      Object.entries(spec['paths'] as Record<string, Json>).flatMap(([path, methods]) => Object.keys(methods).map((m) => `${m} ${path}`)),
+    );
+    assert.deepEqual(
+      [...served].filter((r) => !documented.has(r)),
+      [],
+      'served but not documented',
+    );
+    assert.deepEqual(
+      [...documented].filter((r) => !served.has(r)),
+      [],
+      'documented but not served',
+    );
     assert.equal(documented.size, OPERATIONS.length);
   });
 

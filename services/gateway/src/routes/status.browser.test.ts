@@ -17,12 +17,38 @@ import { serve } from '@hono/node-server';
 import { chromium, type BrowserContext } from 'playwright-core';
 import { UnrecoverableError, formatFailure } from '@csa2/jobs';
 import { startBatchDrivers, type BatchDrivers } from '../batch/batch-worker.js';
-import { KEY_A, KEY_B, MODEL_NAME, TENANT_A, TENANT_B, fakeDecoder, fakeEncoder, finalEntry, get, post, startHarness, tokenEntries, waitFor, writeEntries, writeManifest, type Harness } from '../testing/harness.js';
+import {
+  KEY_A,
+  KEY_B,
+  MODEL_NAME,
+  TENANT_A,
+  TENANT_B,
+  fakeDecoder,
+  fakeEncoder,
+  finalEntry,
+  get,
+  post,
+  startHarness,
+  tokenEntries,
+  waitFor,
+  writeEntries,
+  writeManifest,
+  type Harness,
+} from '../testing/harness.js';
 
 const CHROMIUM = '/usr/bin/chromium';
 const SCREENSHOTS = fileURLToPath(new URL('../../../../.csa2/screenshots/', import.meta.url));
 const OPERATOR_KEY = 'sk-test-operator-0001';
-const FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+const FLAGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+];
 
 describe('status page in headless Chromium', () => {
   let h: Harness;
@@ -48,7 +74,10 @@ describe('status page in headless Chromium', () => {
   }
 
   before(async () => {
-    assert.ok(existsSync(CHROMIUM), `${CHROMIUM} is missing: run the tests through scripts/test.mjs (it installs Debian's chromium as root) or apt-get install -y chromium`);
+    assert.ok(
+      existsSync(CHROMIUM),
+      `${CHROMIUM} is missing: run the tests through scripts/test.mjs (it installs Debian's chromium as root) or apt-get install -y chromium`,
+    );
     profileDir = mkdtempSync(join(tmpdir(), 'csa2-chromium-'));
     mkdirSync(SCREENSHOTS, { recursive: true });
     h = await startHarness({ CSA2_OPERATOR_KEYS: OPERATOR_KEY, CSA2_BATCH_POLL_MS: '50', CSA2_BATCH_WINDOW_LINES: '2' });
@@ -71,7 +100,10 @@ describe('status page in headless Chromium', () => {
     await writeManifest(h, TENANT_A, 'annual-report-2025', 48_213);
     await writeManifest(h, TENANT_A, 'product-manual', 12_004);
     await writeManifest(h, TENANT_B, 'other-tenant-contract', 7_777);
-    assert.equal((await h.app.request(...post('/v1/documents', { id: 'legal-archive', token_ids: Array.from({ length: 200 }, (_, i) => i % 250) }))).status, 202);
+    assert.equal(
+      (await h.app.request(...post('/v1/documents', { id: 'legal-archive', token_ids: Array.from({ length: 200 }, (_, i) => i % 250) }))).status,
+      202,
+    );
     assert.equal((await h.app.request(...post('/v1/documents', { id: 'broken-scan', text: 'x' }))).status, 202);
     // batches: one completes, one keeps running
     const upload = async (lines: string[]): Promise<string> => {
@@ -81,17 +113,24 @@ describe('status page in headless Chromium', () => {
       const res = await h.app.request('http://gateway.test/v1/files', { method: 'POST', headers: { authorization: `Bearer ${KEY_A}` }, body: form });
       return ((await res.json()) as { id: string }).id;
     };
-    const line = (i: number, prompt: string): string => JSON.stringify({ custom_id: `l${i}`, method: 'POST', url: '/v1/completions', body: { model: MODEL_NAME, prompt, max_tokens: 8 } });
+    const line = (i: number, prompt: string): string =>
+      JSON.stringify({ custom_id: `l${i}`, method: 'POST', url: '/v1/completions', body: { model: MODEL_NAME, prompt, max_tokens: 8 } });
     const done = await upload([line(0, 'quick one'), line(1, 'quick two')]);
     const slow = await upload(Array.from({ length: 12 }, (_, i) => line(i, i < 4 ? `quick ${i}` : `slow line ${i}`)));
-    for (const file of [done, slow]) assert.equal((await h.app.request(...post('/v1/batches', { input_file_id: file, endpoint: '/v1/completions', completion_window: '24h' }))).status, 200);
+    for (const file of [done, slow])
+      assert.equal((await h.app.request(...post('/v1/batches', { input_file_id: file, endpoint: '/v1/completions', completion_window: '24h' }))).status, 200);
     // traffic for the tiles
-    for (let i = 0; i < 5; i++) assert.equal((await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: `hello ${i}`, max_tokens: 8 }))).status, 200);
+    for (let i = 0; i < 5; i++)
+      assert.equal((await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: `hello ${i}`, max_tokens: 8 }))).status, 200);
     await waitFor('the document encoding and a batch midway', async () => {
-      const s = (await (await h.app.request(...get('/status.json', OPERATOR_KEY))).json()) as { tenants: { tenant: string; encoding: unknown[]; failed: unknown[]; batches: { status: string; request_counts: { completed: number } }[] }[] };
+      const s = (await (await h.app.request(...get('/status.json', OPERATOR_KEY))).json()) as {
+        tenants: { tenant: string; encoding: unknown[]; failed: unknown[]; batches: { status: string; request_counts: { completed: number } }[] }[];
+      };
       const a = s.tenants.find((t) => t.tenant === TENANT_A);
       const midway = a?.batches.some((b) => b.status === 'in_progress' && b.request_counts.completed >= 4) ?? false;
-      return a !== undefined && a.encoding.length === 1 && a.failed.length === 1 && a.batches.some((b) => b.status === 'completed') && midway ? true : undefined;
+      return a !== undefined && a.encoding.length === 1 && a.failed.length === 1 && a.batches.some((b) => b.status === 'completed') && midway
+        ? true
+        : undefined;
     });
     server = serve({ fetch: h.app.fetch, port: 0, hostname: '127.0.0.1' }) as Server;
     await new Promise<void>((r) => (server.listening ? r() : server.once('listening', () => r())));
@@ -118,7 +157,24 @@ describe('status page in headless Chromium', () => {
     assert.equal(res?.status(), 200);
     // innerText follows CSS (tile labels are upper-cased): compare without case
     const text = (await page.innerText('body')).toLowerCase();
-    for (const s of ['Queues', 'Workers', 'prefill', 'decode', 'Time to first token', 'Output tokens / s', `Tenant ${TENANT_A}`, `Tenant ${TENANT_B}`, 'annual-report-2025', 'legal-archive', 'broken-scan', 'the document has no text after OCR', 'other-tenant-contract', '120 / 200 tokens', 'in progress', 'completed']) {
+    for (const s of [
+      'Queues',
+      'Workers',
+      'prefill',
+      'decode',
+      'Time to first token',
+      'Output tokens / s',
+      `Tenant ${TENANT_A}`,
+      `Tenant ${TENANT_B}`,
+      'annual-report-2025',
+      'legal-archive',
+      'broken-scan',
+      'the document has no text after OCR',
+      'other-tenant-contract',
+      '120 / 200 tokens',
+      'in progress',
+      'completed',
+    ]) {
       assert.ok(text.includes(s.toLowerCase()), `the page shows "${s}"`);
     }
     assert.match(text, /requests\s*\n?\s*\d+/);
@@ -128,13 +184,14 @@ describe('status page in headless Chromium', () => {
     assert.deepEqual(foreign, []);
   });
 
-  test("a tenant key sees its own documents and batches only: no other tenant, no queues, workers or traffic", async () => {
+  test('a tenant key sees its own documents and batches only: no other tenant, no queues, workers or traffic', async () => {
     const context = await browse({ username: 'me', password: KEY_B });
     const page = await context.newPage();
     assert.equal((await page.goto(`${base}/`))?.status(), 200);
     const text = (await page.innerText('body')).toLowerCase();
     assert.ok(text.includes(`tenant ${TENANT_B}`) && text.includes('other-tenant-contract'));
-    for (const s of [TENANT_A, 'annual-report-2025', 'legal-archive', 'Queues', 'Workers', 'Time to first token']) assert.ok(!text.includes(s.toLowerCase()), `a tenant does not see "${s}"`);
+    for (const s of [TENANT_A, 'annual-report-2025', 'legal-archive', 'Queues', 'Workers', 'Time to first token'])
+      assert.ok(!text.includes(s.toLowerCase()), `a tenant does not see "${s}"`);
     await page.screenshot({ path: join(SCREENSHOTS, 'status-tenant.png'), fullPage: true });
   });
 

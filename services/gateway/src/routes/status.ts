@@ -60,7 +60,8 @@ export function statusRoutes(deps: GatewayDeps): Hono {
 
   app.get('/status.json', async (c) => {
     const scope = scopeOf(c);
-    if (scope === null) throw new ApiError(401, 'An operator key or an API key is needed (Authorization: Bearer <key>)', { code: 'missing_api_key', headers: challenge });
+    if (scope === null)
+      throw new ApiError(401, 'An operator key or an API key is needed (Authorization: Bearer <key>)', { code: 'missing_api_key', headers: challenge });
     return c.json(await collectStatus(deps, scope, traffic), 200, { 'cache-control': 'no-store' });
   });
 

@@ -6,7 +6,18 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type { DecodeJob } from '@csa2/jobs';
-import { MODEL_NAME, TENANT_A, fakeDecoder, finalEntry, post, startHarness, tokenEntries, writeEntries, writeManifest, type Harness } from '../testing/harness.js';
+import {
+  MODEL_NAME,
+  TENANT_A,
+  fakeDecoder,
+  finalEntry,
+  post,
+  startHarness,
+  tokenEntries,
+  writeEntries,
+  writeManifest,
+  type Harness,
+} from '../testing/harness.js';
 
 type Json = Record<string, any>;
 
@@ -51,7 +62,10 @@ describe('tokenize and detokenize', () => {
   });
 
   test('messages: the chat template, exactly as /v1/chat/completions renders it', async () => {
-    const messages = [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'How many tokens?' }];
+    const messages = [
+      { role: 'system', content: 'Be brief.' },
+      { role: 'user', content: 'How many tokens?' },
+    ];
     const r = await call('/tokenize', { model: MODEL_NAME, messages });
     assert.equal(r.status, 200);
     assert.deepEqual(r.json['tokens'], await jobPromptIds('/v1/chat/completions', { messages }));

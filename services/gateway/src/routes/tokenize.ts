@@ -33,7 +33,11 @@ import { chatPromptIds, completionPromptIds } from './completions.js';
 const common = {
   model: z.string().nullish(),
   return_token_strs: z.boolean().nullish().describe('Also return each token as text'),
-  document_id: z.string().regex(ID_PATTERN, 'must match [A-Za-z0-9_-]{1,64}').nullish().describe('Extension: count the prompt as it follows this ready document'),
+  document_id: z
+    .string()
+    .regex(ID_PATTERN, 'must match [A-Za-z0-9_-]{1,64}')
+    .nullish()
+    .describe('Extension: count the prompt as it follows this ready document'),
 };
 
 export const TokenizeCompletionRequestSchema = z
@@ -68,7 +72,9 @@ export const TokenizeResponseSchema = z
   })
   .meta({ id: 'TokenizeResponse' });
 
-export const DetokenizeRequestSchema = z.object({ model: z.string().nullish(), tokens: z.array(z.number().int({ error: 'token ids are integers' }), { error: 'must be an array of token ids' }) }).meta({ id: 'DetokenizeRequest' });
+export const DetokenizeRequestSchema = z
+  .object({ model: z.string().nullish(), tokens: z.array(z.number().int({ error: 'token ids are integers' }), { error: 'must be an array of token ids' }) })
+  .meta({ id: 'DetokenizeRequest' });
 export const DetokenizeResponseSchema = z.object({ prompt: z.string() }).meta({ id: 'DetokenizeResponse' });
 
 function refuse(param: string, message: string): ApiError {
@@ -85,7 +91,8 @@ async function documentTokens(deps: GatewayDeps, tenant: string, documentId: str
   if (documentId === null) return 0;
   const doc = await documentStatus(deps, tenant, documentId);
   if (doc === null) throw new ApiError(404, `No document found with id '${documentId}'`, { param: 'document_id', code: 'document_not_found' });
-  if (doc.state.status !== 'ready') throw new ApiError(409, `Document '${documentId}' is not ready (it is ${doc.state.status})`, { param: 'document_id', code: 'document_not_ready' });
+  if (doc.state.status !== 'ready')
+    throw new ApiError(409, `Document '${documentId}' is not ready (it is ${doc.state.status})`, { param: 'document_id', code: 'document_not_ready' });
   return doc.state.tokens;
 }
 

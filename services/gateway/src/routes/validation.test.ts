@@ -39,7 +39,11 @@ describe('request validation (no worker: nothing may be enqueued)', () => {
   });
 
   test("unknown model → 404 model_not_found (as OpenAI and vLLM answer) with param 'model'; no model → 400", async () => {
-    const e = await expectError(await completion({ model: 'gpt-4', prompt: 'hi' }), 404, { param: 'model', code: 'model_not_found', type: 'invalid_request_error' });
+    const e = await expectError(await completion({ model: 'gpt-4', prompt: 'hi' }), 404, {
+      param: 'model',
+      code: 'model_not_found',
+      type: 'invalid_request_error',
+    });
     assert.equal(e.message, "The model 'gpt-4' does not exist. This server serves 'tiny-a'.");
     await expectError(await chat({ model: 'nope', messages: [{ role: 'user', content: 'hi' }] }), 404, { param: 'model', code: 'model_not_found' });
     await expectError(await h.app.request(...post('/v1/documents', { text: 'x', model: 'nope' })), 404, { param: 'model', code: 'model_not_found' });
@@ -56,7 +60,13 @@ describe('request validation (no worker: nothing may be enqueued)', () => {
       [{ messages: 'hi' }, 'chat', 'messages', 'invalid_type', "Invalid type for 'messages': expected an array, but got a string instead."],
       [{ messages: [] }, 'chat', 'messages', 'invalid_value', "Invalid value for 'messages': must contain at least one message, got 0."],
       [{ messages: [{ content: 'x' }] }, 'chat', 'messages[0].role', 'missing_required_parameter', "Missing required parameter: 'messages[0].role'."],
-      [{ max_tokens: 1.5 }, 'completion', 'max_tokens', 'invalid_type', "Invalid type for 'max_tokens': expected an integer, but got a decimal number instead."],
+      [
+        { max_tokens: 1.5 },
+        'completion',
+        'max_tokens',
+        'invalid_type',
+        "Invalid type for 'max_tokens': expected an integer, but got a decimal number instead.",
+      ],
       [{ max_tokens: '5' }, 'completion', 'max_tokens', 'invalid_type', "Invalid type for 'max_tokens': expected a number, but got a string instead."],
       [{ temperature: 2.5 }, 'completion', 'temperature', 'invalid_value', "Invalid value for 'temperature': must be at most 2, got 2.5."],
       [{ top_p: 0 }, 'completion', 'top_p', 'invalid_value', "Invalid value for 'top_p': must be greater than 0, got 0."],
@@ -76,18 +86,29 @@ describe('request validation (no worker: nothing may be enqueued)', () => {
     for (const max_tokens of [-1, 0, 1.5, 65, 1e9]) {
       await expectError(await completion({ model: MODEL_NAME, prompt: 'hi', max_tokens }), 400, { param: 'max_tokens' });
     }
-    await expectError(await chat({ model: MODEL_NAME, messages: [{ role: 'user', content: 'hi' }], max_completion_tokens: 1000 }), 400, { param: 'max_completion_tokens' });
+    await expectError(await chat({ model: MODEL_NAME, messages: [{ role: 'user', content: 'hi' }], max_completion_tokens: 1000 }), 400, {
+      param: 'max_completion_tokens',
+    });
     // within CSA2_MAX_TOKENS but past the model's context (256 tokens): the prompt plus completion do not fit
-    await expectError(await completion({ model: MODEL_NAME, prompt: 'x'.repeat(230), max_tokens: 64 }), 400, { param: 'max_tokens', code: 'context_length_exceeded' });
+    await expectError(await completion({ model: MODEL_NAME, prompt: 'x'.repeat(230), max_tokens: 64 }), 400, {
+      param: 'max_tokens',
+      code: 'context_length_exceeded',
+    });
   });
 
   test('a prompt over the prompt limit → 400 context_length_exceeded', async () => {
     await expectError(await completion({ model: MODEL_NAME, prompt: 'x'.repeat(300) }), 400, { param: 'prompt', code: 'context_length_exceeded' });
-    await expectError(await chat({ model: MODEL_NAME, messages: [{ role: 'user', content: 'x'.repeat(300) }] }), 400, { param: 'messages', code: 'context_length_exceeded' });
+    await expectError(await chat({ model: MODEL_NAME, messages: [{ role: 'user', content: 'x'.repeat(300) }] }), 400, {
+      param: 'messages',
+      code: 'context_length_exceeded',
+    });
   });
 
   test('several prompts, empty prompts and bad token ids → 400 on prompt', async () => {
-    const e = await expectError(await completion({ model: MODEL_NAME, prompt: ['one', 'two'] }), 400, { param: 'prompt', code: 'multiple_prompts_unsupported' });
+    const e = await expectError(await completion({ model: MODEL_NAME, prompt: ['one', 'two'] }), 400, {
+      param: 'prompt',
+      code: 'multiple_prompts_unsupported',
+    });
     assert.match(e.message, /2 prompts/);
     await expectError(await completion({ model: MODEL_NAME, prompt: [[1, 2], [3]] }), 400, { param: 'prompt' });
     await expectError(await completion({ model: MODEL_NAME, prompt: [] }), 400, { param: 'prompt' });
@@ -171,7 +192,10 @@ describe('request validation (no worker: nothing may be enqueued)', () => {
     ];
     for (const [fields, endpoint, param, message] of cases) {
       const base = endpoint === 'chat' ? { model: MODEL_NAME, messages: [{ role: 'user', content: 'hi' }] } : { model: MODEL_NAME, prompt: 'hi' };
-      const e = await expectError(await (endpoint === 'chat' ? chat({ ...base, ...fields }) : completion({ ...base, ...fields })), 400, { param, code: 'invalid_value' });
+      const e = await expectError(await (endpoint === 'chat' ? chat({ ...base, ...fields }) : completion({ ...base, ...fields })), 400, {
+        param,
+        code: 'invalid_value',
+      });
       assert.equal(e.message, message);
     }
   });
@@ -209,8 +233,18 @@ describe('request validation (no worker: nothing may be enqueued)', () => {
       param: 'document_id',
       code: 'document_not_found',
     });
-    await expectError(await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: 'q', document_id: 'never-posted' })), 404, { param: 'document_id' });
-    const data: PrefillJob = { v: 1, kind: 'document', tenant: TENANT_A, documentId: 'pending-doc', model: MODEL_NAME, input: { tokenIds: [1, 2, 3] }, acceptedAtMs: Date.now() };
+    await expectError(await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: 'q', document_id: 'never-posted' })), 404, {
+      param: 'document_id',
+    });
+    const data: PrefillJob = {
+      v: 1,
+      kind: 'document',
+      tenant: TENANT_A,
+      documentId: 'pending-doc',
+      model: MODEL_NAME,
+      input: { tokenIds: [1, 2, 3] },
+      acceptedAtMs: Date.now(),
+    };
     await h.deps.queues.prefill.add(PREFILL_JOB_NAME, data, { jobId: documentJobId(TENANT_A, 'pending-doc') });
     const e = await expectError(await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: 'q', document_id: 'pending-doc' })), 409, {
       param: 'document_id',
@@ -219,7 +253,9 @@ describe('request validation (no worker: nothing may be enqueued)', () => {
     assert.match(e.message, /queued/);
     // a document prompt + its document must fit the prompt limit (255 tokens)
     await writeManifest(h, TENANT_A, 'big-doc', 250);
-    await expectError(await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: 'x'.repeat(10), document_id: 'big-doc' })), 400, { code: 'context_length_exceeded' });
+    await expectError(await h.app.request(...post('/v1/completions', { model: MODEL_NAME, prompt: 'x'.repeat(10), document_id: 'big-doc' })), 400, {
+      code: 'context_length_exceeded',
+    });
     await h.deps.queues.prefill.obliterate({ force: true });
   });
 
@@ -233,14 +269,20 @@ describe('request validation (no worker: nothing may be enqueued)', () => {
     assert.equal(res.status, 200);
     const body = (await res.json()) as { object: string; data: { id: string; object: string; owned_by: string }[] };
     assert.equal(body.object, 'list');
-    assert.deepEqual(body.data.map((m) => [m.id, m.object]), [[MODEL_NAME, 'model']]);
+    assert.deepEqual(
+      body.data.map((m) => [m.id, m.object]),
+      [[MODEL_NAME, 'model']],
+    );
     const one = await h.app.request(...get(`/v1/models/${MODEL_NAME}`));
     assert.equal(((await one.json()) as { id: string }).id, MODEL_NAME);
   });
 
   test('none of the refused requests above was enqueued', async () => {
     const jobs = await h.deps.queues.decode.getJobs(['wait', 'prioritized', 'delayed', 'active', 'completed', 'failed']);
-    assert.deepEqual(jobs.map((j) => j.id), []);
+    assert.deepEqual(
+      jobs.map((j) => j.id),
+      [],
+    );
   });
 
   test('a decode backlog at CSA2_MAX_QUEUE_DEPTH → 429 with Retry-After, and nothing is enqueued', async () => {
@@ -267,5 +309,4 @@ describe('request validation (no worker: nothing may be enqueued)', () => {
     await expectError(await h.app.request(...post('/v1/documents', { documents: [{ text: 'a' }, { text: 'b' }, { text: 'c' }, { text: 'd' }] })), 429);
     await h.deps.queues.decode.obliterate({ force: true });
   });
-
 });

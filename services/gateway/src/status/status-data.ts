@@ -102,7 +102,10 @@ interface JobDocs {
 
 async function documentJobs(deps: GatewayDeps): Promise<JobDocs> {
   const q = deps.queues.prefill;
-  const group = async (states: ('active' | 'waiting' | 'prioritized' | 'delayed' | 'failed')[], row: (job: Job<PrefillJob, PrefillResult>, d: NonNullable<ReturnType<typeof documentJob>>) => DocumentRow): Promise<Map<string, DocumentRow[]>> => {
+  const group = async (
+    states: ('active' | 'waiting' | 'prioritized' | 'delayed' | 'failed')[],
+    row: (job: Job<PrefillJob, PrefillResult>, d: NonNullable<ReturnType<typeof documentJob>>) => DocumentRow,
+  ): Promise<Map<string, DocumentRow[]>> => {
     const out = new Map<string, DocumentRow[]>();
     for (const job of await q.getJobs(states, 0, JOB_SCAN - 1)) {
       const d = documentJob(job);
@@ -193,8 +196,12 @@ export async function collectStatus(deps: GatewayDeps, scope: StatusScope, traff
   }
   const rows: TenantStatus[] = [];
   for (const tenant of tenants) {
-    const ready = checks.store ? await attempt(unavailable, `documents of ${tenant}`, () => readyDocuments(deps, tenant), { count: 0, rows: [] }) : { count: 0, rows: [] };
-    const batches = checks.redis ? await attempt(unavailable, `batches of ${tenant}`, () => deps.batches.store.list(tenant, { limit: STATUS_LIST_LIMIT }), { data: [], hasMore: false }) : { data: [], hasMore: false };
+    const ready = checks.store
+      ? await attempt(unavailable, `documents of ${tenant}`, () => readyDocuments(deps, tenant), { count: 0, rows: [] })
+      : { count: 0, rows: [] };
+    const batches = checks.redis
+      ? await attempt(unavailable, `batches of ${tenant}`, () => deps.batches.store.list(tenant, { limit: STATUS_LIST_LIMIT }), { data: [], hasMore: false })
+      : { data: [], hasMore: false };
     rows.push({
       tenant,
       readyCount: ready.count,

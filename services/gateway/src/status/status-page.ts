@@ -86,10 +86,16 @@ function docRows(t: TenantStatus): string {
   const rows: string[] = [];
   for (const d of t.encoding) {
     const frac = d.tokens !== null && d.tokens > 0 ? (d.tokensDone ?? 0) / d.tokens : 0;
-    rows.push(`<tr><td><code>${e(d.id)}</code></td><td>${pill('encoding', 'info')}</td><td class="wide">${bar(frac, 'info', `${fmtInt(d.tokensDone ?? 0)} / ${d.tokens !== null ? fmtInt(d.tokens) : '?'} tokens`)}</td></tr>`);
+    rows.push(
+      `<tr><td><code>${e(d.id)}</code></td><td>${pill('encoding', 'info')}</td><td class="wide">${bar(frac, 'info', `${fmtInt(d.tokensDone ?? 0)} / ${d.tokens !== null ? fmtInt(d.tokens) : '?'} tokens`)}</td></tr>`,
+    );
   }
-  for (const d of t.queued.slice(0, 10)) rows.push(`<tr><td><code>${e(d.id)}</code></td><td>${pill('queued', 'muted')}</td><td class="wide muted">${d.tokens !== null ? `${fmtInt(d.tokens)} tokens` : ''}</td></tr>`);
-  for (const d of t.failed) rows.push(`<tr><td><code>${e(d.id)}</code></td><td>${pill('failed', 'bad')}</td><td class="wide muted">${e(d.reason ?? '')}</td></tr>`);
+  for (const d of t.queued.slice(0, 10))
+    rows.push(
+      `<tr><td><code>${e(d.id)}</code></td><td>${pill('queued', 'muted')}</td><td class="wide muted">${d.tokens !== null ? `${fmtInt(d.tokens)} tokens` : ''}</td></tr>`,
+    );
+  for (const d of t.failed)
+    rows.push(`<tr><td><code>${e(d.id)}</code></td><td>${pill('failed', 'bad')}</td><td class="wide muted">${e(d.reason ?? '')}</td></tr>`);
   for (const d of t.ready) rows.push(readyRow(d));
   return rows.join('');
 }
@@ -136,7 +142,10 @@ code{font:12.5px ui-monospace,SFMono-Regular,Menlo,monospace}.muted{color:var(--
 export function renderStatusPage(s: StatusData): string {
   const nowMs = s.generatedAtMs;
   const scope = s.scope.kind === 'operator' ? 'operator · all tenants' : `tenant ${s.scope.tenant}`;
-  const health = [pill(s.checks.redis ? 'Redis ok' : 'Redis down', s.checks.redis ? 'ok' : 'bad'), pill(s.checks.store ? 'store ok' : 'store down', s.checks.store ? 'ok' : 'bad')].join('');
+  const health = [
+    pill(s.checks.redis ? 'Redis ok' : 'Redis down', s.checks.redis ? 'ok' : 'bad'),
+    pill(s.checks.store ? 'store ok' : 'store down', s.checks.store ? 'ok' : 'bad'),
+  ].join('');
   const parts: string[] = [];
   if (s.unavailable.length > 0) parts.push(`<div class="alert"><b>Partly unavailable.</b> ${s.unavailable.map(e).join('; ')}</div>`);
   const docsTotal = s.tenants.reduce((a, t) => a + t.readyCount, 0);
@@ -166,7 +175,15 @@ export function renderStatusPage(s: StatusData): string {
         return `<tr><td><b>${e(q.queue)}</b></td><td class="num">${fmtInt(q.waiting)}</td><td class="num">${fmtInt(q.prioritized)}</td><td class="num">${fmtInt(q.delayed)}</td><td class="num">${fmtInt(q.active)}</td><td class="num">${q.failed > 0 ? `<span style="color:#c92a2a">${fmtInt(q.failed)}</span>` : '0'}</td><td class="wide">${bar(backlog / maxBacklog, backlog > 0 ? 'warn' : 'ok', `${fmtInt(backlog)} waiting${q.backlogTokens !== undefined ? ` · ${fmtInt(q.backlogTokens)} tokens` : ''}`)}</td></tr>`;
       })
       .join('');
-    const wrows = s.workers.length === 0 ? '<tr><td colspan="4" class="muted">No worker is connected.</td></tr>' : s.workers.map((w) => `<tr><td>${e(w.queue)}</td><td><code>${e(w.addr)}</code></td><td class="num">${e(fmtDuration(w.ageS))}</td><td class="num">${e(fmtDuration(w.idleS))}</td></tr>`).join('');
+    const wrows =
+      s.workers.length === 0
+        ? '<tr><td colspan="4" class="muted">No worker is connected.</td></tr>'
+        : s.workers
+            .map(
+              (w) =>
+                `<tr><td>${e(w.queue)}</td><td><code>${e(w.addr)}</code></td><td class="num">${e(fmtDuration(w.ageS))}</td><td class="num">${e(fmtDuration(w.idleS))}</td></tr>`,
+            )
+            .join('');
     parts.push(`<div class="grid"><section class="card"><h2>Queues</h2><table><thead><tr><th>queue</th><th class="num">waiting</th><th class="num">prioritized</th><th class="num">delayed</th><th class="num">running</th><th class="num">failed</th><th>backlog</th></tr></thead><tbody>${qrows}</tbody></table></section>
 <section class="card"><h2>Workers</h2><table><thead><tr><th>queue</th><th>connection</th><th class="num">up</th><th class="num">idle</th></tr></thead><tbody>${wrows}</tbody></table></section></div>`);
   }

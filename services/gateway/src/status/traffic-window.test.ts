@@ -4,12 +4,40 @@ import { createGatewayMetrics } from '../metrics.js';
 import { TrafficWindow, quantileBetween } from './traffic-window.js';
 
 test('quantiles interpolate within the buckets of the observations between two snapshots', () => {
-  const older = { buckets: [[0.1, 10], [1, 10], [Infinity, 10]] as const, count: 10 };
-  const newer = { buckets: [[0.1, 10], [1, 30], [Infinity, 30]] as const, count: 30 };
+  const older = {
+    buckets: [
+      [0.1, 10],
+      [1, 10],
+      [Infinity, 10],
+    ] as const,
+    count: 10,
+  };
+  const newer = {
+    buckets: [
+      [0.1, 10],
+      [1, 30],
+      [Infinity, 30],
+    ] as const,
+    count: 30,
+  };
   // the 20 new observations all fall in (0.1, 1]: the median is halfway through that bucket
   assert.equal(quantileBetween(older, newer, 0.5), 0.55);
   assert.equal(quantileBetween(newer, newer, 0.5), null, 'nothing observed in between');
-  assert.equal(quantileBetween(null, { buckets: [[1, 0], [Infinity, 4]], count: 4 }, 0.5), 1, 'past the last bound: that bound');
+  assert.equal(
+    quantileBetween(
+      null,
+      {
+        buckets: [
+          [1, 0],
+          [Infinity, 4],
+        ],
+        count: 4,
+      },
+      0.5,
+    ),
+    1,
+    'past the last bound: that bound',
+  );
 });
 
 test('the window reports what was observed since start until a snapshot is old enough', async () => {

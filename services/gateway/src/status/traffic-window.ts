@@ -90,7 +90,11 @@ export class TrafficWindow {
 
   constructor(
     private readonly metrics: GatewayMetrics,
-    private readonly options: { readonly windowMs: number; readonly sampleMs: number; /** When the metrics started counting (the figures cover everything since, until the window has an older snapshot). */ readonly startedAtMs: number },
+    private readonly options: {
+      readonly windowMs: number;
+      readonly sampleMs: number /** When the metrics started counting (the figures cover everything since, until the window has an older snapshot). */;
+      readonly startedAtMs: number;
+    },
   ) {}
 
   private async snapshot(): Promise<Snapshot> {

@@ -93,7 +93,10 @@ export async function startHarness(overrides: Env = {}, options: HarnessOptions 
     const store = new FsObjectStore(storeDir, { durable: false });
     const env = testEnv(localRedis.url, storeDir, overrides);
     const lines = options.logLines;
-    const logger = lines === undefined ? pino({ level: 'silent' }) : createServiceLogger('gateway', 'debug', { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) });
+    const logger =
+      lines === undefined
+        ? pino({ level: 'silent' })
+        : createServiceLogger('gateway', 'debug', { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) });
     const connected = await connectGatewayDeps(loadGatewayConfig(env), { logger, store });
     const redis = connectRedis(localRedis.url);
     redis.on('error', () => undefined);
@@ -133,12 +136,21 @@ export function tokenEntries(text: string, from = 0): StreamEntry[] {
   return [...text].map((ch, i) => ({ kind: 'token', index: from + i, id: ch.charCodeAt(0) % 256, text: ch }));
 }
 
-export function finalEntry(job: DecodeJob, tokens: number, opts: { finishReason?: 'stop' | 'length' | 'cancelled'; cachedTokens?: number; promptTokens?: number; text?: string } = {}): StreamEntry {
+export function finalEntry(
+  job: DecodeJob,
+  tokens: number,
+  opts: { finishReason?: 'stop' | 'length' | 'cancelled'; cachedTokens?: number; promptTokens?: number; text?: string } = {},
+): StreamEntry {
   const promptTokens = opts.promptTokens ?? job.promptIds.length;
   return {
     kind: 'final',
     finishReason: opts.finishReason ?? 'stop',
-    usage: { prompt_tokens: promptTokens, completion_tokens: tokens, total_tokens: promptTokens + tokens, prompt_tokens_details: { cached_tokens: opts.cachedTokens ?? 0 } },
+    usage: {
+      prompt_tokens: promptTokens,
+      completion_tokens: tokens,
+      total_tokens: promptTokens + tokens,
+      prompt_tokens_details: { cached_tokens: opts.cachedTokens ?? 0 },
+    },
     tokens,
     ...(opts.text !== undefined ? { text: opts.text } : {}),
   };
@@ -148,7 +160,10 @@ export function finalEntry(job: DecodeJob, tokens: number, opts: { finishReason?
  * A fake decoder worker: a real BullMQ Worker on the decode queue whose processor is the test's.
  * The processor gets the job and a Redis connection to write the stream with.
  */
-export function fakeDecoder(h: Harness, process: (job: Job<DecodeJob, DecodeResult>, redis: Redis) => Promise<DecodeResult | void>): Worker<DecodeJob, DecodeResult> {
+export function fakeDecoder(
+  h: Harness,
+  process: (job: Job<DecodeJob, DecodeResult>, redis: Redis) => Promise<DecodeResult | void>,
+): Worker<DecodeJob, DecodeResult> {
   const connection = connectRedis(h.localRedis.url);
   connection.on('error', () => undefined);
   const worker = new Worker<DecodeJob, DecodeResult>(
@@ -165,7 +180,10 @@ export function fakeDecoder(h: Harness, process: (job: Job<DecodeJob, DecodeResu
 }
 
 /** A fake encoder worker on the prefill queue. */
-export function fakeEncoder(h: Harness, process: (job: Job<PrefillJob, PrefillResult>, redis: Redis) => Promise<PrefillResult>): Worker<PrefillJob, PrefillResult> {
+export function fakeEncoder(
+  h: Harness,
+  process: (job: Job<PrefillJob, PrefillResult>, redis: Redis) => Promise<PrefillResult>,
+): Worker<PrefillJob, PrefillResult> {
   const connection = connectRedis(h.localRedis.url);
   connection.on('error', () => undefined);
   const worker = new Worker<PrefillJob, PrefillResult>(PREFILL_QUEUE, async (job) => process(job, h.redis), { connection, concurrency: 4, drainDelay: 1 });
@@ -181,7 +199,14 @@ export function fakeEncoder(h: Harness, process: (job: Job<PrefillJob, PrefillRe
  * Writes a valid manifest for (tenant, documentId) with `tokenCount` tokens in chunks of `chunkTokens`,
  * created at `createdAtMs` (the encoder writes the document's acceptedAtMs there).
  */
-export async function writeManifest(h: Harness, tenant: string, documentId: string, tokenCount: number, chunkTokens = 64, createdAtMs = Date.now()): Promise<DocumentManifest> {
+export async function writeManifest(
+  h: Harness,
+  tenant: string,
+  documentId: string,
+  tokenCount: number,
+  chunkTokens = 64,
+  createdAtMs = Date.now(),
+): Promise<DocumentManifest> {
   const chunks = [];
   for (let start = 0, i = 0; start < tokenCount; start += chunkTokens, i++) {
     const end = Math.min(start + chunkTokens, tokenCount);

@@ -104,13 +104,16 @@ function selectedEntries(topk: Int32Array, kk: number, r0: number, r1: number, s
   return out.slice(0, n).sort();
 }
 
-
 /** The model graphs an attention run reads (ModelGraphs has them): the sparse attention of each layer kind. */
 export interface AttentionGraphs {
   readonly attentionWindow: TypedGraph<typeof ATTENTION>;
   readonly attentionCompressed: TypedGraph<typeof ATTENTION>;
   /** The same two graphs without an arena, for runs of more rows than RuntimeOptions.attentionArenaMaxRows; null when every run uses the sessions above. */
-  readonly attentionNoArena: { readonly window: TypedGraph<typeof ATTENTION>; readonly compressed: TypedGraph<typeof ATTENTION>; readonly aboveRows: number } | null;
+  readonly attentionNoArena: {
+    readonly window: TypedGraph<typeof ATTENTION>;
+    readonly compressed: TypedGraph<typeof ATTENTION>;
+    readonly aboveRows: number;
+  } | null;
 }
 
 export interface AttentionContext {
@@ -256,7 +259,13 @@ function selectionFor(ctx: AttentionContext, e: LayerPlanEntry, st: SpanState, w
 }
 
 /** Unpacks the entries of every fresh selection block (all spans of the layer) in one graph run. */
-async function unpackSelections(ctx: AttentionContext, e: LayerPlanEntry, fresh: ReadonlyArray<{ st: SpanState; selection: Selection }>, othersReused: boolean, windowValues: number): Promise<void> {
+async function unpackSelections(
+  ctx: AttentionContext,
+  e: LayerPlanEntry,
+  fresh: ReadonlyArray<{ st: SpanState; selection: Selection }>,
+  othersReused: boolean,
+  windowValues: number,
+): Promise<void> {
   const D = ctx.config.headDim;
   const R = D / 2 + D / 16;
   let U = 0;
@@ -356,7 +365,8 @@ export async function runAttention(
       if (current.length > 0) runs.push(current);
       current = [];
       currentValues = 0;
-      for (const b of blocks) runs.push([{ st, batchRow: offset + (b as SelectionBlock).r0, r0: (b as SelectionBlock).r0, r1: (b as SelectionBlock).r1, window, block: b }]);
+      for (const b of blocks)
+        runs.push([{ st, batchRow: offset + (b as SelectionBlock).r0, r0: (b as SelectionBlock).r0, r1: (b as SelectionBlock).r1, window, block: b }]);
       continue;
     }
     const block = blocks[0] ?? null;
@@ -382,7 +392,8 @@ export async function runAttention(
     const inPlace = tableInPlace(ctx.attentionScratch, run, Ut, Wt * D);
     if (inPlace !== null) attentionTableStats.inPlace++;
     else if (Ut > 0) attentionTableStats.copied++;
-    const { table, idx } = inPlace !== null ? { table: inPlace, idx: ctx.attentionScratch.take(0, rows * C).idx } : ctx.attentionScratch.take((Ut + Wt) * D, rows * C);
+    const { table, idx } =
+      inPlace !== null ? { table: inPlace, idx: ctx.attentionScratch.take(0, rows * C).idx } : ctx.attentionScratch.take((Ut + Wt) * D, rows * C);
     let row = 0;
     let uOff = 0;
     let wOff = Ut;
@@ -406,7 +417,7 @@ export async function runAttention(
           const own = block.r1 - block.r0 === 1;
           for (let k = 0; k < kk; k++) {
             const j = topk[r * kk + k] as number;
-            idx[o + w.cols + k] = j >= 0 ? uOff + (own ? k : (slots as Int32Array)[j] as number) : -1;
+            idx[o + w.cols + k] = j >= 0 ? uOff + (own ? k : ((slots as Int32Array)[j] as number)) : -1;
           }
         }
       }

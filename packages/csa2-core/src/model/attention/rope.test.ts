@@ -11,7 +11,11 @@ test('YaRN band of the released parameters is [15, 25]', () => {
 });
 
 test('model RoPE frequencies: bit-identical to the fp32 reference recipe, within 1e-6 relative of float64', () => {
-  for (const p of [released, { ropeDim: 16, base: 160000, yarn: { originalSeqLen: 16, factor: 4, betaFast: 32, betaSlow: 1 } }, { ropeDim: 64, base: 10000, yarn: null }]) {
+  for (const p of [
+    released,
+    { ropeDim: 16, base: 160000, yarn: { originalSeqLen: 16, factor: 4, betaFast: 32, betaSlow: 1 } },
+    { ropeDim: 64, base: 10000, yarn: null },
+  ]) {
     const mine = ropeFrequencies(p);
     const f32 = p.yarn === null ? ropeFreqsF32(p.ropeDim, p.base) : ropeFreqsF32(p.ropeDim, p.base, p.yarn);
     const f64 = p.yarn === null ? ropeFreqs64(p.ropeDim, p.base) : ropeFreqs64(p.ropeDim, p.base, p.yarn);

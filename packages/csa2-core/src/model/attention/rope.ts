@@ -28,7 +28,7 @@ export function yarnBand(p: RopeParams): { low: number; high: number } | null {
 export function ropeFrequencies(p: RopeParams): Float32Array {
   const half = p.ropeDim / 2;
   const freqs = new Float32Array(half);
-  for (let i = 0; i < half; i++) freqs[i] = f(1 / f(Math.pow(p.base, f(f(2 * i) / p.ropeDim))));
+  for (let i = 0; i < half; i++) freqs[i] = f(1 / f(p.base ** f(f(2 * i) / p.ropeDim)));
   const band = yarnBand(p);
   if (band !== null && p.yarn !== null) {
     const denom = Math.max(band.high - band.low, 1e-3);

@@ -20,18 +20,32 @@ test('logprobs of the chosen token and the top alternatives, after bias and temp
     const logits = Array.from({ length: V }, () => rng.nextNormal() * 3);
     if (trial % 5 === 0) logits[7] = logits[3] as number; // a tie: the lower id first
     const temperature = [0, 0.5, 1, 1.7][trial % 4] as number;
-    const bias = new Map<number, number>(trial % 3 === 0 ? [[5, 4], [11, -100]] : []);
+    const bias = new Map<number, number>(
+      trial % 3 === 0
+        ? [
+            [5, 4],
+            [11, -100],
+          ]
+        : [],
+    );
     const top = trial % 21;
     const chosen = trial % V;
     const params = { temperature, topP: 1, seed: 0, logitBias: [...bias.entries()] as Array<[number, number]> };
     const got = tokenLogprobs(params, Float32Array.from(logits), new TokenHistory([]), V, chosen, top);
     const want = reference(Array.from(Float32Array.from(logits)), temperature === 0 ? 1 : temperature, bias, chosen, top);
     assert.ok(Math.abs(got.logprob - want.logprob) < 1e-12, `trial ${trial}: ${got.logprob} vs ${want.logprob}`);
-    assert.deepEqual(got.top.map((t) => t.id), want.top.map((t) => t.id), `trial ${trial}: top ids`);
+    assert.deepEqual(
+      got.top.map((t) => t.id),
+      want.top.map((t) => t.id),
+      `trial ${trial}: top ids`,
+    );
     got.top.forEach((t, i) => assert.ok(Math.abs(t.logprob - (want.top[i]?.logprob as number)) < 1e-12));
   }
   // ids the tokenizer cannot decode are not alternatives
   const out = tokenLogprobs({ temperature: 1, topP: 1, seed: 0 }, Float32Array.of(0, 0, 9, 9), new TokenHistory([]), 2, 0, 3);
-  assert.deepEqual(out.top.map((t) => t.id), [0, 1]);
+  assert.deepEqual(
+    out.top.map((t) => t.id),
+    [0, 1],
+  );
   assert.ok(Math.abs(out.logprob - Math.log(0.5)) < 1e-12);
 });

@@ -7,7 +7,7 @@
  * exist for the tokenizer and are left out. float64 log-sum-exp; alternatives by probability, ties to
  * the lower id.
  */
-import { GREEDY_TEMPERATURE, TokenHistory, adjustLogits, type SamplingParams } from './sampler.js';
+import { GREEDY_TEMPERATURE, type TokenHistory, adjustLogits, type SamplingParams } from './sampler.js';
 
 export interface TokenLogprob {
   readonly id: number;
@@ -22,7 +22,14 @@ export interface TokenLogprobs {
 }
 
 /** Logprobs of `chosen` and the top `top` (0..20) alternatives. `history` is the one the token was sampled with. */
-export function tokenLogprobs(params: SamplingParams, logits: ArrayLike<number>, history: TokenHistory, vocabLimit: number, chosen: number, top: number): TokenLogprobs {
+export function tokenLogprobs(
+  params: SamplingParams,
+  logits: ArrayLike<number>,
+  history: TokenHistory,
+  vocabLimit: number,
+  chosen: number,
+  top: number,
+): TokenLogprobs {
   const adjusted = new Float64Array(Math.min(vocabLimit, logits.length));
   const n = adjustLogits(params, logits, history, vocabLimit, adjusted);
   const t = params.temperature < GREEDY_TEMPERATURE ? 1 : params.temperature;
@@ -40,7 +47,7 @@ export function tokenLogprobs(params: SamplingParams, logits: ArrayLike<number>,
     // a running best-`top` list (n is the vocabulary, top at most 20)
     for (let i = 0; i < n; i++) {
       const v = adjusted[i] as number;
-      if (best.length === top && v <= ((adjusted[(best[top - 1] as TokenLogprob).id] as number))) continue;
+      if (best.length === top && v <= (adjusted[(best[top - 1] as TokenLogprob).id] as number)) continue;
       let j = best.length < top ? best.length : top - 1;
       if (best.length < top) best.push({ id: i, logprob: 0 });
       while (j > 0 && (adjusted[(best[j - 1] as TokenLogprob).id] as number) < v) {

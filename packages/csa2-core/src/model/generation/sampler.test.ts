@@ -14,7 +14,14 @@ import { Sampler, TokenHistory, adjustLogits, argmax, sampleToken, uniformAt, va
 const GREEDY: SamplingParams = { temperature: 0, topP: 1, seed: 0 };
 
 /** The definition, step by step, on plain arrays. */
-function referenceSample(p: SamplingParams, logits: readonly number[], prompt: readonly number[], output: readonly number[], index: number, vocabLimit: number): number {
+function referenceSample(
+  p: SamplingParams,
+  logits: readonly number[],
+  prompt: readonly number[],
+  output: readonly number[],
+  index: number,
+  vocabLimit: number,
+): number {
   const n = Math.min(vocabLimit, logits.length);
   const x = logits.slice(0, n);
   for (const [id, b] of p.logitBias ?? []) if (id < n) x[id] = (x[id] as number) + b;
@@ -102,7 +109,7 @@ test('uniformAt: a function of (seed, index) alone, in [0, 1), uniform, differen
   }
   assert.equal(values.size, N, 'no repeats');
   assert.ok(Math.abs(sum / N - 0.5) < 0.01, `mean ${sum / N}`);
-  for (const b of buckets) assert.ok(Math.abs(b - N / 10) < 0.05 * N / 10 * 3, `bucket ${b}`);
+  for (const b of buckets) assert.ok(Math.abs(b - N / 10) < ((0.05 * N) / 10) * 3, `bucket ${b}`);
   for (const seed of [0, 1, -1, 2 ** 53 - 1, -(2 ** 53 - 1)]) assert.notEqual(uniformAt(seed, 0), uniformAt(seed, 1));
   assert.notEqual(uniformAt(0, 0), uniformAt(1, 0));
   assert.notEqual(uniformAt(-1, 0), uniformAt(1, 0));
@@ -114,7 +121,8 @@ test('greedy is argmax of the adjusted logits, ties to the lower id; min_p, top_
   const logits = Float32Array.from([1, 3, 3, -2, 0.5]);
   const h = new TokenHistory([]);
   assert.equal(sampleToken(GREEDY, logits, h, 0), 1);
-  for (const extra of [{ topK: 1 }, { topK: 3 }, { topP: 0.01 }, { minP: 0.99 }]) assert.equal(sampleToken({ ...GREEDY, ...extra }, logits, h, 0), 1, JSON.stringify(extra));
+  for (const extra of [{ topK: 1 }, { topK: 3 }, { topP: 0.01 }, { minP: 0.99 }])
+    assert.equal(sampleToken({ ...GREEDY, ...extra }, logits, h, 0), 1, JSON.stringify(extra));
   assert.equal(sampleToken({ ...GREEDY, temperature: 5e-6, seed: 9 }, logits, h, 3), 1, 'below 1e-5 is greedy');
   assert.equal(sampleToken({ ...GREEDY, logitBias: [[1, -100]] }, logits, h, 0), 2, 'bias before greedy');
   assert.equal(sampleToken({ ...GREEDY, logitBias: [[3, 100]] }, logits, h, 0), 3);
@@ -204,13 +212,23 @@ test('the draws follow the distribution: frequencies over 30,000 indices match s
   const h = new TokenHistory([]);
   for (let i = 0; i < N; i++) counts[sampler.next(logits, h, i)]! += 1;
   assert.equal(counts[3], 0);
-  for (const [id, p] of [[0, 1 / 6], [1, 2 / 6], [2, 3 / 6]] as const) assert.ok(Math.abs((counts[id] as number) / N - p) < 0.01, `id ${id}: ${(counts[id] as number) / N} vs ${p}`);
+  for (const [id, p] of [
+    [0, 1 / 6],
+    [1, 2 / 6],
+    [2, 3 / 6],
+  ] as const)
+    assert.ok(Math.abs((counts[id] as number) / N - p) < 0.01, `id ${id}: ${(counts[id] as number) / N} vs ${p}`);
   // temperature 2 flattens: p ∝ sqrt(1, 2, 3)
   const flat = [0, 0, 0];
   const hot = new Sampler({ temperature: 2, topP: 1, seed: 11 }, 3);
   for (let i = 0; i < N; i++) flat[hot.next(logits, h, i)]! += 1;
   const z = 1 + Math.SQRT2 + Math.sqrt(3);
-  for (const [id, p] of [[0, 1 / z], [1, Math.SQRT2 / z], [2, Math.sqrt(3) / z]] as const) assert.ok(Math.abs((flat[id] as number) / N - p) < 0.01, `T=2 id ${id}`);
+  for (const [id, p] of [
+    [0, 1 / z],
+    [1, Math.SQRT2 / z],
+    [2, Math.sqrt(3) / z],
+  ] as const)
+    assert.ok(Math.abs((flat[id] as number) / N - p) < 0.01, `T=2 id ${id}`);
 });
 
 test('min_p is relative to the top probability after temperature', () => {
@@ -280,9 +298,22 @@ test('validateSampling refuses every out-of-range field by its API name', () => 
     [{ logitBias: [[1, 101]] }, /logit_bias: the bias of token 1 must be in \[-100, 100\]/],
     [{ logitBias: [[-1, 1]] }, /logit_bias/],
     [{ logitBias: [[64, 1]] }, /token id 64 is outside the vocabulary \[0, 64\)/],
-    [{ logitBias: [[3, 1], [3, 2]] }, /appears twice/],
+    [
+      {
+        logitBias: [
+          [3, 1],
+          [3, 2],
+        ],
+      },
+      /appears twice/,
+    ],
   ];
-  for (const [fields, pattern] of bad) assert.throws(() => validateSampling({ ...GREEDY, ...fields }, 64), (e: unknown) => e instanceof InputError && pattern.test(e.message), JSON.stringify(fields));
+  for (const [fields, pattern] of bad)
+    assert.throws(
+      () => validateSampling({ ...GREEDY, ...fields }, 64),
+      (e: unknown) => e instanceof InputError && pattern.test(e.message),
+      JSON.stringify(fields),
+    );
   assert.throws(() => new Sampler({ ...GREEDY, logitBias: [[64, 1]] }, 64), InputError);
   validateSampling({ ...GREEDY, topK: 0, minP: 0, repetitionPenalty: 1, presencePenalty: -2, frequencyPenalty: 2, logitBias: [[63, -100]] }, 64);
 });

@@ -83,7 +83,10 @@ export function validateSampling(p: SamplingParams, vocabLimit?: number): void {
   if (!Number.isFinite(minP) || minP < 0 || minP > 1) throw new InputError(`min_p must be in [0, 1], got ${minP}`);
   const rep = p.repetitionPenalty ?? 1;
   if (!Number.isFinite(rep) || rep <= 0) throw new InputError(`repetition_penalty must be a finite number > 0, got ${rep}`);
-  for (const [name, v] of [['presence_penalty', p.presencePenalty ?? 0], ['frequency_penalty', p.frequencyPenalty ?? 0]] as const) {
+  for (const [name, v] of [
+    ['presence_penalty', p.presencePenalty ?? 0],
+    ['frequency_penalty', p.frequencyPenalty ?? 0],
+  ] as const) {
     if (!Number.isFinite(v) || Math.abs(v) > PENALTY_LIMIT) throw new InputError(`${name} must be in [-${PENALTY_LIMIT}, ${PENALTY_LIMIT}], got ${v}`);
   }
   const seen = new Set<number>();
@@ -91,7 +94,8 @@ export function validateSampling(p: SamplingParams, vocabLimit?: number): void {
     const [id, bias] = entry;
     if (!Number.isSafeInteger(id) || id < 0) throw new InputError(`logit_bias: entry ${i}: token id must be an integer >= 0, got ${id}`);
     if (vocabLimit !== undefined && id >= vocabLimit) throw new InputError(`logit_bias: token id ${id} is outside the vocabulary [0, ${vocabLimit})`);
-    if (!Number.isFinite(bias) || Math.abs(bias) > LOGIT_BIAS_LIMIT) throw new InputError(`logit_bias: the bias of token ${id} must be in [-${LOGIT_BIAS_LIMIT}, ${LOGIT_BIAS_LIMIT}], got ${bias}`);
+    if (!Number.isFinite(bias) || Math.abs(bias) > LOGIT_BIAS_LIMIT)
+      throw new InputError(`logit_bias: the bias of token ${id} must be in [-${LOGIT_BIAS_LIMIT}, ${LOGIT_BIAS_LIMIT}], got ${bias}`);
     if (seen.has(id)) throw new InputError(`logit_bias: token id ${id} appears twice`);
     seen.add(id);
   }
@@ -267,7 +271,10 @@ export class Sampler {
   private scratch = new Float64Array(0);
 
   /** `vocabLimit` excludes ids at or above it (model rows the tokenizer cannot decode). */
-  constructor(readonly params: SamplingParams, readonly vocabLimit: number) {
+  constructor(
+    readonly params: SamplingParams,
+    readonly vocabLimit: number,
+  ) {
     if (!Number.isSafeInteger(vocabLimit) || vocabLimit < 1) throw new InputError(`vocabulary limit must be a positive integer, got ${vocabLimit}`);
     validateSampling(params, vocabLimit);
   }
@@ -315,7 +322,10 @@ export class Sampler {
       let total = 0;
       for (let i = 0; i < n; i++) total += w[i] as number;
       const target = p.topP * total;
-      const threshold = massThreshold(this.largestWeights(n, (_, mass) => mass >= target), target);
+      const threshold = massThreshold(
+        this.largestWeights(n, (_, mass) => mass >= target),
+        target,
+      );
       for (let i = 0; i < n; i++) if ((w[i] as number) < threshold) w[i] = 0;
     }
     // 9. inverse CDF in ascending id order

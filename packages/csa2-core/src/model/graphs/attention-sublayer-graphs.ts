@@ -31,7 +31,11 @@ function outputMixes(o: GraphOps, ctx: GraphContext, prefix: string, which: 'att
     o.g.output(mixes, `${k}_mix`, 'float32', ['S', (2 + n) * n]);
     return;
   }
-  const split = o.hcSplitSinkhorn(mixes, { n, iters: c.hcSinkhornIters, eps: c.hcEps, scale: w.get(`${prefix}.hc_${which}_scale`), base: w.get(`${prefix}.hc_${which}_base`) }, `hc_${which}`);
+  const split = o.hcSplitSinkhorn(
+    mixes,
+    { n, iters: c.hcSinkhornIters, eps: c.hcEps, scale: w.get(`${prefix}.hc_${which}_scale`), base: w.get(`${prefix}.hc_${which}_base`) },
+    `hc_${which}`,
+  );
   o.g.output(split.pre, `${k}_pre`, 'float32', ['S', n]);
   o.g.output(split.post, `${k}_post`, 'float32', ['S', n]);
   o.g.output(split.comb, `${k}_comb`, 'float32', ['S', n, n]);

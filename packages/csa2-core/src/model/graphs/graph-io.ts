@@ -44,14 +44,24 @@ export class TypedGraph<S extends GraphSignature<Io, Io, Io, Io>> {
   }
 
   /** Opens a session over the graph bytes and checks its inputs and outputs against the signature. */
-  static async open<S extends GraphSignature<Io, Io, Io, Io>>(name: string, bytes: Uint8Array, signature: S, runtime: RuntimeOptions, threads: number, memoryArena: boolean = runtime.memoryArena): Promise<TypedGraph<S>> {
+  static async open<S extends GraphSignature<Io, Io, Io, Io>>(
+    name: string,
+    bytes: Uint8Array,
+    signature: S,
+    runtime: RuntimeOptions,
+    threads: number,
+    memoryArena: boolean = runtime.memoryArena,
+  ): Promise<TypedGraph<S>> {
     const session = await openGraphSession(name, bytes, runtime, threads, memoryArena);
     const check = (what: string, actual: readonly string[], required: Io, optional: Io | undefined) => {
       const known = new Set([...Object.keys(required), ...Object.keys(optional ?? {})]);
       const missing = Object.keys(required).filter((k) => !actual.includes(k));
       const unknown = actual.filter((k) => !known.has(k));
       if (missing.length > 0 || unknown.length > 0) {
-        throw new Csa2Error('runtime', `graph ${name}: ${what} differ from its signature (missing ${missing.join(', ') || 'none'}; unexpected ${unknown.join(', ') || 'none'})`);
+        throw new Csa2Error(
+          'runtime',
+          `graph ${name}: ${what} differ from its signature (missing ${missing.join(', ') || 'none'}; unexpected ${unknown.join(', ') || 'none'})`,
+        );
       }
     };
     check('inputs', session.inputNames, signature.inputs, signature.optionalInputs);

@@ -23,15 +23,7 @@ import { ATTENTION_BLOCK } from './graph-ops.js';
 import { f32, i32, type HostTensor } from '../../runtime/ort-session.js';
 import { SeededRandom } from '../../weights/init-model.js';
 import { sparseAttention64, sparseAttentionProbs64 } from '../../testing/reference64.js';
-import {
-  U32,
-  bf16Mismatches,
-  boundMismatches,
-  describe,
-  normalF32,
-  openEmitterGraph,
-  outF32,
-} from '../../testing/graph-harness.js';
+import { U32, bf16Mismatches, boundMismatches, describe, normalF32, openEmitterGraph, outF32 } from '../../testing/graph-harness.js';
 import type { GraphSession } from '../../runtime/ort-session.js';
 import type { NumericsMode } from './graph-ops.js';
 
@@ -117,7 +109,7 @@ function mixedCase(rng: SeededRandom, C: number): Case {
   // a key aligned with row 3's head-0 query, logit ≈ 10, only in the last block
   const q3 = q.subarray(3 * H * D, 3 * H * D + D);
   const norm = Math.hypot(...q3);
-  for (let i = 0; i < D; i++) table[(R - 1) * D + i] = (q3[i]! / norm) * 10 * Math.sqrt(D) / norm;
+  for (let i = 0; i < D; i++) table[(R - 1) * D + i] = ((q3[i]! / norm) * 10 * Math.sqrt(D)) / norm;
   idx[3 * C + C - 5] = R - 1;
   return { q, table, idx, sink: Float32Array.from([0.3, -0.5]) };
 }
@@ -147,7 +139,10 @@ test('sparseAttention over 3 blocks: duplicates, -1 padding, a fully masked bloc
     const sinkCase = { ...k, sink: Float32Array.from([30, 150]) };
     const o2 = outF32(await session.run(feedsOf(sinkCase, H, D, C)), 'o');
     check(mode, o2, expectAttention(sinkCase, H, D, C, mode), 'dominant sink');
-    assert.ok(o2.some((v) => v !== 0), 'head 0 output is small but not flushed');
+    assert.ok(
+      o2.some((v) => v !== 0),
+      'head 0 output is small but not flushed',
+    );
 
     // logits of several hundred (q × 40): without the running-max subtraction exp would overflow
     const hotCase = { ...k, q: Float32Array.from(k.q, (v) => v * 40) };

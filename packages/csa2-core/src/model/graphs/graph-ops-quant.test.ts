@@ -137,8 +137,20 @@ test('fakeQuantFp4E4m3Block16 (E2M1, E4M3 scale per 16) is bit-exact with fakeQu
   v.push(...block(16, [1e-3, -2e-3, 3e-4, -5e-3, 9e-4], 4e-3)); // amax under the floor: x/s = x·512, E2M1 of that
   // E2M1 ties at scale 1 (amax 6) and 0.5 (amax 3), both signs, plus the grid values
   for (const s of [1, 0.5]) {
-    v.push(...block(16, [...E2M1_TIES, ...E2M1_TIES.map((t) => -t)].map((t) => t * s), 6 * s));
-    v.push(...block(16, [0.5, 1, 1.5, 2, 3, 4, -0.5, -1, -1.5, -2, -3, -4, -0, 0, -6].map((t) => t * s), 6 * s));
+    v.push(
+      ...block(
+        16,
+        [...E2M1_TIES, ...E2M1_TIES.map((t) => -t)].map((t) => t * s),
+        6 * s,
+      ),
+    );
+    v.push(
+      ...block(
+        16,
+        [0.5, 1, 1.5, 2, 3, 4, -0.5, -1, -1.5, -2, -3, -4, -0, 0, -6].map((t) => t * s),
+        6 * s,
+      ),
+    );
   }
   // the E4M3 scale rounds down (amax/6 = 1.06 → 1): |x|/s up to 6.36 clamps to 6; and rounds up (1.07 → 1.125)
   v.push(...block(16, [6.36, -6.3, 6.0, 5.5, 5.0, 4.9], -6.36));
@@ -177,8 +189,20 @@ test('fakeQuantFp4Ue8m0Block32 (MXFP4: E2M1, UE8M0 scale per 32) is bit-exact wi
   // amax exactly 6·2^k → scale 2^k, with the E2M1 ties; and one ulp above → scale 2^(k+1)
   for (const k of [0, -5, 7]) {
     const ties = [...E2M1_TIES, ...E2M1_TIES.map((t) => -t), 0.5, 1.5, 3, -0];
-    v.push(...block(32, ties.map((t) => t * 2 ** k), 6 * 2 ** k));
-    v.push(...block(32, ties.map((t) => t * 2 ** k), Math.fround(6 * 2 ** k * (1 + 2 ** -23))));
+    v.push(
+      ...block(
+        32,
+        ties.map((t) => t * 2 ** k),
+        6 * 2 ** k,
+      ),
+    );
+    v.push(
+      ...block(
+        32,
+        ties.map((t) => t * 2 ** k),
+        Math.fround(6 * 2 ** k * (1 + 2 ** -23)),
+      ),
+    );
   }
   // amax near the floor 6·2^-126: the scale stays 2^-126 and the results are fp32 subnormals
   v.push(...block(32, [5e-38, -3e-38, 2e-38, 6e-39, -6e-39, 1e-39], 7e-38)); // ±6e-39 → ±0.5·2^-126 = ±2^-127

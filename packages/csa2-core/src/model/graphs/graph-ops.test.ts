@@ -23,16 +23,7 @@ import { SeededRandom } from '../../weights/init-model.js';
 import { roundBf16 } from '../../numerics/bf16.js';
 import { E2M1_VALUES, decodeE2m1, encodeE2m1, fastRoundScale } from '../../numerics/formats.js';
 import { V41_YARN, applyRope64, linear64, rmsNorm64, silu64 } from '../../testing/reference64.js';
-import {
-  U32,
-  absolute,
-  bf16Mismatches,
-  bitMismatches,
-  boundMismatches,
-  normalF32,
-  outF32,
-  runEmitter,
-} from '../../testing/graph-harness.js';
+import { U32, absolute, bf16Mismatches, bitMismatches, boundMismatches, normalF32, outF32, runEmitter } from '../../testing/graph-harness.js';
 import type { NumericsMode } from './graph-ops.js';
 
 const MODES: readonly NumericsMode[] = ['bf16', 'fp32'];
@@ -72,7 +63,10 @@ test('bf: round-to-nearest-even to bf16 in bf16 mode (ties, carries, overflow, s
   // independent values: the spec's ties-to-even, computed by hand
   const one = 1 + 2 ** -8; // halfway between 1 and 1 + 2^-7 → even pattern 1
   const odd = 1 + 3 * 2 ** -8; // halfway between 1 + 2^-7 and 1 + 2^-6 → even pattern 1 + 2^-6
-  const ties = outF32(await runEmitter('bf_ties', 'bf16', { x: f32(Float32Array.from([one, odd, -one, -odd]), [4]) }, (c) => c.output('y', c.ops.bf(c.inputs['x']!), [4])), 'y');
+  const ties = outF32(
+    await runEmitter('bf_ties', 'bf16', { x: f32(Float32Array.from([one, odd, -one, -odd]), [4]) }, (c) => c.output('y', c.ops.bf(c.inputs['x']!), [4])),
+    'y',
+  );
   assert.deepEqual(Array.from(ties), [1, 1 + 2 ** -6, -1, -(1 + 2 ** -6)]);
   // the test can fail: the unrounded input is not what bf16 mode returns
   assert.ok(bitMismatches(bf, input).length > 100, 'bf16 mode must change most random inputs');
@@ -101,7 +95,10 @@ test('linear / linearF32: x·Wᵀ within γ_K·Σ|x·w| of linear64; linear roun
   // fp32 matmul of K = inDim products: |error| ≤ γ_K · Σ_i |x_i·w_i| (any summation order / FMA)
   const magnitude = linear64(absolute(x), absolute(w), rows, outDim, inDim);
   const bound = (i: number) => gamma(inDim) * (magnitude[i] as number);
-  assert.equal(exact.subarray(0, outDim).every((v) => v === 0), true);
+  assert.equal(
+    exact.subarray(0, outDim).every((v) => v === 0),
+    true,
+  );
 
   for (const mode of MODES) {
     const out = await runEmitter(`linear_${mode}`, mode, { x: f32(x, [rows, inDim]) }, (c) => {
@@ -127,7 +124,10 @@ test('linear / linearF32: x·Wᵀ within γ_K·Σ|x·w| of linear64; linear roun
 test('linear (bf16): an identity weight returns bf16(x), ties to even', async () => {
   const x = Float32Array.from([1 + 2 ** -8, 1 + 3 * 2 ** -8, -(2 + 2 ** -7), 0.1]);
   const eye = Float32Array.from([1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1]);
-  const out = outF32(await runEmitter('linear_eye', 'bf16', { x: f32(x, [1, 4]) }, (c) => c.output('y', c.ops.linear(c.inputs['x']!, 'w', eye, 4, 4), [1, 4])), 'y');
+  const out = outF32(
+    await runEmitter('linear_eye', 'bf16', { x: f32(x, [1, 4]) }, (c) => c.output('y', c.ops.linear(c.inputs['x']!, 'w', eye, 4, 4), [1, 4])),
+    'y',
+  );
   assert.deepEqual(Array.from(out), [1, 1 + 2 ** -6, -2, roundBf16(0.1)]);
 });
 
@@ -160,9 +160,17 @@ test('rmsNorm: w·x·rsqrt(mean(x²)+eps) within (d+16)·u relative of rmsNorm64
     assert.deepEqual(bad, [], `rmsNorm (${mode})`);
     // the test can fail: ignoring eps changes the eps-dominated row far beyond the bound
     const noEps = rmsNorm64(x, w, rows, dim, 0);
-    assert.ok(boundMismatches(y.subarray(3 * dim, 4 * dim), noEps.subarray(3 * dim, 4 * dim), (i) => 1e-3 * Math.abs(noEps[3 * dim + i] as number)).length === dim);
+    assert.ok(
+      boundMismatches(y.subarray(3 * dim, 4 * dim), noEps.subarray(3 * dim, 4 * dim), (i) => 1e-3 * Math.abs(noEps[3 * dim + i] as number)).length === dim,
+    );
     // and a 1% change of the weight is detected
-    const wrongWeight = rmsNorm64(x, Float64Array.from(w, (v) => v * 1.01), rows, dim, eps);
+    const wrongWeight = rmsNorm64(
+      x,
+      Float64Array.from(w, (v) => v * 1.01),
+      rows,
+      dim,
+      eps,
+    );
     assert.ok(boundMismatches(y, wrongWeight, bound).length > 0);
   }
 });
@@ -235,7 +243,10 @@ test('rope then inverse rope (fp32) gives x back within γ_8·hypot(pair) (two r
     }),
     'y',
   );
-  assert.deepEqual(boundMismatches(y, x, (i) => gamma(8) * Math.hypot(x[i - (i % 2)] as number, x[i - (i % 2) + 1] as number)), []);
+  assert.deepEqual(
+    boundMismatches(y, x, (i) => gamma(8) * Math.hypot(x[i - (i % 2)] as number, x[i - (i % 2) + 1] as number)),
+    [],
+  );
 });
 
 // ---------------------------------------------------------------------------------------------
@@ -266,7 +277,13 @@ test('pow2Ceil: 2^ceil(log2 t) bit-exact against fast_round_scale, at every powe
       assert.ok(Number.isInteger(Math.log2(pi)) && (v < 2 ** -126 ? pi === 2 ** -126 : pi / 2 < v && v <= pi), `t = ${v}: p = ${pi}`);
     }
   }
-  assert.ok(bitMismatches(expected, Float32Array.from(input, (v) => fastRoundScale(v, 1) / 2)).length === n, 'an off-by-one exponent would be caught');
+  assert.ok(
+    bitMismatches(
+      expected,
+      Float32Array.from(input, (v) => fastRoundScale(v, 1) / 2),
+    ).length === n,
+    'an off-by-one exponent would be caught',
+  );
 });
 
 test('e2m1Round: round-to-nearest-even on the E2M1 grid, bit-exact against encodeE2m1/decodeE2m1 (all spec ties)', async () => {
@@ -290,7 +307,10 @@ test('e2m1Round: round-to-nearest-even on the E2M1 grid, bit-exact against encod
     assert.deepEqual(bitMismatches(q, expected), [], `e2m1Round (${mode}), signed zeros included`);
   }
   // independent values: the tie list of csa2-reference §2.3, 0.25→0, 0.75→1.0, 1.25→1.0, 1.75→2.0, 2.5→2, 3.5→4, 5→4
-  const q = outF32(await runEmitter('e2m1_ties', 'bf16', { v: f32(Float32Array.from(ties), [7]) }, (c) => c.output('q', c.ops.e2m1Round(c.inputs['v']!), [7])), 'q');
+  const q = outF32(
+    await runEmitter('e2m1_ties', 'bf16', { v: f32(Float32Array.from(ties), [7]) }, (c) => c.output('q', c.ops.e2m1Round(c.inputs['v']!), [7])),
+    'q',
+  );
   assert.deepEqual(Array.from(q), [0, 1, 1, 2, 2, 4, 4]);
 });
 
@@ -312,7 +332,13 @@ test('silu: x / (1 + e^-x) within 8·u relative of silu64', async () => {
     const y = outF32(await runEmitter(`silu_${mode}`, mode, { x: f32(input, [n]) }, (c) => c.output('y', c.ops.silu(c.inputs['x']!), [n])), 'y');
     assert.deepEqual(boundMismatches(y, exact, bound), [], `silu (${mode})`);
     // the test can fail: sigmoid alone (or x·sigmoid(-x)) is rejected
-    assert.ok(boundMismatches(y, Float64Array.from(input, (x) => silu64(-x)), bound).length > 400);
+    assert.ok(
+      boundMismatches(
+        y,
+        Float64Array.from(input, (x) => silu64(-x)),
+        bound,
+      ).length > 400,
+    );
   }
 });
 

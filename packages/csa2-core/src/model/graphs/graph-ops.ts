@@ -94,12 +94,19 @@ export class GraphOps {
    * softmax + ε, then a column normalization and `iters − 1` row-and-column rounds (x / (sum + ε)).
    * The same float32 operations as the TypeScript; only the order inside each n-term sum may differ.
    */
-  hcSplitSinkhorn(mixes: string, p: { readonly n: number; readonly iters: number; readonly eps: number; readonly scale: Float32Array; readonly base: Float32Array }, name: string): { pre: string; post: string; comb: string } {
+  hcSplitSinkhorn(
+    mixes: string,
+    p: { readonly n: number; readonly iters: number; readonly eps: number; readonly scale: Float32Array; readonly base: Float32Array },
+    name: string,
+  ): { pre: string; post: string; comb: string } {
     const g = this.g;
     const n = p.n;
     const eps = g.scalar(Math.fround(p.eps));
     const part = (from: number, to: number, s: number, baseName: string): string =>
-      g.add(g.mul(g.slice(mixes, [1], [from], [to]), g.scalar(Math.fround(p.scale[s] as number))), g.weight(`${name}_${baseName}`, p.base.slice(from, to), [to - from]));
+      g.add(
+        g.mul(g.slice(mixes, [1], [from], [to]), g.scalar(Math.fround(p.scale[s] as number))),
+        g.weight(`${name}_${baseName}`, p.base.slice(from, to), [to - from]),
+      );
     const pre = g.add(g.sigmoid(part(0, n, 0, 'base_pre')), eps);
     const post = g.mul(g.scalar(2), g.sigmoid(part(n, 2 * n, 1, 'base_post')));
     let c = g.reshape(part(2 * n, (2 + n) * n, 2, 'base_comb'), [-1, n, n]);

@@ -25,7 +25,11 @@ const UE8M0_VALUES = Array.from({ length: 256 }, (_, b) => (b === 0xff ? 0 : dec
  */
 function e2m1Codes(g: GraphBuilder, b: Fp4Blocks): string {
   const mag = g.abs(b.rounded);
-  const idx = g.where(g.less(mag, g.scalar(2)), g.mul(mag, g.scalar(2)), g.where(g.less(mag, g.scalar(4)), g.add(mag, g.scalar(2)), g.add(g.mul(mag, g.scalar(0.5)), g.scalar(4))));
+  const idx = g.where(
+    g.less(mag, g.scalar(2)),
+    g.mul(mag, g.scalar(2)),
+    g.where(g.less(mag, g.scalar(4)), g.add(mag, g.scalar(2)), g.add(g.mul(mag, g.scalar(0.5)), g.scalar(4))),
+  );
   const negative = g.less(g.div(g.scalar(1), b.clamped), g.scalar(0));
   return g.cast(g.add(idx, g.where(negative, g.scalar(8), g.scalar(0))), 'uint8');
 }
@@ -81,7 +85,13 @@ function unpackRows(g: GraphBuilder, packed: string, width: number, block: numbe
 
 /** Packed main-KV rows [rows, D/2 + D/16] → the fake-quantized values [rows, D], bit for bit. */
 export function unpackMainKv(g: GraphBuilder, packed: string, D: number): string {
-  return unpackRows(g, packed, D, 16, Array.from(E4M3_VALUES, (v) => (Number.isNaN(v) ? 0 : v)));
+  return unpackRows(
+    g,
+    packed,
+    D,
+    16,
+    Array.from(E4M3_VALUES, (v) => (Number.isNaN(v) ? 0 : v)),
+  );
 }
 
 /** Packed index-K rows [rows, d/2 + d/32] → the fake-quantized values [rows, d], bit for bit. */

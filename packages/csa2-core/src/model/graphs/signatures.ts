@@ -18,7 +18,17 @@ export const ATTN_IN = {
   inputs: { X: 'float32', pre: 'float32', cos: 'float32', sin: 'float32' },
   outputs: { q: 'float32', kvw: 'float32' },
   /** a_mix, or with GraphContext.sinkhornInGraph its split a_pre, a_post, a_comb */
-  optionalOutputs: { a_mix: 'float32', a_pre: 'float32', a_post: 'float32', a_comb: 'float32', latent: 'float32', ckv: 'float32', cscore: 'float32', iq: 'float32', iw: 'float32' },
+  optionalOutputs: {
+    a_mix: 'float32',
+    a_pre: 'float32',
+    a_post: 'float32',
+    a_comb: 'float32',
+    latent: 'float32',
+    ckv: 'float32',
+    cscore: 'float32',
+    iq: 'float32',
+    iw: 'float32',
+  },
 } as const satisfies AnySignature;
 
 /** The decoder's first KV source's compressor inputs from the encoder output: X, pre → latent | ckv, cscore. */

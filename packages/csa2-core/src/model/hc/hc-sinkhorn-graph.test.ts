@@ -39,13 +39,25 @@ for (const iters of [1, 2, 20]) {
       output('comb', s.comb, [rows, n, n]);
     });
     const combBound = 2 * ((2 * iters + 1) * (n + 2) + 16) * U32;
-    assert.deepEqual(boundMismatches(outF32(out, 'comb'), ts.comb, () => combBound), [], 'comb');
-    assert.deepEqual(boundMismatches(outF32(out, 'pre'), ts.pre, () => 64 * U32), [], 'pre');
-    assert.deepEqual(boundMismatches(outF32(out, 'post'), ts.post, () => 64 * U32), [], 'post');
+    assert.deepEqual(
+      boundMismatches(outF32(out, 'comb'), ts.comb, () => combBound),
+      [],
+      'comb',
+    );
+    assert.deepEqual(
+      boundMismatches(outF32(out, 'pre'), ts.pre, () => 64 * U32),
+      [],
+      'pre',
+    );
+    assert.deepEqual(
+      boundMismatches(outF32(out, 'post'), ts.post, () => 64 * U32),
+      [],
+      'post',
+    );
   });
 }
 
-test('tiny-a with the split in its graphs: the official greedy ids, every logits row within the parity tests\' bound', async () => {
+test("tiny-a with the split in its graphs: the official greedy ids, every logits row within the parity tests' bound", async () => {
   // The bound is reference-parity's: max(1e-3, 1.05 × the row's spread between the official GPU and CPU
   // executions). A last-place difference in the split can flip a bf16 rounding downstream (the window
   // KV), which is how the official code's two executions come to differ by that spread.

@@ -32,7 +32,6 @@ export interface HcSplitParams {
   readonly base: Float32Array;
 }
 
-
 /** Splits mixes [rows, (2 + n)·n] into pre, post and the Sinkhorn-normalized comb. */
 export function hcSplitSinkhorn(mixes: Float32Array, p: HcSplitParams): HcSplit {
   if (p.n !== 4) return hcSplitSinkhornAnyN(mixes, p);
@@ -48,38 +47,86 @@ export function hcSplitSinkhorn(mixes: Float32Array, p: HcSplitParams): HcSplit 
  * the same order (each sum left to right from 0, each quotient rounded): bit for bit (tested).
  */
 function sinkhorn4(c: Float32Array, o: number, iters: number, eps: number): void {
-  let c00 = c[o] as number, c01 = c[o + 1] as number, c02 = c[o + 2] as number, c03 = c[o + 3] as number;
-  let c10 = c[o + 4] as number, c11 = c[o + 5] as number, c12 = c[o + 6] as number, c13 = c[o + 7] as number;
-  let c20 = c[o + 8] as number, c21 = c[o + 9] as number, c22 = c[o + 10] as number, c23 = c[o + 11] as number;
-  let c30 = c[o + 12] as number, c31 = c[o + 13] as number, c32 = c[o + 14] as number, c33 = c[o + 15] as number;
+  let c00 = c[o] as number,
+    c01 = c[o + 1] as number,
+    c02 = c[o + 2] as number,
+    c03 = c[o + 3] as number;
+  let c10 = c[o + 4] as number,
+    c11 = c[o + 5] as number,
+    c12 = c[o + 6] as number,
+    c13 = c[o + 7] as number;
+  let c20 = c[o + 8] as number,
+    c21 = c[o + 9] as number,
+    c22 = c[o + 10] as number,
+    c23 = c[o + 11] as number;
+  let c30 = c[o + 12] as number,
+    c31 = c[o + 13] as number,
+    c32 = c[o + 14] as number,
+    c33 = c[o + 15] as number;
   let d: number;
   // at least one column pass, as the loops below (their first pass comes before the iteration loop)
   for (let t = 0; t < Math.max(1, iters); t++) {
     if (t > 0) {
       // rows (the first iteration has none: the softmax normalized them)
       d = f(f(f(f(c00 + c01) + c02) + c03) + eps);
-      c00 = f(c00 / d); c01 = f(c01 / d); c02 = f(c02 / d); c03 = f(c03 / d);
+      c00 = f(c00 / d);
+      c01 = f(c01 / d);
+      c02 = f(c02 / d);
+      c03 = f(c03 / d);
       d = f(f(f(f(c10 + c11) + c12) + c13) + eps);
-      c10 = f(c10 / d); c11 = f(c11 / d); c12 = f(c12 / d); c13 = f(c13 / d);
+      c10 = f(c10 / d);
+      c11 = f(c11 / d);
+      c12 = f(c12 / d);
+      c13 = f(c13 / d);
       d = f(f(f(f(c20 + c21) + c22) + c23) + eps);
-      c20 = f(c20 / d); c21 = f(c21 / d); c22 = f(c22 / d); c23 = f(c23 / d);
+      c20 = f(c20 / d);
+      c21 = f(c21 / d);
+      c22 = f(c22 / d);
+      c23 = f(c23 / d);
       d = f(f(f(f(c30 + c31) + c32) + c33) + eps);
-      c30 = f(c30 / d); c31 = f(c31 / d); c32 = f(c32 / d); c33 = f(c33 / d);
+      c30 = f(c30 / d);
+      c31 = f(c31 / d);
+      c32 = f(c32 / d);
+      c33 = f(c33 / d);
     }
     // columns
     d = f(f(f(f(c00 + c10) + c20) + c30) + eps);
-    c00 = f(c00 / d); c10 = f(c10 / d); c20 = f(c20 / d); c30 = f(c30 / d);
+    c00 = f(c00 / d);
+    c10 = f(c10 / d);
+    c20 = f(c20 / d);
+    c30 = f(c30 / d);
     d = f(f(f(f(c01 + c11) + c21) + c31) + eps);
-    c01 = f(c01 / d); c11 = f(c11 / d); c21 = f(c21 / d); c31 = f(c31 / d);
+    c01 = f(c01 / d);
+    c11 = f(c11 / d);
+    c21 = f(c21 / d);
+    c31 = f(c31 / d);
     d = f(f(f(f(c02 + c12) + c22) + c32) + eps);
-    c02 = f(c02 / d); c12 = f(c12 / d); c22 = f(c22 / d); c32 = f(c32 / d);
+    c02 = f(c02 / d);
+    c12 = f(c12 / d);
+    c22 = f(c22 / d);
+    c32 = f(c32 / d);
     d = f(f(f(f(c03 + c13) + c23) + c33) + eps);
-    c03 = f(c03 / d); c13 = f(c13 / d); c23 = f(c23 / d); c33 = f(c33 / d);
+    c03 = f(c03 / d);
+    c13 = f(c13 / d);
+    c23 = f(c23 / d);
+    c33 = f(c33 / d);
   }
-  c[o] = c00; c[o + 1] = c01; c[o + 2] = c02; c[o + 3] = c03;
-  c[o + 4] = c10; c[o + 5] = c11; c[o + 6] = c12; c[o + 7] = c13;
-  c[o + 8] = c20; c[o + 9] = c21; c[o + 10] = c22; c[o + 11] = c23;
-  c[o + 12] = c30; c[o + 13] = c31; c[o + 14] = c32; c[o + 15] = c33;
+  c[o] = c00;
+  c[o + 1] = c01;
+  c[o + 2] = c02;
+  c[o + 3] = c03;
+  c[o + 4] = c10;
+  c[o + 5] = c11;
+  c[o + 6] = c12;
+  c[o + 7] = c13;
+  c[o + 8] = c20;
+  c[o + 9] = c21;
+  c[o + 10] = c22;
+  c[o + 11] = c23;
+  c[o + 12] = c30;
+  c[o + 13] = c31;
+  c[o + 14] = c32;
+  c[o + 15] = c33;
 }
 
 /**
@@ -90,7 +137,8 @@ export function hcSplitSinkhornAnyN(mixes: Float32Array, p: HcSplitParams, softm
   const { n, iters } = p;
   const M = (2 + n) * n;
   if (mixes.length % M !== 0) throw new Error(`hcSplitSinkhorn: ${mixes.length} mixes is not a multiple of (2 + n)·n = ${M}`);
-  if (p.base.length !== M || p.scale.length !== 3) throw new Error(`hcSplitSinkhorn: base must have ${M} values and scale 3, got ${p.base.length} and ${p.scale.length}`);
+  if (p.base.length !== M || p.scale.length !== 3)
+    throw new Error(`hcSplitSinkhorn: base must have ${M} values and scale 3, got ${p.base.length} and ${p.scale.length}`);
   const rows = mixes.length / M;
   const eps = f(p.eps);
   const [s0, s1, s2] = [f(p.scale[0] as number), f(p.scale[1] as number), f(p.scale[2] as number)];
@@ -158,4 +206,3 @@ export function splitMixes(
   if (mixes === undefined) throw new Error(`graph ${graph} returned neither its hc mixes nor their split`);
   return hcSplitSinkhorn(mixes.data, params);
 }
-

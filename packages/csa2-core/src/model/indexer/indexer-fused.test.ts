@@ -83,7 +83,10 @@ function config(heads: number, d: number): ModelConfig {
 
 async function gemmScorer(heads: number, d: number, mode: NumericsMode): Promise<IndexScorer> {
   const c = config(heads, d);
-  const session = await openGraphSession('index_scores', buildIndexScoresGraph({ config: c, mode, weights: { get: () => new Float32Array(0) } } as never, false));
+  const session = await openGraphSession(
+    'index_scores',
+    buildIndexScoresGraph({ config: c, mode, weights: { get: () => new Float32Array(0) } } as never, false),
+  );
   return new IndexScorer(c, mode, session, false);
 }
 
@@ -103,7 +106,12 @@ test('fused index scores = the split path (unpack, Gemm, finish) bit for bit, 1�
         const gemm = await gemmScorer(heads, d, mode);
         const fused = new FusedIndexScorer(heads, d, mode === 'bf16');
         let nonZero = 0;
-        for (const [rows, n] of [[1, 1], [1, 777], [5, 300], [160, 213]] as const) {
+        for (const [rows, n] of [
+          [1, 1],
+          [1, 777],
+          [5, 300],
+          [160, 213],
+        ] as const) {
           const q = queries(rng, rows, heads, d, 2);
           const packed = keys(rng, n, d, 2);
           gemm.loadKeys(packed, n);
@@ -156,15 +164,20 @@ test('queries that are not MXFP4 values are refused and the scorer falls back to
   assert.equal(new FusedIndexScorer(heads, d, true).loadRows(notFp4), false);
   const packed = keys(rng, 40, d, 2);
   const c = config(heads, d);
-  const both = await Promise.all([true, false].map(async (useFused) => {
-    const session = await openGraphSession('index_scores', buildIndexScoresGraph({ config: c, mode: 'bf16', weights: { get: () => new Float32Array(0) } } as never, false));
-    const s = new IndexScorer(c, 'bf16', session, useFused);
-    s.loadKeys(packed, 40);
-    await s.run(notFp4, 0, 40);
-    const rows = [0, 1, 2].map((r) => s.scoreRow(r, 40).slice());
-    await s.dispose();
-    return rows;
-  }));
+  const both = await Promise.all(
+    [true, false].map(async (useFused) => {
+      const session = await openGraphSession(
+        'index_scores',
+        buildIndexScoresGraph({ config: c, mode: 'bf16', weights: { get: () => new Float32Array(0) } } as never, false),
+      );
+      const s = new IndexScorer(c, 'bf16', session, useFused);
+      s.loadKeys(packed, 40);
+      await s.run(notFp4, 0, 40);
+      const rows = [0, 1, 2].map((r) => s.scoreRow(r, 40).slice());
+      await s.dispose();
+      return rows;
+    }),
+  );
   both[0]?.forEach((row, r) => assert.equal(bitsEqual(row, both[1]?.[r] as Float32Array), 0, `row ${r}`));
   assert.throws(() => new FusedIndexScorer(5, 32, true), /1–4 heads/);
 });
@@ -199,8 +212,16 @@ test('above: the keys of a row scoring at least a threshold, ascending, from any
       pushRow(scorer.scoreRow(r, n), n, 64, 0, a, blocksA, (from, thr) => (asked++, scorer.above(r, from, n, thr)));
       pushRow(s, n, 64, 0, b, blocksB, null);
       assert.ok(asked === 1, 'the filter was asked');
-      assert.deepEqual([Array.from(a.values), Array.from(a.ids), Array.from(a.size)], [Array.from(b.values), Array.from(b.ids), Array.from(b.size)], `cap ${cap}: top-k heap`);
-      assert.deepEqual([Array.from(blocksA.heaps.values), Array.from(blocksA.heaps.ids)], [Array.from(blocksB.heaps.values), Array.from(blocksB.heaps.ids)], `cap ${cap}: block heap`);
+      assert.deepEqual(
+        [Array.from(a.values), Array.from(a.ids), Array.from(a.size)],
+        [Array.from(b.values), Array.from(b.ids), Array.from(b.size)],
+        `cap ${cap}: top-k heap`,
+      );
+      assert.deepEqual(
+        [Array.from(blocksA.heaps.values), Array.from(blocksA.heaps.ids)],
+        [Array.from(blocksB.heaps.values), Array.from(blocksB.heaps.ids)],
+        `cap ${cap}: block heap`,
+      );
     }
   }
   // keys pushed out of position order (the later half first): ties with the worst may then enter, and the
@@ -210,7 +231,10 @@ test('above: the keys of a row scoring at least a threshold, ascending, from any
     const half = 2048;
     const a = new BoundedHeaps(1, 64);
     const b = new BoundedHeaps(1, 64);
-    for (const [from, to] of [[half, n], [0, half]] as const) {
+    for (const [from, to] of [
+      [half, n],
+      [0, half],
+    ] as const) {
       const view = s.subarray(from, to);
       pushRow(view, to - from, from, 0, a, null, (f, thr) => {
         const all: number[] = [];
@@ -243,7 +267,7 @@ test('nextUpF32: the least float32 above x, so that ≥ it is > x', () => {
   assert.ok(Number.isNaN(nextUpF32(Number.NaN)));
 });
 
-test('blockMax: each block\'s largest score as the JS loop takes it (NaN left out, -inf for none); pushRow\'s block heap the same with it', () => {
+test("blockMax: each block's largest score as the JS loop takes it (NaN left out, -inf for none); pushRow's block heap the same with it", () => {
   const rng = new SeededRandom(91);
   const [rows, heads, d, n] = [2, 2, 32, 1000];
   const scorer = new FusedIndexScorer(heads, d, true);
@@ -267,12 +291,20 @@ test('blockMax: each block\'s largest score as the JS loop takes it (NaN left ou
         for (let k = j * bs; k < (j + 1) * bs; k++) if ((s[k] as number) > m) m = s[k] as number;
         return m;
       });
-      assert.deepEqual(got.map((v) => (v === 0 ? 0 : v)), want.map((v) => (v === 0 ? 0 : v)), `bs ${bs}, row ${r}`);
+      assert.deepEqual(
+        got.map((v) => (v === 0 ? 0 : v)),
+        want.map((v) => (v === 0 ? 0 : v)),
+        `bs ${bs}, row ${r}`,
+      );
       const a = { heaps: new BoundedHeaps(1, 16), blockSize: bs, pin: 5 };
       const b = { heaps: new BoundedHeaps(1, 16), blockSize: bs, pin: 5 };
       pushRow(scorer.scoreRow(r, n), n, 0, 0, new BoundedHeaps(1, 8), a, null, (nb) => scorer.blockMax(r, nb, bs));
       pushRow(s, n, 0, 0, new BoundedHeaps(1, 8), b, null, null);
-      assert.deepEqual([Array.from(a.heaps.ids), Array.from(a.heaps.size)], [Array.from(b.heaps.ids), Array.from(b.heaps.size)], `bs ${bs}, row ${r}: block heap`);
+      assert.deepEqual(
+        [Array.from(a.heaps.ids), Array.from(a.heaps.size)],
+        [Array.from(b.heaps.ids), Array.from(b.heaps.size)],
+        `bs ${bs}, row ${r}: block heap`,
+      );
     }
   }
   assert.throws(() => scorer.blockMax(0, 10, 6), /blocks of 6/);

@@ -41,7 +41,9 @@ test('MainKvUnpacker gives the graph unpack of packed main-KV rows bit for bit (
     assert.equal(differ, 0, `D = ${D}: bits differ at ${differ} of ${a.length} values`);
     // the pairs covered: every (scale byte, payload byte)
     const seen = new Set<number>();
-    for (let i = 0; i < rows; i++) for (let bl = 0; bl < blocks; bl++) for (let j = 0; j < 8; j++) seen.add((packed[i * rowBytes + D / 2 + bl] as number) * 256 + (packed[i * rowBytes + bl * 8 + j] as number));
+    for (let i = 0; i < rows; i++)
+      for (let bl = 0; bl < blocks; bl++)
+        for (let j = 0; j < 8; j++) seen.add((packed[i * rowBytes + D / 2 + bl] as number) * 256 + (packed[i * rowBytes + bl * 8 + j] as number));
     assert.equal(seen.size, 65536, `D = ${D}: every scale × payload byte pair is unpacked`);
   }
 });

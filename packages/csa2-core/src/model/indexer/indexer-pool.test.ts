@@ -22,8 +22,21 @@ interface Trace {
   readonly logits: Float32Array[];
 }
 
-async function trace(ckpt: Checkpoint, indexerPool: boolean, prompt: readonly number[], steps: number, chunkTokens: number, indexerKeyChunk?: number, share = false): Promise<Trace> {
-  const model = await Csa2Model.create(ckpt.config, ckpt.plan, { get: (n) => ckpt.tensor(n).data }, { indexerPool, chunkTokens, ...(indexerKeyChunk !== undefined ? { indexerKeyChunk } : {}) });
+async function trace(
+  ckpt: Checkpoint,
+  indexerPool: boolean,
+  prompt: readonly number[],
+  steps: number,
+  chunkTokens: number,
+  indexerKeyChunk?: number,
+  share = false,
+): Promise<Trace> {
+  const model = await Csa2Model.create(
+    ckpt.config,
+    ckpt.plan,
+    { get: (n) => ckpt.tensor(n).data },
+    { indexerPool, chunkTokens, ...(indexerKeyChunk !== undefined ? { indexerKeyChunk } : {}) },
+  );
   const topk = new Map<number, number[][]>();
   model.observer = { topk: (l, _p0, _rows, _kk, t) => (topk.get(l) ?? topk.set(l, []).get(l))!.push(Array.from(t)) };
   const prefilled = model.createSequence();
@@ -65,7 +78,10 @@ test('pools smaller than top-k: rows pick outside their pool exactly as the scan
     assert.ok(poolPartStats.unionParts > before.unionParts, 'parts scored over their union');
     // the case is exercised: at a Reindex layer some pick lies outside its row's 4-position pool
     const lists = pool.topk.get(24) ?? [];
-    assert.ok(lists.some((l) => l.filter((p) => p >= 0).length > 4), 'some row picks more entries than its pool holds');
+    assert.ok(
+      lists.some((l) => l.filter((p) => p >= 0).length > 4),
+      'some row picks more entries than its pool holds',
+    );
   });
 });
 
@@ -88,7 +104,7 @@ test('candidatePool and completePicks: the union of the rows blocks, per-row mas
   assert.deepEqual(Array.from(one.allow), [1, 0]);
 });
 
-test('poolRanges and writePoolMask: each row\'s allowed columns (visible, in its blocks) as ranges and as a mask', () => {
+test("poolRanges and writePoolMask: each row's allowed columns (visible, in its blocks) as ranges and as a mask", () => {
   const rng = new SeededRandom(17);
   for (let trial = 0; trial < 50; trial++) {
     const [S, kb, bs] = [1 + (rng.nextU32() % 6), 1 + (rng.nextU32() % 5), 1 + (rng.nextU32() % 4)];
@@ -98,7 +114,9 @@ test('poolRanges and writePoolMask: each row\'s allowed columns (visible, in its
     for (let r = 0; r < S; r++) {
       // a row's blocks are distinct (the candidate source's best kb)
       const seen = new Set<number>();
-      for (let j = 0; j < kb; j++) if (seen.has(cand[r * kb + j] as number)) cand[r * kb + j] = -1; else seen.add(cand[r * kb + j] as number);
+      for (let j = 0; j < kb; j++)
+        if (seen.has(cand[r * kb + j] as number)) cand[r * kb + j] = -1;
+        else seen.add(cand[r * kb + j] as number);
     }
     const clen = Int32Array.from({ length: S }, () => rng.nextU32() % (nVis + 1));
     const pool = candidatePool(cand, S, kb, nVis, bs, clen);
@@ -107,7 +125,10 @@ test('poolRanges and writePoolMask: each row\'s allowed columns (visible, in its
       const fromRanges = new Array<number>(pool.columns).fill(0);
       const rg = ranges[r] as Int32Array;
       for (let j = 0; j < rg.length; j += 2) {
-        assert.ok((rg[j] as number) < (rg[j + 1] as number) && (j === 0 || (rg[j - 1] as number) < (rg[j] as number)), `trial ${trial} row ${r}: ranges ascending, apart, not empty`);
+        assert.ok(
+          (rg[j] as number) < (rg[j + 1] as number) && (j === 0 || (rg[j - 1] as number) < (rg[j] as number)),
+          `trial ${trial} row ${r}: ranges ascending, apart, not empty`,
+        );
         fromRanges.fill(1, rg[j], rg[j + 1]);
       }
       // from the definition: the column's position is visible to the row and in one of its blocks
@@ -149,7 +170,7 @@ test('decode on a fork that reads a frozen prefix in place gives the unshared li
   });
 });
 
-test('pools of 64 blocks of 8 over 1,100 entries: the filtered pushes and the Reindex layers\' reused pool keys give the scan\'s lists and logits, bit for bit', async () => {
+test("pools of 64 blocks of 8 over 1,100 entries: the filtered pushes and the Reindex layers' reused pool keys give the scan's lists and logits, bit for bit", async () => {
   // decode rows' pools are 512 of layer 20's ~1,100 entries: pushAboveFloor applies (512 keys, top-k 16:
   // 16 groups of 32), and layers 28/32/36 take layer 24's gathered keys from the cache
   const config = { ...bundledConfig('v41-tiny-40l'), window_size: 8, index_topk: 16, candidate_topk_blocks: 64, candidate_block_size: 8, max_seq_len: 1280 };
@@ -167,7 +188,7 @@ test('pools of 64 blocks of 8 over 1,100 entries: the filtered pushes and the Re
   });
 });
 
-test('a prefill chunk\'s rows take their pool keys from the first Reindex layer in the later ones, and the cache is empty between forward calls', async () => {
+test("a prefill chunk's rows take their pool keys from the first Reindex layer in the later ones, and the cache is empty between forward calls", async () => {
   // a chunk of 256 rows whose pools are 64 blocks of 8 of layer 20's 1,100 entries (8.7 KB a row): the three
   // later Reindex layers (28, 32, 36) find every row's keys that layer 24 gathered as a whole pool
   const config = { ...bundledConfig('v41-tiny-40l'), window_size: 8, index_topk: 16, candidate_topk_blocks: 64, candidate_block_size: 8, max_seq_len: 1280 };
@@ -222,7 +243,7 @@ test('PoolKeyCache: a hit only for the same store, generation, visible entries a
   assert.equal(cache.heldBytes, 3 * 2 * 8 * rowBytes);
 });
 
-test('PoolKeyCache holds no store: a finished question\'s rows (and the document it reads) can be collected', async () => {
+test("PoolKeyCache holds no store: a finished question's rows (and the document it reads) can be collected", async () => {
   setFlagsFromString('--expose-gc');
   const gc = runInNewContext('gc') as () => void;
   const cache = new PoolKeyCache();

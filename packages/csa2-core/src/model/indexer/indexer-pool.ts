@@ -26,7 +26,12 @@ import type { PackedRowStore } from '../sequence/packed-rows.js';
  * Each job's top-k lists, the pools of several jobs scored in one run while their rows × pool keys ×
  * heads stay within the budget (a job too big alone runs in row blocks of its own).
  */
-export async function poolTopk(ctx: IndexerContext, graph: TypedGraph<typeof INDEXER_POOL>, e: LayerPlanEntry, jobs: readonly IndexerJob[]): Promise<Int32Array[]> {
+export async function poolTopk(
+  ctx: IndexerContext,
+  graph: TypedGraph<typeof INDEXER_POOL>,
+  e: LayerPlanEntry,
+  jobs: readonly IndexerJob[],
+): Promise<Int32Array[]> {
   const hI = ctx.config.indexNumHeads;
   const parts = poolParts(ctx, e, jobs);
   const lists = jobs.map((j) => new Int32Array(j.rows * j.kk).fill(-1));
@@ -44,7 +49,10 @@ export async function poolTopk(ctx: IndexerContext, graph: TypedGraph<typeof IND
     const U = p.pool.columns;
     if (U === 0) {
       const job = jobs[p.job] as IndexerJob;
-      lists[p.job]?.set(completePicks(new Int32Array(0), p.r1 - p.r0, job.kk, Math.min(job.kk, job.nVis), job.clen.subarray(p.r0, p.r1), p.pool), p.r0 * job.kk);
+      lists[p.job]?.set(
+        completePicks(new Int32Array(0), p.r1 - p.r0, job.kk, Math.min(job.kk, job.nVis), job.clen.subarray(p.r0, p.r1), p.pool),
+        p.r0 * job.kk,
+      );
       continue;
     }
     if (run.length > 0 && (rows + p.r1 - p.r0) * (keys + U) * hI > ctx.indexerBudgetValues) await flush();
@@ -104,7 +112,9 @@ export async function poolTopkSplit(ctx: IndexerContext, scorer: IndexScorer, e:
         const keyCache = whole ? cacheFor(job) : null;
         let keys = keyCache?.find(job.src.indexK, p.pool) ?? null;
         if (keys === null) {
-          keys = whole ? job.src.indexK.gatherBlocks(p.pool.blocks, p.pool.blockSize, p.pool.nVis, keyCache === null ? into : new Uint8Array(bytes)) : job.src.indexK.gather(positions.subarray(t0, t1), into);
+          keys = whole
+            ? job.src.indexK.gatherBlocks(p.pool.blocks, p.pool.blockSize, p.pool.nVis, keyCache === null ? into : new Uint8Array(bytes))
+            : job.src.indexK.gather(positions.subarray(t0, t1), into);
           keyCache?.keep(job.src.indexK, p.pool, keys);
         }
         scorer.loadKeys(keys, t1 - t0);
@@ -180,7 +190,14 @@ export class PoolKeyCache {
     const hash = blocksHash(pool.blocks);
     const serial = storeSerial(store);
     for (const e of this.entries) {
-      if (e.store === serial && e.generation === store.generation && e.nVis === pool.nVis && e.blockSize === pool.blockSize && e.hash === hash && sameBlocks(e.blocks, pool.blocks)) {
+      if (
+        e.store === serial &&
+        e.generation === store.generation &&
+        e.nVis === pool.nVis &&
+        e.blockSize === pool.blockSize &&
+        e.hash === hash &&
+        sameBlocks(e.blocks, pool.blocks)
+      ) {
         poolKeyCacheStats.hits++;
         return e.keys;
       }
@@ -193,7 +210,15 @@ export class PoolKeyCache {
     if (keys.length > this.maxBytes) return;
     // the caller hands over `keys` (a buffer of its own that it no longer writes)
     while (this.entries.length > 0 && this.bytes + keys.length > this.maxBytes) this.bytes -= (this.entries.shift() as CachedPoolKeys).keys.length;
-    this.entries.push({ store: storeSerial(store), generation: store.generation, nVis: pool.nVis, blockSize: pool.blockSize, blocks: pool.blocks.slice(), hash: blocksHash(pool.blocks), keys });
+    this.entries.push({
+      store: storeSerial(store),
+      generation: store.generation,
+      nVis: pool.nVis,
+      blockSize: pool.blockSize,
+      blocks: pool.blocks.slice(),
+      hash: blocksHash(pool.blocks),
+      keys,
+    });
     this.bytes += keys.length;
   }
 
@@ -394,7 +419,12 @@ function poolParts(ctx: IndexerContext, e: LayerPlanEntry, jobs: readonly Indexe
       if (u === null || (r1 - r0 > 1 && (r1 - r0) * columns > OWN_POOL_FACTOR * ownSum)) {
         for (let r = r0; r < r1; r++) {
           const size = ownSize[r] as number;
-          parts.push({ job: ji, r0: r, r1: r + 1, pool: { blocks: own[r] as Int32Array, rowBlocks: [own[r] as Int32Array], size, columns: size === 1 ? 2 : size, nVis, blockSize: bs } });
+          parts.push({
+            job: ji,
+            r0: r,
+            r1: r + 1,
+            pool: { blocks: own[r] as Int32Array, rowBlocks: [own[r] as Int32Array], size, columns: size === 1 ? 2 : size, nVis, blockSize: bs },
+          });
         }
         poolPartStats.ownRowParts += r1 - r0;
         continue;
@@ -405,7 +435,14 @@ function poolParts(ctx: IndexerContext, e: LayerPlanEntry, jobs: readonly Indexe
         continue;
       }
       // a single row's blocks are sorted already (rowBlocksOf)
-      const pool: PoolBlocks = { blocks: r1 - r0 === 1 ? (own[r0] as Int32Array) : Int32Array.from(u.blocks).sort(), rowBlocks: own.slice(r0, r1), size: u.size, columns, nVis, blockSize: bs };
+      const pool: PoolBlocks = {
+        blocks: r1 - r0 === 1 ? (own[r0] as Int32Array) : Int32Array.from(u.blocks).sort(),
+        rowBlocks: own.slice(r0, r1),
+        size: u.size,
+        columns,
+        nVis,
+        blockSize: bs,
+      };
       parts.push({ job: ji, r0, r1, pool });
       poolPartStats.unionParts++;
     }
@@ -425,7 +462,7 @@ async function poolRun(
   const { indexNumHeads: hI, indexHeadDim: dI } = c;
   const R = run.reduce((s, p) => s + (p.r1 - p.r0), 0);
   const U = run.reduce((s, p) => s + p.pool.columns, 0);
-  const rowBytes = (jobs[run[0]?.job as number] as IndexerJob).src.indexK.rowBytes;
+  const rowBytes = (jobs[(run[0] as (typeof run)[number]).job] as IndexerJob).src.indexK.rowBytes;
   const K = new Uint8Array(U * rowBytes);
   const allow = new Uint8Array(R * U);
   const iq = new Float32Array(R * hI * dI);
@@ -479,7 +516,14 @@ async function poolRun(
  * [k0, k1) (column 0 = position k0; columns from k1 - k0 to width stay 0): 1 where a row's blocks cover
  * the position.
  */
-export function candidateMask(cand: Int32Array, kb: number, blockSize: number, [r0, r1]: readonly [number, number], [k0, k1]: readonly [number, number], width = k1 - k0): Uint8Array {
+export function candidateMask(
+  cand: Int32Array,
+  kb: number,
+  blockSize: number,
+  [r0, r1]: readonly [number, number],
+  [k0, k1]: readonly [number, number],
+  width = k1 - k0,
+): Uint8Array {
   const mask = new Uint8Array((r1 - r0) * width);
   for (let r = r0; r < r1; r++) {
     for (let j = 0; j < kb; j++) {
@@ -603,7 +647,14 @@ export function candidatePool(cand: Int32Array, S: number, kb: number, nVis: num
  * fewer than kEff = min(kk, visible entries)) the lowest positions outside the row's allowed set, which
  * stay picks when below the row's visible length; ascending; -1 for unreachable picks and padding.
  */
-export function completePicks(picks: Int32Array, S: number, kk: number, kEff: number, clen: Int32Array, pool: Pick<PoolBlocks, 'rowBlocks' | 'blockSize'>): Int32Array {
+export function completePicks(
+  picks: Int32Array,
+  S: number,
+  kk: number,
+  kEff: number,
+  clen: Int32Array,
+  pool: Pick<PoolBlocks, 'rowBlocks' | 'blockSize'>,
+): Int32Array {
   const out = new Int32Array(S * kk).fill(-1);
   const kp = S === 0 ? 0 : picks.length / S;
   const bs = pool.blockSize;

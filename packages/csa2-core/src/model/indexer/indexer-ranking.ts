@@ -192,7 +192,8 @@ export class BoundedHeaps {
   assign(row: number, values: Float32Array, ids: Int32Array, n: number, scratch: Float32Array): void {
     const cap = this.capacity;
     if ((this.size[row] as number) !== 0) throw new Csa2Error('runtime', `BoundedHeaps.assign: row ${row} is not empty`);
-    if (!(n >= 0 && n <= values.length && n <= ids.length && n <= scratch.length)) throw new Csa2Error('runtime', `BoundedHeaps.assign: ${n} pairs of ${values.length}`);
+    if (!(n >= 0 && n <= values.length && n <= ids.length && n <= scratch.length))
+      throw new Csa2Error('runtime', `BoundedHeaps.assign: ${n} pairs of ${values.length}`);
     if (cap === 0) return;
     const base = row * cap;
     const vs = this.values;

@@ -33,13 +33,12 @@ const u32Box = new Uint32Array(f32Box.buffer);
 
 /** The least float32 above x (x itself for +Infinity and NaN): `≥ nextUpF32(x)` is `> x` for float32 values. */
 export function nextUpF32(x: number): number {
-  if (x !== x || x === Infinity) return x;
+  if (Number.isNaN(x) || x === Infinity) return x;
   if (x === 0) return 2 ** -149;
   f32Box[0] = x;
   u32Box[0] = (u32Box[0] as number) + (x > 0 ? 1 : -1);
   return f32Box[0] as number;
 }
-
 
 /**
  * Pushes a row's scores s[0..count) of keys at positions `first` + n into its top-k heap (finite
@@ -67,7 +66,7 @@ export function pushRow(
   // until the heap is full every finite score goes in; then only those ranking before its worst
   for (; n < count && (topk.size[row] as number) < cap; n++) {
     const v = s[n] as number;
-    if (v !== -Infinity && v === v) topk.push(row, v, first + n);
+    if (v !== -Infinity && !Number.isNaN(v)) topk.push(row, v, first + n);
   }
   if (cap > 0 && (topk.size[row] as number) === cap) {
     let wv = vs[base] as number;
@@ -132,7 +131,7 @@ export function pushScores(s: Float32Array, from: number, to: number, shift: num
   let u = from;
   for (; u < to && (heaps.size[row] as number) < cap; u++) {
     const v = s[u] as number;
-    if (v !== -Infinity && v === v) heaps.push(row, v, u + shift);
+    if (v !== -Infinity && !Number.isNaN(v)) heaps.push(row, v, u + shift);
   }
   if (u >= to) return;
   const base = row * cap;
@@ -168,7 +167,12 @@ export function rowsPerRunFor(heads: number): number {
  */
 export function keyChunks(n: number, chunk: number, split = n): Array<[number, number]> {
   const out: Array<[number, number]> = [];
-  for (const [a, b] of split > 0 && split < n ? [[0, split], [split, n]] : [[0, n]]) {
+  for (const [a, b] of split > 0 && split < n
+    ? [
+        [0, split],
+        [split, n],
+      ]
+    : [[0, n]]) {
     const first = out.length;
     for (let k0 = a as number; k0 < (b as number); k0 += chunk) out.push([k0, Math.min(b as number, k0 + chunk)]);
     const last = out[out.length - 1];
@@ -209,7 +213,17 @@ export interface BlockRow {
  * of whole blocks within the budget (a single leftover key joins the run before it), each row's
  * visible scores pushed into its own heaps.
  */
-export async function scoreBlock(scorer: RunScorer, blockSize: number, budgetValues: number, packed: Uint8Array, rowBytes: number, k0: number, count: number, q: ScoreRows, rows: readonly BlockRow[]): Promise<void> {
+export async function scoreBlock(
+  scorer: RunScorer,
+  blockSize: number,
+  budgetValues: number,
+  packed: Uint8Array,
+  rowBytes: number,
+  k0: number,
+  count: number,
+  q: ScoreRows,
+  rows: readonly BlockRow[],
+): Promise<void> {
   const bs = blockSize;
   let most = -Infinity;
   for (const x of rows) most = Math.max(most, x.clen - k0);
@@ -221,7 +235,16 @@ export async function scoreBlock(scorer: RunScorer, blockSize: number, budgetVal
       const visible = Math.min(t1, x.clen - k0) - t0;
       if (visible > 0) {
         const blocks = x.blocks === null ? null : { heaps: x.blocks, blockSize: bs, pin: pinOf(x.clen, bs) };
-        pushRow(scorer.scoreRow(i, visible), visible, k0 + t0, x.r, x.topk, blocks, (from, threshold) => scorer.above(i, from, visible, threshold), (n) => scorer.blockMax(i, n, bs));
+        pushRow(
+          scorer.scoreRow(i, visible),
+          visible,
+          k0 + t0,
+          x.r,
+          x.topk,
+          blocks,
+          (from, threshold) => scorer.above(i, from, visible, threshold),
+          (n) => scorer.blockMax(i, n, bs),
+        );
       }
     });
   }

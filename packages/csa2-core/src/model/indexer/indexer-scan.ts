@@ -47,7 +47,16 @@ export function candidateBlocksFor(c: ModelConfig, nVis: number): number {
 }
 
 /** Merges rows [rowsFrom, rowsTo) of a run's [rows, k] output into rows r0… of `ranking` (positions shifted by -shift). */
-function mergeRun(ranking: RunningRanking, r0: number, v: TensorOf<'float32'>, i: TensorOf<'int32'>, shift: number, keepInfinite: boolean, rowsFrom = 0, rowsTo = v.dims[0] as number): void {
+function mergeRun(
+  ranking: RunningRanking,
+  r0: number,
+  v: TensorOf<'float32'>,
+  i: TensorOf<'int32'>,
+  shift: number,
+  keepInfinite: boolean,
+  rowsFrom = 0,
+  rowsTo = v.dims[0] as number,
+): void {
   const k = v.dims[1] as number;
   for (let r = rowsFrom; r < rowsTo; r++) ranking.merge(r0 + r - rowsFrom, v.data, i.data, r * k, k, shift, keepInfinite);
 }
@@ -96,7 +105,13 @@ export interface CandidateBlocks {
  * One span alone: its keys in chunks, its rows in blocks; `pool` restricts picks to the rows'
  * candidate blocks (reference path), its mask built per run.
  */
-export async function scanChunked(ctx: IndexerContext, graph: TypedGraph<typeof INDEXER_SCAN>, e: LayerPlanEntry, job: IndexerJob, pool: CandidateBlocks | null): Promise<ScanResult> {
+export async function scanChunked(
+  ctx: IndexerContext,
+  graph: TypedGraph<typeof INDEXER_SCAN>,
+  e: LayerPlanEntry,
+  job: IndexerJob,
+  pool: CandidateBlocks | null,
+): Promise<ScanResult> {
   const c = ctx.config;
   const { indexNumHeads: hI, indexHeadDim: dI } = c;
   const bs = c.candidateBlockSize;
@@ -134,10 +149,18 @@ export async function scanChunked(ctx: IndexerContext, graph: TypedGraph<typeof 
         hi: int64Tensor(clen.subarray(r0, r1), [1, n, 1]),
         kk: kkT,
         ...(candIn !== undefined ? { cand_in: candIn } : {}),
-        ...(e.isCandidateSource ? { pin: int64Tensor(Array.from(clen.subarray(r0, r1), (v) => pinOf(v, bs)), [1, n, 1]) } : {}),
+        ...(e.isCandidateSource
+          ? {
+              pin: int64Tensor(
+                Array.from(clen.subarray(r0, r1), (v) => pinOf(v, bs)),
+                [1, n, 1],
+              ),
+            }
+          : {}),
       });
       mergeRun(ranking, r0, rows2d(out.topv), rows2d(out.topi), 0, pool !== null);
-      if (blockRanking !== null && out.blockv !== undefined && out.blocki !== undefined) mergeRun(blockRanking, r0, rows2d(out.blockv), rows2d(out.blocki), 0, true);
+      if (blockRanking !== null && out.blockv !== undefined && out.blocki !== undefined)
+        mergeRun(blockRanking, r0, rows2d(out.blockv), rows2d(out.blocki), 0, true);
     }
   }
   // the reference path keeps the -inf picks below a row's length (see the module comment)
@@ -150,7 +173,12 @@ export async function scanChunked(ctx: IndexerContext, graph: TypedGraph<typeof 
  * keys (a batch dimension, padded to the group's most rows and keys), while the group's padded
  * spans × rows × keys × heads stays within the budget.
  */
-export async function scanGrouped(ctx: IndexerContext, graph: TypedGraph<typeof INDEXER_SCAN>, e: LayerPlanEntry, jobs: readonly IndexerJob[]): Promise<Map<IndexerJob, ScanResult>> {
+export async function scanGrouped(
+  ctx: IndexerContext,
+  graph: TypedGraph<typeof INDEXER_SCAN>,
+  e: LayerPlanEntry,
+  jobs: readonly IndexerJob[],
+): Promise<Map<IndexerJob, ScanResult>> {
   const hI = ctx.config.indexNumHeads;
   const results = new Map<IndexerJob, ScanResult>();
   // similar sizes together: less padding
@@ -168,7 +196,12 @@ export async function scanGrouped(ctx: IndexerContext, graph: TypedGraph<typeof 
   return results;
 }
 
-async function scanGroup(ctx: IndexerContext, graph: TypedGraph<typeof INDEXER_SCAN>, e: LayerPlanEntry, group: readonly IndexerJob[]): Promise<Map<IndexerJob, ScanResult>> {
+async function scanGroup(
+  ctx: IndexerContext,
+  graph: TypedGraph<typeof INDEXER_SCAN>,
+  e: LayerPlanEntry,
+  group: readonly IndexerJob[],
+): Promise<Map<IndexerJob, ScanResult>> {
   const c = ctx.config;
   const bs = c.candidateBlockSize;
   const { indexNumHeads: hI, indexHeadDim: dI } = c;
@@ -250,14 +283,24 @@ function workIn(rows: readonly BlockRow[], a: number, b: number): number {
 }
 
 /** Scores the rows against the pieces on this thread. */
-async function scorePieces(ctx: IndexerContext, scorer: IndexScorer, R: number, pieces: readonly ScanPiece[], q: ScoreRows, rows: readonly BlockRow[]): Promise<void> {
+async function scorePieces(
+  ctx: IndexerContext,
+  scorer: IndexScorer,
+  R: number,
+  pieces: readonly ScanPiece[],
+  q: ScoreRows,
+  rows: readonly BlockRow[],
+): Promise<void> {
   for (const p of pieces) await scoreBlock(scorer, ctx.config.candidateBlockSize, ctx.indexerBudgetValues, p.keys, R, p.k0, p.keys.length / R, q, rows);
 }
 
 /** Merges a thread's heaps (row i = rows[i]) into the rows' heaps: the best of the best of each part are the best of all. */
 function mergeHeaps(rows: readonly BlockRow[], reply: Extract<ScanReply, { kind: 'done' }>): void {
   rows.forEach((x, i) => {
-    for (const [from, into] of [[reply.topk, x.topk], [reply.blocks, x.blocks]] as const) {
+    for (const [from, into] of [
+      [reply.topk, x.topk],
+      [reply.blocks, x.blocks],
+    ] as const) {
       if (from === null || into === null) continue;
       const n = from.size[i] as number;
       const base = i * from.capacity;
@@ -303,7 +346,14 @@ function sliceByWork(rows: readonly BlockRow[], lo: number, hi: number, bs: numb
  * thread took but did not report (it failed) are scored here afterwards. The same heaps as one
  * thread, bit for bit.
  */
-async function scoreKeys(ctx: IndexerContext, scorer: IndexScorer, src: PackedRowStore, chunks: ReadonlyArray<readonly [number, number]>, q: ScoreRows, rows: readonly BlockRow[]): Promise<void> {
+async function scoreKeys(
+  ctx: IndexerContext,
+  scorer: IndexScorer,
+  src: PackedRowStore,
+  chunks: ReadonlyArray<readonly [number, number]>,
+  q: ScoreRows,
+  rows: readonly BlockRow[],
+): Promise<void> {
   if (chunks.length === 0 || rows.length === 0) return;
   const threads = scorer.threads;
   const bs = ctx.config.candidateBlockSize;
@@ -314,9 +364,20 @@ async function scoreKeys(ctx: IndexerContext, scorer: IndexScorer, src: PackedRo
   const hi = Math.min((chunks[chunks.length - 1] as readonly [number, number])[1], most);
   if (hi <= lo) return;
   // each chunk read in place (`src.range` of one chunk is a view of one segment), cut to the keys some row sees
-  const pieces = keysIn(chunks.map(([c0, c1]) => ({ k0: c0, keys: src.range(c0, c1 - c0) })), R, lo, hi);
+  const pieces = keysIn(
+    chunks.map(([c0, c1]) => ({ k0: c0, keys: src.range(c0, c1 - c0) })),
+    R,
+    lo,
+    hi,
+  );
   const total = workIn(rows, lo, hi);
-  if (threads === null || !threads.usable || total < THREAD_MIN_SCORES || !scorer.fusedFor(q.rows) || !pieces.every((p) => p.keys.buffer instanceof SharedArrayBuffer)) {
+  if (
+    threads === null ||
+    !threads.usable ||
+    total < THREAD_MIN_SCORES ||
+    !scorer.fusedFor(q.rows) ||
+    !pieces.every((p) => p.keys.buffer instanceof SharedArrayBuffer)
+  ) {
     await scorePieces(ctx, scorer, R, pieces, q, rows);
     return;
   }
@@ -332,10 +393,22 @@ async function scoreKeys(ctx: IndexerContext, scorer: IndexScorer, src: PackedRo
     blocksCap = Math.max(blocksCap, x.blocks?.capacity ?? 0);
   }
   const task: ScanTask = {
-    heads: hI, dim: dI, round: scorer.mode === 'bf16', rowBytes: R, blockSize: bs, budgetValues: ctx.indexerBudgetValues,
+    heads: hI,
+    dim: dI,
+    round: scorer.mode === 'bf16',
+    rowBytes: R,
+    blockSize: bs,
+    budgetValues: ctx.indexerBudgetValues,
     // copies of the rows' queries: a view would post its whole underlying buffer (the batch's queries)
-    iq: q.iq.slice(0, q.rows * hI * dI), iw: q.iw.slice(0, q.rows * hI), rows: q.rows, clen: Int32Array.from(rows, (x) => x.clen),
-    pieces, slices, counter, topkCap, blocksCap,
+    iq: q.iq.slice(0, q.rows * hI * dI),
+    iw: q.iw.slice(0, q.rows * hI),
+    rows: q.rows,
+    clen: Int32Array.from(rows, (x) => x.clen),
+    pieces,
+    slices,
+    counter,
+    topkCap,
+    blocksCap,
   };
   const replies = Array.from({ length: threads.count }, (_, i) => threads.run(i, task).catch(() => null));
   threadScanStats.scans++;

@@ -44,9 +44,15 @@ test('unpackIndexKeys gives the graph unpack of packed index keys bit for bit (e
     const unpacker = new IndexerKernels(d);
     unpacker.unpack(packed.subarray(0, 3 * rowBytes), 3);
     const wasm = unpacker.unpack(packed, rows, rows + 2);
-    assert.ok(wasm.subarray(rows * d).every((v) => Object.is(v, 0)), 'padding rows are zero');
+    assert.ok(
+      wasm.subarray(rows * d).every((v) => Object.is(v, 0)),
+      'padding rows are zero',
+    );
     const a = new Uint32Array(want.buffer, want.byteOffset, want.length);
-    for (const [what, got] of [['TypeScript', js], ['WebAssembly', wasm.slice(0, rows * d)]] as const) {
+    for (const [what, got] of [
+      ['TypeScript', js],
+      ['WebAssembly', wasm.slice(0, rows * d)],
+    ] as const) {
       const b = new Uint32Array(got.buffer, got.byteOffset, a.length);
       let same = 0;
       for (let i = 0; i < a.length; i++) if (a[i] === b[i]) same++;
@@ -86,7 +92,14 @@ function sameTrace(a: Trace, b: Trace, what: string): void {
   a.logits.forEach((row, i) => assert.deepEqual(row, b.logits[i], `${what}: logits row ${i}`));
 }
 
-async function bothWays(ckpt: Checkpoint, options: Partial<ModelOptions>, prompt: readonly number[], steps: number, what: string, share = false): Promise<void> {
+async function bothWays(
+  ckpt: Checkpoint,
+  options: Partial<ModelOptions>,
+  prompt: readonly number[],
+  steps: number,
+  what: string,
+  share = false,
+): Promise<void> {
   const split = await trace(ckpt, { ...options, indexerScores: 'split' }, prompt, steps, share);
   // up to 4 index heads the split path scores with the fused kernel (model/indexer/indexer-fused): every run with
   // index_head_dim 32, the decode rows' runs with more (the queries are MXFP4: never a fallback there)

@@ -195,4 +195,3 @@ export class IndexScorer implements RunScorer {
     return this.lastFused && blockSize % 4 === 0 ? (this.fused as FusedIndexScorer).blockMax(r, blocks, blockSize) : null;
   }
 }
-

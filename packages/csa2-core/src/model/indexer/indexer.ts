@@ -87,7 +87,9 @@ export async function runIndexers(
         continue;
       }
       const part = (r0: number, r1: number): IndexerJob | null =>
-        r1 <= r0 ? null : { ...j, rows: r1 - r0, clen: j.clen.subarray(r0, r1), iq: j.iq.subarray(r0 * hI * dI, r1 * hI * dI), iw: j.iw.subarray(r0 * hI, r1 * hI) };
+        r1 <= r0
+          ? null
+          : { ...j, rows: r1 - r0, clen: j.clen.subarray(r0, r1), iq: j.iq.subarray(r0 * hI * dI, r1 * hI * dI), iw: j.iw.subarray(r0 * hI, r1 * hI) };
       const before = part(0, a);
       const after = part(b, j.rows);
       for (const x of [before, after]) if (x !== null) scanned.push(x);
@@ -115,7 +117,10 @@ export async function runIndexers(
       const candidates = new Int32Array(j.rows * kb);
       topk.set(k.topk.subarray((j.st.span.p0 + a - k.start) * j.kk, (j.st.span.p0 + b - k.start) * j.kk), a * j.kk);
       candidates.set(k.candidates.subarray((j.st.span.p0 + a - k.start) * kb, (j.st.span.p0 + b - k.start) * kb), a * kb);
-      for (const [x, r0] of [[before, 0], [after, b]] as const) {
+      for (const [x, r0] of [
+        [before, 0],
+        [after, b],
+      ] as const) {
         if (x === null) continue;
         const r = results.get(x) as ScanResult;
         topk.set(r.topk, r0 * j.kk);

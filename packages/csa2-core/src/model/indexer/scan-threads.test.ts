@@ -77,18 +77,25 @@ async function scorerWith(threads: ScanThreads | null): Promise<IndexScorer> {
 }
 
 function sameResult(a: ScanResult, b: ScanResult, what: string): void {
-  assert.ok(a.topk.some((v) => v >= 0), `${what}: something picked`);
+  assert.ok(
+    a.topk.some((v) => v >= 0),
+    `${what}: something picked`,
+  );
   assert.deepEqual(b.topk, a.topk, `${what}: top-k lists`);
   assert.deepEqual(b.candidates, a.candidates, `${what}: candidate blocks`);
 }
 
-test('scans over 1 and 3 scan threads: the main thread\'s lists bit for bit (decode row, causal rows, a shared prefix, the share at its bounds)', async () => {
+test("scans over 1 and 3 scan threads: the main thread's lists bit for bit (decode row, causal rows, a shared prefix, the share at its bounds)", async () => {
   const rng = new SeededRandom(41);
   const N = 300_004;
   const src = sourceCache(randomKeys(rng, N));
   assert.ok(src.indexK.range(0, 8).buffer instanceof SharedArrayBuffer, 'sequences keep index keys in a SharedArrayBuffer');
   const decode = job(src, Int32Array.of(N), queries(rng, 1));
-  const causal = job(src, Int32Array.from({ length: 40 }, (_, r) => Math.floor((N * (r + 1)) / 40)), queries(rng, 40));
+  const causal = job(
+    src,
+    Int32Array.from({ length: 40 }, (_, r) => Math.floor((N * (r + 1)) / 40)),
+    queries(rng, 40),
+  );
   // a document of 200,000 keys read in place by two forks with private tails of 1,000 and 3,004 keys
   const doc = sourceCache(randomKeys(rng, 200_000));
   doc.indexK.freeze();
@@ -96,7 +103,11 @@ test('scans over 1 and 3 scan threads: the main thread\'s lists bit for bit (dec
     const f = new KvSourceCache(20, 2, config.headDim, dI);
     f.indexK.shareFrom(doc.indexK);
     f.indexK.append(randomKeys(rng, tail));
-    return job(f, Int32Array.from({ length: 3 }, (_, r) => 200_000 + tail - 2 + r), queries(rng, 3));
+    return job(
+      f,
+      Int32Array.from({ length: 3 }, (_, r) => 200_000 + tail - 2 + r),
+      queries(rng, 3),
+    );
   });
 
   const ctx = ctxOf();
@@ -133,7 +144,7 @@ test('scans over 1 and 3 scan threads: the main thread\'s lists bit for bit (dec
       }
     }
   });
-  assert.ok(decodeShared > 0, 'the decode row\'s scan was shared at least once');
+  assert.ok(decodeShared > 0, "the decode row's scan was shared at least once");
 });
 
 /** Worker scripts for the tests: the real scan worker with each task held back 30 ms; one that takes two slices and throws. */
@@ -143,9 +154,15 @@ async function withScripts(fn: (slow: URL, failing: URL) => Promise<void>): Prom
     const slow = join(dir, 'slow-worker.mjs');
     const real = new URL('./scan-worker.js', import.meta.url).href;
     // the real worker, its message listener wrapped in a 30 ms pause (messages wait in the port until a listener is on)
-    writeFileSync(slow, `import { parentPort } from 'node:worker_threads';\nconst pause = new Int32Array(new SharedArrayBuffer(4));\nconst on = parentPort.on.bind(parentPort);\nparentPort.on = (event, fn) => on(event, event === 'message' ? (m) => { Atomics.wait(pause, 0, 0, 30); fn(m); } : fn);\nawait import(${JSON.stringify(real)});\n`);
+    writeFileSync(
+      slow,
+      `import { parentPort } from 'node:worker_threads';\nconst pause = new Int32Array(new SharedArrayBuffer(4));\nconst on = parentPort.on.bind(parentPort);\nparentPort.on = (event, fn) => on(event, event === 'message' ? (m) => { Atomics.wait(pause, 0, 0, 30); fn(m); } : fn);\nawait import(${JSON.stringify(real)});\n`,
+    );
     const failing = join(dir, 'failing-worker.mjs');
-    writeFileSync(failing, "import { parentPort } from 'node:worker_threads';\nparentPort.postMessage({ ready: true });\nparentPort.on('message', (m) => { Atomics.add(m.task.counter, 0, 1); Atomics.add(m.task.counter, 0, 1); throw new Error('boom'); });\n");
+    writeFileSync(
+      failing,
+      "import { parentPort } from 'node:worker_threads';\nparentPort.postMessage({ ready: true });\nparentPort.on('message', (m) => { Atomics.add(m.task.counter, 0, 1); Atomics.add(m.task.counter, 0, 1); throw new Error('boom'); });\n",
+    );
     await fn(pathToFileURL(slow), pathToFileURL(failing));
   } finally {
     rmSync(dir, { recursive: true, force: true });
@@ -159,7 +176,11 @@ test('a part the threads decline (queries that are not MXFP4) or lose to a faili
   const ctx = ctxOf();
   const fp32ish = job(src, Int32Array.of(N), queries(rng, 1, true));
   const mx = job(src, Int32Array.of(N - 3, N), queries(rng, 2));
-  const wide = job(src, Int32Array.from({ length: 40 }, (_, r) => N - 39 + r), queries(rng, 40));
+  const wide = job(
+    src,
+    Int32Array.from({ length: 40 }, (_, r) => N - 39 + r),
+    queries(rng, 40),
+  );
   const alone = await scorerWith(null);
   const want = [await scanSplit(ctx, alone, source, fp32ish), await scanSplit(ctx, alone, source, mx), await scanSplit(ctx, alone, source, wide)];
   await alone.dispose();
@@ -190,7 +211,7 @@ test('a part the threads decline (queries that are not MXFP4) or lose to a faili
   });
 });
 
-test('resolveScanThreads and the main thread\'s share', () => {
+test("resolveScanThreads and the main thread's share", () => {
   assert.equal(resolveScanThreads('auto', 2), 1);
   assert.equal(resolveScanThreads('auto', 1), 0);
   assert.equal(resolveScanThreads('auto', 16), MAX_AUTO_SCAN_THREADS);
@@ -199,9 +220,18 @@ test('resolveScanThreads and the main thread\'s share', () => {
   for (const bad of [-1, 1.5, 65, Number.NaN]) assert.throws(() => resolveScanThreads(bad), /scan threads must be 'auto' or an integer from 0 to 64/);
   // keysIn: views of a range of positions across pieces
   const R4 = 4;
-  const pieces = [{ k0: 16, keys: Uint8Array.from({ length: 8 * R4 }, (_, i) => i) }, { k0: 24, keys: Uint8Array.from({ length: 4 * R4 }, (_, i) => 100 + i) }];
+  const pieces = [
+    { k0: 16, keys: Uint8Array.from({ length: 8 * R4 }, (_, i) => i) },
+    { k0: 24, keys: Uint8Array.from({ length: 4 * R4 }, (_, i) => 100 + i) },
+  ];
   const got = keysIn(pieces, R4, 20, 26);
-  assert.deepEqual(got.map((p) => [p.k0, p.keys.length / R4, p.keys[0]]), [[20, 4, 16], [24, 2, 100]]);
+  assert.deepEqual(
+    got.map((p) => [p.k0, p.keys.length / R4, p.keys[0]]),
+    [
+      [20, 4, 16],
+      [24, 2, 100],
+    ],
+  );
   assert.deepEqual(keysIn(pieces, R4, 0, 16), []);
   assert.throws(() => new ScanThreads(-1), /ScanThreads: -1 threads/);
 });

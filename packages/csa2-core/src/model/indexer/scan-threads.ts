@@ -151,7 +151,8 @@ export class ScanThreads {
   ) {
     this.script = options.script ?? DEFAULT_SCRIPT;
     this.kernel = options.kernel ?? null;
-    if (!(Number.isInteger(count) && count >= 0 && count <= MAX_SCAN_THREADS)) throw new Csa2Error('config-invalid', `ScanThreads: ${count} threads (0 to ${MAX_SCAN_THREADS})`);
+    if (!(Number.isInteger(count) && count >= 0 && count <= MAX_SCAN_THREADS))
+      throw new Csa2Error('config-invalid', `ScanThreads: ${count} threads (0 to ${MAX_SCAN_THREADS})`);
   }
 
   /** Whether scans may use the threads: there are some and none has failed. */

@@ -87,7 +87,8 @@ if (kernel !== null) scorerFor(kernel.heads, kernel.dim, kernel.round);
 port.on('message', (m: ToThread) => {
   runTask(m.task).then(
     (reply) => {
-      const transfer = reply.kind === 'done' ? [reply.topk, reply.blocks].flatMap((h) => (h === null ? [] : [h.values.buffer, h.ids.buffer, h.size.buffer])) : [];
+      const transfer =
+        reply.kind === 'done' ? [reply.topk, reply.blocks].flatMap((h) => (h === null ? [] : [h.values.buffer, h.ids.buffer, h.size.buffer])) : [];
       port.postMessage({ id: m.id, reply } satisfies FromThread, transfer as ArrayBuffer[]);
     },
     (err: unknown) => port.postMessage({ id: m.id, error: err instanceof Error ? err.message : String(err) } satisfies FromThread),

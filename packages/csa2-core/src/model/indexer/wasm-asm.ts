@@ -51,7 +51,20 @@ export const [block, loop, end] = [[0x02, 0x40], [0x03, 0x40], [0x0b]];
 export const br = (d: number) => [0x0c, d];
 export const brIf = (d: number) => [0x0d, d];
 /** The i32 on the stack, as float32 bits, rounded to bf16 bits (round to nearest even); uses local `t`. */
-export const bf16Bits = (t: number) => [...set(t), ...get(t), ...get(t), ...i32c(16), ...shrU, ...i32c(1), ...and, ...add, ...i32c(0x7fff), ...add, ...i32c(-65536), ...and];
+export const bf16Bits = (t: number) => [
+  ...set(t),
+  ...get(t),
+  ...get(t),
+  ...i32c(16),
+  ...shrU,
+  ...i32c(1),
+  ...and,
+  ...add,
+  ...i32c(0x7fff),
+  ...add,
+  ...i32c(-65536),
+  ...and,
+];
 
 // SIMD (0xfd prefix)
 const simd = (op: number, ...imm: number[]) => [0xfd, ...uleb(op), ...imm];
@@ -59,7 +72,8 @@ const simd = (op: number, ...imm: number[]) => [0xfd, ...uleb(op), ...imm];
 export const vLoad = (off = 0) => simd(0x00, 0, ...uleb(off));
 export const vStore = (off = 0) => simd(0x0b, 0, ...uleb(off));
 export const vConst = (bytes: readonly number[]) => simd(0x0c, ...bytes);
-export const vConstI32 = (lanes: readonly [number, number, number, number]) => vConst(lanes.flatMap((v) => [v & 0xff, (v >>> 8) & 0xff, (v >>> 16) & 0xff, (v >>> 24) & 0xff]));
+export const vConstI32 = (lanes: readonly [number, number, number, number]) =>
+  vConst(lanes.flatMap((v) => [v & 0xff, (v >>> 8) & 0xff, (v >>> 16) & 0xff, (v >>> 24) & 0xff]));
 export const i8x16Shuffle = (lanes: readonly number[]) => simd(0x0d, ...lanes);
 export const i8x16Swizzle = simd(0x0e);
 export const vLoad32Splat = (off = 0) => simd(0x09, 0, ...uleb(off));

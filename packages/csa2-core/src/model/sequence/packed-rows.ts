@@ -40,8 +40,8 @@ function touchSpans(starts: ArrayLike<number>, spanBytes: number, sharedBytes: n
   for (let i = 0; i < starts.length; i++) {
     const a = (starts[i] as number) * spanBytes;
     const b = Math.min(endBytes, a + spanBytes);
-    for (let t = a; t < b; t += 64) acc += t < sharedBytes ? ((shared as Uint8Array)[t] as number) : ((own[t - sharedBytes] as number) | 0);
-    if (b > a) acc += b - 1 < sharedBytes ? ((shared as Uint8Array)[b - 1] as number) : ((own[b - 1 - sharedBytes] as number) | 0);
+    for (let t = a; t < b; t += 64) acc += t < sharedBytes ? ((shared as Uint8Array)[t] as number) : (own[t - sharedBytes] as number) | 0;
+    if (b > a) acc += b - 1 < sharedBytes ? ((shared as Uint8Array)[b - 1] as number) : (own[b - 1 - sharedBytes] as number) | 0;
   }
   touchSink = (touchSink + acc) | 0;
 }
@@ -61,7 +61,11 @@ export class PackedRowStore {
   private arena: RowArena | null = null;
   private ownsShared = false;
 
-  constructor(readonly rowBytes: number, initialRows = MIN_ROWS, options: { readonly shareable?: boolean } = {}) {
+  constructor(
+    readonly rowBytes: number,
+    initialRows = MIN_ROWS,
+    options: { readonly shareable?: boolean } = {},
+  ) {
     if (!Number.isInteger(rowBytes) || rowBytes < 1) throw new Csa2Error('runtime', `PackedRowStore: row size ${rowBytes} is not a positive integer`);
     this.shareable = options.shareable === true;
     this.buf = this.alloc(rowBytes * Math.max(1, initialRows));
@@ -153,7 +157,8 @@ export class PackedRowStore {
   /** Appends whole rows (copied). */
   append(bytesU8: Uint8Array): void {
     const count = bytesU8.length / this.rowBytes;
-    if (!Number.isInteger(count)) throw new Csa2Error('runtime', `PackedRowStore.append: ${bytesU8.length} bytes is not a whole number of ${this.rowBytes}-byte rows`);
+    if (!Number.isInteger(count))
+      throw new Csa2Error('runtime', `PackedRowStore.append: ${bytesU8.length} bytes is not a whole number of ${this.rowBytes}-byte rows`);
     const need = this.n + count;
     const own = need - this.sharedRows;
     if (own * this.rowBytes > this.buf.length) {
@@ -177,7 +182,8 @@ export class PackedRowStore {
 
   /** Rows [first, first + count): a view when they lie in one segment (see segmentEnd), else a copy. */
   range(first: number, count: number): Uint8Array {
-    if (!(first >= 0 && count >= 0 && first + count <= this.n)) throw new Csa2Error('runtime', `PackedRowStore.range: rows [${first}, ${first + count}) of ${this.n}`);
+    if (!(first >= 0 && count >= 0 && first + count <= this.n))
+      throw new Csa2Error('runtime', `PackedRowStore.range: rows [${first}, ${first + count}) of ${this.n}`);
     const R = this.rowBytes;
     const end = first + count;
     if (first >= this.sharedRows) return this.buf.subarray((first - this.sharedRows) * R, (end - this.sharedRows) * R);
@@ -187,7 +193,8 @@ export class PackedRowStore {
 
   /** Copies rows [first, first + count) into `out` at row `outRow`. */
   copyRange(first: number, count: number, out: Uint8Array, outRow = 0): Uint8Array {
-    if (!(first >= 0 && count >= 0 && first + count <= this.n)) throw new Csa2Error('runtime', `PackedRowStore.copyRange: rows [${first}, ${first + count}) of ${this.n}`);
+    if (!(first >= 0 && count >= 0 && first + count <= this.n))
+      throw new Csa2Error('runtime', `PackedRowStore.copyRange: rows [${first}, ${first + count}) of ${this.n}`);
     const R = this.rowBytes;
     const inShared = Math.max(0, Math.min(first + count, this.sharedRows) - first);
     if (inShared > 0) out.set((this.shared as Uint8Array).subarray(first * R, (first + inShared) * R), outRow * R);
@@ -216,7 +223,7 @@ export class PackedRowStore {
       if (!(Number.isInteger(j) && j >= 0 && j < this.n)) throw new Csa2Error('runtime', `PackedRowStore.gather: row ${j} of ${this.n}`);
       let k = i + 1;
       const side = j < S;
-      while (k < indices.length && indices[k] === j + (k - i) && j + (k - i) < this.n && (j + (k - i) < S) === side) k++;
+      while (k < indices.length && indices[k] === j + (k - i) && j + (k - i) < this.n && j + (k - i) < S === side) k++;
       const n = k - i;
       if (side) shared.copy(dst, (outRow + i) * R, j * R, (j + n) * R);
       else own.copy(dst, (outRow + i) * R, (j - S) * R, (j - S + n) * R);
@@ -242,7 +249,8 @@ export class PackedRowStore {
     for (let i = 0; i < blocks.length; i++) {
       const a = (blocks[i] as number) * blockRows;
       const b = Math.min(end, a + blockRows);
-      if (!(Number.isInteger(a) && a >= 0 && a < b)) throw new Csa2Error('runtime', `PackedRowStore.gatherBlocks: block ${blocks[i]} of ${blockRows} rows, ${end} rows`);
+      if (!(Number.isInteger(a) && a >= 0 && a < b))
+        throw new Csa2Error('runtime', `PackedRowStore.gatherBlocks: block ${blocks[i]} of ${blockRows} rows, ${end} rows`);
       if (b <= S) shared.copy(dst, o, a * R, b * R);
       else if (a >= S) own.copy(dst, o, (a - S) * R, (b - S) * R);
       else {
@@ -290,7 +298,8 @@ export class PackedRowStore {
 
   /** Makes this (empty) store read `other`'s shared prefix in place and hold a copy of its private rows. */
   shareFrom(other: PackedRowStore): void {
-    if (other.rowBytes !== this.rowBytes) throw new Csa2Error('runtime', `PackedRowStore.shareFrom: ${other.rowBytes}-byte rows into a ${this.rowBytes}-byte store`);
+    if (other.rowBytes !== this.rowBytes)
+      throw new Csa2Error('runtime', `PackedRowStore.shareFrom: ${other.rowBytes}-byte rows into a ${this.rowBytes}-byte store`);
     if (this.n !== 0) throw new Csa2Error('runtime', 'PackedRowStore.shareFrom: the store is not empty');
     this.gen++;
     this.drop(this.buf);

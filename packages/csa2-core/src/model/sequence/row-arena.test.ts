@@ -25,12 +25,15 @@ test('RowArena: first fit, 64-byte aligned, zeroed when handed out again, joined
   b.fill(7);
   assert.equal(arena.give(b), true);
   assert.equal(arena.give(b), false, 'a region is taken back once');
-  assert.equal(arena.give(new Uint8Array(K)), false, 'an ordinary allocation is not the arena\'s');
+  assert.equal(arena.give(new Uint8Array(K)), false, "an ordinary allocation is not the arena's");
   assert.equal(arena.give(a.subarray(64)), false, 'nor a part of a region');
   // the freed run is the first that fits, and comes back zeroed
   const d = arena.take(2 * K) as Uint8Array;
   assert.equal(d.byteOffset, 3 * K + 64);
-  assert.ok(d.every((v) => v === 0), 'a reused region reads as zeros');
+  assert.ok(
+    d.every((v) => v === 0),
+    'a reused region reads as zeros',
+  );
   // taking back a, d and c joins everything into one run again
   for (const v of [a, c, d]) assert.ok(arena.give(v));
   assert.deepEqual(arena.freeRuns(), [[0, 10 * K + 64]]);
@@ -43,7 +46,10 @@ test('RowArena: runs on both sides of a region taken back are joined with it', (
   const [a, b, c, d] = [0, 1, 2, 3].map(() => arena.take(K) as Uint8Array) as [Uint8Array, Uint8Array, Uint8Array, Uint8Array];
   arena.give(a);
   arena.give(c);
-  assert.deepEqual(arena.freeRuns(), [[0, K], [2 * K, 3 * K]]);
+  assert.deepEqual(arena.freeRuns(), [
+    [0, K],
+    [2 * K, 3 * K],
+  ]);
   arena.give(b);
   assert.deepEqual(arena.freeRuns(), [[0, 3 * K]]);
   arena.give(d);
@@ -73,9 +79,9 @@ test('a PackedRowStore on an arena: rows in a region, the region replaced on gro
   assert.deepEqual(fork.range(0, 4096), first, 'a fork reads the frozen rows in place');
   const held = arena.stats.usedBytes;
   fork.release();
-  assert.equal(arena.stats.usedBytes, held, 'a fork gives back nothing of its parent\'s');
+  assert.equal(arena.stats.usedBytes, held, "a fork gives back nothing of its parent's");
   doc.release();
-  assert.equal(arena.stats.usedBytes, 0, 'the document\'s regions are back');
+  assert.equal(arena.stats.usedBytes, 0, "the document's regions are back");
   assert.equal(doc.rows, 0);
   assert.throws(() => doc.range(0, 1), /rows \[0, 1\) of 0/);
   // the next document is written into the same memory, and reads only its own rows
@@ -107,7 +113,10 @@ test('RowArena.prefault: the first bytes resident at once; regions after it stil
   a.fill(5);
   assert.ok(arena.prefault(5 * K) >= 0);
   assert.equal(arena.stats.touchedBytes, 5 * K);
-  assert.ok(a.every((v) => v === 5), 'a region handed out keeps its bytes');
+  assert.ok(
+    a.every((v) => v === 5),
+    'a region handed out keeps its bytes',
+  );
   const b = arena.take(2 * K) as Uint8Array;
   assert.ok(b.every((v) => v === 0));
   arena.prefault(100 * K);

@@ -50,13 +50,21 @@ export class RowArena {
   private declined = 0;
 
   constructor(readonly capacityBytes: number) {
-    if (!Number.isSafeInteger(capacityBytes) || capacityBytes < 0) throw new Csa2Error('config-invalid', `row arena capacity must be a non-negative integer, got ${capacityBytes}`);
+    if (!Number.isSafeInteger(capacityBytes) || capacityBytes < 0)
+      throw new Csa2Error('config-invalid', `row arena capacity must be a non-negative integer, got ${capacityBytes}`);
     this.capacityBytes = Math.floor(capacityBytes / ALIGN) * ALIGN;
     this.free = this.capacityBytes > 0 ? [[0, this.capacityBytes]] : [];
   }
 
   get stats(): RowArenaStats {
-    return { capacityBytes: this.capacityBytes, usedBytes: this.used, touchedBytes: this.touched, regions: this.regions.size, taken: this.taken, declined: this.declined };
+    return {
+      capacityBytes: this.capacityBytes,
+      usedBytes: this.used,
+      touchedBytes: this.touched,
+      regions: this.regions.size,
+      taken: this.taken,
+      declined: this.declined,
+    };
   }
 
   /** Whether `view` is a region this arena handed out (and has not taken back). */
@@ -124,7 +132,8 @@ export class RowArena {
    * memory at start). Returns the milliseconds it took. The pages stay resident.
    */
   prefault(bytes = this.capacityBytes): number {
-    if (!Number.isSafeInteger(bytes) || bytes < 0) throw new Csa2Error('config-invalid', `row arena prefault bytes must be a non-negative integer, got ${bytes}`);
+    if (!Number.isSafeInteger(bytes) || bytes < 0)
+      throw new Csa2Error('config-invalid', `row arena prefault bytes must be a non-negative integer, got ${bytes}`);
     const end = Math.min(this.capacityBytes, bytes);
     if (end === 0) return 0;
     const t0 = performance.now();

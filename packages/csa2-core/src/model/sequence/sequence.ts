@@ -19,7 +19,10 @@ export class WindowRing {
   readonly rows: Float32Array;
   readonly positions: Int32Array;
 
-  constructor(readonly window: number, readonly width: number) {
+  constructor(
+    readonly window: number,
+    readonly width: number,
+  ) {
     this.rows = new Float32Array(window * width);
     this.positions = new Int32Array(window).fill(-1);
   }
@@ -56,7 +59,12 @@ export class KvSourceCache {
   readonly pendingKv: Float32Array;
   readonly pendingScore: Float32Array;
 
-  constructor(readonly layer: number, readonly ratio: number, readonly headDim: number, readonly indexHeadDim: number) {
+  constructor(
+    readonly layer: number,
+    readonly ratio: number,
+    readonly headDim: number,
+    readonly indexHeadDim: number,
+  ) {
     this.mainKv = new PackedRowStore(mainKvRowBytes(headDim));
     this.indexK = new PackedRowStore(indexKRowBytes(indexHeadDim), undefined, { shareable: true }); // the scan threads read it in place
     this.pendingKv = new Float32Array(ratio * headDim);
