@@ -1,8 +1,11 @@
 /**
  * @module env-config
  * Reading typed settings from environment variables, with errors that name the variable. Services
- * build their config with these in `config.ts` (units in the names: `…_MS`, `…_BYTES`).
+ * build their config with these in `config.ts` (units in the names: `…_MS`, `…_BYTES`). Each reader
+ * is a zod schema over the variable's trimmed text (unset or blank: absent); the first issue becomes an
+ * EnvConfigError naming the variable.
  */
+import { z } from 'zod';
 
 export class EnvConfigError extends Error {
   constructor(
@@ -21,6 +24,23 @@ function raw(env: Env, name: string): string | undefined {
   return v === undefined || v.trim() === '' ? undefined : v.trim();
 }
 
+/** Parses the variable's text with `schema`; its first issue's message becomes the EnvConfigError. */
+function parse<T>(name: string, text: string, schema: z.ZodType<T, string>): T {
+  const r = schema.safeParse(text);
+  if (r.success) return r.data;
+  throw new EnvConfigError(name, r.error.issues[0]?.message ?? `is not valid, got "${text}"`);
+}
+
+/** Integer text in [min, max]. */
+function intSchema(text: string, min: number, max: number): z.ZodType<number, string> {
+  return z
+    .string()
+    .regex(/^-?\d+$/, `must be an integer, got "${text}"`)
+    .transform(Number)
+    .refine(Number.isSafeInteger, `must be an integer, got "${text}"`)
+    .refine((n) => n >= min && n <= max, { message: `must be between ${min} and ${max}, got ${Number(text)}` });
+}
+
 /** A required string. */
 export function envString(env: Env, name: string, hint = ''): string {
   const v = raw(env, name);
@@ -37,12 +57,7 @@ export function envOptionalString(env: Env, name: string): string | undefined {
 export function envInt(env: Env, name: string, fallback: number, bounds: { min?: number; max?: number } = {}): number {
   const v = raw(env, name);
   if (v === undefined) return fallback;
-  const n = Number(v);
-  const min = bounds.min ?? Number.MIN_SAFE_INTEGER;
-  const max = bounds.max ?? Number.MAX_SAFE_INTEGER;
-  if (!/^-?\d+$/.test(v) || !Number.isSafeInteger(n)) throw new EnvConfigError(name, `must be an integer, got "${v}"`);
-  if (n < min || n > max) throw new EnvConfigError(name, `must be between ${min} and ${max}, got ${n}`);
-  return n;
+  return parse(name, v, intSchema(v, bounds.min ?? Number.MIN_SAFE_INTEGER, bounds.max ?? Number.MAX_SAFE_INTEGER));
 }
 
 /** An optional integer ≥ min (unset → undefined). */
@@ -54,25 +69,26 @@ export function envOptionalInt(env: Env, name: string, bounds: { min?: number; m
 export function envOptionalNumber(env: Env, name: string, bounds: { min?: number; max?: number } = {}): number | undefined {
   const v = raw(env, name);
   if (v === undefined) return undefined;
-  const n = Number(v);
-  if (!Number.isFinite(n)) throw new EnvConfigError(name, `must be a number, got "${v}"`);
   const min = bounds.min ?? -Infinity;
   const max = bounds.max ?? Infinity;
-  if (n < min || n > max) throw new EnvConfigError(name, `must be between ${min} and ${max}, got ${n}`);
-  return n;
+  const schema = z
+    .string()
+    .transform(Number)
+    .refine(Number.isFinite, `must be a number, got "${v}"`)
+    .refine((n) => n >= min && n <= max, { message: `must be between ${min} and ${max}, got ${Number(v)}` });
+  return parse(name, v, schema);
 }
 
 /** One of `choices`; unset → `fallback`. */
 export function envChoice<T extends string>(env: Env, name: string, choices: readonly T[], fallback: T): T {
   const v = raw(env, name);
   if (v === undefined) return fallback;
-  if (!(choices as readonly string[]).includes(v)) throw new EnvConfigError(name, `must be one of ${choices.join(', ')}, got "${v}"`);
-  return v as T;
+  const schema = z.string().refine((s): s is T => (choices as readonly string[]).includes(s), `must be one of ${choices.join(', ')}, got "${v}"`);
+  return parse(name, v, schema as unknown as z.ZodType<T, string>);
 }
 
 /** A redis:// or rediss:// URL. */
 export function envRedisUrl(env: Env, name = 'REDIS_URL'): string {
   const v = envString(env, name, 'e.g. redis://127.0.0.1:6379');
-  if (!/^rediss?:\/\//.test(v)) throw new EnvConfigError(name, `must be a redis:// or rediss:// URL, got "${v}"`);
-  return v;
+  return parse(name, v, z.string().regex(/^rediss?:\/\//, `must be a redis:// or rediss:// URL, got "${v}"`));
 }
