@@ -30,7 +30,7 @@ import { Hono, type MiddlewareHandler } from 'hono';
 import { cors } from 'hono/cors';
 import { routePath } from 'hono/route';
 import { ApiError, toApiError } from './errors.js';
-import type { GatewayDeps } from './deps.js';
+import type { GatewayDeps } from './capabilities.js';
 import { apiKeyAuth, type TenantVariables } from './middleware/api-key-auth.js';
 import { bodyBudget } from './middleware/body-budget.js';
 import { maxBody } from './middleware/json-body.js';

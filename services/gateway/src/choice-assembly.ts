@@ -21,7 +21,7 @@
 import type { Tokenizer } from '@csa2/core';
 import type { PromptTokenEntry, StreamEntry, TokenAlternative, Usage } from '@csa2/jobs';
 import { ApiError, publicMessage } from './errors.js';
-import { toOpenAiUsage, type FinishReason, type OpenAiUsage } from './openai/format.js';
+import { toOpenAiUsage, type FinishReason, type OpenAiUsage } from './openai/usage.js';
 import type { TokenCandidate, TokenLogprobs } from './openai/logprobs.js';
 
 /** completions `echo`: the prompt is answered first; its first `skipTokens` ids (the BOS the gateway added) are not. */

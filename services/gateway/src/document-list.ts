@@ -17,12 +17,11 @@
  */
 import { documentJobId } from '@csa2/jobs';
 import { documentsPrefix, parseManifestObjectKey } from '@csa2/artifacts';
-import type { GatewayDeps } from './deps.js';
-import { RESERVED_DOCUMENT_PREFIX, documentObject, documentStatus } from './documents.js';
+import type { GatewayDeps } from './capabilities.js';
+import { RESERVED_DOCUMENT_PREFIX, documentObject, documentStatus, type DocumentDeps } from './documents.js';
 
-/** Default and largest page size (OpenAI's list endpoints use 20 and 100). */
-export const DEFAULT_DOCUMENT_LIST_LIMIT = 20;
-export const MAX_DOCUMENT_LIST_LIMIT = 100;
+/** The capabilities this module takes. */
+export type DocumentListDeps = Pick<GatewayDeps, 'queues' | 'store'> & DocumentDeps;
 
 /** Prefill job states in which a document's job can exist (all of them: a GET of the id would find it). */
 const JOB_STATES: Parameters<GatewayDeps['queues']['prefill']['getRanges']>[0] = [
@@ -64,7 +63,7 @@ const byOrder = (a: string, b: string): number => {
 };
 
 /** Up to `count` ids that have a manifest, after `after`, in order (prompt artifacts skipped). */
-async function manifestIds(deps: GatewayDeps, tenant: string, after: string | undefined, count: number): Promise<{ ids: string[]; exhausted: boolean }> {
+async function manifestIds(deps: DocumentListDeps, tenant: string, after: string | undefined, count: number): Promise<{ ids: string[]; exhausted: boolean }> {
   const prefix = documentsPrefix(tenant);
   const ids: string[] = [];
   // '~' sorts after every key character: past every key of the `after` document
@@ -83,7 +82,7 @@ async function manifestIds(deps: GatewayDeps, tenant: string, after: string | un
 }
 
 /** Ids of the tenant's documents that have a prefill job, after `after`, in order. */
-async function jobIds(deps: GatewayDeps, tenant: string, after: string | undefined): Promise<string[]> {
+async function jobIds(deps: DocumentListDeps, tenant: string, after: string | undefined): Promise<string[]> {
   const prefix = documentJobId(tenant, '');
   const all = await deps.queues.prefill.getRanges(JOB_STATES, 0, -1);
   const ids = all.filter((j) => j.startsWith(prefix)).map((j) => j.slice(prefix.length));
@@ -97,7 +96,7 @@ async function jobIds(deps: GatewayDeps, tenant: string, after: string | undefin
  * await listDocuments(deps, 'acme', { limit: 20 });                 // the first page
  * await listDocuments(deps, 'acme', { limit: 20, after: 'doc-41' }); // the next one
  */
-export async function listDocuments(deps: GatewayDeps, tenant: string, query: DocumentListQuery): Promise<DocumentList> {
+export async function listDocuments(deps: DocumentListDeps, tenant: string, query: DocumentListQuery): Promise<DocumentList> {
   const [stored, queued] = await Promise.all([manifestIds(deps, tenant, query.after, query.limit + 1), jobIds(deps, tenant, query.after)]);
   // The first limit + 1 of the merge are among the stored ids fetched and the job ids.
   const merged = Array.from(new Set(stored.ids.concat(queued))).sort(byOrder);

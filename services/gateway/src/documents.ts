@@ -41,7 +41,10 @@ import {
 } from '@csa2/jobs';
 import { deleteTokenList, manifestObjectKey, parseManifest, putTokenList, type DocumentManifest } from '@csa2/artifacts';
 import { ApiError, publicMessage } from './errors.js';
-import type { GatewayDeps } from './deps.js';
+import type { GatewayDeps } from './capabilities.js';
+
+/** The capabilities this module takes. */
+export type DocumentDeps = Pick<GatewayDeps, 'logger' | 'metrics' | 'model' | 'once' | 'queues' | 'redis' | 'store'>;
 
 export type DocumentState =
   | { readonly status: 'queued'; readonly createdS: number; readonly tokensTotal: number | null }
@@ -73,7 +76,7 @@ const DAMAGE_TTL_SECONDS = 30 * 24 * 3600;
  * names the manifest (its createdAt), so a document ingested anew after it is not affected.
  * Best-effort: a Redis failure is logged, not thrown.
  */
-export async function markDocumentDamaged(deps: GatewayDeps, tenant: string, documentId: string, manifestCreatedAt: string, code: string): Promise<void> {
+export async function markDocumentDamaged(deps: DocumentDeps, tenant: string, documentId: string, manifestCreatedAt: string, code: string): Promise<void> {
   if (!STORAGE_FAILURE_CODES.has(code)) return;
   try {
     await deps.redis.set(documentDamageKey(tenant, documentId), JSON.stringify({ code, manifestCreatedAt }), 'EX', DAMAGE_TTL_SECONDS);
@@ -83,7 +86,7 @@ export async function markDocumentDamaged(deps: GatewayDeps, tenant: string, doc
 }
 
 /** The damage recorded for this manifest, or null (also when Redis cannot say: the manifest is then all we know). */
-async function damageOf(deps: GatewayDeps, manifest: DocumentManifest): Promise<string | null> {
+async function damageOf(deps: DocumentDeps, manifest: DocumentManifest): Promise<string | null> {
   let raw: string | null;
   try {
     raw = await deps.redis.get(documentDamageKey(manifest.tenant, manifest.documentId));
@@ -107,7 +110,7 @@ function isNotFound(err: unknown): boolean {
 }
 
 /** The document's manifest, or null when there is none. Throws on a store failure or a manifest that does not belong here. */
-export async function readManifest(deps: GatewayDeps, tenant: string, documentId: string): Promise<DocumentManifest | null> {
+export async function readManifest(deps: DocumentDeps, tenant: string, documentId: string): Promise<DocumentManifest | null> {
   const key = manifestObjectKey(tenant, documentId);
   let bytes: Uint8Array;
   try {
@@ -129,7 +132,7 @@ function manifestBytes(manifest: DocumentManifest): number {
 }
 
 /** `ready` from the manifest, or `failed` when a reader found the artifact damaged. */
-async function readyState(deps: GatewayDeps, manifest: DocumentManifest): Promise<DocumentState> {
+async function readyState(deps: DocumentDeps, manifest: DocumentManifest): Promise<DocumentState> {
   const createdS = Math.floor(Date.parse(manifest.createdAt) / 1000);
   const damage = await damageOf(deps, manifest);
   if (damage !== null) return { status: 'failed', createdS, reason: DAMAGE_REASON[damage] ?? 'the stored artifact is damaged', code: damage, manifest };
@@ -175,7 +178,7 @@ function progressOf(job: Job<PrefillJob, PrefillResult>): PrefillProgress | null
   return { tokensDone, tokensTotal };
 }
 
-async function observeQueueWait(deps: GatewayDeps, job: Job<PrefillJob, PrefillResult>): Promise<void> {
+async function observeQueueWait(deps: DocumentDeps, job: Job<PrefillJob, PrefillResult>): Promise<void> {
   const { processedOn, timestamp } = job;
   if (processedOn === undefined || processedOn < timestamp) return;
   await deps.once.run(`wait:${job.id ?? '?'}:${timestamp}`, () => deps.metrics.queueWait.observe({ queue: 'prefill' }, (processedOn - timestamp) / 1000));
@@ -183,7 +186,7 @@ async function observeQueueWait(deps: GatewayDeps, job: Job<PrefillJob, PrefillR
 
 /** The document's job and state, or null when neither a manifest nor a job exists. */
 export async function documentStatus(
-  deps: GatewayDeps,
+  deps: DocumentDeps,
   tenant: string,
   documentId: string,
 ): Promise<{ state: DocumentState; job: Job<PrefillJob, PrefillResult> | null } | null> {
@@ -253,7 +256,7 @@ export interface IngestOptions {
 }
 
 export async function ingestDocument(
-  deps: GatewayDeps,
+  deps: DocumentDeps,
   tenant: string,
   documentId: string,
   tokenIds: readonly number[],
@@ -288,7 +291,7 @@ export async function ingestDocument(
 }
 
 /** Removes the document's job record and manifest; false when neither existed. 409 while it is being encoded. */
-export async function deleteDocument(deps: GatewayDeps, tenant: string, documentId: string): Promise<boolean> {
+export async function deleteDocument(deps: DocumentDeps, tenant: string, documentId: string): Promise<boolean> {
   const job = await deps.queues.prefill.getJob(documentJobId(tenant, documentId));
   let existed = false;
   if (job !== undefined) {

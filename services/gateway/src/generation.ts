@@ -47,19 +47,29 @@ import {
   type StreamEntry,
 } from '@csa2/jobs';
 import { ApiError, invalidRequest, isRedisUnavailable, modelNotFound, redisUnavailable, toApiError, waiting, workerError } from './errors.js';
-import { STORAGE_FAILURE_CODES, documentStatus, markDocumentDamaged } from './documents.js';
-import type { GatewayDeps } from './deps.js';
+import { STORAGE_FAILURE_CODES, documentStatus, markDocumentDamaged, type DocumentDeps } from './documents.js';
+import type { GatewayDeps } from './capabilities.js';
 import type { AbortReason } from './inflight.js';
 import type { Endpoint, GenerationRoute } from './metrics.js';
-import { completionBody, finishChunk, roleChunk, textChunk, usageChunk, type FinishReason, type OpenAiUsage, type ResponseMeta } from './openai/format.js';
+import { completionBody, finishChunk, roleChunk, textChunk, usageChunk, type ResponseMeta } from './openai/format.js';
+import type { FinishReason, OpenAiUsage } from './openai/usage.js';
 import { ChoiceAssembly, type AssembledChoice, type ChoiceDelta, type EchoSpec } from './choice-assembly.js';
-import { deletePromptArtifact, isPromptArtifactId } from './prompt-artifacts.js';
-import { progressComment, relayStream, type RelayProgress } from './relay.js';
+import { deletePromptArtifact, isPromptArtifactId, type PromptArtifactDeps } from './prompt-artifacts.js';
+import { progressComment, relayStream, type RelayDeps, type RelayProgress } from './relay.js';
 import type { Admission } from './key-limiter.js';
 
 /** The admission of a request under no limits. */
 const NO_LIMITS: Admission = { headers: {}, release: () => undefined };
 import { createSseWriter } from './sse.js';
+
+/** The capabilities this module takes. */
+export type GenerationDeps = Pick<
+  GatewayDeps,
+  'cancellations' | 'config' | 'inflight' | 'limits' | 'logger' | 'metrics' | 'model' | 'queues' | 'redis' | 'store' | 'tokenizer'
+> &
+  DocumentDeps &
+  RelayDeps &
+  PromptArtifactDeps;
 
 /** The sampling fields beyond temperature, top_p and seed (absent = off). */
 export type SamplingOptions = Omit<JobSampling, 'temperature' | 'topP' | 'seed'>;
@@ -127,7 +137,7 @@ function newRequestId(endpoint: Endpoint): string {
 }
 
 /** Validates a request against the model and limits and builds its jobs (nothing is enqueued yet). */
-export async function planGeneration(deps: GatewayDeps, request: GenerationRequest): Promise<GenerationPlan> {
+export async function planGeneration(deps: GenerationDeps, request: GenerationRequest): Promise<GenerationPlan> {
   const { limits } = deps;
   if (request.model !== deps.model.name) throw modelNotFound(request.model, deps.model.name);
   if (request.documentId !== null && isPromptArtifactId(request.documentId)) {
@@ -256,7 +266,7 @@ export function plannedTokens(plan: GenerationPlan): number {
  * `share`: the fair-share flow the decode job the encoder adds goes to.
  */
 async function promptPrefillJob(
-  deps: GatewayDeps,
+  deps: GenerationDeps,
   plan: GenerationPlan,
   prefix: readonly number[],
   share: { readonly weight?: number; readonly batch: boolean },
@@ -291,7 +301,7 @@ export interface EnqueueOptions {
 }
 
 /** Refuses with 429 when the queue's backlog reached CSA2_MAX_QUEUE_DEPTH, else adds the plan's first job. */
-export async function enqueueGeneration(deps: GatewayDeps, plan: GenerationPlan, options: EnqueueOptions = {}): Promise<void> {
+export async function enqueueGeneration(deps: GenerationDeps, plan: GenerationPlan, options: EnqueueOptions = {}): Promise<void> {
   if (!deps.inflight.isAccepting) throw new ApiError(503, 'the server is shutting down', { code: 'shutting_down', headers: { 'retry-after': '1' } });
   const prefix = plan.prefillPrefix;
   const queue = prefix !== null ? deps.queues.prefill : deps.queues.decode;
@@ -349,7 +359,7 @@ export interface RelayCallbacks {
 }
 
 /** The response metadata of a plan (ids, model, endpoint, the logprobs asked). */
-export function responseMeta(deps: GatewayDeps, plan: GenerationPlan): ResponseMeta {
+export function responseMeta(deps: GenerationDeps, plan: GenerationPlan): ResponseMeta {
   return {
     id: plan.requestId,
     created: Math.floor(plan.acceptedAtMs / 1000),
@@ -361,7 +371,7 @@ export function responseMeta(deps: GatewayDeps, plan: GenerationPlan): ResponseM
 }
 
 /** The assembly of a plan's choices from its streams (choice-assembly). */
-export function choiceAssembly(deps: GatewayDeps, plan: GenerationPlan): ChoiceAssembly {
+export function choiceAssembly(deps: GenerationDeps, plan: GenerationPlan): ChoiceAssembly {
   const { request } = plan;
   return new ChoiceAssembly({ n: request.n, logprobs: request.logprobs !== null, echo: request.echo, promptIds: request.promptIds, tokenizer: deps.tokenizer });
 }
@@ -374,7 +384,7 @@ class Aborted extends Error {
 }
 
 /** Runs an enqueued plan to its answer: an SSE response, or the whole JSON body (with the admission's headers). */
-export async function respondGeneration(c: Context, deps: GatewayDeps, plan: GenerationPlan, admission: Admission = NO_LIMITS): Promise<Response> {
+export async function respondGeneration(c: Context, deps: GenerationDeps, plan: GenerationPlan, admission: Admission = NO_LIMITS): Promise<Response> {
   const { request } = plan;
   const meta = responseMeta(deps, plan);
   const run = new GenerationRun(deps, plan, admission);
@@ -446,7 +456,7 @@ class GenerationRun {
   private ended = false;
 
   constructor(
-    private readonly deps: GatewayDeps,
+    private readonly deps: GenerationDeps,
     private readonly plan: GenerationPlan,
     private readonly admission: Admission,
   ) {

@@ -5,7 +5,8 @@
  */
 export { createApp, type GatewayApp } from './app.js';
 export { startGateway, type RunningGateway, type StartOptions } from './server.js';
-export { connectGatewayDeps, type GatewayDeps, type GatewayQueues, type ServedModel, type ConnectOptions, type ConnectedDeps } from './deps.js';
+export type { GatewayDeps, GatewayQueues, ServedModel } from './capabilities.js';
+export { connectGatewayDeps, type ConnectOptions, type ConnectedDeps } from './composition-root.js';
 export { loadGatewayConfig, resolveLimits, parseApiKeys, type GatewayConfig, type GatewayLimits } from './config.js';
 export { ApiError, CSA2_ERROR_TO_HTTP_STATUS, statusOfCode, type ApiErrorBody } from './errors.js';
 export { createGatewayMetrics, type GatewayMetrics } from './metrics.js';

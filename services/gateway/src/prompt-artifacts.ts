@@ -16,8 +16,11 @@
  */
 import { manifestObjectKey, parseManifest, tenantPrefix } from '@csa2/artifacts';
 import { promptDocumentId } from '@csa2/jobs';
-import type { GatewayDeps } from './deps.js';
+import type { GatewayDeps } from './capabilities.js';
 import { RESERVED_DOCUMENT_PREFIX } from './documents.js';
+
+/** The capabilities this module takes. */
+export type PromptArtifactDeps = Pick<GatewayDeps, 'store' | 'logger' | 'apiKeys'>;
 
 /** How often a gateway sweeps expired prompt artifacts. */
 export const PROMPT_SWEEP_INTERVAL_MS = 60_000;
@@ -25,7 +28,7 @@ export const PROMPT_SWEEP_INTERVAL_MS = 60_000;
 const MANIFEST_SUFFIX = '/manifest.json';
 
 /** Deletes a request's prompt manifest (absent: nothing to do). */
-export async function deletePromptArtifact(deps: GatewayDeps, tenant: string, requestId: string): Promise<void> {
+export async function deletePromptArtifact(deps: PromptArtifactDeps, tenant: string, requestId: string): Promise<void> {
   await deps.store.delete(manifestObjectKey(tenant, promptDocumentId(requestId)));
 }
 
@@ -34,7 +37,7 @@ export async function deletePromptArtifact(deps: GatewayDeps, tenant: string, re
  * `nowMs` (an unreadable one too: nothing can use it). Returns how many it deleted. Store errors on
  * one tenant are logged and the sweep goes on with the next.
  */
-export async function sweepPromptArtifacts(deps: GatewayDeps, ttlMs: number, nowMs = Date.now()): Promise<number> {
+export async function sweepPromptArtifacts(deps: PromptArtifactDeps, ttlMs: number, nowMs = Date.now()): Promise<number> {
   let deleted = 0;
   for (const tenant of new Set(deps.apiKeys.values())) {
     try {
@@ -60,7 +63,7 @@ export async function sweepPromptArtifacts(deps: GatewayDeps, ttlMs: number, now
 }
 
 /** Sweeps every PROMPT_SWEEP_INTERVAL_MS (first after one interval); returns the function that stops it. */
-export function startPromptArtifactSweeper(deps: GatewayDeps, ttlMs: number, intervalMs = PROMPT_SWEEP_INTERVAL_MS): () => void {
+export function startPromptArtifactSweeper(deps: PromptArtifactDeps, ttlMs: number, intervalMs = PROMPT_SWEEP_INTERVAL_MS): () => void {
   let running = false;
   const timer = setInterval(() => {
     if (running) return;

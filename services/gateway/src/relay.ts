@@ -22,7 +22,10 @@
  */
 import { choiceStreamId, decodeStreamEntry, parseFailure, streamKey, type StreamEntry } from '@csa2/jobs';
 import { ApiError, isRedisUnavailable, publicMessage, redisUnavailable, workerError } from './errors.js';
-import type { GatewayDeps } from './deps.js';
+import type { GatewayDeps } from './capabilities.js';
+
+/** The capabilities this module takes. */
+export type RelayDeps = Pick<GatewayDeps, 'config' | 'queues' | 'redis' | 'readers'>;
 
 export interface RelayOptions {
   readonly requestId: string;
@@ -79,7 +82,7 @@ export function progressComment(p: RelayProgress): string {
 
 type XReadReply = [key: string, items: [id: string, fields: string[]][]][] | null;
 
-export async function* relayStream(deps: GatewayDeps, options: RelayOptions): AsyncGenerator<RelayedEntry, void, undefined> {
+export async function* relayStream(deps: RelayDeps, options: RelayOptions): AsyncGenerator<RelayedEntry, void, undefined> {
   const { readers } = deps;
   const n = options.choices ?? 1;
   const keys = Array.from({ length: n }, (_, i) => streamKey(choiceStreamId(options.requestId, i)));
@@ -166,7 +169,7 @@ class JobCheck {
   private completedPolls = 0;
 
   constructor(
-    private readonly deps: GatewayDeps,
+    private readonly deps: RelayDeps,
     private readonly options: RelayOptions,
   ) {}
 

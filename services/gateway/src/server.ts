@@ -13,7 +13,8 @@ import type { ObjectStore } from '@csa2/artifacts';
 import type { Env } from '@csa2/jobs';
 import { createApp, type GatewayApp } from './app.js';
 import { loadGatewayConfig } from './config.js';
-import { connectGatewayDeps, type GatewayDeps } from './deps.js';
+import type { GatewayDeps } from './capabilities.js';
+import { connectGatewayDeps } from './composition-root.js';
 import { startBatchDrivers, type BatchDrivers } from './batch/batch-worker.js';
 import { startPromptArtifactSweeper } from './prompt-artifacts.js';
 

@@ -10,16 +10,11 @@
  * `cancelled` (unfinished lines written off as `batch_cancelled`). The four end states never change.
  */
 import { z } from 'zod';
-
-export const BATCH_ENDPOINTS = ['/v1/completions', '/v1/chat/completions', '/v1/documents'] as const;
-export type BatchEndpoint = (typeof BATCH_ENDPOINTS)[number];
+import { BATCH_ENDPOINTS, COMPLETION_WINDOW_PATTERN, type BatchEndpoint } from '../schemas/batches.js';
 
 export const BATCH_STATUSES = ['validating', 'failed', 'in_progress', 'finalizing', 'completed', 'expired', 'cancelling', 'cancelled'] as const;
 export type BatchStatus = (typeof BATCH_STATUSES)[number];
 export const TERMINAL_STATUSES: ReadonlySet<BatchStatus> = new Set(['failed', 'completed', 'expired', 'cancelled']);
-
-/** `24h` as OpenAI takes it; as an extension any `<n>s`, `<n>m` or `<n>h` up to CSA2_BATCH_MAX_WINDOW_MS. */
-export const COMPLETION_WINDOW_PATTERN = /^([1-9][0-9]{0,6})(s|m|h)$/;
 
 /** Milliseconds of a completion window, or null when it is not one. */
 export function completionWindowMs(window: string): number | null {
@@ -28,23 +23,6 @@ export function completionWindowMs(window: string): number | null {
   const unitMs = m[2] === 's' ? 1000 : m[2] === 'm' ? 60_000 : 3_600_000;
   return Number(m[1]) * unitMs;
 }
-
-const metadataSchema = z
-  .record(z.string().max(64, 'metadata keys have at most 64 characters'), z.string().max(512, 'metadata values have at most 512 characters'))
-  .refine((m) => Object.keys(m).length <= 16, 'at most 16 metadata pairs');
-
-export const BatchCreateRequestSchema = z
-  .object({
-    input_file_id: z.string({ error: 'you must provide an input_file_id' }).min(1, 'you must provide an input_file_id'),
-    endpoint: z.enum(BATCH_ENDPOINTS, { error: `must be one of ${BATCH_ENDPOINTS.join(', ')}` }),
-    completion_window: z
-      .string({ error: "must be a string such as '24h'" })
-      .regex(COMPLETION_WINDOW_PATTERN, "must be '24h' (or, as an extension, <n>s, <n>m or <n>h)")
-      .describe("'24h'; extension: any <n>s | <n>m | <n>h up to CSA2_BATCH_MAX_WINDOW_MS"),
-    metadata: metadataSchema.nullish(),
-  })
-  .meta({ id: 'BatchCreateRequest' });
-export type BatchCreateRequest = z.infer<typeof BatchCreateRequestSchema>;
 
 export const BatchErrorSchema = z.object({ code: z.string(), message: z.string(), param: z.string().nullable(), line: z.number().int().nullable() });
 export type BatchError = z.infer<typeof BatchErrorSchema>;

@@ -9,37 +9,15 @@
  * HAND_BACK_DELAY_MS, no attempt used) and their lines keep running on the workers. An
  * infrastructure failure (Redis, store) fails the attempt; it is retried every 5 s.
  */
-import { DelayedError, Queue, Worker, connectRedis, type Job, type JobsOptions } from '@csa2/jobs';
-import type { GatewayDeps } from '../deps.js';
+import { DelayedError, Worker, connectRedis, type Job } from '@csa2/jobs';
+import type { GatewayDeps } from '../capabilities.js';
+import type { BatchRunJob } from './batch-queue.js';
 import { BatchStore } from './batch-store.js';
-import { BATCH_JOB_NAME, BATCH_QUEUE, batchJobId } from './keys.js';
-import { runBatch } from './runner.js';
+import { BATCH_QUEUE } from './keys.js';
+import { runBatch, type RunnerDeps } from './runner.js';
 
-/** The driver job's payload. */
-export interface BatchRunJob {
-  readonly v: 1;
-  readonly batchId: string;
-  readonly tenant: string;
-}
-
-/** Options of a driver job: retried (every 5 s) for as long as infrastructure failures last; the batch's own expiry bounds it. */
-export const BATCH_JOB_OPTIONS = {
-  attempts: 100_000,
-  backoff: { type: 'fixed', delay: 5000 },
-  removeOnComplete: true,
-  removeOnFail: { age: 7 * 24 * 3600 },
-} as const satisfies JobsOptions;
-
-/** Adds the batch's driver job (a no-op when it exists). */
-export async function enqueueBatchRun(queue: Queue<BatchRunJob>, batchId: string, tenant: string): Promise<void> {
-  await queue.add(BATCH_JOB_NAME, { v: 1, batchId, tenant }, { ...BATCH_JOB_OPTIONS, jobId: batchJobId(batchId) });
-}
-
-export function createBatchQueue(deps: Pick<GatewayDeps, 'redis'>): Queue<BatchRunJob> {
-  const queue = new Queue<BatchRunJob>(BATCH_QUEUE, { connection: deps.redis });
-  queue.on('error', () => undefined); // the connection's own listener logs
-  return queue;
-}
+/** The capabilities this module takes. */
+export type BatchDriverDeps = Pick<GatewayDeps, 'config' | 'logger' | 'redis'> & RunnerDeps;
 
 /**
  * A batch handed back on shutdown is due again after this long, so that the closing gateway's worker
@@ -55,7 +33,7 @@ export interface BatchDrivers {
 }
 
 /** Starts this gateway's batch drivers (CSA2_BATCH_CONCURRENCY at a time). */
-export async function startBatchDrivers(deps: GatewayDeps): Promise<BatchDrivers> {
+export async function startBatchDrivers(deps: BatchDriverDeps): Promise<BatchDrivers> {
   const config = deps.config.batch;
   if (config.concurrency === 0) return { worker: null, close: async () => undefined };
   const connection = connectRedis(deps.config.redisUrl, { connectionName: 'csa2-gateway-batch' });

@@ -6,17 +6,8 @@
  * endpoint, a line longer than CSA2_MAX_BODY_BYTES) become that line's error entry and the other
  * lines run. Blank lines are skipped; `index` counts requests, `lineNumber` counts file lines (1-based).
  */
-import { z } from 'zod';
-import { BATCH_ENDPOINTS, type BatchEndpoint, type BatchError } from './batch-object.js';
-
-export const BatchInputLineSchema = z
-  .object({
-    custom_id: z.string({ error: 'must be a string' }).min(1, 'must not be empty').max(512, 'at most 512 characters'),
-    method: z.literal('POST', { error: "must be 'POST'" }),
-    url: z.enum(BATCH_ENDPOINTS, { error: `must be one of ${BATCH_ENDPOINTS.join(', ')}` }),
-    body: z.record(z.string(), z.unknown(), { error: 'must be a JSON object (the request body)' }),
-  })
-  .meta({ id: 'BatchInputLine', description: 'One line of a batch input file (JSONL)' });
+import type { BatchError } from './batch-object.js';
+import { BatchInputLineSchema, type BatchEndpoint } from '../schemas/batches.js';
 
 export interface InputLine {
   /** 0-based position among the file's requests (blank lines do not count). */

@@ -1,15 +1,14 @@
 /**
  * @module batch/keys
- * Ids, Redis keys and object-store keys of files and batches; every one is tenant-scoped or carries
- * its tenant in the record it names.
+ * Ids, Redis keys and object-store keys of batches; every one is tenant-scoped or carries its tenant
+ * in the record it names (files have theirs in files/keys.ts).
  *
- * Ids sort by creation time: `file-` / `batch_` + 9 base-36 digits of the creation time in ms + 15
- * random (or, for a batch's own output files, derived) base64url characters. Listings page by id.
+ * Ids sort by creation time (sortable-ids.ts): `batch_` + 9 base-36 digits of the creation time in
+ * ms + 15 random base64url characters; a batch's own output files get `file-` ids whose last 15
+ * characters derive from the batch, the same on every finalization. Listings page by id.
  *
  * | what | where |
  * |---|---|
- * | file content | store `tenants/<tenant>/files/<fileId>/content` |
- * | file metadata (written last: its presence means the file exists) | store `tenants/<tenant>/files/<fileId>/meta.json` |
  * | a batch line's result (written once, before the line counts as done) | store `tenants/<tenant>/batches/<batchId>/lines/<index>.json` |
  * | batch record (status, timestamps, counts) | Redis hash `csa2:batch:<batchId>` |
  * | a tenant's batches | Redis sorted set `csa2:batches:<tenant>` (score 0, members ordered by id) |
@@ -22,32 +21,14 @@
  * same BullMQ job ids (`req.<requestId>.decode|prefill`): BullMQ ignores the repeated add, or the
  * worker finds the stream already ended — a line never runs twice under one attempt.
  */
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import { tenantPrefix } from '@csa2/artifacts';
+import { derivedPart, randomPart, timePart } from '../sortable-ids.js';
 
 export const BATCH_QUEUE = 'csa2-batch';
 export const BATCH_JOB_NAME = 'batch';
 
-const TIME_DIGITS = 9;
-
-function timePart(ms: number): string {
-  return Math.max(0, Math.floor(ms)).toString(36).padStart(TIME_DIGITS, '0');
-}
-
-function randomPart(): string {
-  return randomBytes(12).toString('base64url').slice(0, 15);
-}
-
-function derivedPart(seed: string): string {
-  return createHash('sha256').update(seed).digest('base64url').slice(0, 15);
-}
-
-export const FILE_ID_PATTERN = /^file-[0-9a-z]{9}[A-Za-z0-9_-]{15}$/;
 export const BATCH_ID_PATTERN = /^batch_[0-9a-z]{9}[A-Za-z0-9_-]{15}$/;
-
-export function newFileId(nowMs: number = Date.now()): string {
-  return `file-${timePart(nowMs)}${randomPart()}`;
-}
 
 /** The id of a file a batch produces (`which` = 'output' | 'error'): the same on every finalization of that batch. */
 export function batchFileId(batchId: string, which: 'output' | 'error', atMs: number): string {
@@ -83,9 +64,6 @@ export function lineSeed(batchId: string, index: number): number {
   return createHash('sha256').update(`${batchId}/${index}`).digest().readUInt32BE(0) >>> 1;
 }
 
-export const fileContentKey = (tenant: string, fileId: string): string => `${tenantPrefix(tenant)}files/${fileId}/content`;
-export const fileMetaKey = (tenant: string, fileId: string): string => `${tenantPrefix(tenant)}files/${fileId}/meta.json`;
-export const filesPrefix = (tenant: string): string => `${tenantPrefix(tenant)}files/`;
 export const batchLinesPrefix = (tenant: string, batchId: string): string => `${tenantPrefix(tenant)}batches/${batchId}/lines/`;
 export const batchLineKey = (tenant: string, batchId: string, index: number): string =>
   `${batchLinesPrefix(tenant, batchId)}${String(index).padStart(7, '0')}.json`;

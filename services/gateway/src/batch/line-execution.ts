@@ -4,7 +4,7 @@
  * (batch/runner.ts) decides what to record or retry. A line is the request a direct call would make:
  *
  * - `/v1/completions`, `/v1/chat/completions`: the body is parsed, checked and tokenized by the same
- *   functions as the routes (routes/completions.ts), planned by planGeneration under the line's
+ *   functions as the routes (requests/completions.ts, requests/documents.ts), planned by planGeneration under the line's
  *   derived request id and seed, enqueued in the tenant's batch flow (CSA2_BATCH_WEIGHT), and its stream followed to the end;
  *   a line naming a document that is still queued or encoding waits for it (`defer`) instead of
  *   failing with 409 as a direct call does — a batch may ingest and ask in one go;
@@ -17,17 +17,26 @@
  */
 import { DETERMINISTIC_ERROR_CODES, STREAM_TTL_SECONDS, cancelKey } from '@csa2/jobs';
 import { ApiError, invalidRequest, isRedisUnavailable, redisUnavailable, statusOfCode, toApiError, workerError } from '../errors.js';
-import { documentObject, documentStatus, ingestDocument } from '../documents.js';
-import type { GatewayDeps } from '../deps.js';
-import { enqueueGeneration, planGeneration, type GenerationPlan, type GenerationRequest } from '../generation.js';
-import { chatRequest, completionRequest } from '../routes/completions.js';
-import { DocumentInputSchema, prepareDocument } from '../routes/documents.js';
-import { parseRequest } from '../openai/schemas.js';
+import { documentObject, documentStatus, ingestDocument, type DocumentDeps } from '../documents.js';
+import type { GatewayDeps } from '../capabilities.js';
+import { enqueueGeneration, planGeneration, type GenerationDeps, type GenerationPlan, type GenerationRequest } from '../generation.js';
+import { chatRequest, completionRequest, type CompletionRequestDeps } from '../requests/completions.js';
+import { prepareDocument, type DocumentRequestDeps } from '../requests/documents.js';
+import type { BatchEndpoint } from '../schemas/batches.js';
+import { DocumentInputSchema } from '../schemas/documents.js';
+import { parseRequest } from '../schemas/parse.js';
 import type { BatchConfig } from './batch-config.js';
-import type { BatchEndpoint } from './batch-object.js';
 import type { BatchStore, LineUsage } from './batch-store.js';
-import { collectGeneration, dropPromptArtifact } from './line-generation.js';
+import { collectGeneration, dropPromptArtifact, type LineGenerationDeps } from './line-generation.js';
 import { lineDocumentId, lineRequestId, lineSeed } from './keys.js';
+
+/** The capabilities this module takes. */
+export type LineExecutionDeps = Pick<GatewayDeps, 'limits' | 'queues' | 'redis'> &
+  GenerationDeps &
+  LineGenerationDeps &
+  DocumentDeps &
+  CompletionRequestDeps &
+  DocumentRequestDeps;
 
 export type LineRun =
   | { readonly kind: 'ok'; readonly requestId: string; readonly statusCode: number; readonly body: Record<string, unknown>; readonly usage: LineUsage }
@@ -43,7 +52,7 @@ export type LineRun =
   | { readonly kind: 'detached' };
 
 export interface LineContext {
-  readonly deps: GatewayDeps;
+  readonly deps: LineExecutionDeps;
   readonly batches: BatchStore;
   readonly config: BatchConfig;
   readonly batchId: string;
@@ -70,7 +79,7 @@ function usageOf(u: { prompt_tokens: number; completion_tokens: number; prompt_t
 }
 
 /** Sets the cancel key of a line's request (the batch was cancelled or expired); workers stop it. */
-export async function cancelLine(deps: GatewayDeps, requestId: string): Promise<void> {
+export async function cancelLine(deps: LineExecutionDeps, requestId: string): Promise<void> {
   await deps.redis.set(cancelKey(requestId), '1', 'EX', STREAM_TTL_SECONDS).catch(() => undefined);
 }
 

@@ -12,10 +12,14 @@
 import { manifestObjectKey } from '@csa2/artifacts';
 import { promptDocumentId, requestDecodeJobId, requestPrefillJobId } from '@csa2/jobs';
 import { ApiError, workerError } from '../errors.js';
-import type { GatewayDeps } from '../deps.js';
-import { choiceAssembly, responseMeta, type GenerationPlan } from '../generation.js';
-import { completionBody, type OpenAiUsage } from '../openai/format.js';
+import type { GatewayDeps } from '../capabilities.js';
+import { choiceAssembly, responseMeta, type GenerationDeps, type GenerationPlan } from '../generation.js';
+import { completionBody } from '../openai/format.js';
+import type { OpenAiUsage } from '../openai/usage.js';
 import { relayStream } from '../relay.js';
+
+/** The capabilities this module takes. */
+export type LineGenerationDeps = Pick<GatewayDeps, 'store' | 'logger'> & GenerationDeps;
 
 export type GenerationLineResult =
   | { readonly kind: 'done'; readonly body: Record<string, unknown>; readonly usage: OpenAiUsage }
@@ -25,7 +29,7 @@ export type GenerationLineResult =
 
 /** Relays the line's streams (one per choice) to their end. Throws an ApiError for a failed line. */
 export async function collectGeneration(
-  deps: GatewayDeps,
+  deps: LineGenerationDeps,
   plan: GenerationPlan,
   options: { readonly deadlineMs: number; readonly signal: AbortSignal },
 ): Promise<GenerationLineResult> {
@@ -57,7 +61,7 @@ export async function collectGeneration(
 }
 
 /** A long prompt's artifact serves its line only: its manifest goes once the line ended (chunks stay, content-addressed). */
-export async function dropPromptArtifact(deps: GatewayDeps, plan: GenerationPlan): Promise<void> {
+export async function dropPromptArtifact(deps: LineGenerationDeps, plan: GenerationPlan): Promise<void> {
   if (plan.route !== 'prefill') return;
   try {
     await deps.store.delete(manifestObjectKey(plan.request.tenant, promptDocumentId(plan.requestId)));

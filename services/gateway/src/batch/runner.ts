@@ -19,19 +19,22 @@
  * 5. finalization writes the output and error files (ids derived from the batch, so a repeated
  *    finalization writes the same files), moves to the end state, then drops the per-line data.
  */
-import type { GatewayDeps } from '../deps.js';
+import type { GatewayDeps } from '../capabilities.js';
 import { ApiError } from '../errors.js';
 import { getFileContent } from '../files/file-store.js';
 import type { BatchConfig } from './batch-config.js';
 import { TERMINAL_STATUSES, type BatchRecord } from './batch-object.js';
 import type { BatchStore, LineOutcome } from './batch-store.js';
 import { parseInputFile, type InputLine } from './input-lines.js';
-import { cancelLine, runDocumentLine, runGenerationLine, type LineContext, type LineRun } from './line-execution.js';
+import { cancelLine, runDocumentLine, runGenerationLine, type LineContext, type LineExecutionDeps, type LineRun } from './line-execution.js';
 import { lineRequestId } from './keys.js';
 import { apiErrorLine, dropLineResults, notRunLine, responseLine, storeLineResult, writeBatchFiles, type BatchOutputLine } from './line-results.js';
 
+/** The capabilities this module takes. */
+export type RunnerDeps = Pick<GatewayDeps, 'limits' | 'logger' | 'store'> & LineExecutionDeps;
+
 export interface BatchRunnerDeps {
-  readonly deps: GatewayDeps;
+  readonly deps: RunnerDeps;
   readonly batches: BatchStore;
   readonly config: BatchConfig;
 }

@@ -1,6 +1,6 @@
 /**
  * @module files/file-store
- * Files (OpenAI's `/v1/files`) in the object store, tenant-scoped (keys in batch/keys.ts). The
+ * Files (OpenAI's `/v1/files`) in the object store, tenant-scoped (keys in files/keys.ts). The
  * content is written first and the metadata last, so a file whose metadata can be read is complete;
  * a crash between the two leaves content without metadata, which no listing shows.
  *
@@ -9,10 +9,8 @@
  */
 import { z } from 'zod';
 import type { ObjectStore } from '@csa2/artifacts';
-import { FILE_ID_PATTERN, fileContentKey, fileMetaKey, filesPrefix } from '../batch/keys.js';
-
-export const FILE_PURPOSES = ['batch', 'batch_output'] as const;
-export type FilePurpose = (typeof FILE_PURPOSES)[number];
+import { FILE_PURPOSES, type FilePurpose } from '../schemas/files.js';
+import { FILE_ID_PATTERN, fileContentKey, fileMetaKey, filesPrefix } from './keys.js';
 
 /** OpenAI's file object. */
 export const FileObjectSchema = z

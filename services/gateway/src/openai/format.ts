@@ -13,12 +13,10 @@
  * - with `stream_options.include_usage`, every chunk carries `usage: null` and one more chunk follows
  *   the finish chunks with `choices: []` and the usage (the prompt once, the choices' tokens summed).
  */
-import type { Usage } from '@csa2/jobs';
 import type { AssembledChoice, ChoiceDelta } from '../choice-assembly.js';
 import type { Endpoint } from '../metrics.js';
 import { chatLogprobs, completionLogprobs, type ChatLogprobs, type CompletionLogprobs, type TokenLogprobs } from './logprobs.js';
-
-export type FinishReason = 'stop' | 'length';
+import type { FinishReason, OpenAiUsage } from './usage.js';
 
 export interface ResponseMeta {
   readonly id: string;
@@ -28,25 +26,6 @@ export interface ResponseMeta {
   readonly includeUsage: boolean;
   /** Alternatives per token when the request asked for logprobs (completions `logprobs`, chat `top_logprobs`), else null. */
   readonly logprobs: number | null;
-}
-
-export interface OpenAiUsage {
-  prompt_tokens: number;
-  completion_tokens: number;
-  total_tokens: number;
-  prompt_tokens_details: { cached_tokens: number };
-}
-
-/** Normalizes a worker's usage (fields checked, totals recomputed) with fallbacks known to the gateway. */
-export function toOpenAiUsage(
-  usage: Usage | null | undefined,
-  fallback: { promptTokens: number; completionTokens: number; cachedTokens: number },
-): OpenAiUsage {
-  const int = (v: unknown, d: number): number => (typeof v === 'number' && Number.isSafeInteger(v) && v >= 0 ? v : d);
-  const prompt = int(usage?.prompt_tokens, fallback.promptTokens);
-  const completion = int(usage?.completion_tokens, fallback.completionTokens);
-  const cached = Math.min(prompt, int(usage?.prompt_tokens_details?.cached_tokens, fallback.cachedTokens));
-  return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion, prompt_tokens_details: { cached_tokens: cached } };
 }
 
 function chunkBase(meta: ResponseMeta): Record<string, unknown> {

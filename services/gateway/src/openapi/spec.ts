@@ -1,20 +1,19 @@
 /**
  * @module openapi/spec
- * The OpenAPI 3.1 document of the gateway, built from the zod schemas the routes validate with
+ * The OpenAPI 3.1 document of the gateway, built from the zod schemas the routes validate with (schemas/)
  * (zod 4's JSON Schema output, draft 2020-12 — the dialect of OpenAPI 3.1). Every schema with a
  * `.meta({ id })` becomes `components/schemas/<id>`, and references between them are `$ref`s.
  * The operations are listed once here (OPERATIONS); a test checks that the app serves exactly these.
  */
 import { z } from 'zod';
-import { ChatRequestSchema, CompletionRequestSchema } from '../openai/schemas.js';
-import { BatchSchema as DocumentsRequestSchema, DocumentInputSchema, DocumentListQuerySchema } from '../routes/documents.js';
-import { FileListQuerySchema, FileUploadFieldsSchema } from '../routes/files.js';
-import { BatchListQuerySchema } from '../routes/batches.js';
-import { BatchCreateRequestSchema, BatchListSchema, BatchObjectSchema } from '../batch/batch-object.js';
-import { BatchInputLineSchema } from '../batch/input-lines.js';
+import { ChatRequestSchema, CompletionRequestSchema } from '../schemas/completions.js';
+import { DocumentInputSchema, DocumentListQuerySchema, DocumentsRequestSchema } from '../schemas/documents.js';
+import { FileListQuerySchema, FileUploadFieldsSchema } from '../schemas/files.js';
+import { BatchCreateRequestSchema, BatchInputLineSchema, BatchListQuerySchema } from '../schemas/batches.js';
+import { DetokenizeRequestSchema, DetokenizeResponseSchema, TokenizeRequestSchema, TokenizeResponseSchema } from '../schemas/tokenize.js';
+import { BatchListSchema, BatchObjectSchema } from '../batch/batch-object.js';
 import { BatchOutputLineSchema } from '../batch/line-results.js';
 import { FileDeletedSchema, FileListSchema, FileObjectSchema } from '../files/file-store.js';
-import { DetokenizeRequestSchema, DetokenizeResponseSchema, TokenizeRequestSchema, TokenizeResponseSchema } from '../routes/tokenize.js';
 import * as responses from './responses.js';
 
 // Request schemas defined without an id (they predate the spec) get theirs here.

@@ -9,27 +9,25 @@
  *   stopped); cancelling an ended batch is a 409, cancelling a cancelling one returns it unchanged.
  */
 import { Hono } from 'hono';
-import { z } from 'zod';
 import { ApiError, invalidRequest } from '../errors.js';
-import type { GatewayDeps } from '../deps.js';
+import type { GatewayDeps } from '../capabilities.js';
 import type { TenantVariables } from '../middleware/api-key-auth.js';
 import { readJson } from '../middleware/json-body.js';
-import { parseRequest } from '../openai/schemas.js';
-import { BatchCreateRequestSchema, batchObject, completionWindowMs, newBatchFields, type BatchRecord } from '../batch/batch-object.js';
-import { enqueueBatchRun } from '../batch/batch-worker.js';
+import { batchObject, completionWindowMs, newBatchFields, type BatchRecord } from '../batch/batch-object.js';
+import { enqueueBatchRun } from '../batch/batch-queue.js';
 import { BATCH_ID_PATTERN, newBatchId } from '../batch/keys.js';
 import { getFileObject } from '../files/file-store.js';
+import { BatchCreateRequestSchema, BatchListQuerySchema } from '../schemas/batches.js';
+import { parseRequest } from '../schemas/parse.js';
 
-export const BatchListQuerySchema = z.object({
-  limit: z.coerce.number({ error: 'must be an integer' }).int('must be an integer').min(1, 'must be at least 1').max(100, 'must be at most 100').optional(),
-  after: z.string().optional(),
-});
+/** The capabilities this module takes. */
+export type BatchesRouteDeps = Pick<GatewayDeps, 'batches' | 'config' | 'inflight' | 'model' | 'store'>;
 
 function notFound(id: string): ApiError {
   return new ApiError(404, `No such Batch object: ${id}`, { param: 'batch_id', code: 'batch_not_found' });
 }
 
-export function batchesRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVariables }> {
+export function batchesRoutes(deps: BatchesRouteDeps): Hono<{ Variables: TenantVariables }> {
   const app = new Hono<{ Variables: TenantVariables }>();
   const { store: batches, queue } = deps.batches;
 

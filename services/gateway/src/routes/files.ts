@@ -10,34 +10,17 @@
  *   GET /v1/files/:file_id/content, DELETE /v1/files/:file_id (409 while a batch reads it).
  */
 import { Hono } from 'hono';
-import { z } from 'zod';
 import { ApiError, invalidRequest } from '../errors.js';
-import type { GatewayDeps } from '../deps.js';
+import type { GatewayDeps } from '../capabilities.js';
 import type { TenantVariables } from '../middleware/api-key-auth.js';
-import { parseRequest } from '../openai/schemas.js';
 import { countInputLines } from '../batch/input-lines.js';
-import { newFileId } from '../batch/keys.js';
-import { FILE_PURPOSES, deleteFile, getFileContent, getFileObject, listFiles, putFile } from '../files/file-store.js';
+import { newFileId } from '../files/keys.js';
+import { deleteFile, getFileContent, getFileObject, listFiles, putFile } from '../files/file-store.js';
+import { FileListQuerySchema, FileUploadFieldsSchema } from '../schemas/files.js';
+import { parseRequest } from '../schemas/parse.js';
 
-/** The multipart fields besides `file` (which is checked on its own: a binary part). */
-export const FileUploadFieldsSchema = z
-  .object({
-    purpose: z.literal('batch', { error: "must be 'batch' (this server keeps files for the Batch API only)" }),
-    file: z.string().meta({ format: 'binary', description: 'The JSONL file (one request per line)' }).optional(),
-  })
-  .meta({ id: 'FileUpload' });
-
-export const FileListQuerySchema = z.object({
-  purpose: z.enum(FILE_PURPOSES, { error: `must be one of ${FILE_PURPOSES.join(', ')}` }).optional(),
-  limit: z.coerce
-    .number({ error: 'must be an integer' })
-    .int('must be an integer')
-    .min(1, 'must be at least 1')
-    .max(10_000, 'must be at most 10000')
-    .optional(),
-  order: z.enum(['asc', 'desc'], { error: "must be 'asc' or 'desc'" }).optional(),
-  after: z.string().optional(),
-});
+/** The capabilities this module takes. */
+export type FilesRouteDeps = Pick<GatewayDeps, 'batches' | 'config' | 'store'>;
 
 const MAX_FILENAME_CHARS = 512;
 
@@ -45,7 +28,7 @@ function notFound(id: string): ApiError {
   return new ApiError(404, `No such File object: ${id}`, { param: 'file_id', code: 'file_not_found' });
 }
 
-export function filesRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVariables }> {
+export function filesRoutes(deps: FilesRouteDeps): Hono<{ Variables: TenantVariables }> {
   const app = new Hono<{ Variables: TenantVariables }>();
   const config = deps.config.batch;
   let uploading = 0;

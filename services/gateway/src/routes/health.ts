@@ -8,7 +8,10 @@
 import { Hono } from 'hono';
 import { renderBacklogMetrics } from '@csa2/jobs';
 import { withTimeout } from '../errors.js';
-import type { GatewayDeps } from '../deps.js';
+import type { GatewayDeps } from '../capabilities.js';
+
+/** The capabilities this module takes. */
+export type HealthRouteDeps = Pick<GatewayDeps, 'backlog' | 'config' | 'inflight' | 'metrics' | 'redis' | 'store'>;
 
 async function probe(what: string, check: () => Promise<unknown>, timeoutMs: number): Promise<string> {
   try {
@@ -19,7 +22,7 @@ async function probe(what: string, check: () => Promise<unknown>, timeoutMs: num
   }
 }
 
-export function healthRoutes(deps: GatewayDeps): Hono {
+export function healthRoutes(deps: HealthRouteDeps): Hono {
   const app = new Hono();
   app.get('/healthz', (c) => c.json({ status: 'ok' }));
   app.get('/readyz', async (c) => {

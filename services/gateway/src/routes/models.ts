@@ -4,10 +4,13 @@
  */
 import { Hono } from 'hono';
 import { modelNotFound } from '../errors.js';
-import type { GatewayDeps } from '../deps.js';
+import type { GatewayDeps } from '../capabilities.js';
 import type { TenantVariables } from '../middleware/api-key-auth.js';
 
-export function modelsRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVariables }> {
+/** The capabilities this module takes. */
+export type ModelsRouteDeps = Pick<GatewayDeps, 'model'>;
+
+export function modelsRoutes(deps: ModelsRouteDeps): Hono<{ Variables: TenantVariables }> {
   const app = new Hono<{ Variables: TenantVariables }>();
   const model = { id: deps.model.name, object: 'model', created: deps.model.createdS, owned_by: 'csa2' };
   app.get('/models', (c) => c.json({ object: 'list', data: [model] }));

@@ -11,9 +11,9 @@ import { Validator } from '@seriousme/openapi-schema-validator';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import { z } from 'zod';
 import { createApp } from '../app.js';
-import { BatchCreateRequestSchema } from '../batch/batch-object.js';
-import { CompletionRequestSchema } from '../openai/schemas.js';
 import { OPERATIONS } from '../openapi/spec.js';
+import { BatchCreateRequestSchema } from '../schemas/batches.js';
+import { CompletionRequestSchema } from '../schemas/completions.js';
 import { KEY_A, get, startHarness, type Harness } from '../testing/harness.js';
 
 type Json = Record<string, any>;

@@ -5,9 +5,12 @@
  */
 import { readFileSync } from 'node:fs';
 import { Hono } from 'hono';
-import type { GatewayDeps } from '../deps.js';
+import type { GatewayDeps } from '../capabilities.js';
 import { renderDocsPage } from '../openapi/docs-page.js';
 import { buildOpenApiSpec } from '../openapi/spec.js';
+
+/** The capabilities this module takes. */
+export type OpenApiRouteDeps = Pick<GatewayDeps, 'model'>;
 
 function packageVersion(): string {
   try {
@@ -18,7 +21,7 @@ function packageVersion(): string {
   }
 }
 
-export function openapiRoutes(deps: GatewayDeps): Hono {
+export function openapiRoutes(deps: OpenApiRouteDeps): Hono {
   const app = new Hono();
   let spec: Record<string, unknown> | null = null;
   let page: string | null = null;

@@ -14,10 +14,13 @@
 import { createHash } from 'node:crypto';
 import { Hono, type Context } from 'hono';
 import { ApiError } from '../errors.js';
-import type { GatewayDeps } from '../deps.js';
-import { collectStatus, type StatusScope } from '../status/status-data.js';
+import type { GatewayDeps } from '../capabilities.js';
+import { collectStatus, type StatusDeps, type StatusScope } from '../status/status-data.js';
 import { renderLoginPage, renderStatusPage } from '../status/status-page.js';
 import { TrafficWindow } from '../status/traffic-window.js';
+
+/** The capabilities this module takes. */
+export type StatusRouteDeps = Pick<GatewayDeps, 'apiKeys' | 'metrics' | 'model' | 'operatorKeys'> & StatusDeps;
 
 const digest = (key: string): string => createHash('sha256').update(key, 'utf8').digest('hex');
 
@@ -35,7 +38,7 @@ export function keyFromAuthorization(header: string | undefined): string | null 
   return password !== '' ? password : user !== '' ? user : null;
 }
 
-export function statusRoutes(deps: GatewayDeps): Hono {
+export function statusRoutes(deps: StatusRouteDeps): Hono {
   const app = new Hono();
   const operators = new Set([...deps.operatorKeys].map(digest));
   const tenants = new Map([...deps.apiKeys].map(([key, tenant]) => [digest(key), tenant]));

@@ -2,7 +2,7 @@
  * @module routes/tokenize
  * POST /tokenize and POST /detokenize in vLLM's shapes, counting exactly what the model sees:
  * the same functions build the prompt as /v1/completions and /v1/chat/completions do
- * (routes/completions.ts: the tokenizer's BOS before a raw prompt, the chat template for messages,
+ * (requests/completions.ts: the tokenizer's BOS before a raw prompt, the chat template for messages,
  * BOS dropped after a document).
  *
  * - `{prompt, add_special_tokens?, return_token_strs?, model?}` (completions) or
@@ -19,75 +19,30 @@
  * refused by name. Both routes need an API key (documents are per tenant).
  */
 import { Hono } from 'hono';
-import { z } from 'zod';
 import { validateTokenIds } from '@csa2/core';
-import { ID_PATTERN } from '@csa2/jobs';
+import type { GatewayDeps } from '../capabilities.js';
 import { ApiError, invalidRequest } from '../errors.js';
-import { documentStatus } from '../documents.js';
-import type { GatewayDeps } from '../deps.js';
+import { documentStatus, type DocumentDeps } from '../documents.js';
 import type { TenantVariables } from '../middleware/api-key-auth.js';
 import { readJson } from '../middleware/json-body.js';
-import { ChatRequestSchema, parseRequest } from '../openai/schemas.js';
-import { chatPromptIds, completionPromptIds } from './completions.js';
+import { chatPromptIds, completionPromptIds, type CompletionRequestDeps } from '../requests/completions.js';
+import { parseRequest } from '../schemas/parse.js';
+import { DetokenizeRequestSchema, TokenizeChatRequestSchema, TokenizeCompletionRequestSchema } from '../schemas/tokenize.js';
 
-const common = {
-  model: z.string().nullish(),
-  return_token_strs: z.boolean().nullish().describe('Also return each token as text'),
-  document_id: z
-    .string()
-    .regex(ID_PATTERN, 'must match [A-Za-z0-9_-]{1,64}')
-    .nullish()
-    .describe('Extension: count the prompt as it follows this ready document'),
-};
-
-export const TokenizeCompletionRequestSchema = z
-  .object({
-    ...common,
-    prompt: z.string({ error: 'must be a string' }),
-    add_special_tokens: z.boolean().nullish().describe("Add the tokenizer's BOS (as /v1/completions does). Default true"),
-  })
-  .meta({ id: 'TokenizeCompletionRequest' });
-
-export const TokenizeChatRequestSchema = z
-  .object({
-    ...common,
-    messages: ChatRequestSchema.shape.messages,
-    add_generation_prompt: z.boolean().nullish().describe('Only true (the default) is supported: the template always ends with the assistant prompt'),
-    continue_final_message: z.boolean().nullish(),
-    add_special_tokens: z.boolean().nullish(),
-    chat_template: z.string().nullish(),
-    tools: z.array(z.unknown()).nullish(),
-  })
-  .meta({ id: 'TokenizeChatRequest' });
-
-export const TokenizeRequestSchema = z.union([TokenizeCompletionRequestSchema, TokenizeChatRequestSchema]).meta({ id: 'TokenizeRequest' });
-
-export const TokenizeResponseSchema = z
-  .object({
-    count: z.number().int().describe('Tokens the model sees (document tokens included)'),
-    max_model_len: z.number().int(),
-    tokens: z.array(z.number().int()),
-    token_strs: z.array(z.string()).nullable(),
-    document_tokens: z.number().int().optional().describe('Extension: tokens of document_id'),
-  })
-  .meta({ id: 'TokenizeResponse' });
-
-export const DetokenizeRequestSchema = z
-  .object({ model: z.string().nullish(), tokens: z.array(z.number().int({ error: 'token ids are integers' }), { error: 'must be an array of token ids' }) })
-  .meta({ id: 'DetokenizeRequest' });
-export const DetokenizeResponseSchema = z.object({ prompt: z.string() }).meta({ id: 'DetokenizeResponse' });
+/** The capabilities this module takes. */
+export type TokenizeRouteDeps = Pick<GatewayDeps, 'limits' | 'model' | 'tokenizer'> & DocumentDeps & CompletionRequestDeps;
 
 function refuse(param: string, message: string): ApiError {
   return invalidRequest(`'${param}' ${message}`, param, 'unsupported_parameter');
 }
 
-function checkModel(deps: GatewayDeps, model: string | null | undefined): void {
+function checkModel(deps: TokenizeRouteDeps, model: string | null | undefined): void {
   if (model !== null && model !== undefined && model !== deps.model.name) {
     throw new ApiError(400, `The model '${model}' does not exist; this server serves '${deps.model.name}'`, { param: 'model', code: 'model_not_found' });
   }
 }
 
-async function documentTokens(deps: GatewayDeps, tenant: string, documentId: string | null): Promise<number> {
+async function documentTokens(deps: TokenizeRouteDeps, tenant: string, documentId: string | null): Promise<number> {
   if (documentId === null) return 0;
   const doc = await documentStatus(deps, tenant, documentId);
   if (doc === null) throw new ApiError(404, `No document found with id '${documentId}'`, { param: 'document_id', code: 'document_not_found' });
@@ -96,7 +51,7 @@ async function documentTokens(deps: GatewayDeps, tenant: string, documentId: str
   return doc.state.tokens;
 }
 
-export function tokenizeRoutes(deps: GatewayDeps): Hono<{ Variables: TenantVariables }> {
+export function tokenizeRoutes(deps: TokenizeRouteDeps): Hono<{ Variables: TenantVariables }> {
   const app = new Hono<{ Variables: TenantVariables }>();
 
   app.post('/tokenize', async (c) => {

@@ -14,10 +14,13 @@
  */
 import { parseManifest, manifestObjectKey, tenantPrefix } from '@csa2/artifacts';
 import { parseFailure, type Job, type PrefillJob, type PrefillResult } from '@csa2/jobs';
-import type { GatewayDeps } from '../deps.js';
+import type { GatewayDeps } from '../capabilities.js';
 import { RESERVED_DOCUMENT_PREFIX } from '../documents.js';
 import { batchObject, type BatchObject } from '../batch/batch-object.js';
 import type { TrafficSummary, TrafficWindow } from './traffic-window.js';
+
+/** The capabilities this module takes. */
+export type StatusDeps = Pick<GatewayDeps, 'apiKeys' | 'backlog' | 'batches' | 'config' | 'model' | 'queues' | 'redis' | 'store'>;
 
 /** Rows listed per tenant and kind. */
 export const STATUS_LIST_LIMIT = 10;
@@ -100,7 +103,7 @@ interface JobDocs {
   readonly failed: Map<string, DocumentRow[]>;
 }
 
-async function documentJobs(deps: GatewayDeps): Promise<JobDocs> {
+async function documentJobs(deps: StatusDeps): Promise<JobDocs> {
   const q = deps.queues.prefill;
   const group = async (
     states: ('active' | 'waiting' | 'prioritized' | 'delayed' | 'failed')[],
@@ -125,7 +128,7 @@ async function documentJobs(deps: GatewayDeps): Promise<JobDocs> {
   };
 }
 
-async function readyDocuments(deps: GatewayDeps, tenant: string): Promise<{ count: number; rows: DocumentRow[] }> {
+async function readyDocuments(deps: StatusDeps, tenant: string): Promise<{ count: number; rows: DocumentRow[] }> {
   const prefix = `${tenantPrefix(tenant)}documents/`;
   const ids = (await deps.store.list(prefix))
     .map((o) => o.key.slice(prefix.length))
@@ -145,7 +148,7 @@ async function readyDocuments(deps: GatewayDeps, tenant: string): Promise<{ coun
   return { count: ids.length, rows };
 }
 
-async function queueStatus(deps: GatewayDeps, unavailable: string[]): Promise<{ queues: QueueStatus[]; workers: WorkerRow[] }> {
+async function queueStatus(deps: StatusDeps, unavailable: string[]): Promise<{ queues: QueueStatus[]; workers: WorkerRow[] }> {
   const backlog = await deps.backlog.collect();
   const sources = [
     { queue: 'prefill', q: deps.queues.prefill, b: backlog.prefill },
@@ -172,7 +175,7 @@ async function queueStatus(deps: GatewayDeps, unavailable: string[]): Promise<{ 
   return { queues, workers };
 }
 
-export async function collectStatus(deps: GatewayDeps, scope: StatusScope, traffic: TrafficWindow): Promise<StatusData> {
+export async function collectStatus(deps: StatusDeps, scope: StatusScope, traffic: TrafficWindow): Promise<StatusData> {
   const unavailable: string[] = [];
   const timeoutMs = deps.config.readyTimeoutMs;
   const ping = async (check: () => Promise<unknown>): Promise<boolean> => {

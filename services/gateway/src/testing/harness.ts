@@ -32,7 +32,8 @@ import {
 } from '@csa2/jobs';
 import { createApp, type GatewayApp } from '../app.js';
 import { loadGatewayConfig } from '../config.js';
-import { connectGatewayDeps, type ConnectedDeps, type GatewayDeps } from '../deps.js';
+import type { GatewayDeps } from '../capabilities.js';
+import { connectGatewayDeps, type ConnectedDeps } from '../composition-root.js';
 
 export const MODEL_DIR = join(fixturesRoot(), 'deepseek-v41-tiny-a');
 export const MODEL_NAME = 'tiny-a';

@@ -1,5 +1,5 @@
 /**
- * @module openai/issues
+ * @module schemas/issues
  * A zod issue → the sentence a client reads, in OpenAI's wording where it has one:
  *
  * | issue | message | code |

@@ -1,13 +1,13 @@
 /**
- * @module deps
- * What the app is built from (`createApp(deps)`), and `connectGatewayDeps`, which makes it from a
+ * @module composition-root
+ * `connectGatewayDeps`: the one place the gateway's capabilities (capabilities.ts) are made, from a
  * config: the model's config and tokenizer, the Redis connection (commands fail fast when Redis is
  * down: no offline queue, one attempt, a command timeout), the two BullMQ queues on it, the pool of
  * blocking stream readers, the object store, API keys and metrics. Tests use the same function.
  */
 import { join } from 'node:path';
 import type { Logger } from 'pino';
-import { loadTokenizer, readModelConfigFile, type Tokenizer } from '@csa2/core';
+import { loadTokenizer, readModelConfigFile } from '@csa2/core';
 import { openStore, type ObjectStore } from '@csa2/artifacts';
 import {
   DECODE_QUEUE,
@@ -16,76 +16,25 @@ import {
   connectRedis,
   createBacklogCollector,
   createServiceLogger,
-  type BacklogCollector,
   type DecodeJob,
   type DecodeResult,
   type PrefillJob,
   type PrefillResult,
-  type Redis,
 } from '@csa2/jobs';
+import type { GatewayDeps, GatewayQueues } from './capabilities.js';
 import { Cancellations } from './cancellations.js';
-import { resolveKeyLimits, type KeyLimits } from './key-limits-config.js';
+import { resolveKeyLimits } from './key-limits-config.js';
 import { KeyLimiter, keyIdOf } from './key-limiter.js';
 import { ByteBudget, SMALL_BODY_LANE_BODIES } from './middleware/body-budget.js';
 import { OffThreadTokenizer } from './tokenize-pool.js';
-import { DEFAULT_TENANT, generateApiKey, resolveLimits, type GatewayConfig, type GatewayLimits } from './config.js';
+import { DEFAULT_TENANT, generateApiKey, resolveLimits, type GatewayConfig } from './config.js';
 import { withTimeout } from './errors.js';
 import { Inflight } from './inflight.js';
-import { createGatewayMetrics, type GatewayMetrics } from './metrics.js';
+import { createGatewayMetrics } from './metrics.js';
 import { ObserveOnce } from './observe-once.js';
 import { ReaderPool } from './reader-pool.js';
-import { createBatchQueue, type BatchRunJob } from './batch/batch-worker.js';
+import { createBatchQueue } from './batch/batch-queue.js';
 import { BatchStore } from './batch/batch-store.js';
-
-export interface GatewayQueues {
-  readonly prefill: Queue<PrefillJob, PrefillResult>;
-  readonly decode: Queue<DecodeJob, DecodeResult>;
-}
-
-export interface ServedModel {
-  /** The name clients send as `model`. */
-  readonly name: string;
-  /** Unix seconds the gateway started (the `created` of /v1/models). */
-  readonly createdS: number;
-  /** Rows of the model's vocabulary: token ids must be below it. */
-  readonly vocabSize: number;
-}
-
-export interface GatewayDeps {
-  readonly config: GatewayConfig;
-  readonly limits: GatewayLimits;
-  readonly model: ServedModel;
-  readonly tokenizer: Tokenizer;
-  /** The same tokenizer, off the event loop for long texts. */
-  readonly tokenize: OffThreadTokenizer;
-  /** Commands (fails fast when Redis is down). */
-  readonly redis: Redis;
-  readonly readers: ReaderPool;
-  readonly queues: GatewayQueues;
-  readonly store: ObjectStore;
-  /** API key → tenant. */
-  readonly apiKeys: ReadonlyMap<string, string>;
-  readonly metrics: GatewayMetrics;
-  readonly logger: Logger;
-  readonly inflight: Inflight;
-  /** Per-key limits (requests and tokens per minute, concurrency, queued documents), shared in Redis. */
-  readonly keyLimiter: KeyLimiter;
-  /** The limits and fair-share weight of a key (by keyId); unknown ids get the defaults. */
-  readonly keyLimits: (keyId: string) => KeyLimits;
-  /** Bytes of request bodies being read and tokenized at once (CSA2_MAX_INFLIGHT_BODY_BYTES). */
-  readonly bodyBudget: ByteBudget;
-  /** The lane of bodies up to CSA2_SMALL_BODY_BYTES (SMALL_BODY_LANE_BODIES of them at once); null: none. */
-  readonly smallBodyBudget: ByteBudget | null;
-  /** Sets cancel keys, retrying while Redis refuses them. */
-  readonly cancellations: Cancellations;
-  readonly once: ObserveOnce;
-  /** The queues' backlog for autoscaling (csa2_queue_backlog_*, csa2_prefill_*_tokens on /metrics). */
-  readonly backlog: BacklogCollector;
-  /** Batch records (Redis) and the queue of their driver jobs (batch/). */
-  readonly batches: { readonly store: BatchStore; readonly queue: Queue<BatchRunJob> };
-  /** Keys that see every tenant on the status page (CSA2_OPERATOR_KEYS, or one generated at start). */
-  readonly operatorKeys: ReadonlySet<string>;
-}
 
 /** Job states read for the csa2_queue_jobs gauge (BullMQ names). */
 export const GAUGE_STATES = ['wait', 'prioritized', 'delayed', 'active', 'waiting-children', 'completed', 'failed'] as const;
@@ -155,7 +104,7 @@ export async function connectGatewayDeps(config: GatewayConfig, options: Connect
     decode: new Queue<DecodeJob, DecodeResult>(DECODE_QUEUE, { connection: redis }),
   };
   for (const q of [queues.prefill, queues.decode]) q.on('error', () => undefined); // the connection's own listener logs
-  const batchQueue = createBatchQueue({ redis });
+  const batchQueue = createBatchQueue(redis);
   let generatedOperatorKey: string | null = null;
   let operatorKeys = config.operatorKeys;
   if (operatorKeys === null) {

@@ -1,5 +1,5 @@
 /**
- * @module openai/schemas
+ * @module schemas/completions
  * Request bodies of /v1/completions and /v1/chat/completions, parsed with zod at the route edge.
  * Unknown fields are ignored (as OpenAI-compatible servers do); fields this server cannot honour
  * (suffix, tools, vLLM's min_tokens, beam search, guided decoding, …) are refused with a 400 naming
@@ -11,7 +11,6 @@
 import { z } from 'zod';
 import { ID_PATTERN, MAX_LOGIT_BIAS_ENTRIES, MAX_STOP_SEQUENCES, MAX_STOP_SEQUENCE_CHARS, MAX_TOP_LOGPROBS } from '@csa2/jobs';
 import { invalidRequest, type ApiError } from '../errors.js';
-import { clientIssue } from './issues.js';
 
 const tokenId = z.number().int().nonnegative();
 /** Completions' `logprobs` at most: OpenAI's limit for the legacy completions endpoint. */
@@ -144,17 +143,6 @@ export const ChatRequestSchema = z.object({
   response_format: z.object({ type: z.string() }).nullish(),
 });
 export type ChatRequest = z.infer<typeof ChatRequestSchema>;
-
-/** Parses `body` with `schema`; the first issue becomes a 400 naming its parameter in a sentence (openai/issues). */
-export function parseRequest<T>(schema: z.ZodType<T>, body: unknown): T {
-  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw invalidRequest('The request body must be a JSON object.', null, 'invalid_json');
-  const r = schema.safeParse(body);
-  if (r.success) return r.data;
-  const issue = r.error.issues[0];
-  if (issue === undefined) throw invalidRequest('The request body is not valid.', null, 'invalid_value');
-  const { param, message, code } = clientIssue(issue, body);
-  throw invalidRequest(message, param, code);
-}
 
 /** Refuses a field that is set to something this server does not support. */
 function refuse(param: string, message: string): ApiError {
