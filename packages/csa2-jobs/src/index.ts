@@ -15,7 +15,6 @@ export * from './restartable.js';
 export * from './env-config.js';
 export * from './bullmq-reexports.js';
 export * from './log-line.js';
-export * from './queue-test-support.js';
 export * from './backlog.js';
 export * from './worker-config.js';
 export * from './engine-metrics.js';

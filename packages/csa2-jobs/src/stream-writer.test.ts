@@ -6,7 +6,7 @@ import { connectRedis, startLocalRedis, type LocalRedis } from './redis.js';
 import { choiceStreamId, streamKey } from './queues.js';
 import { decodeStreamEntry, encodeStreamEntry, type StreamEntry } from './stream.js';
 import { StreamStateError, appendStreamEntry, readStreamState } from './stream-writer.js';
-import { readStreamEntries } from './queue-test-support.js';
+import { readStreamEntries } from './testing/queue-support.js';
 
 let server: LocalRedis;
 let redis: Redis;

@@ -9,7 +9,7 @@ import { randomUUID } from 'node:crypto';
 import { Queue, UnrecoverableError } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { jsonLogger } from './log-line.js';
-import { waitForJobSettled } from './queue-test-support.js';
+import { waitForJobSettled } from './testing/queue-support.js';
 import { connectRedis, freePort, startLocalRedis, type LocalRedis } from './redis.js';
 import { startEngineWorker, type EngineWorker } from './worker-runtime.js';
 

@@ -13,7 +13,6 @@ import {
   cancelKey,
   choiceStreamId,
   connectRedis,
-  readStreamEntries,
   startLocalRedis,
   type DecodeJob,
   type DecodeResult,
@@ -22,6 +21,7 @@ import {
   type Redis,
   type StreamEntry,
 } from '@csa2/jobs';
+import { readStreamEntries } from '@csa2/jobs/testing';
 import { createDecodeProcessor, type DecodeEngine } from './processor.js';
 
 let server: LocalRedis;

@@ -20,16 +20,14 @@ import {
   cancelKey,
   choiceStreamId,
   connectRedis,
-  readStreamEntries,
   silentLogger,
   startLocalRedis,
-  waitForJobSettled,
-  waitForStreamLength,
   type DecodeJob,
   type LocalRedis,
   type Redis,
   type StreamEntry,
 } from '@csa2/jobs';
+import { readStreamEntries, waitForJobSettled, waitForStreamLength } from '@csa2/jobs/testing';
 import type { DecoderConfig } from './config.js';
 import { startDecoderWorker, type DecoderWorker } from './worker.js';
 

@@ -20,17 +20,16 @@ import {
   cancelKey,
   connectRedis,
   promptDocumentId,
-  readStreamEntries,
   requestDecodeJobId,
   silentLogger,
   startLocalRedis,
-  waitForJobSettled,
   type LocalRedis,
   type PrefillJob,
   type PrefillProgress,
   type PrefillResult,
   type Redis,
 } from '@csa2/jobs';
+import { readStreamEntries, waitForJobSettled } from '@csa2/jobs/testing';
 import { DOCUMENT_ENGINE_PRIORITY, PROMPT_ENGINE_PRIORITY, createEncodeProcessor, type EncodeEngine } from './processor.js';
 
 const STEP_TOKENS = 256;

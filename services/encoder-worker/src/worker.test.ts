@@ -24,11 +24,9 @@ import {
   connectRedis,
   parseDecodeJob,
   promptDocumentId,
-  readStreamEntries,
   requestDecodeJobId,
   silentLogger,
   startLocalRedis,
-  waitForJobSettled,
   type DecodeJob,
   type LocalRedis,
   type PrefillJob,
@@ -36,6 +34,7 @@ import {
   type PrefillResult,
   type Redis,
 } from '@csa2/jobs';
+import { readStreamEntries, waitForJobSettled } from '@csa2/jobs/testing';
 import type { EncoderConfig } from './config.js';
 import { startEncoderWorker, type EncoderWorker } from './worker.js';
 

@@ -7,6 +7,7 @@
 import { readFileSync } from 'node:fs';
 import type { Redis } from '@csa2/jobs';
 import { API_KEY, type Pipeline } from '../harness/pipeline.js';
+import { pollUntil } from '@csa2/jobs/testing';
 
 export const headers = (key = API_KEY): Record<string, string> => ({ authorization: `Bearer ${key}`, 'content-type': 'application/json' });
 
@@ -27,15 +28,9 @@ export async function getJson(pipe: Pipeline, path: string, key = API_KEY): Prom
 
 export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
-/** Polls until `check` returns something other than undefined; fails after `timeoutMs`. */
-export async function until<T>(what: string, check: () => Promise<T | undefined>, timeoutMs = 30_000, everyMs = 50): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await check();
-    if (v !== undefined) return v;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await sleep(everyMs);
-  }
+/** Polls until `check` returns something other than undefined; fails after `timeoutMs` (@csa2/jobs/testing pollUntil). */
+export function until<T>(what: string, check: () => Promise<T | undefined>, timeoutMs = 30_000, everyMs = 50): Promise<T> {
+  return pollUntil(what, check, { timeoutMs, everyMs });
 }
 
 /** A streamed completion read event by event: data payloads and comment lines, each with its time. */

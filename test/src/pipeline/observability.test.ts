@@ -11,6 +11,7 @@ import { readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { API_KEY, Pipeline, type ServiceName } from '../harness/pipeline.js';
+import { pollUntil } from '@csa2/jobs/testing';
 
 let pipe: Pipeline;
 
@@ -55,14 +56,15 @@ function jsonLines(): Line[] {
 
 const SERVICE_OF: Record<string, string> = { gateway: 'gateway', encoder: 'encoder-worker', decoder: 'decoder-worker' };
 
-async function waitForLines(what: string, check: (lines: Line[]) => boolean, timeoutMs = 20_000): Promise<Line[]> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const lines = jsonLines();
-    if (check(lines)) return lines;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
+function waitForLines(what: string, check: (lines: Line[]) => boolean, timeoutMs = 20_000): Promise<Line[]> {
+  return pollUntil(
+    what,
+    () => {
+      const lines = jsonLines();
+      return check(lines) ? lines : undefined;
+    },
+    { timeoutMs, everyMs: 100 },
+  );
 }
 
 const post = (path: string, body: unknown, reqId: string) =>

@@ -34,6 +34,7 @@ import { createApp, type GatewayApp } from '../app.js';
 import { loadGatewayConfig } from '../config.js';
 import type { GatewayDeps } from '../capabilities.js';
 import { connectGatewayDeps, type ConnectedDeps } from '../composition-root.js';
+import { pollUntil } from '@csa2/jobs/testing';
 
 export const MODEL_DIR = join(fixturesRoot(), 'deepseek-v41-tiny-a');
 export const MODEL_NAME = 'tiny-a';
@@ -253,13 +254,7 @@ export function parseSse(raw: string): string[] {
   return data;
 }
 
-/** Polls `check` until it returns a value other than undefined, or fails after `timeoutMs`. */
-export async function waitFor<T>(what: string, check: () => Promise<T | undefined>, timeoutMs = 10_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await check();
-    if (v !== undefined) return v;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
+/** Polls `check` until it returns a value other than undefined, or fails after `timeoutMs` (@csa2/jobs/testing pollUntil). */
+export function waitFor<T>(what: string, check: () => Promise<T | undefined>, timeoutMs = 10_000): Promise<T> {
+  return pollUntil(what, check, { timeoutMs });
 }

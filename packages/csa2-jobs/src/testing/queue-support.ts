@@ -1,27 +1,27 @@
 /**
- * @module queue-test-support
+ * @module testing/queue-support
  * Helpers for tests that run real BullMQ on a real Redis: wait for a job to settle, read a request's
  * stream as entries, wait until a stream holds some entries.
  */
 import type { Job, Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
-import { streamKey } from './queues.js';
-import { decodeStreamEntry, type StreamEntry } from './stream.js';
+import { streamKey } from '../queues.js';
+import { decodeStreamEntry, type StreamEntry } from '../stream.js';
+import { pollUntil } from './poll.js';
 
 /** Polls until the job is completed or failed (for good); returns it with its state. */
 export async function waitForJobSettled(queue: Queue, jobId: string, timeoutMs = 20_000): Promise<{ job: Job; state: 'completed' | 'failed' }> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const job = await queue.getJob(jobId);
-    if (job !== undefined) {
+  return pollUntil(
+    `job ${jobId} to settle`,
+    async () => {
+      const job = await queue.getJob(jobId);
+      if (job === undefined) return undefined;
       const state = await job.getState();
       // read again: the job object was fetched before it settled
-      if (state === 'completed' || state === 'failed') return { job: (await queue.getJob(jobId)) ?? job, state };
-    }
-    if (Date.now() > deadline)
-      throw new Error(`job ${jobId} did not settle within ${timeoutMs} ms (state ${job === undefined ? 'missing' : await job.getState()})`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
+      return state === 'completed' || state === 'failed' ? { job: (await queue.getJob(jobId)) ?? job, state } : undefined;
+    },
+    { timeoutMs },
+  );
 }
 
 /** The request's stream: each entry with its Redis id. */
@@ -32,9 +32,8 @@ export async function readStreamEntries(redis: Redis, requestId: string): Promis
 
 /** Polls until the stream holds at least `count` entries. */
 export async function waitForStreamLength(redis: Redis, requestId: string, count: number, timeoutMs = 20_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while ((await redis.xlen(streamKey(requestId))) < count) {
-    if (Date.now() > deadline) throw new Error(`stream of ${requestId} did not reach ${count} entries within ${timeoutMs} ms`);
-    await new Promise((r) => setTimeout(r, 5));
-  }
+  await pollUntil(`the stream of ${requestId} to hold ${count} entries`, async () => ((await redis.xlen(streamKey(requestId))) >= count ? true : undefined), {
+    timeoutMs,
+    everyMs: 5,
+  });
 }
