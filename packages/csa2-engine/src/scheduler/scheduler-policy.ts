@@ -7,11 +7,14 @@
  *
  * Step composition (continuous batching with chunked prefill):
  * 1. every running decode sequence gets its row (one token each), up to `maxRunning`;
- * 2. the remaining token budget goes to prefill work (exact prefill, encode, decoder replay chunks),
- *    round-robin across tenants (a tenant's oldest work first), at most `prefillChunkTokens` rows a
- *    span; while sequences are decoding, prefill rows are further limited so that the step's predicted
- *    time stays within `decodeLatencyFactor` × a decode-only step (the scheduler's cost model, fitted
- *    from measured steps), which bounds the running streams' inter-token latency during a long prefill;
+ * 2. the remaining token budget goes to prefill work (exact prefill, encode, decoder replay chunks) of
+ *    one tenant, the one that has had the least prefill time so far (time-fair: a row deep in a long
+ *    document costs more than a prompt's, so sharing rows would not share time; a tenant that was idle
+ *    starts from the least time of those waiting), its oldest work first, at most `prefillChunkTokens`
+ *    rows a span; while sequences are decoding, prefill rows are further limited so that the step's
+ *    predicted time stays within `decodeLatencyFactor` × a decode-only step (the scheduler's cost model,
+ *    fitted from measured steps), which bounds the running streams' inter-token latency during a long
+ *    prefill;
  * 3. new work is admitted between steps, oldest first within a priority, when its KV bytes (global
  *    cache of prompt + max tokens, windows, ids) fit in `kvBudgetBytes`; work that cannot fit even
  *    alone is refused with an error naming the figures.

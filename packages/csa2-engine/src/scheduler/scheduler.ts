@@ -26,6 +26,8 @@ export interface StepPlan {
   readonly prefillRows: number;
   /** Σ rows × layers of the prefill spans (the cost model's unit). */
   readonly prefillRowLayers: number;
+  /** The tenant whose prefill rows the step runs (one a step), or null. */
+  readonly prefillTenant: string | null;
 }
 
 const STEP_MS_BOUNDS = [5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000];
@@ -55,7 +57,12 @@ export class Scheduler {
   private readonly loading = new Set<Work>();
   private readonly active: Work[] = [];
   private kvInUse = 0;
-  private rrTenant = 0;
+  /**
+   * Prefill time (ms) each tenant has had, for time-fair prefill: a step's prefill rows all belong to
+   * the tenant with the least, so a tenant's prompt waits at most its share of time behind another's
+   * documents, whatever their rows cost (rows deep in a long document cost more than a prompt's).
+   */
+  private readonly prefillMs = new Map<string, number>();
   private readonly stepMs = new HistogramCounter(STEP_MS_BOUNDS);
   private readonly batchRows = new HistogramCounter(ROW_BOUNDS);
   private readonly decodeBatch = new HistogramCounter(ROW_BOUNDS);
@@ -169,9 +176,10 @@ export class Scheduler {
       decodeRows += k;
       budget -= k;
     }
-    // 2. prefill rows: round-robin across tenants, each tenant's best (priority, age) work first
+    // 2. prefill rows: one tenant a step, the one with the least prefill time; its best (priority, age) work first
     let prefillRows = 0;
     let prefillRowLayers = 0;
+    let prefillTenant: string | null = null;
     const prefill = this.active.filter((w) => w.next()?.kind === 'prefill');
     if (prefill.length > 0 && budget > 0) {
       let rowLayerBudget = Infinity;
@@ -179,9 +187,18 @@ export class Scheduler {
         const f = this.policy.decodeLatencyFactor;
         rowLayerBudget = this.decodeStepMs !== null && this.msPerRowLayer !== null ? ((f - 1) * this.decodeStepMs) / this.msPerRowLayer : 0;
       }
+      // time-fair across tenants: the step's prefill rows go to the tenant with the least prefill time;
+      // a tenant that was idle starts from the least time of those waiting (no credit for idling)
       const tenants = [...new Set(prefill.map((w) => w.tenant))].sort();
-      const start = this.rrTenant++ % tenants.length;
-      const order = tenants.slice(start).concat(tenants.slice(0, start));
+      const least = Math.min(...tenants.map((t) => this.prefillMs.get(t) ?? Infinity));
+      const floorMs = Number.isFinite(least) ? least : 0;
+      for (const t of tenants) this.prefillMs.set(t, Math.max(this.prefillMs.get(t) ?? floorMs, floorMs));
+      for (const t of [...this.prefillMs.keys()]) if (!tenants.includes(t)) this.prefillMs.delete(t);
+      prefillTenant = tenants.reduce((a, b) => ((this.prefillMs.get(b) as number) < (this.prefillMs.get(a) as number) ? b : a));
+      const order = [prefillTenant];
+      // while other tenants wait, a step runs one span of this tenant's rows: shorter turns, so a waiting
+      // tenant's share of time comes in finer slices (its wait behind one turn is one span's time)
+      if (tenants.length > 1) budget = Math.min(budget, this.policy.prefillChunkTokens);
       const queues = new Map(order.map((t) => [t, prefill.filter((w) => w.tenant === t).sort(byPriorityThenAge)]));
       let progressed = true;
       while (budget > 0 && progressed) {
@@ -211,7 +228,7 @@ export class Scheduler {
         }
       }
     }
-    return { spans, works, decodeRows, prefillRows, prefillRowLayers };
+    return { spans, works, decodeRows, prefillRows, prefillRowLayers, prefillTenant: prefillRows > 0 ? prefillTenant : null };
   }
 
   /** Hands each work its span's output and updates the cost model and the counters. */
@@ -235,6 +252,7 @@ export class Scheduler {
     else if (plan.prefillRowLayers > 0) {
       const decodePart = plan.decodeRows > 0 ? (this.decodeStepMs ?? 0) : 0;
       this.msPerRowLayer = ema(this.msPerRowLayer, Math.max(0, ms - decodePart) / plan.prefillRowLayers);
+      if (plan.prefillTenant !== null) this.prefillMs.set(plan.prefillTenant, (this.prefillMs.get(plan.prefillTenant) ?? 0) + Math.max(0, ms - decodePart));
     }
     this.retire();
   }
