@@ -1,8 +1,9 @@
 /**
  * The repository speaks of the software, not of how it was built. Every tracked text file (code,
  * documents, tests, program output, configuration) and every tracked path is searched for words about
- * the making of the project rather than about what it does: numbered work sessions and "this / next /
- * previous / last session", issue numbers (the word issue before a number, a hash before a number),
+ * the making of the project rather than about what it does: numbered work sessions and sessions named
+ * by their order (this one, the next, the previous, the last), issue numbers (the word issue before a
+ * number, a hash before a number),
  * helpers and subagents,
  * calls to and time on a remote GPU machine, and file names that carry such a session number
  * ("s15_call.sh", "logs/s16/"). Each offending line is reported as file:line with the words that matched.
@@ -29,7 +30,7 @@ export const PROCESS_WORDS: ReadonlyArray<readonly [reason: string, pattern: Reg
   ['a work session', /\b[Ss]essions? [0-9]+|\b(this|next|previous|last) session\b|\bwork sessions?\b/],
   ['an issue number', /\b[Ii]ssues?[ -]#?[0-9]+\b|(^|[\s([])#[0-9]{1,5}\b(?![0-9a-fA-F;%])/],
   ['a remote GPU call', /\bdevice (calls?|time|budget|machine|tool|copy)\b|\bremote GPU\b|\bGPU calls?\b/],
-  ['a helper or the team', /\blead engineer\b|\bsub-?agents?\b|\bhelpers? h[0-9]+\b|\b(gateway|training|docs|recovery) helper\b|\boverwrote\b.*\bby mistake\b/],
+  ['a helper or the team', /\blead\s+engineer\b|\bsub-?agents?\b|\bhelpers? h[0-9]+\b|\b(gateway|training|docs|recovery) helper\b|\boverwrote\b.*\bby mistake\b/],
   ['a file named after a work session', /\bs[0-9]{1,2}(_(call|diag|summary|golden)\b|-step[0-9]|call[0-9])|\blogs\/s[0-9]+\b|\/h[0-9]{1,2}[-/]/],
 ];
 
