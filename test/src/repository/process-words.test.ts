@@ -30,7 +30,10 @@ export const PROCESS_WORDS: ReadonlyArray<readonly [reason: string, pattern: Reg
   ['a work session', /\b[Ss]essions? [0-9]+|\b(this|next|previous|last) session\b|\bwork sessions?\b/],
   ['an issue number', /\b[Ii]ssues?[ -]#?[0-9]+\b|(^|[\s([])#[0-9]{1,5}\b(?![0-9a-fA-F;%])/],
   ['a remote GPU call', /\bdevice (calls?|time|budget|machine|tool|copy)\b|\bremote GPU\b|\bGPU calls?\b/],
-  ['a helper or the team', /\blead\s+engineer\b|\bsub-?agents?\b|\bhelpers? h[0-9]+\b|\b(gateway|training|docs|recovery) helper\b|\boverwrote\b.*\bby mistake\b/],
+  [
+    'a helper or the team',
+    /\blead\s+engineer\b|\bsub-?agents?\b|\bhelpers? h[0-9]+\b|\b(gateway|training|docs|recovery) helper\b|\boverwrote\b.*\bby mistake\b/,
+  ],
   ['a file named after a work session', /\bs[0-9]{1,2}(_(call|diag|summary|golden)\b|-step[0-9]|call[0-9])|\blogs\/s[0-9]+\b|\/h[0-9]{1,2}[-/]/],
 ];
 
