@@ -3,10 +3,10 @@
 // Usage: node scripts/test.mjs [substring ...]   (only test files whose path contains one of them)
 // Then, with no substring or one starting with "training", the training recipe's Python unit tests.
 import { spawnSync } from 'node:child_process';
-import { readdirSync, statSync } from 'node:fs';
-import { join, relative } from 'node:path';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
+import { compiledTests } from './lib/compiled-tests.mjs';
 import { ensureChromium } from './lib/ensure-chromium.mjs';
 import { ensureNumpy } from './lib/ensure-numpy.mjs';
 import { ensureRedisServer } from './lib/ensure-redis.mjs';
@@ -20,25 +20,7 @@ if (!ensureRedisServer()) process.exit(1);
 const build = spawnSync(process.execPath, [join(root, 'node_modules/typescript/bin/tsc'), '-b'], { cwd: root, stdio: 'inherit' });
 if (build.status !== 0) process.exit(build.status ?? 1);
 
-function* walk(dir) {
-  for (const name of readdirSync(dir)) {
-    if (name === 'node_modules') continue;
-    const path = join(dir, name);
-    if (statSync(path).isDirectory()) yield* walk(path);
-    else if (name.endsWith('.test.js')) yield path;
-  }
-}
-const roots = ['packages', 'services', 'test', 'bench'].map((d) => join(root, d));
-const files = [];
-for (const r of roots) {
-  try {
-    statSync(r);
-  } catch {
-    continue;
-  }
-  for (const f of walk(r)) if (f.includes(`${'/'}dist${'/'}`)) files.push(f);
-}
-const selected = files.filter((f) => filters.length === 0 || filters.some((s) => relative(root, f).includes(s))).sort();
+const selected = compiledTests(root, '.test.js', filters);
 // the training recipe's CPU unit tests (Python, training/tests) run with the whole suite or when named
 const withPython = filters.length === 0 || filters.some((s) => s.startsWith('training'));
 if (selected.length === 0 && !withPython) {
