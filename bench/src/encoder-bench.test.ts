@@ -33,18 +33,31 @@ test('defaults: both models, 8K/32K/128K, the CPU only; lists and limits parsed,
     (e: Error) => e instanceof UsageError && /--encoder-models/.test(e.message),
   );
   assert.throws(() => parseEncoderBenchOptions({ 'encoder-threads': '0' }), UsageError);
+  assert.equal(d.paths, 'auto');
+  assert.deepEqual(parseEncoderBenchOptions({ 'encoder-paths': 'graph,layers' }).paths, ['graph', 'layers']);
+  assert.throws(
+    () => parseEncoderBenchOptions({ 'encoder-paths': 'fused' }),
+    (e: Error) => e instanceof UsageError && /--encoder-paths/.test(e.message),
+  );
 });
 
-test('a quick CPU run of the served model prints a row with tokens/s and the share of the matmul rate', async () => {
+test('a quick CPU run of the served model through both encoder paths: a row each with tokens/s, the share of the matmul rate and the graph traffic', async () => {
   const logs: string[] = [];
-  const opts = { ...parseEncoderBenchOptions({ quick: true, 'encoder-threads': '1' }), lengths: [256] };
+  const opts = { ...parseEncoderBenchOptions({ quick: true, 'encoder-threads': '1', 'encoder-paths': 'layers,graph' }), lengths: [1024] };
   const { rows, ceilings } = await runEncoderBench(opts, { out: () => undefined, log: (l) => logs.push(l) });
-  assert.equal(rows.length, 1);
-  const r = rows[0] as (typeof rows)[number];
-  assert.equal(r.provider, 'cpu');
-  assert.equal(r.tokens, 256);
-  assert.ok(r.tokensPerSecond > 0 && r.flops > 0 && r.ofCeiling > 0 && r.ofCeiling < 1, JSON.stringify(r));
+  assert.deepEqual(
+    rows.map((r) => [r.provider, r.path, r.tokens]),
+    [
+      ['cpu', 'layers', 1024],
+      ['cpu', 'graph', 1024],
+    ],
+  );
+  for (const r of rows) assert.ok(r.tokensPerSecond > 0 && r.flops > 0 && r.ofCeiling > 0 && r.ofCeiling < 1, JSON.stringify(r));
+  // the graph encoder moves packed rows, window rows and the kept stream, not per-layer activations
+  const [layers, graph] = rows as [(typeof rows)[number], (typeof rows)[number]];
+  assert.ok(graph.ioBytesPerToken < layers.ioBytesPerToken / 4, `graph I/O ${graph.ioBytesPerToken} B/token, layers ${layers.ioBytesPerToken}`);
+  assert.ok(graph.graphRuns < layers.graphRuns, `graph runs ${graph.graphRuns}, layers ${layers.graphRuns}`);
   const table = renderEncoderTable(rows, ceilings);
-  assert.match(table, /\| v41-mini-128k \(served\) \| cpu/);
+  assert.match(table, /\| v41-mini-128k \(served\) \| cpu +\| graph/);
   assert.match(table, /Matmul rates measured in this run: cpu: /);
 });

@@ -38,11 +38,15 @@ const REPO_ROOT = new URL('../../', import.meta.url);
 const SERVED_MODEL_DIR = join(REPO_ROOT.pathname, 'models', 'v41-mini-128k');
 
 type ModelKey = '1024' | 'served';
+type EncoderPath = 'layers' | 'graph';
+const PATHS: readonly EncoderPath[] = ['layers', 'graph'];
 const MODEL_KEYS: readonly ModelKey[] = ['1024', 'served'];
 
 export interface EncoderBenchOptions {
   readonly models: readonly ModelKey[];
   readonly providers: readonly ExecutionProvider[];
+  /** Encoder paths per provider ('auto': the provider's default, layers on the CPU and the graph on CUDA). */
+  readonly paths: readonly EncoderPath[] | 'auto';
   readonly lengths: readonly number[];
   /** Intra-op threads on the CPU provider. */
   readonly cpuThreads: number | 'auto';
@@ -55,6 +59,7 @@ export interface EncoderBenchOptions {
 export interface EncoderBenchRow {
   readonly model: string;
   readonly provider: ExecutionProvider;
+  readonly path: EncoderPath;
   readonly tokens: number;
   readonly ms: number;
   readonly tokensPerSecond: number;
@@ -72,7 +77,7 @@ export interface EncoderBenchRow {
   readonly steps: Readonly<Record<string, number>>;
 }
 
-const STEP_ORDER = ['attn-in', 'compress', 'indexer', 'attention', 'sinkhorn', 'attn-out', 'ffn', 'compress-at-end', 'head'] as const;
+const STEP_ORDER = ['encoder-graph', 'attn-in', 'compress', 'indexer', 'attention', 'sinkhorn', 'attn-out', 'ffn', 'compress-at-end', 'head'] as const;
 
 /**
  * The device's bf16 matmul rate: `depth` chained [M, K]·[K, K] bf16 MatMuls (fp32 accumulation) in
@@ -149,14 +154,21 @@ export async function runEncoderBench(opts: EncoderBenchOptions, io: BenchIo): P
     const { name, dir } = await modelDir(key, opts, io);
     const config = await readModelConfigFile(join(dir, 'config.json'));
     const plan = buildLayerPlan(config);
-    for (const provider of opts.providers) {
+    const runs = opts.providers.flatMap((p) => {
+      const paths: readonly EncoderPath[] = opts.paths === 'auto' ? [p === 'cuda' ? 'graph' : 'layers'] : opts.paths;
+      return paths.map((x) => [p, x] as const);
+    });
+    for (const [provider, path] of runs) {
       const storeDir = mkdtempSync(join(tmpdir(), 'csa2-encoder-bench-'));
+      const t0 = performance.now();
       const engine = await Engine.open({
         modelDir: dir,
         store: pathToFileURL(storeDir).href,
         runtime: { executionProvider: provider, intraOpThreads: provider === 'cpu' ? opts.cpuThreads : 1 },
+        encoder: path,
         warmUp: true,
       });
+      io.log(`[encoder] ${name} ${provider} ${path}: engine open and warm in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
       try {
         const info = engine.info();
         for (const len of opts.lengths) {
@@ -187,6 +199,7 @@ export async function runEncoderBench(opts: EncoderBenchOptions, io: BenchIo): P
           const row: EncoderBenchRow = {
             model: name,
             provider,
+            path,
             tokens: len,
             ms,
             tokensPerSecond: (len * 1000) / ms,
@@ -200,7 +213,7 @@ export async function runEncoderBench(opts: EncoderBenchOptions, io: BenchIo): P
             steps,
           };
           rows.push(row);
-          io.log(`[encoder] ${name} ${provider} ${fmtTokens(len)}: ${row.tokensPerSecond.toFixed(0)} tok/s (${(ms / 1000).toFixed(2)} s)`);
+          io.log(`[encoder] ${name} ${provider} ${path} ${fmtTokens(len)}: ${row.tokensPerSecond.toFixed(0)} tok/s (${(ms / 1000).toFixed(2)} s)`);
         }
       } finally {
         await engine.close();
@@ -217,6 +230,7 @@ export function renderEncoderTable(rows: readonly EncoderBenchRow[], ceilings: R
     [
       { header: 'model', align: 'left' },
       { header: 'provider', align: 'left' },
+      { header: 'encoder', align: 'left' },
       { header: 'tokens' },
       { header: 'ingest s' },
       { header: 'tok/s' },
@@ -230,6 +244,7 @@ export function renderEncoderTable(rows: readonly EncoderBenchRow[], ceilings: R
     rows.map((r) => [
       r.model,
       r.provider,
+      r.path,
       fmtTokens(r.tokens),
       (r.ms / 1000).toFixed(2),
       r.tokensPerSecond.toFixed(0),
@@ -246,13 +261,21 @@ export function renderEncoderTable(rows: readonly EncoderBenchRow[], ceilings: R
     [
       { header: 'model', align: 'left' },
       { header: 'provider', align: 'left' },
+      { header: 'encoder', align: 'left' },
       { header: 'tokens' },
       ...STEP_ORDER.map((s) => ({ header: `${s} s` })),
       { header: 'rest s' },
     ],
     rows.map((r) => {
       const sum = STEP_ORDER.reduce((a, s) => a + (r.steps[s] ?? 0), 0);
-      return [r.model, r.provider, fmtTokens(r.tokens), ...STEP_ORDER.map((s) => ((r.steps[s] ?? 0) / 1000).toFixed(2)), ((r.ms - sum) / 1000).toFixed(2)];
+      return [
+        r.model,
+        r.provider,
+        r.path,
+        fmtTokens(r.tokens),
+        ...STEP_ORDER.map((s) => ((r.steps[s] ?? 0) / 1000).toFixed(2)),
+        ((r.ms - sum) / 1000).toFixed(2),
+      ];
     }),
   );
   return [
@@ -290,6 +313,7 @@ export function parseEncoderBenchOptions(values: OptionValues): EncoderBenchOpti
   return {
     models: parseList(str('encoder-models'), MODEL_KEYS, 'encoder-models', quick ? ['served'] : MODEL_KEYS),
     providers: parseList(str('provider'), ['cpu', 'cuda'] as const, 'provider', ['cpu']),
+    paths: str('encoder-paths') === undefined || str('encoder-paths') === 'auto' ? 'auto' : parseList(str('encoder-paths'), PATHS, 'encoder-paths', PATHS),
     lengths,
     cpuThreads,
     cpuMaxTokens: str('encoder-cpu-max') === undefined ? Infinity : tokenCount(str('encoder-cpu-max') as string, 'encoder-cpu-max'),
@@ -305,6 +329,12 @@ export const encoderSuite: BenchSuite = {
   options: {
     provider: { type: 'string', valueName: 'cpu,cuda', description: 'execution providers, side by side in this run', defaultText: 'cpu' },
     'encoder-models': { type: 'string', valueName: '1024,served', description: 'models to ingest with', defaultText: '1024,served' },
+    'encoder-paths': {
+      type: 'string',
+      valueName: 'layers,graph',
+      description: 'encoder paths on every provider: through the layers, or one graph run a chunk',
+      defaultText: 'auto (layers on the CPU, graph on CUDA)',
+    },
     'encoder-lengths': { type: 'string', valueName: 'N,N,...', description: 'document lengths in tokens (1K = 1024)', defaultText: '8K,32K,128K' },
     'encoder-cpu-max': { type: 'string', valueName: 'N', description: 'the CPU provider ingests documents up to N tokens only', defaultText: 'no limit' },
     'encoder-threads': { type: 'string', valueName: 'N|auto', description: 'intra-op threads on the CPU provider', defaultText: 'auto (all cores)' },

@@ -51,12 +51,14 @@ export type * from './types.js';
 
 /**
  * Model options on the CUDA provider, where a graph run costs a launch and a host round trip for
- * every input and output while the math is nearly free: prefill chunks of thousands of rows, the
- * indexers' scores and top-k and the hyper-connections' Sinkhorn inside their graphs (on the device)
- * rather than in TypeScript, and
- * attention runs as large as the device memory allows. Explicit EngineOptions win.
+ * every input and output while the math is nearly free: the encoder as one graph run per chunk of
+ * 4,096 rows (model/encoder/graph-encoder: only packed state crosses the bus); for the spans that still
+ * run through the layers (decode steps, decoder replay), the indexers' scores and top-k and the
+ * hyper-connections' Sinkhorn inside their graphs rather than in TypeScript, and attention runs as large
+ * as the device memory allows. Explicit EngineOptions win.
  */
 export const CUDA_MODEL_OPTIONS: Partial<ModelOptions> = {
+  encoder: 'graph',
   chunkTokens: 4096,
   indexerScores: 'graph',
   sinkhorn: 'graph',
@@ -125,6 +127,7 @@ export class Engine {
       runtime,
       ...(runtime.executionProvider === 'cuda' ? CUDA_MODEL_OPTIONS : {}),
       ...(options.scanThreads !== undefined ? { scanThreads: options.scanThreads } : {}),
+      ...(options.encoder !== undefined ? { encoder: options.encoder } : {}),
     });
     let store: ObjectStore | null = null;
     try {

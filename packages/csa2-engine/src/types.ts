@@ -17,6 +17,12 @@ export interface EngineOptions {
   readonly runtime?: Partial<RuntimeOptions>;
   /** Worker threads that take part of the long index scans (@csa2/core ModelOptions.scanThreads): a count or 'auto'. @defaultValue 'auto' */
   readonly scanThreads?: number | 'auto';
+  /**
+   * How encode chunks run (@csa2/core ModelOptions.encoder): through the layers ('layers', the CPU's
+   * default) or as one graph run a chunk ('graph', the CUDA provider's default); `{ topk: true }` is
+   * 'graph' with the index lists shown to the model's observer (tests).
+   */
+  readonly encoder?: 'layers' | 'graph' | { readonly topk: true };
   /** Object store of the artifacts (file:///… or s3://bucket/prefix?…); documents need one. */
   readonly store?: string;
   /**

@@ -70,10 +70,36 @@ function checkSpans(config: ModelConfig, spans: readonly Span[]): void {
   });
 }
 
-/** Runs the spans (of distinct sequences) in one forward call. */
+/**
+ * Runs the spans (of distinct sequences) in one forward call. With a graph encoder (ModelOptions.encoder
+ * 'graph'), the encode chunks it takes run there, one graph run each, and the rest through the layers.
+ */
 export async function forward(ctx: ForwardContext, spans: readonly Span[]): Promise<SpanOutput[]> {
+  checkSpans(ctx.config, spans);
+  const enc = ctx.graphs.encoder;
+  const viaGraph = enc === null ? [] : spans.map((s) => enc.declines(s) === null);
+  if (enc === null || !viaGraph.some(Boolean)) return forwardLayers(ctx, spans);
+  const layered = await forwardLayers(
+    ctx,
+    spans.filter((_, i) => !viaGraph[i]),
+  );
+  const out: SpanOutput[] = [];
+  let next = 0;
+  for (let i = 0; i < spans.length; i++) {
+    if (!viaGraph[i]) {
+      out.push(layered[next++] as SpanOutput);
+      continue;
+    }
+    const t0 = performance.now();
+    out.push(await enc.run(spans[i] as Span, ctx.freqsPlain, ctx.freqsCompress, ctx.observer));
+    ctx.timer?.other('encoder-graph', performance.now() - t0);
+  }
+  return out;
+}
+
+/** Runs the spans through the layers (model/block), batched layer by layer. */
+async function forwardLayers(ctx: ForwardContext, spans: readonly Span[]): Promise<SpanOutput[]> {
   const c = ctx.config;
-  checkSpans(c, spans);
   if (spans.length === 0) return [];
   const { hcMult: n, dim: d } = c;
   const states: SpanState[] = spans.map((span) => {

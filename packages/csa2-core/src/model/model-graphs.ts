@@ -31,6 +31,7 @@ import type { HcSplitParams } from './hc/hc-sinkhorn.js';
 import type { AttentionGraphs } from './attention/attention.js';
 import type { FfnGraphs } from './ffn/ffn.js';
 import type { IndexerGraphs, LayerIndexer } from './indexer/indexer-job.js';
+import { GraphEncoder } from './encoder/graph-encoder.js';
 
 export interface LayerGraphs extends FfnGraphs {
   readonly attnIn: TypedGraph<typeof ATTN_IN>;
@@ -48,6 +49,8 @@ export interface ModelGraphs extends AttentionGraphs, IndexerGraphs {
   readonly head: TypedGraph<typeof HEAD>;
   /** The first decoder KV source's compressor inputs from the encoder output (encode mode), if split. */
   readonly compressOnly: TypedGraph<typeof ATTN_IN_COMPRESS> | null;
+  /** The encoder as one graph per chunk (GraphBuildOptions.encoderGraph), or null. */
+  readonly encoder: GraphEncoder | null;
 }
 
 export interface GraphBuildOptions {
@@ -63,6 +66,10 @@ export interface GraphBuildOptions {
   readonly bf16Gemm?: boolean;
   /** Scan threads for the split scorer (model/indexer/scan-threads), a resolved count (0: none). @defaultValue 0 */
   readonly scanThreads?: number;
+  /** Build the one-graph encoder (model/encoder/graph-encoder); `topk` adds its index lists as outputs. @defaultValue false */
+  readonly encoderGraph?: boolean | { readonly topk: boolean };
+  /** Rows a chunk of the one-graph encoder (ModelOptions.chunkTokens). @defaultValue 4096 */
+  readonly encoderChunkTokens?: number;
 }
 
 export type IndexerScores = 'split' | 'graph';
@@ -94,6 +101,7 @@ export async function openModelGraphs(config: ModelConfig, plan: LayerPlan, weig
   }
   const opened: TypedGraph<GraphSignature<Io, Io, Io, Io>>[] = [];
   let scorerSession: GraphSession | null = null;
+  let encoder: GraphEncoder | null = null;
   const open = async <S extends GraphSignature<Io, Io, Io, Io>>(
     name: string,
     bytes: Uint8Array,
@@ -170,6 +178,14 @@ export async function openModelGraphs(config: ModelConfig, plan: LayerPlan, weig
           : null,
       );
     }
+    if (options.encoderGraph !== undefined && options.encoderGraph !== false) {
+      const why = GraphEncoder.unsupported(plan);
+      if (why !== null) throw new Csa2Error('unsupported-feature', `model option encoder 'graph': ${why}`);
+      encoder = await GraphEncoder.open(ctx, plan, options.runtime, threads, {
+        chunkTokens: options.encoderChunkTokens ?? 4096,
+        topk: options.encoderGraph !== true && options.encoderGraph.topk,
+      });
+    }
     return {
       layers,
       head: await open('head', buildHeadGraph(ctx), HEAD),
@@ -188,10 +204,12 @@ export async function openModelGraphs(config: ModelConfig, plan: LayerPlan, weig
           }
         : null,
       indexScorer,
+      encoder,
     };
   } catch (err) {
     for (const g of opened) await g.dispose().catch(() => undefined);
     await scorerSession?.dispose().catch(() => undefined);
+    await encoder?.dispose().catch(() => undefined);
     throw err;
   }
 }
@@ -212,4 +230,5 @@ export async function disposeModelGraphs(graphs: ModelGraphs): Promise<void> {
   ])
     if (g !== null) await g.dispose();
   await graphs.indexScorer?.dispose();
+  await graphs.encoder?.dispose();
 }

@@ -33,6 +33,14 @@ export const DEFAULT_REPLAY_TOKENS = 128;
 
 export interface ModelOptions {
   /**
+   * How encode chunks run: through the layers, one graph run per layer step with TypeScript between
+   * ('layers': the exact reference path, the CPU's), or the whole encoder as one graph run per chunk
+   * ('graph': model/encoder/graph-encoder, for the CUDA provider, where it moves only packed state across
+   * the bus); `{ topk: true }` is 'graph' with the index lists shown to the observer (tests).
+   * @defaultValue 'layers'
+   */
+  readonly encoder: 'layers' | 'graph' | { readonly topk: true };
+  /**
    * Where the hyper-connections' Sinkhorn split runs: in TypeScript (model/hc/hc-sinkhorn; the CPU's
    * exact path, cheapest for decode steps) or inside the attnIn/attnOut graphs (GraphOps.hcSplitSinkhorn;
    * for the CUDA provider's prefill spans of thousands of rows). @defaultValue 'typescript'
@@ -98,6 +106,7 @@ export const DEFAULT_MODEL_OPTIONS: ModelOptions = {
   indexerScores: 'split',
   scanThreads: 'auto',
   sinkhorn: 'typescript',
+  encoder: 'layers',
 };
 
 export class Csa2Model {
@@ -123,6 +132,10 @@ export class Csa2Model {
     for (const k of ['chunkTokens', 'attentionBudgetValues', 'indexerBudgetValues', 'indexerKeyChunk'] as const) {
       if (!(Number.isInteger(opts[k]) && opts[k] >= 1)) throw new Csa2Error('config-invalid', `model option ${k} must be a positive integer, got ${opts[k]}`);
     }
+    const enc = opts.encoder;
+    if (!(enc === 'layers' || enc === 'graph' || (typeof enc === 'object' && enc !== null && enc.topk === true))) {
+      throw new Csa2Error('config-invalid', `model option encoder must be 'layers' or 'graph', got ${JSON.stringify(enc)}`);
+    }
     const bs = Math.max(1, config.candidateBlockSize);
     if (opts.indexerKeyChunk % bs !== 0 || opts.indexerKeyChunk < 2) {
       throw new Csa2Error(
@@ -137,6 +150,8 @@ export class Csa2Model {
       indexerPool: opts.indexerPool,
       indexerScores: opts.indexerScores,
       scanThreads: resolveScanThreads(opts.scanThreads),
+      encoderGraph: opts.encoder === 'layers' ? false : opts.encoder === 'graph' ? true : { topk: true },
+      encoderChunkTokens: opts.chunkTokens,
     });
     const ropeDim = config.ropeHeadDim;
     const freqsPlain = ropeFrequencies({ ropeDim, base: config.ropeTheta, yarn: null });
@@ -347,13 +362,16 @@ export class Csa2Model {
           input,
           compressAtEnd: opts.compressAtEnd === true,
           logits: last && opts.logits === true,
+          keepFrom: Math.min(p1, Math.max(p0, keepStart)),
         },
       ]);
       if (out === undefined) throw new Csa2Error('runtime', 'forward returned no output');
       const from = Math.max(p0, keepStart);
       if (from < p1) {
-        keptX.set(out.stream.X.subarray((from - p0) * n * d, (p1 - p0) * n * d), (from - keepStart) * n * d);
-        keptPre.set(out.stream.pre.subarray((from - p0) * n, (p1 - p0) * n), (from - keepStart) * n);
+        const s0 = out.stream.start;
+        if (s0 > from) throw new Csa2Error('runtime', `forward kept rows from ${s0}, ${from} asked`);
+        keptX.set(out.stream.X.subarray((from - s0) * n * d, (p1 - s0) * n * d), (from - keepStart) * n * d);
+        keptPre.set(out.stream.pre.subarray((from - s0) * n, (p1 - s0) * n), (from - keepStart) * n);
       }
       if (last) logits = out.logits;
       opts.onProgress?.(p1 - seg.start, total);

@@ -32,6 +32,23 @@ const ELEM_CODE: Record<ElemType, number> = {
 };
 
 export const OPSET = 21;
+
+/** Inputs that onnxruntime's kernels read in host memory, by operator (hostArgsComputed). */
+const HOST_ARGS: Readonly<Record<string, readonly number[]>> = {
+  Slice: [1, 2, 3, 4],
+  Reshape: [1],
+  Expand: [1],
+  TopK: [1],
+  Range: [0, 1, 2],
+  ConstantOfShape: [0],
+  Tile: [1],
+  Pad: [1, 2, 3],
+  Unsqueeze: [1],
+  Squeeze: [1],
+  ReduceSum: [1],
+  ReduceMax: [1],
+  ReduceMean: [1],
+};
 const IR_VERSION = 10;
 
 function valueInfo(name: string, type: ElemType, dims: readonly Dim[]): ProtoWriter {
@@ -72,9 +89,18 @@ export class GraphBuilder {
   private readonly outputs: ProtoWriter[] = [];
   private readonly initializers: ProtoWriter[] = [];
   private readonly constCache = new Map<string, string>();
+  /** Every node's operator and value names, and each value's producing node (hostArgsComputed). */
+  private readonly dataflow: Array<{ op: string; inputs: string[]; outputs: string[] }> = [];
+  private readonly producers = new Map<string, number>();
+  private readonly initializerNames = new Set<string>();
   private counter = 0;
   /** Bytes of weight data embedded as initializers (for reporting). */
   initializerBytes = 0;
+  /**
+   * Prefixed to every initializer name from here on: builders that name their weights by role ('wq_a')
+   * emit several layers into one graph under distinct prefixes (`withScope`).
+   */
+  private scope = '';
 
   constructor(readonly name: string) {}
 
@@ -93,14 +119,27 @@ export class GraphBuilder {
     this.outputs.push(valueInfo(name, type, dims));
   }
 
-  /** An initializer from raw little-endian bytes. */
+  /** Runs `emit` with `prefix` before the names of the initializers it creates; returns what it returns. */
+  withScope<T>(prefix: string, emit: () => T): T {
+    const outer = this.scope;
+    this.scope = outer + prefix;
+    try {
+      return emit();
+    } finally {
+      this.scope = outer;
+    }
+  }
+
+  /** An initializer from raw little-endian bytes (named `name` within the current scope). */
   initializer(name: string, type: ElemType, dims: readonly number[], raw: Uint8Array): string {
+    const full = this.scope + name;
     const t = new ProtoWriter();
     for (const d of dims) t.int(1, d);
-    t.int(2, ELEM_CODE[type]).string(8, name).bytes(9, raw);
+    t.int(2, ELEM_CODE[type]).string(8, full).bytes(9, raw);
     this.initializers.push(t);
+    this.initializerNames.add(full);
     this.initializerBytes += raw.byteLength;
-    return name;
+    return full;
   }
 
   /** A float32 weight (copied into the graph). */
@@ -146,7 +185,42 @@ export class GraphBuilder {
     n.string(3, this.fresh(`n_${op}`)).string(4, op);
     for (const [k, v] of Object.entries(attrs)) n.message(5, attribute(k, v));
     this.nodes.push(n);
+    this.dataflow.push({ op, inputs: [...inputs], outputs: outNames });
+    for (const o of outNames) this.producers.set(o, this.dataflow.length - 1);
     return outNames;
+  }
+
+  /**
+   * The nodes that compute, from graph inputs, a value an operator reads in host memory (a Slice's
+   * bounds, a Reshape's or an Expand's shape, a TopK's k, a Range's ends, a reduction's axes): an
+   * accelerator's execution provider leaves such nodes to the CPU, a host round trip each. Values from
+   * initializers and constants (folded when the session opens) and graph inputs read directly are fine.
+   * `op input#i` per offending argument.
+   */
+  hostArgsComputed(): string[] {
+    const constant = new Map<string, boolean>();
+    const isConstant = (v: string): boolean => {
+      const known = constant.get(v);
+      if (known !== undefined) return known;
+      if (this.initializerNames.has(v)) return true;
+      const at = this.producers.get(v);
+      if (at === undefined) return false; // a graph input
+      const node = this.dataflow[at] as { inputs: string[] };
+      const result = node.inputs.every((i) => i === '' || isConstant(i));
+      constant.set(v, result);
+      return result;
+    };
+    const bad: string[] = [];
+    for (const node of this.dataflow) {
+      const args = HOST_ARGS[node.op];
+      if (args === undefined) continue;
+      for (const i of args) {
+        const v = node.inputs[i];
+        if (v === undefined || v === '' || isConstant(v) || !this.producers.has(v)) continue;
+        bad.push(`${node.op} input ${i} (${v}, from ${(this.dataflow[this.producers.get(v) as number] as { op: string }).op})`);
+      }
+    }
+    return bad;
   }
 
   op(op: string, inputs: readonly string[], attrs: Readonly<Record<string, Attr>> = {}): string {

@@ -100,6 +100,7 @@ export class SegmentRun {
       input: this.opts.input,
       compressAtEnd: this.opts.compressAtEnd === true,
       logits: p1 === this.opts.end && this.opts.logits === true,
+      keepFrom: this.kept === null ? p1 : Math.min(p1, Math.max(p0, this.kept.start)),
       ...(this.opts.allLogits === true ? { allLogits: true } : {}),
       ...(this.opts.knownSources != null ? { knownSources: this.opts.knownSources } : {}),
       ...(this.opts.captureSources != null ? { captureSources: this.opts.captureSources } : {}),
@@ -113,8 +114,10 @@ export class SegmentRun {
     if (k !== null) {
       const nd = k.X.length / k.rows;
       const n = k.pre.length / k.rows;
+      const s0 = out.stream.start;
+      if (s0 > Math.max(span.p0, k.start)) throw new Csa2Error('runtime', `segment run keeps rows from ${k.start}, the output starts at ${s0}`);
       for (let t = Math.max(span.p0, k.start); t < span.p1; t++) {
-        const r = t - span.p0;
+        const r = t - s0;
         k.X.set(out.stream.X.subarray(r * nd, (r + 1) * nd), (t - k.start) * nd);
         k.pre.set(out.stream.pre.subarray(r * n, (r + 1) * n), (t - k.start) * n);
       }

@@ -14,29 +14,50 @@ import { GraphOps } from './graph-ops.js';
 import type { GraphContext } from './context.js';
 import { packIndexK, packMainKv } from './packed-ops.js';
 
-export function buildCompressGraph(ctx: GraphContext, e: LayerPlanEntry): Uint8Array {
+/**
+ * The compress graph's nodes into `o.g`: completed groups (latent [G, D] for m = 1; gkv, gscore
+ * [G, m, D] for m > 1) with the compress RoPE at the groups' first positions → packed main-KV rows ckv
+ * [G, D/2 + D/16] and index-K rows ik [G, dI/2 + dI/32].
+ */
+export function emitCompress(
+  o: GraphOps,
+  ctx: GraphContext,
+  e: LayerPlanEntry,
+  v: { readonly latent: string } | { readonly gkv: string; readonly gscore: string },
+  cos: string,
+  sin: string,
+): { ckv: string; ik: string } {
   const { config: c, weights: w } = ctx;
+  const g = o.g;
   const p = `layers.${e.layer}`;
+  const { headDim: D, ropeHeadDim: rd, indexHeadDim: dI } = c;
+  let latent: string;
+  if ('latent' in v) latent = v.latent;
+  else {
+    const ex = g.exp(g.sub(v.gscore, g.reduceMax(v.gscore, [1], true)));
+    const weights = g.div(ex, g.reduceSum(ex, [1], true));
+    const pooled = g.reduceSum(g.mul(v.gkv, weights), [1], false);
+    latent = o.rmsNorm(o.bf(pooled), 'c_norm', w.get(`${p}.attn.compressor.norm.weight`), c.normEps);
+  }
+  // index keys come from the latent before RoPE (csa2 §3.2.1)
+  const k = o.rmsNorm(o.linear(latent, 'i_wk', w.get(`${p}.attn.indexer.wk.weight`), dI, D), 'i_knorm', w.get(`${p}.attn.indexer.k_norm.weight`), c.normEps);
+  return { ik: packIndexK(o, o.rope(k, 2, dI, rd, cos, sin), dI), ckv: packMainKv(o, o.rope(latent, 2, D, rd, cos, sin), D) };
+}
+
+export function buildCompressGraph(ctx: GraphContext, e: LayerPlanEntry): Uint8Array {
+  const { config: c } = ctx;
   const g = new GraphBuilder(`compress_${e.layer}`);
   const o = new GraphOps(g, ctx.mode, ctx.bf16Gemm === true);
   const { headDim: D, ropeHeadDim: rd, indexHeadDim: dI } = c;
   const m = e.compressRatio;
-  let latent: string;
-  if (m === 1) {
-    latent = g.input('latent', 'float32', ['G', D]);
-  } else {
-    const kv = g.input('gkv', 'float32', ['G', m, D]);
-    const score = g.input('gscore', 'float32', ['G', m, D]);
-    const ex = g.exp(g.sub(score, g.reduceMax(score, [1], true)));
-    const weights = g.div(ex, g.reduceSum(ex, [1], true));
-    const pooled = g.reduceSum(g.mul(kv, weights), [1], false);
-    latent = o.rmsNorm(o.bf(pooled), 'c_norm', w.get(`${p}.attn.compressor.norm.weight`), c.normEps);
-  }
+  const v =
+    m === 1
+      ? { latent: g.input('latent', 'float32', ['G', D]) }
+      : { gkv: g.input('gkv', 'float32', ['G', m, D]), gscore: g.input('gscore', 'float32', ['G', m, D]) };
   const cos = g.input('cos', 'float32', ['G', rd / 2]);
   const sin = g.input('sin', 'float32', ['G', rd / 2]);
-  // index keys come from the latent before RoPE (csa2 §3.2.1)
-  const k = o.rmsNorm(o.linear(latent, 'i_wk', w.get(`${p}.attn.indexer.wk.weight`), dI, D), 'i_knorm', w.get(`${p}.attn.indexer.k_norm.weight`), c.normEps);
-  g.output(packIndexK(o, o.rope(k, 2, dI, rd, cos, sin), dI), 'ik', 'uint8', ['G', dI / 2 + dI / 32]);
-  g.output(packMainKv(o, o.rope(latent, 2, D, rd, cos, sin), D), 'ckv', 'uint8', ['G', D / 2 + D / 16]);
+  const out = emitCompress(o, ctx, e, v, cos, sin);
+  g.output(out.ik, 'ik', 'uint8', ['G', dI / 2 + dI / 32]);
+  g.output(out.ckv, 'ckv', 'uint8', ['G', D / 2 + D / 16]);
   return g.toBytes();
 }

@@ -11,39 +11,46 @@ import type { LayerPlanEntry } from '../../config/layer-plan.js';
 import { GraphOps } from './graph-ops.js';
 import type { GraphContext } from './context.js';
 
+/**
+ * One expert's nodes into `o.g`: w2(bf16(weight · silu(w1 x) · w3 x)) with the SwiGLU limit, for the rows x
+ * [rows, d] (bf16 values); `weight` [rows, 1] the rows' routing weights (null: the shared expert).
+ */
+export function emitExpert(o: GraphOps, ctx: GraphContext, x: string, name: string, weight: string | null): string {
+  const { config: c, weights: w } = ctx;
+  const g = o.g;
+  const { dim: d, moeInterDim: I } = c;
+  const L = c.swigluLimit;
+  let gate = o.linear(x, `${name}_w1`, w.get(`${name}.w1.weight`), I, d);
+  let up = o.linear(x, `${name}_w3`, w.get(`${name}.w3.weight`), I, d);
+  if (L > 0) {
+    up = g.clip(up, -L, L);
+    gate = g.min(gate, g.scalar(L));
+  }
+  let h = g.mul(o.silu(gate), up);
+  if (weight !== null) h = g.mul(weight, h);
+  return o.linear(o.bf(h), `${name}_w2`, w.get(`${name}.w2.weight`), d, I);
+}
+
 /** moe: Inputs xf [S,d], X1 [S,n,d], f_post [S,n], f_comb [S,n,n], and per expert e: rows_e [n_e] int64, w_e [n_e,1]. */
 export function buildMoeGraph(ctx: GraphContext, e: LayerPlanEntry): Uint8Array {
-  const { config: c, weights: w } = ctx;
+  const { config: c } = ctx;
   const p = `layers.${e.layer}.ffn`;
   const g = new GraphBuilder(`moe_${e.layer}`);
   const o = new GraphOps(g, ctx.mode, ctx.bf16Gemm === true);
-  const { hcMult: n, dim: d, moeInterDim: I } = c;
+  const { hcMult: n, dim: d } = c;
   const xf = g.input('xf', 'float32', ['S', d]);
   const X1 = g.input('X1', 'float32', ['S', n, d]);
   const post = g.input('f_post', 'float32', ['S', n]);
   const comb = g.input('f_comb', 'float32', ['S', n, n]);
-  const L = c.swigluLimit;
-
-  const expert = (x: string, name: string, weight: string | null): string => {
-    let gate = o.linear(x, `${name}_w1`, w.get(`${name}.w1.weight`), I, d);
-    let up = o.linear(x, `${name}_w3`, w.get(`${name}.w3.weight`), I, d);
-    if (L > 0) {
-      up = g.clip(up, -L, L);
-      gate = g.min(gate, g.scalar(L));
-    }
-    let h = g.mul(o.silu(gate), up);
-    if (weight !== null) h = g.mul(weight, h);
-    return o.linear(o.bf(h), `${name}_w2`, w.get(`${name}.w2.weight`), d, I);
-  };
 
   let y = g.op('ConstantOfShape', [g.op('Shape', [xf])], {});
   for (let ex = 0; ex < c.numRoutedExperts; ex++) {
     const rows = g.input(`rows_${ex}`, 'int64', [`n${ex}`]);
     const rw = g.input(`w_${ex}`, 'float32', [`n${ex}`, 1]);
-    const out = expert(g.gather(xf, rows), `${p}.experts.${ex}`, rw);
+    const out = emitExpert(o, ctx, g.gather(xf, rows), `${p}.experts.${ex}`, rw);
     y = g.op('ScatterND', [y, g.unsqueeze(rows, [-1]), out], { reduction: 'add' });
   }
-  y = o.bf(g.add(y, expert(xf, `${p}.shared_experts`, null)));
+  y = o.bf(g.add(y, emitExpert(o, ctx, xf, `${p}.shared_experts`, null)));
   g.output(o.hcPost(y, X1, post, comb), 'X2', 'float32', ['S', n, d]);
   return g.toBytes();
 }

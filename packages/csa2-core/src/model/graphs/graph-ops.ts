@@ -92,7 +92,8 @@ export class GraphOps {
    * model/hc/hc-sinkhorn's per-row TypeScript would cost more than the layer's GEMMs: mixes [S, (2 + n)·n]
    * → pre [S, n] = sigmoid(m·s0 + b) + ε, post [S, n] = 2·sigmoid(m·s1 + b), comb [S, n, n] = the row
    * softmax + ε, then a column normalization and `iters − 1` row-and-column rounds (x / (sum + ε)).
-   * The same float32 operations as the TypeScript; only the order inside each n-term sum may differ.
+   * The same float32 operations as the TypeScript, in the same order on the CPU (exp in float64 rounded
+   * once, sums in index order): the same bits.
    */
   hcSplitSinkhorn(
     mixes: string,
@@ -107,12 +108,20 @@ export class GraphOps {
         g.mul(g.slice(mixes, [1], [from], [to]), g.scalar(Math.fround(p.scale[s] as number))),
         g.weight(`${name}_${baseName}`, p.base.slice(from, to), [to - from]),
       );
-    const pre = g.add(g.sigmoid(part(0, n, 0, 'base_pre')), eps);
-    const post = g.mul(g.scalar(2), g.sigmoid(part(n, 2 * n, 1, 'base_post')));
+    const pre = g.add(this.sigmoidF32(part(0, n, 0, 'base_pre')), eps);
+    const post = g.mul(g.scalar(2), this.sigmoidF32(part(n, 2 * n, 1, 'base_post')));
     let c = g.reshape(part(2 * n, (2 + n) * n, 2, 'base_comb'), [-1, n, n]);
-    const e = g.exp(g.sub(c, g.reduceMax(c, [2], true)));
-    c = g.add(g.div(e, g.reduceSum(e, [2], true)), eps);
-    const norm = (x: string, axis: number): string => g.div(x, g.add(g.reduceSum(x, [axis], true), eps));
+    // sums in index order, ((c0 + c1) + c2) + c3, as the TypeScript's: onnxruntime's CPU ReduceSum adds a
+    // middle axis in order but not the last one, so row sums are a product with a column of ones
+    const ones = g.const(
+      'float32',
+      Array.from({ length: n }, () => 1),
+      [n, 1],
+    );
+    const sum = (x: string, axis: number): string => (axis === 1 ? g.reduceSum(x, [1], true) : g.matmul(x, ones));
+    const e = this.expF32(g.sub(c, g.reduceMax(c, [2], true)));
+    c = g.add(g.div(e, sum(e, 2)), eps);
+    const norm = (x: string, axis: number): string => g.div(x, g.add(sum(x, axis), eps));
     c = norm(c, 1);
     for (let t = 1; t < p.iters; t++) c = norm(norm(c, 2), 1);
     return { pre, post, comb: c };
@@ -251,6 +260,34 @@ export class GraphOps {
     const expanded = g.mul(g.unsqueeze(post, [-1]), g.unsqueeze(y, [1]));
     const mixed = g.reduceSum(g.mul(g.unsqueeze(comb, [-1]), g.unsqueeze(residual, [2])), [1], false);
     return this.bf(g.add(expanded, mixed));
+  }
+
+  /**
+   * Math.fround(Math.exp(x)): the exponential in float64, rounded once to float32, as the TypeScript steps
+   * compute it (onnxruntime's float32 Exp is off by an ulp in ~7 % of values on the CPU). For the small
+   * tensors of the mixes and the MoE gate, which the graph encoder computes in the graph.
+   */
+  expF32(x: string): string {
+    return this.g.cast(this.g.exp(this.g.cast(x, 'float64')), 'float32');
+  }
+
+  /** sigmoidF32 (numerics/f32): 1 / (1 + expF32(-x)), each step rounded to float32. */
+  sigmoidF32(x: string): string {
+    const g = this.g;
+    return g.div(g.scalar(1), g.add(g.scalar(1), this.expF32(g.neg(x))));
+  }
+
+  /**
+   * softplusF32 (numerics/f32, torch's threshold 20): x above 20, else log1p(expF32(x)) in float64 (log(w) −
+   * ((w − 1) − u)/w with w = 1 + u, exact where w rounds to 1), rounded to float32.
+   */
+  softplusF32(x: string): string {
+    const g = this.g;
+    const u = g.cast(this.expF32(g.min(x, g.scalar(20))), 'float64');
+    const one = g.cast(g.scalar(1), 'float64');
+    const w = g.add(one, u);
+    const log1p = g.where(g.equal(w, one), u, g.sub(g.log(w), g.div(g.sub(g.sub(w, one), u), w)));
+    return g.where(g.greater(x, g.scalar(20)), x, g.cast(log1p, 'float32'));
   }
 
   /** F.silu as torch computes it: x / (1 + exp(-x)). */

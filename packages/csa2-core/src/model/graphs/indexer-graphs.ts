@@ -19,14 +19,23 @@ import { GraphOps } from './graph-ops.js';
 import type { GraphContext } from './context.js';
 import { unpackIndexK } from './packed-ops.js';
 
+/**
+ * The rest of the reference's bf16 einsum after the per-head products: Σ_h bf(relu(q_h·k) · w_h), bf16
+ * products and a bf16 head sum. perHead [..., hI, N] (bf16 values), iw [..., hI] → scores [..., N].
+ */
+export function headSummedScores(o: GraphOps, perHead: string, iw: string): string {
+  const g = o.g;
+  const weighted = o.bf(g.mul(g.relu(perHead), g.unsqueeze(iw, [-1])));
+  return o.bf(g.reduceSum(weighted, [-2], false));
+}
+
 /** Scores [S, N] of iq [S,hI,dI], iw [S,hI] against index keys K [N, dI] (bf16 einsum as the reference). */
 function indexScores(g: GraphBuilder, o: GraphOps, ctx: GraphContext, K: string): { iq: string; iw: string; scores: string } {
   const { indexNumHeads: hI, indexHeadDim: dI } = ctx.config;
   const iq = g.input('iq', 'float32', ['S', hI, dI]);
   const iw = g.input('iw', 'float32', ['S', hI]);
   const perHead = o.matmulBf(iq, g.transpose(K, [1, 0])); // [S, hI, N]
-  const weighted = o.bf(g.mul(g.relu(perHead), g.unsqueeze(iw, [-1])));
-  return { iq, iw, scores: o.bf(g.reduceSum(weighted, [1], false)) }; // [S, N]
+  return { iq, iw, scores: headSummedScores(o, perHead, iw) }; // [S, N]
 }
 
 /**
@@ -57,8 +66,7 @@ export function buildIndexerScanGraph(ctx: GraphContext, e: LayerPlanEntry): Uin
   const K = unpackIndexK(g, g.reshape(packed, [-1, dI / 2 + dI / 32]), dI); // [G·N, dI]
   const Kg = g.op('Reshape', [K, g.concat([g.slice(dims, [0], [0], [2]), g.const('int64', [dI])], 0)]); // [G, N, dI]
   const perHead = o.matmulBf(iq, g.unsqueeze(g.transpose(Kg, [0, 2, 1]), [1])); // [G, S, hI, N]
-  const weighted = o.bf(g.mul(g.relu(perHead), g.unsqueeze(iw, [-1])));
-  let scores = o.bf(g.reduceSum(weighted, [2], false)); // [G, S, N]
+  let scores = headSummedScores(o, perHead, iw); // [G, S, N]
   const coords = g.add(g.op('Range', [g.const('int64', [0], []), nLen, g.const('int64', [1], [])]), kbase); // [G, 1, N]
   const negInf = g.scalar(-Infinity);
   scores = g.where(g.op('And', [g.greaterOrEqual(coords, lo), g.less(coords, hi)]), scores, negInf);
@@ -137,7 +145,6 @@ export function buildIndexScoresGraph(ctx: GraphContext, headSum: boolean): Uint
   const iw = g.input('iw', 'float32', ['S', hI]);
   const nLen = g.slice(g.op('Shape', [k]), [0], [0], [1]);
   const perHead = o.bf(g.op('Reshape', [p, g.concat([g.const('int64', [-1, hI]), nLen], 0)])); // [S, hI, N]
-  const weighted = o.bf(g.mul(g.relu(perHead), g.unsqueeze(iw, [-1])));
-  g.output(o.bf(g.reduceSum(weighted, [1], false)), 'scores', 'float32', ['S', 'N']);
+  g.output(headSummedScores(o, perHead, iw), 'scores', 'float32', ['S', 'N']);
   return g.toBytes();
 }

@@ -39,6 +39,11 @@ export interface Span {
   readonly input: StreamRows | null;
   /** Extend layer l1's KV-source cache from the output stream (encode mode: l1 is the decoder start). */
   readonly compressAtEnd?: boolean;
+  /**
+   * The caller reads the output stream from this position on (an encode chunk whose rows are not kept):
+   * SpanOutput.stream may then start there. Absent: the stream covers every row.
+   */
+  readonly keepFrom?: number;
   /** Compute the next-token logits after the last row. */
   readonly logits?: boolean;
   /** Compute the next-token logits after every row (prompt logprobs); SpanOutput.rowLogits. */
@@ -66,7 +71,7 @@ export interface SourceSelections {
 }
 
 export interface SpanOutput {
-  /** The stream after layer l1 - 1, rows [p0, p1). */
+  /** The stream after layer l1 - 1, rows [p0, p1) (from the span's keepFrom on, where it has one). */
   readonly stream: StreamRows;
   /** Next-token logits after row p1 - 1, when asked for. */
   readonly logits: Float32Array | null;
@@ -94,7 +99,7 @@ export interface ForwardObserver {
 export interface LayerTimer {
   layer(mode: 'swa' | 'full' | 'reindex' | 'reuse', ms: number): void;
   /** The encode spans' compressor step into the decoder start, and the head. */
-  other(what: 'compress-at-end' | 'head', ms: number): void;
+  other(what: 'compress-at-end' | 'head' | 'encoder-graph', ms: number): void;
   /** Optional: each step of a block (model/block), summed over its spans. */
   step?(what: BlockStep, ms: number): void;
 }
