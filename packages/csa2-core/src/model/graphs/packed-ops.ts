@@ -21,7 +21,7 @@ const UE8M0_VALUES = Array.from({ length: 256 }, (_, b) => (b === 0xff ? 0 : dec
 
 /**
  * E2M1 codes of rounded values q ∈ {±0, ±0.5, …, ±6}: magnitude index 0..7 (0, .5, 1, 1.5, 2, 3, 4, 6)
- * plus 8 when the clamped input v is negative or -0 (1/v < 0), the sign the rounding keeps. → uint8.
+ * plus 8 when the clamped input v is negative or -0 (1/v < 0), the sign the rounding keeps (float32).
  */
 function e2m1Codes(g: GraphBuilder, b: Fp4Blocks): string {
   const mag = g.abs(b.rounded);
@@ -31,15 +31,18 @@ function e2m1Codes(g: GraphBuilder, b: Fp4Blocks): string {
     g.where(g.less(mag, g.scalar(4)), g.add(mag, g.scalar(2)), g.add(g.mul(mag, g.scalar(0.5)), g.scalar(4))),
   );
   const negative = g.less(g.div(g.scalar(1), b.clamped), g.scalar(0));
-  return g.cast(g.add(idx, g.where(negative, g.scalar(8), g.scalar(0))), 'uint8');
+  return g.add(idx, g.where(negative, g.scalar(8), g.scalar(0)));
 }
 
-/** Codes [..., width] (uint8) → bytes [rows, width/2]: element 2k low nibble, 2k+1 high nibble. */
+/**
+ * Codes [..., width] (float32 values 0..15) → bytes [rows, width/2]: element 2k low nibble, 2k+1 high
+ * nibble, as lo + 16·hi (exact in float32; arithmetic rather than bit operators, which have no CUDA kernels).
+ */
 function packNibbles(g: GraphBuilder, codes: string, width: number): string {
   const pairs = g.reshape(codes, [-1, width / 2, 2]);
   const lo = g.squeeze(g.slice(pairs, [2], [0], [1]), [2]);
   const hi = g.squeeze(g.slice(pairs, [2], [1], [2]), [2]);
-  return g.op('BitwiseOr', [lo, g.op('BitShift', [hi, g.const('uint8', [4], [])], { direction: 'LEFT' })]);
+  return g.cast(g.add(lo, g.mul(hi, g.scalar(16))), 'uint8');
 }
 
 /** Packs rows of one FP4 format: payload then the scale bytes [rows, width/block]. */
