@@ -208,6 +208,14 @@ export class Csa2Model {
     return scorer === null ? null : poolKeyCacheOf(scorer);
   }
 
+  /**
+   * The one-graph encoder's chunk rows (ModelOptions.encoder 'graph'), null on the layered path: encode
+   * segments cut at multiples of it from their start run the same chunks however steps are budgeted.
+   */
+  get encodeGrid(): number | null {
+    return this.graphs.encoder?.rows ?? null;
+  }
+
   /** First decoder layer (the causal encoder–decoder split), or an error for schedules without one. */
   get decoderStart(): number {
     const d = this.plan.decoderStart;

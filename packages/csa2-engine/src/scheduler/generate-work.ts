@@ -340,7 +340,7 @@ export class GenerateWork implements Work {
       const from = this.tail !== null ? { from: prior, keptBefore: this.tail.stream } : this.storesTail ? { breakAt: prior } : {};
       const run = new SegmentRun(
         seq,
-        { start, end: seq.length, l0: 0, l1: model.decoderStart, input: null, compressAtEnd: true, keepRows: tailRows, ...from },
+        { start, end: seq.length, l0: 0, l1: model.decoderStart, input: null, compressAtEnd: true, keepRows: tailRows, grid: model.encodeGrid, ...from },
         { hcMult, dim },
       );
       this.phase = { kind: 'encode', run };

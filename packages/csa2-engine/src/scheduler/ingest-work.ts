@@ -150,7 +150,11 @@ export class IngestWork implements Work {
     // the encoder's dependency cone before the first new token: its windows then hold what a straight encode's hold
     const start = Math.max(0, this.reusedTokens - encoderContinuationTokens(model.plan, model.config.windowSize));
     seq.tokens.append(ids.subarray(this.reusedTokens));
-    this.run = new SegmentRun(seq, { start, end: seq.length, l0: 0, l1: model.decoderStart, input: null, compressAtEnd: true, keepRows: 1 }, model.config);
+    this.run = new SegmentRun(
+      seq,
+      { start, end: seq.length, l0: 0, l1: model.decoderStart, input: null, compressAtEnd: true, keepRows: 1, grid: model.encodeGrid },
+      model.config,
+    );
   }
 
   next(): NextRows {
@@ -209,7 +213,11 @@ export class IngestWork implements Work {
     const P = seq.length;
     if (R === 0 || !encoderTailReusable(model, P, R)) return false;
     clearToArtifactState(seq);
-    const run = new SegmentRun(seq, { start: P - R, end: P, l0: 0, l1: model.decoderStart, input: null, compressAtEnd: true, keepRows: R }, model.config);
+    const run = new SegmentRun(
+      seq,
+      { start: P - R, end: P, l0: 0, l1: model.decoderStart, input: null, compressAtEnd: true, keepRows: R, grid: model.encodeGrid },
+      model.config,
+    );
     this.tailPhase = { kind: 'encode', run };
     return true;
   }

@@ -217,14 +217,17 @@ export class Scheduler {
             rows = Math.min(rows, Math.max(byCost, floor));
           }
           if (rows <= 0) continue;
-          spans.push(w.span(rows));
+          const span = w.span(rows);
+          // a segment on the encoder graph's grid takes its whole cell, which may be more than offered
+          const took = span.p1 - span.p0;
+          spans.push(span);
           works.push(w);
-          budget -= rows;
-          prefillRows += rows;
-          prefillRowLayers += rows * want.layers;
-          rowLayerBudget -= rows * want.layers;
+          budget -= took;
+          prefillRows += took;
+          prefillRowLayers += took * want.layers;
+          rowLayerBudget -= took * want.layers;
           progressed = true;
-          if (budget === 0) break;
+          if (budget <= 0) break;
         }
       }
     }

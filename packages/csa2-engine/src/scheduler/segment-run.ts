@@ -31,6 +31,12 @@ export interface SegmentRunOptions {
   readonly keptBefore?: StreamRows;
   /** No chunk crosses this row (a state is taken there: GenerateWork's encoder tail). */
   readonly breakAt?: number;
+  /**
+   * Chunks end on multiples of `grid` rows from `start` (or at `end` / `breakAt`), one chunk a grid cell
+   * whatever rows a step offers: the one-graph encoder's chunks (Csa2Model.encodeGrid) are then the same
+   * however the steps are budgeted, and so are its bits on a provider whose results depend on the chunk.
+   */
+  readonly grid?: number | null;
   /** The candidate source's known picks of some rows, and where its picks go (Span.knownSources / captureSources). */
   readonly knownSources?: SourceSelections | null;
   readonly captureSources?: ((s: SourceSelections) => void) | null;
@@ -89,7 +95,9 @@ export class SegmentRun {
     if (this.done) throw new Csa2Error('runtime', 'segment run is complete');
     const p0 = this.nextRow;
     const brk = this.opts.breakAt;
-    const p1 = Math.min(this.opts.end, p0 + Math.max(1, rows), brk !== undefined && brk > p0 ? brk : Infinity);
+    const grid = this.opts.grid ?? null;
+    const cellEnd = grid === null ? Infinity : this.opts.start + (Math.floor((p0 - this.opts.start) / grid) + 1) * grid;
+    const p1 = Math.min(this.opts.end, grid === null ? p0 + Math.max(1, rows) : cellEnd, brk !== undefined && brk > p0 ? brk : Infinity);
     return {
       seq: this.seq,
       layout: { kind: 'segment', start: this.opts.start, end: this.opts.end },
