@@ -87,6 +87,11 @@ export function envChoice<T extends string>(env: Env, name: string, choices: rea
   return parse(name, v, schema as unknown as z.ZodType<T, string>);
 }
 
+/** One of `choices`, or undefined when unset. */
+export function envOptionalChoice<T extends string>(env: Env, name: string, choices: readonly T[]): T | undefined {
+  return raw(env, name) === undefined ? undefined : envChoice(env, name, choices, choices[0] as T);
+}
+
 /** A redis:// or rediss:// URL. */
 export function envRedisUrl(env: Env, name = 'REDIS_URL'): string {
   const v = envString(env, name, 'e.g. redis://127.0.0.1:6379');

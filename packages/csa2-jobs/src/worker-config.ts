@@ -71,6 +71,8 @@ export interface WorkerConfig {
   readonly cudaTf32?: boolean;
   /** CSA2_CUDA_CPU_FALLBACK: refuse | allow a graph with nodes the CUDA provider cannot run (allowed ones are logged by name). @defaultValue 'refuse' */
   readonly cudaCpuFallback?: 'refuse' | 'allow';
+  /** How encode chunks run (@csa2/core ModelOptions.encoder); absent: the provider's default (layers on the CPU, the graph on CUDA). */
+  readonly encoder?: 'layers' | 'graph';
   /** CSA2_SHUTDOWN_GRACE_MS: on SIGTERM, how long the running jobs may take to finish before they are handed back. @defaultValue 20000 */
   readonly shutdownGraceMs: number;
   /** CSA2_LOG_LEVEL: debug | info | warn | error. @defaultValue 'info' */

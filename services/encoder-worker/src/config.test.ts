@@ -38,6 +38,9 @@ test('defaults, and every variable read', () => {
   assert.deepEqual([d.concurrency, d.chunkTokens, d.chunkCacheBytes, d.lockDurationMs], [2, 1024, 0, 120_000]);
   assert.equal(loadEncoderConfig({ ...BASE, CSA2_SCAN_THREADS: '3' }).scanThreads, 3);
   assert.equal(loadEncoderConfig({ ...BASE, CSA2_SCAN_THREADS: 'auto' }).scanThreads, 'auto');
+  assert.equal(loadEncoderConfig(BASE).encoder, undefined);
+  assert.equal(loadEncoderConfig({ ...BASE, CSA2_ENCODER: 'layers' }).encoder, 'layers');
+  assert.throws(() => loadEncoderConfig({ ...BASE, CSA2_ENCODER: 'fused' }), /CSA2_ENCODER.*must be one of layers, graph/);
 });
 
 test('the store is required; bad numbers name their variable', () => {

@@ -35,6 +35,7 @@ export function encoderEngineOptions(config: EncoderConfig): EngineOptions {
       cudaCpuFallback: config.cudaCpuFallback ?? 'refuse',
     },
     scanThreads: config.scanThreads,
+    ...(config.encoder !== undefined ? { encoder: config.encoder } : {}),
     // one chunk through the model before taking jobs, so the first job does not pay for arena growth
     warmUp: true,
     store: config.storeUrl,
