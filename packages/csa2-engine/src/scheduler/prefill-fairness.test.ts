@@ -24,31 +24,30 @@ class StandIn implements Work {
   readonly cancelled = false;
   finished = false;
   loadStarted = false;
-  private remaining: number;
+  private done = 0;
 
   constructor(
     readonly tenant: string,
-    rows: number,
+    readonly rows: number,
     readonly msPerRow: number,
     readonly layers = 20,
     readonly priority = 1,
-  ) {
-    this.remaining = rows;
-  }
+  ) {}
 
   async prepare(): Promise<void> {}
   async load(): Promise<void> {
     this.loadStarted = true;
   }
   next(): NextRows {
-    return this.finished ? null : { kind: 'prefill', rows: this.remaining, layers: this.layers };
+    return this.finished ? null : { kind: 'prefill', rows: this.rows - this.done, layers: this.layers };
   }
+  /** Only the rows of a span matter to the scheduler. */
   span(rows: number): Span {
-    return { rows: Math.min(rows, this.remaining) } as unknown as Span;
+    return { p0: this.done, p1: Math.min(this.rows, this.done + rows) } as Span;
   }
   took(span: Span): void {
-    this.remaining -= (span as unknown as { rows: number }).rows;
-    if (this.remaining <= 0) this.finished = true;
+    this.done = span.p1;
+    if (this.done >= this.rows) this.finished = true;
   }
   fail(): void {
     this.finished = true;
@@ -71,7 +70,7 @@ interface Turn {
 function step(s: Scheduler): Turn {
   const plan = s.plan();
   let ms = 0;
-  plan.spans.forEach((span, i) => (ms += (span as unknown as { rows: number }).rows * (plan.works[i] as StandIn).msPerRow));
+  plan.spans.forEach((span, i) => (ms += (span.p1 - span.p0) * (plan.works[i] as StandIn).msPerRow));
   s.complete(
     plan,
     plan.spans.map(() => ({}) as SpanOutput),
