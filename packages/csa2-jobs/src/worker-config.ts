@@ -97,6 +97,8 @@ export interface EngineSchedulerSettings {
   readonly kvBudgetBytes?: number;
   /** CSA2_DECODE_LATENCY_FACTOR: a step mixing prefill rows into decoding may take this × a decode-only step. @defaultValue 2.5 */
   readonly decodeLatencyFactor?: number;
+  /** CSA2_PREFILL_IDLE_CREDIT_MS: prefill time a tenant back from idle may run before it shares the steps with the others. @defaultValue 2000 */
+  readonly prefillIdleCreditMs?: number;
 }
 
 /** Reads the CSA2_* scheduler variables (both engine workers use them). */
@@ -107,6 +109,7 @@ export function envEngineScheduler(env: Env): EngineSchedulerSettings {
     prefillChunkTokens: envOptionalInt(env, 'CSA2_PREFILL_CHUNK_TOKENS', { min: 1, max: 1 << 20 }),
     kvBudgetBytes: envOptionalInt(env, 'CSA2_KV_BUDGET_BYTES', { min: 1 << 20 }),
     decodeLatencyFactor: envOptionalNumber(env, 'CSA2_DECODE_LATENCY_FACTOR', { min: 1 }),
+    prefillIdleCreditMs: envOptionalInt(env, 'CSA2_PREFILL_IDLE_CREDIT_MS', { min: 0, max: 3_600_000 }),
   };
   const out: Record<string, number> = {};
   for (const [k, v] of Object.entries(fields)) if (v !== undefined) out[k] = v;

@@ -121,14 +121,23 @@ test('the engine scheduler variables are read, and a bad one names itself', () =
     CSA2_PREFILL_CHUNK_TOKENS: '64',
     CSA2_KV_BUDGET_BYTES: String(2 ** 31),
     CSA2_DECODE_LATENCY_FACTOR: '1.5',
+    CSA2_PREFILL_IDLE_CREDIT_MS: '500',
   });
   assert.equal(c.concurrency, 12);
-  assert.deepEqual(c.scheduler, { maxRunning: 16, maxStepTokens: 384, prefillChunkTokens: 64, kvBudgetBytes: 2 ** 31, decodeLatencyFactor: 1.5 });
+  assert.deepEqual(c.scheduler, {
+    maxRunning: 16,
+    maxStepTokens: 384,
+    prefillChunkTokens: 64,
+    kvBudgetBytes: 2 ** 31,
+    decodeLatencyFactor: 1.5,
+    prefillIdleCreditMs: 500,
+  });
   for (const [name, bad] of [
     ['CSA2_DECODE_LATENCY_FACTOR', '0.5'],
     ['CSA2_DECODE_LATENCY_FACTOR', 'fast'],
     ['CSA2_DECODE_BATCH_SEQUENCES', '0'],
     ['CSA2_KV_BUDGET_BYTES', '1k'],
+    ['CSA2_PREFILL_IDLE_CREDIT_MS', '-1'],
   ] as const) {
     assert.throws(
       () => loadDecoderConfig({ ...BASE, [name]: bad }),

@@ -27,7 +27,7 @@ import {
 
 const optional = <K extends string, V>(k: K, v: V | undefined): { [P in K]?: V } => (v === undefined ? {} : ({ [k]: v } as { [P in K]: V }));
 
-/** Prefill jobs one encoder takes at once by default (their chunks interleave in its engine, round-robin across tenants). */
+/** Prefill jobs one encoder takes at once by default (their chunks interleave in its engine, time-fairly across tenants). */
 export const DEFAULT_PREFILL_CONCURRENCY = 4;
 
 /** Slots past CSA2_PREFILL_CONCURRENCY that only interactive prompts and starved tenants' documents take (slots.ts). */

@@ -84,8 +84,8 @@ export interface EncodeDeps extends EngineJobDeps<EncodeEngine> {
 }
 
 /**
- * The engine priority of a prefill (lower first among one tenant's work; the engine goes round-robin
- * across tenants): an interactive prompt before its tenant's documents, so a document yields to it
+ * The engine priority of a prefill (lower first among one tenant's work; across tenants the engine
+ * shares prefill time fairly): an interactive prompt before its tenant's documents, so a document yields to it
  * between two chunks; a batch line's prompt with the documents.
  */
 export const PROMPT_ENGINE_PRIORITY = 0;

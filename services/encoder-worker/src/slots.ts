@@ -4,8 +4,9 @@
  * concurrency.
  *
  * The worker takes up to `baseSlots` jobs (CSA2_PREFILL_CONCURRENCY) as before; their chunks share
- * the engine's steps, round-robin across tenants and, within a tenant, a prompt before a document
- * (the engine request's priority). A document runs for minutes, so without more, jobs that arrive
+ * the engine's steps, time-fairly across tenants (each step's prefill rows are the tenant's that has
+ * had the least prefill time) and, within a tenant, a prompt before a document (the engine request's
+ * priority). A document runs for minutes, so without more, jobs that arrive
  * while documents hold every slot wait for a whole document: a long prompt behind documents, or a
  * tenant's small document behind another tenant's flood (measured: 62–180 s, 17× its time alone).
  *

@@ -9,13 +9,15 @@
  * 1. every running decode sequence gets its row (one token each), up to `maxRunning`;
  * 2. the remaining token budget goes to prefill work (exact prefill, encode, decoder replay chunks) of
  *    one tenant, the one that has had the least prefill time so far (time-fair: a row deep in a long
- *    document costs more than a prompt's, so sharing rows would not share time; a tenant that was idle
- *    starts from the least time of those waiting), its oldest work first, at most `prefillChunkTokens`
+ *    document costs more than a prompt's, so sharing rows would not share time; ties go to the tenant
+ *    whose last turn is oldest; a tenant back from idle is placed up to `prefillIdleCreditMs` behind
+ *    the others, never before where it left off), its oldest work first, at most `prefillChunkTokens`
  *    rows a span; while sequences are decoding, prefill rows are further limited so that the step's
  *    predicted time stays within `decodeLatencyFactor` × a decode-only step (the scheduler's cost model,
  *    fitted from measured steps), which bounds the running streams' inter-token latency during a long
  *    prefill;
- * 3. new work is admitted between steps, oldest first within a priority, when its KV bytes (global
+ * 3. new work is admitted as soon as it is prepared (its load then overlaps the running step) and
+ *    between steps, oldest first within a priority, when its KV bytes (global
  *    cache of prompt + max tokens, windows, ids) fit in `kvBudgetBytes`; work that cannot fit even
  *    alone is refused with an error naming the figures.
  */
@@ -39,6 +41,12 @@ export interface SchedulerPolicy {
   /** Prefill rows each prefilling work may always run in a step while sequences decode, whatever the prediction (progress). @defaultValue 16 */
   readonly minPrefillTokens: number;
   /**
+   * Prefill time (ms) a tenant coming back from idle may be behind the others: it runs alone for up to
+   * this long (no more than the others had while it was idle) before it shares the steps. 0: it starts
+   * level with them. @defaultValue 2000
+   */
+  readonly prefillIdleCreditMs: number;
+  /**
    * A CED decoder replay runs in chunks whose attention tables (every row's selected entries and
    * window, unpacked) stay within this many bytes (at least 16 rows a chunk): a question's transient
    * memory stays bounded, whatever its replay length. @defaultValue 16 MiB
@@ -53,6 +61,7 @@ export const DEFAULT_SCHEDULER_POLICY: SchedulerPolicy = {
   kvBudgetBytes: 4 * 1024 ** 3,
   decodeLatencyFactor: 2.5,
   minPrefillTokens: 16,
+  prefillIdleCreditMs: 2000,
   replayChunkBytes: 16 * 1024 ** 2,
 };
 
@@ -66,6 +75,8 @@ export function resolvePolicy(overrides: Partial<SchedulerPolicy> = {}): Schedul
     throw new Csa2Error('config-invalid', `scheduler policy: kvBudgetBytes must be a positive number, got ${p.kvBudgetBytes}`);
   if (!(Number.isFinite(p.replayChunkBytes) && p.replayChunkBytes > 0))
     throw new Csa2Error('config-invalid', `scheduler policy: replayChunkBytes must be a positive number, got ${p.replayChunkBytes}`);
+  if (!(Number.isFinite(p.prefillIdleCreditMs) && p.prefillIdleCreditMs >= 0))
+    throw new Csa2Error('config-invalid', `scheduler policy: prefillIdleCreditMs must be a number ≥ 0, got ${p.prefillIdleCreditMs}`);
   if (!(p.decodeLatencyFactor >= 1))
     throw new Csa2Error('config-invalid', `scheduler policy: decodeLatencyFactor must be at least 1, got ${p.decodeLatencyFactor}`);
   if (p.maxStepTokens < p.maxRunning) {

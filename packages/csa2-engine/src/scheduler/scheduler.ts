@@ -5,8 +5,9 @@
  *
  * Queues. Submitted work is `preparing` (its async prepare runs: a manifest read, tokenization), then
  * `waiting` (admissible, ordered by priority then submission), then admitted: `loading` (its async
- * load runs) and `active` (it has rows to run), until it finishes. Admission happens between steps
- * and reserves the work's KV bytes until it finishes; a work whose bytes exceed the whole budget fails
+ * load runs) and `active` (it has rows to run), until it finishes. Admission happens as soon as a work
+ * is prepared (so that its load overlaps the running step and it is active by the next plan) and
+ * between steps, and reserves the work's KV bytes until it finishes; a work whose bytes exceed the whole budget fails
  * at once. Cancelled work leaves at the next step with its partial result.
  *
  * Cost model. Step times are measured: an exponential average of decode-only steps (per decode
@@ -61,8 +62,16 @@ export class Scheduler {
    * Prefill time (ms) each tenant has had, for time-fair prefill: a step's prefill rows all belong to
    * the tenant with the least, so a tenant's prompt waits at most its share of time behind another's
    * documents, whatever their rows cost (rows deep in a long document cost more than a prompt's).
+   * Kept a while for a tenant gone idle (see placeReturning).
    */
   private readonly prefillMs = new Map<string, number>();
+  /** The tenants that had prefill work at the last plan. */
+  private prefillTenants = new Set<string>();
+  /** The least prefill time among the tenants with prefill work (never decreases): where returning tenants are placed. */
+  private prefillClockMs = 0;
+  /** The plan number of each prefilling tenant's last turn (a tie goes to the one that waited longest). */
+  private readonly lastTurn = new Map<string, number>();
+  private plans = 0;
   private readonly stepMs = new HistogramCounter(STEP_MS_BOUNDS);
   private readonly batchRows = new HistogramCounter(ROW_BOUNDS);
   private readonly decodeBatch = new HistogramCounter(ROW_BOUNDS);
@@ -102,6 +111,9 @@ export class Scheduler {
           return;
         }
         insertByPriority(this.waiting, work);
+        // admitted (and its load started) now, while a step may be running, rather than at the next
+        // plan: its loading then overlaps that step, and the work is active by the plan after it
+        this.admit();
         this.wake();
       },
       (err: unknown) => {
@@ -181,20 +193,20 @@ export class Scheduler {
     let prefillRowLayers = 0;
     let prefillTenant: string | null = null;
     const prefill = this.active.filter((w) => w.next()?.kind === 'prefill');
+    // time-fair across tenants: the step's prefill rows go to the tenant with the least prefill time
+    // (a tie: the one whose last turn is oldest); a tenant that comes back is placed by placeReturning
+    const tenants = [...new Set(prefill.map((w) => w.tenant))].sort();
+    this.placeReturning(tenants);
     if (prefill.length > 0 && budget > 0) {
       let rowLayerBudget = Infinity;
       if (decodeRows > 0) {
         const f = this.policy.decodeLatencyFactor;
         rowLayerBudget = this.decodeStepMs !== null && this.msPerRowLayer !== null ? ((f - 1) * this.decodeStepMs) / this.msPerRowLayer : 0;
       }
-      // time-fair across tenants: the step's prefill rows go to the tenant with the least prefill time;
-      // a tenant that was idle starts from the least time of those waiting (no credit for idling)
-      const tenants = [...new Set(prefill.map((w) => w.tenant))].sort();
-      const least = Math.min(...tenants.map((t) => this.prefillMs.get(t) ?? Infinity));
-      const floorMs = Number.isFinite(least) ? least : 0;
-      for (const t of tenants) this.prefillMs.set(t, Math.max(this.prefillMs.get(t) ?? floorMs, floorMs));
-      for (const t of [...this.prefillMs.keys()]) if (!tenants.includes(t)) this.prefillMs.delete(t);
-      prefillTenant = tenants.reduce((a, b) => ((this.prefillMs.get(b) as number) < (this.prefillMs.get(a) as number) ? b : a));
+      const turn = (t: string) => this.lastTurn.get(t) ?? -1;
+      const ms = (t: string) => this.prefillMs.get(t) as number;
+      prefillTenant = tenants.reduce((a, b) => (ms(b) < ms(a) || (ms(b) === ms(a) && turn(b) < turn(a)) ? b : a));
+      this.lastTurn.set(prefillTenant, this.plans);
       const order = [prefillTenant];
       // while other tenants wait, a step runs one span of this tenant's rows: shorter turns, so a waiting
       // tenant's share of time comes in finer slices (its wait behind one turn is one span's time)
@@ -231,7 +243,30 @@ export class Scheduler {
         }
       }
     }
+    this.plans++;
     return { spans, works, decodeRows, prefillRows, prefillRowLayers, prefillTenant: prefillRows > 0 ? prefillTenant : null };
+  }
+
+  /**
+   * Places the tenants with prefill work that had none at the last plan (arrived, or back from idle):
+   * at most `prefillIdleCreditMs` behind the least prefill time of the others, and never before where
+   * they left off (`max(kept, clock - credit)`, as Linux's CFS places a waking task). So a tenant back
+   * from idle runs first, alone, for up to the credit — at most the prefill time the others had while it
+   * was idle — and then shares; a tenant that never idles gets no credit, and over any stretch in which
+   * both have work one tenant's prefill time exceeds another's by at most the credit plus one step.
+   */
+  private placeReturning(tenants: readonly string[]): void {
+    const continuing = tenants.filter((t) => this.prefillTenants.has(t));
+    if (continuing.length > 0) this.prefillClockMs = Math.max(this.prefillClockMs, Math.min(...continuing.map((t) => this.prefillMs.get(t) as number)));
+    const earliest = this.prefillClockMs - this.policy.prefillIdleCreditMs;
+    for (const t of tenants) if (!this.prefillTenants.has(t)) this.prefillMs.set(t, Math.max(this.prefillMs.get(t) ?? -Infinity, earliest));
+    this.prefillTenants = new Set(tenants);
+    // an idle tenant whose time is that far behind would be placed at `earliest` anyway: forgotten
+    for (const [t, v] of this.prefillMs) {
+      if (this.prefillTenants.has(t) || v > earliest) continue;
+      this.prefillMs.delete(t);
+      this.lastTurn.delete(t);
+    }
   }
 
   /** Hands each work its span's output and updates the cost model and the counters. */
