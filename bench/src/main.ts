@@ -47,9 +47,12 @@ export async function usage(): Promise<string> {
 /** Runs the command line `argv` (without node and script); returns the exit code. */
 export async function main(argv: readonly string[], io: BenchIo = STD_IO): Promise<number> {
   try {
-    const names = argv.filter((a) => !a.startsWith('-') && a in SUITES);
+    // suites are the words before the first option; after it every word is an option or its value
+    // (`--recovery-scenarios encoder` names a scenario, not the encoder suite)
     const firstOption = argv.findIndex((a) => a.startsWith('-'));
-    const stray = argv.slice(0, firstOption < 0 ? argv.length : firstOption).filter((a) => !(a in SUITES));
+    const leading = argv.slice(0, firstOption < 0 ? argv.length : firstOption);
+    const names = leading.filter((a) => a in SUITES);
+    const stray = leading.filter((a) => !(a in SUITES));
     if (stray.length > 0) throw new UsageError(`unknown suite "${stray[0]}" (known: ${Object.keys(SUITES).join(', ')})`);
     const selected = await Promise.all((names.length > 0 ? names : Object.keys(SUITES)).map((n) => (SUITES[n] as () => Promise<BenchSuite>)()));
     const options: Record<string, SuiteOption> = { help: HELP_OPTION };
@@ -57,7 +60,7 @@ export async function main(argv: readonly string[], io: BenchIo = STD_IO): Promi
     let values: Record<string, string | boolean | undefined>;
     try {
       values = parseArgs({
-        args: argv.filter((a) => !names.includes(a)),
+        args: argv.slice(leading.length),
         options: Object.fromEntries(Object.entries(options).map(([k, o]) => [k, { type: o.type }])),
         allowPositionals: false,
         strict: true,
