@@ -25,16 +25,20 @@
  * of the segment [seg_start, seg_end); P_l entries cached before the chunk, P_l ≥ p0/m and at most the
  * chunk's last row's visible count):
  *   ids [S] int64 (padded); cos_p, sin_p / cos_c, sin_c [S, rd/2] the plain / compress RoPE rows of the chunk;
- *   rows, p0, seg_start, seg_end, keep [1] int64; wtail [L, W−1, D] the window rows of positions
+ *   rows, p0, seg_start, seg_end [1] int64; wtail [L, W−1, D] the window rows of positions
  *   [p0 − W + 1, p0) of every encoder layer (rows before seg_start are never read);
- *   kv_l [P_l, D/2 + D/16], ik_l [P_l, dI/2 + dI/32] uint8 for every encoder KV source l.
+ *   kv_l [P_l, D/2 + D/16], ik_l [P_l, dI/2 + dI/32] uint8 for every encoder KV source l;
+ *   what the caller computes for the arguments kernels read in host memory ([1] int64 unless said):
+ *   keep_from (the first kept row), tail_from = rows − 1 and tail_to = tail_from + W, per KV source
+ *   new_from_l = P_l − p0/m, entries_l (scalar: P_l + ⌊S/m⌋ − new_from_l) and, for m > 1, open_from_l
+ *   = ⌊rows/m⌋·m, per index source k_l = min(kk, entries), kk = min(index_topk, ⌊seg_end/m⌋).
  * Outputs:
  *   kvnew_l, iknew_l [⌊S/m⌋, ·] uint8 the groups' packed rows (entries p0/m …; those of the first
  *   ⌊rows/m⌋ are the chunk's) of every encoder KV source and of the decoder's first; pkv_l, pscore_l
  *   [rows mod m, D] (m > 1) the open group's rows; wtail_out [L, W, D] the window rows of positions
- *   [p1 − W, p1); X_keep [keep, n, d] and
- *   pre_keep [keep, n] the last `keep` rows' decoder-input stream; with `topk`, topk_l [S, k] int32 the
- *   lists of every encoder index source (tests and the GPU numerics checks).
+ *   [p1 − W, p1); X_keep [rows − keep_from, n, d] and pre_keep [·, n] the kept rows' decoder-input
+ *   stream; with `topk`, topk_l [S, k] int32 the lists of every encoder index source (tests and the GPU
+ *   numerics checks).
  */
 import { GraphBuilder } from '../../onnx/graph-builder.js';
 import type { LayerPlan, LayerPlanEntry } from '../../config/layer-plan.js';
