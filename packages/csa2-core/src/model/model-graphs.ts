@@ -179,8 +179,6 @@ export async function openModelGraphs(config: ModelConfig, plan: LayerPlan, weig
       );
     }
     if (options.encoderGraph !== undefined && options.encoderGraph !== false) {
-      const why = GraphEncoder.unsupported(plan);
-      if (why !== null) throw new Csa2Error('unsupported-feature', `model option encoder 'graph': ${why}`);
       encoder = await GraphEncoder.open(ctx, plan, options.runtime, threads, {
         chunkTokens: options.encoderChunkTokens ?? 4096,
         topk: options.encoderGraph !== true && options.encoderGraph.topk,

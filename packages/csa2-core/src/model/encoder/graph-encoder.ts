@@ -18,7 +18,7 @@ import type { LayerPlan, LayerPlanEntry } from '../../config/layer-plan.js';
 import { Csa2Error } from '../../errors.js';
 import { f32, i64, u8, type HostTensor, type RuntimeOptions } from '../../runtime/ort-session.js';
 import { ropeRows } from '../attention/rope.js';
-import { buildEncoderGraph, encoderGraphUnsupported, type EncoderGraphShape } from '../graphs/encoder-graph.js';
+import { buildEncoderGraph, type EncoderGraphShape } from '../graphs/encoder-graph.js';
 import type { GraphContext } from '../graphs/context.js';
 import { TypedGraph, type GraphSignature, type Io } from '../graphs/graph-io.js';
 import type { ForwardObserver, Span, SpanOutput } from '../sequence/span.js';
@@ -42,8 +42,6 @@ export class GraphEncoder {
     readonly shape: EncoderGraphShape,
     /** The graph's rows: longer spans run in several chunks, shorter ones padded. */
     readonly rows: number,
-    /** Bytes of the graph (weights included). */
-    readonly graphBytes: number,
   ) {}
 
   /**
@@ -61,12 +59,7 @@ export class GraphEncoder {
     const built = buildEncoderGraph(ctx, plan, { rows, topk: opts.topk === true });
     const signature: EncoderSignature = { inputs: built.signature.inputs, outputs: built.signature.outputs };
     const graph = await TypedGraph.open('encoder', built.bytes, signature, runtime, threads);
-    return new GraphEncoder(ctx.config, plan, graph, built.shape, rows, built.bytes.byteLength);
-  }
-
-  /** Why the plan cannot have this encoder (null: it can). */
-  static unsupported(plan: LayerPlan): string | null {
-    return encoderGraphUnsupported(plan);
+    return new GraphEncoder(ctx.config, plan, graph, built.shape, rows);
   }
 
   dispose(): Promise<void> {

@@ -72,7 +72,7 @@ export interface EncoderGraph {
 }
 
 /** Why the plan has no one-graph encoder (null: it has one). */
-export function encoderGraphUnsupported(plan: LayerPlan): string | null {
+function encoderGraphUnsupported(plan: LayerPlan): string | null {
   const dec = plan.decoderStart;
   if (dec === null) return 'the layer schedule has no encoder–decoder split';
   for (const e of plan.entries.slice(0, dec)) {
