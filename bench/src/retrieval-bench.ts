@@ -63,7 +63,7 @@ export interface RetrievalBenchOptions {
 }
 
 /** One instance, tokenized: the document (BOS first), the question, and the needles' token spans. */
-interface Prepared {
+export interface PreparedInstance {
   readonly instance: RetrievalInstance;
   readonly length: number;
   readonly docIds: number[];
@@ -108,7 +108,7 @@ function needleSpans(engine: Engine, instance: RetrievalInstance): Array<readonl
 }
 
 /** An instance whose document + question come to about `length` tokens (the haystack scaled to fit). */
-function instanceOfLength(engine: Engine, corpus: RetrievalCorpus, task: RetrievalTask, length: number, depth: number, seed: number): Prepared {
+export function instanceOfLength(engine: Engine, corpus: RetrievalCorpus, task: RetrievalTask, length: number, depth: number, seed: number): PreparedInstance {
   let chars = Math.max(200, Math.round(length * 3.6));
   let best: { instance: RetrievalInstance; docIds: number[]; questionIds: number[]; total: number } | null = null;
   for (let attempt = 0; attempt < 4; attempt++) {
@@ -205,7 +205,7 @@ export async function runRetrievalBench(opts: RetrievalBenchOptions, io: BenchIo
   const storeDir = mkdtempSync(join(tmpdir(), 'csa2-bench-retrieval-'));
   const engine = await Engine.open({ modelDir: opts.modelDir, store: pathToFileURL(storeDir).href });
   const outcomes: Outcome[] = [];
-  const prepared: { p: Prepared; documentId: string }[] = [];
+  const prepared: { p: PreparedInstance; documentId: string }[] = [];
   const maxLen = engine.model.config.maxSeqLen;
   let klSection = '';
   try {
@@ -266,7 +266,7 @@ export async function runRetrievalBench(opts: RetrievalBenchOptions, io: BenchIo
 /** The same instances through gateway → encoder worker → store → decoder worker, with the official client. */
 async function runThroughPipeline(
   opts: RetrievalBenchOptions,
-  prepared: readonly { p: Prepared; documentId: string }[],
+  prepared: readonly { p: PreparedInstance; documentId: string }[],
   outcomes: Outcome[],
   io: BenchIo,
 ): Promise<void> {
