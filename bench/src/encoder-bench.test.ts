@@ -39,6 +39,12 @@ test('defaults: both models, 8K/32K/128K, the CPU only; lists and limits parsed,
     () => parseEncoderBenchOptions({ 'encoder-paths': 'fused' }),
     (e: Error) => e instanceof UsageError && /--encoder-paths/.test(e.message),
   );
+  assert.equal(d.encoderRows, 'auto');
+  assert.deepEqual(parseEncoderBenchOptions({ 'encoder-rows': '4K,8192' }).encoderRows, [4096, 8192]);
+  assert.throws(
+    () => parseEncoderBenchOptions({ 'encoder-rows': '8' }),
+    (e: Error) => e instanceof UsageError && /--encoder-rows/.test(e.message),
+  );
 });
 
 test('a quick CPU run of the served model through both encoder paths: a row each with tokens/s, the share of the matmul rate and the graph traffic', async () => {

@@ -48,6 +48,8 @@ export interface EncoderBenchOptions {
   /** Encoder paths per provider ('auto': the provider's default, layers on the CPU and the graph on CUDA). */
   readonly paths: readonly EncoderPath[] | 'auto';
   readonly lengths: readonly number[];
+  /** Rows of one encode run (EngineOptions.encoderRows), each a run of its own ('auto': the engine's default). */
+  readonly encoderRows: readonly number[] | 'auto';
   /** Intra-op threads on the CPU provider. */
   readonly cpuThreads: number | 'auto';
   /** The CPU provider ingests documents up to this length only (its hours at 128K tokens on a wide model). */
@@ -60,6 +62,8 @@ export interface EncoderBenchRow {
   readonly model: string;
   readonly provider: ExecutionProvider;
   readonly path: EncoderPath;
+  /** Rows of one encode run (the engine's chunk and prefill span). */
+  readonly encoderRows: number;
   readonly tokens: number;
   readonly ms: number;
   readonly tokensPerSecond: number;
@@ -156,9 +160,10 @@ export async function runEncoderBench(opts: EncoderBenchOptions, io: BenchIo): P
     const plan = buildLayerPlan(config);
     const runs = opts.providers.flatMap((p) => {
       const paths: readonly EncoderPath[] = opts.paths === 'auto' ? [p === 'cuda' ? 'graph' : 'layers'] : opts.paths;
-      return paths.map((x) => [p, x] as const);
+      const spans: readonly (number | undefined)[] = opts.encoderRows === 'auto' ? [undefined] : opts.encoderRows;
+      return paths.flatMap((x) => spans.map((n) => [p, x, n] as const));
     });
-    for (const [provider, path] of runs) {
+    for (const [provider, path, encoderRows] of runs) {
       const storeDir = mkdtempSync(join(tmpdir(), 'csa2-encoder-bench-'));
       const t0 = performance.now();
       const engine = await Engine.open({
@@ -167,9 +172,12 @@ export async function runEncoderBench(opts: EncoderBenchOptions, io: BenchIo): P
         // nodes on the CPU under CUDA are allowed here and named in the table, not refused
         runtime: { executionProvider: provider, intraOpThreads: provider === 'cpu' ? opts.cpuThreads : 1, cudaCpuFallback: 'allow' },
         encoder: path,
+        ...(encoderRows !== undefined ? { encoderRows } : {}),
         warmUp: true,
       });
-      io.log(`[encoder] ${name} ${provider} ${path}: engine open and warm in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+      const spanRows = engine.model.options.chunkTokens;
+      const label = `${provider} ${path} ${spanRows} rows`;
+      io.log(`[encoder] ${name} ${label}: engine open and warm in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
       try {
         const info = engine.info();
         for (const len of opts.lengths) {
@@ -201,6 +209,7 @@ export async function runEncoderBench(opts: EncoderBenchOptions, io: BenchIo): P
             model: name,
             provider,
             path,
+            encoderRows: spanRows,
             tokens: len,
             ms,
             tokensPerSecond: (len * 1000) / ms,
@@ -214,7 +223,7 @@ export async function runEncoderBench(opts: EncoderBenchOptions, io: BenchIo): P
             steps,
           };
           rows.push(row);
-          io.log(`[encoder] ${name} ${provider} ${path} ${fmtTokens(len)}: ${row.tokensPerSecond.toFixed(0)} tok/s (${(ms / 1000).toFixed(2)} s)`);
+          io.log(`[encoder] ${name} ${label} ${fmtTokens(len)}: ${row.tokensPerSecond.toFixed(0)} tok/s (${(ms / 1000).toFixed(2)} s)`);
         }
       } finally {
         await engine.close();
@@ -232,6 +241,7 @@ export function renderEncoderTable(rows: readonly EncoderBenchRow[], ceilings: R
       { header: 'model', align: 'left' },
       { header: 'provider', align: 'left' },
       { header: 'encoder', align: 'left' },
+      { header: 'rows a run' },
       { header: 'tokens' },
       { header: 'ingest s' },
       { header: 'tok/s' },
@@ -246,6 +256,7 @@ export function renderEncoderTable(rows: readonly EncoderBenchRow[], ceilings: R
       r.model,
       r.provider,
       r.path,
+      String(r.encoderRows),
       fmtTokens(r.tokens),
       (r.ms / 1000).toFixed(2),
       r.tokensPerSecond.toFixed(0),
@@ -263,6 +274,7 @@ export function renderEncoderTable(rows: readonly EncoderBenchRow[], ceilings: R
       { header: 'model', align: 'left' },
       { header: 'provider', align: 'left' },
       { header: 'encoder', align: 'left' },
+      { header: 'rows a run' },
       { header: 'tokens' },
       ...STEP_ORDER.map((s) => ({ header: `${s} s` })),
       { header: 'rest s' },
@@ -273,6 +285,7 @@ export function renderEncoderTable(rows: readonly EncoderBenchRow[], ceilings: R
         r.model,
         r.provider,
         r.path,
+        String(r.encoderRows),
         fmtTokens(r.tokens),
         ...STEP_ORDER.map((s) => ((r.steps[s] ?? 0) / 1000).toFixed(2)),
         ((r.ms - sum) / 1000).toFixed(2),
@@ -316,11 +329,21 @@ export function parseEncoderBenchOptions(values: OptionValues): EncoderBenchOpti
     providers: parseList(str('provider'), ['cpu', 'cuda'] as const, 'provider', ['cpu']),
     paths: str('encoder-paths') === undefined || str('encoder-paths') === 'auto' ? 'auto' : parseList(str('encoder-paths'), PATHS, 'encoder-paths', PATHS),
     lengths,
+    encoderRows: encoderRowsOption(str('encoder-rows')),
     cpuThreads,
     cpuMaxTokens: str('encoder-cpu-max') === undefined ? Infinity : tokenCount(str('encoder-cpu-max') as string, 'encoder-cpu-max'),
     seed,
     cacheRoot: str('cache-dir') ?? join(REPO_ROOT.pathname, '.csa2', 'bench'),
   };
+}
+
+function encoderRowsOption(text: string | undefined): readonly number[] | 'auto' {
+  if (text === undefined || text === 'auto') return 'auto';
+  return text.split(',').map((t) => {
+    const n = tokenCount(t.trim(), 'encoder-rows');
+    if (n < 16) throw new UsageError(`--encoder-rows: at least 16 rows a run, got "${t.trim()}"`);
+    return n;
+  });
 }
 
 export const encoderSuite: BenchSuite = {
@@ -337,6 +360,12 @@ export const encoderSuite: BenchSuite = {
       defaultText: 'auto (layers on the CPU, graph on CUDA)',
     },
     'encoder-lengths': { type: 'string', valueName: 'N,N,...', description: 'document lengths in tokens (1K = 1024)', defaultText: '8K,32K,128K' },
+    'encoder-rows': {
+      type: 'string',
+      valueName: 'N,N|auto',
+      description: 'rows of one encode run (the engine chunk and prefill span), each a run of its own',
+      defaultText: "auto (the engine's: 4096 on CUDA)",
+    },
     'encoder-cpu-max': { type: 'string', valueName: 'N', description: 'the CPU provider ingests documents up to N tokens only', defaultText: 'no limit' },
     'encoder-threads': { type: 'string', valueName: 'N|auto', description: 'intra-op threads on the CPU provider', defaultText: 'auto (all cores)' },
     seed: { type: 'string', valueName: 'S', description: 'seed of the documents and of the seeded checkpoint', defaultText: '1' },

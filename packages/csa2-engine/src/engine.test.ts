@@ -59,3 +59,18 @@ test('warmUp: the engine reports how long its warm-up took, and a warmed-up engi
     await warm.close();
   }
 });
+
+test('encoderRows sets the rows of one encode run; a bad value is refused before the model loads', async () => {
+  const modelDir = join(fixturesRoot(), 'deepseek-v41-tiny-a');
+  const engine = await Engine.open({ modelDir, encoderRows: 64 });
+  try {
+    assert.equal(engine.model.options.chunkTokens, 64);
+  } finally {
+    await engine.close();
+  }
+  for (const bad of [0, 2.5, 1 << 21])
+    await assert.rejects(
+      Engine.open({ modelDir, encoderRows: bad }),
+      (e: Error & { code?: string }) => e.code === 'config-invalid' && /encoderRows/.test(e.message),
+    );
+});

@@ -32,7 +32,7 @@ import { EngineLoop } from './scheduler/engine-loop.js';
 import { GenerateWork } from './scheduler/generate-work.js';
 import { IngestWork } from './scheduler/ingest-work.js';
 import { Scheduler } from './scheduler/scheduler.js';
-import { resolvePolicy } from './scheduler/scheduler-policy.js';
+import { DEFAULT_SCHEDULER_POLICY, resolvePolicy } from './scheduler/scheduler-policy.js';
 import { sequenceBytes, type WorkContext } from './scheduler/work-context.js';
 import type { Work } from './scheduler/work.js';
 import type {
@@ -71,7 +71,19 @@ export const CUDA_MODEL_OPTIONS: Partial<ModelOptions> = {
 export const CUDA_SCHEDULER_DEFAULTS = { prefillChunkTokens: 4096, maxStepTokens: 4096 } as const;
 
 function schedulerOptions(options: EngineOptions): EngineOptions['scheduler'] {
-  return options.runtime?.executionProvider === 'cuda' ? { ...CUDA_SCHEDULER_DEFAULTS, ...options.scheduler } : options.scheduler;
+  const rows = options.encoderRows;
+  const spans =
+    rows !== undefined
+      ? { prefillChunkTokens: rows, maxStepTokens: Math.max(rows, DEFAULT_SCHEDULER_POLICY.maxStepTokens) }
+      : options.runtime?.executionProvider === 'cuda'
+        ? CUDA_SCHEDULER_DEFAULTS
+        : {};
+  return { ...spans, ...options.scheduler };
+}
+
+function checkEncoderRows(rows: number | undefined): void {
+  if (rows !== undefined && !(Number.isInteger(rows) && rows >= 1 && rows <= 1 << 20))
+    throw new Csa2Error('config-invalid', `encoderRows must be an integer in [1, 1048576], got ${rows}`);
 }
 
 export class Engine {
@@ -118,6 +130,7 @@ export class Engine {
   }
 
   static async open(options: EngineOptions): Promise<Engine> {
+    checkEncoderRows(options.encoderRows);
     resolvePolicy(schedulerOptions(options)); // a bad policy fails before the model loads
     const numerics = options.numerics ?? 'bf16';
     const runtime = { ...DEFAULT_RUNTIME_OPTIONS, ...options.runtime };
@@ -128,6 +141,7 @@ export class Engine {
       ...(runtime.executionProvider === 'cuda' ? CUDA_MODEL_OPTIONS : {}),
       ...(options.scanThreads !== undefined ? { scanThreads: options.scanThreads } : {}),
       ...(options.encoder !== undefined ? { encoder: options.encoder } : {}),
+      ...(options.encoderRows !== undefined ? { chunkTokens: options.encoderRows } : {}),
     });
     let store: ObjectStore | null = null;
     try {

@@ -23,6 +23,13 @@ export interface EngineOptions {
    * 'graph' with the index lists shown to the model's observer (tests).
    */
   readonly encoder?: 'layers' | 'graph' | { readonly topk: true };
+  /**
+   * Rows of one encode run: the model's prefill chunk (the graph encoder's fixed row count) and the
+   * scheduler's prefill span and step budget, unless `scheduler` sets those. Larger spans amortize a
+   * graph run's fixed cost (on CUDA, a kernel launch per node) over more rows, at more device memory.
+   * @defaultValue 4096 on CUDA; the model's and the scheduler's own defaults on the CPU
+   */
+  readonly encoderRows?: number;
   /** Object store of the artifacts (file:///… or s3://bucket/prefix?…); documents need one. */
   readonly store?: string;
   /**

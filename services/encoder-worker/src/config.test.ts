@@ -41,6 +41,9 @@ test('defaults, and every variable read', () => {
   assert.equal(loadEncoderConfig(BASE).encoder, undefined);
   assert.equal(loadEncoderConfig({ ...BASE, CSA2_ENCODER: 'layers' }).encoder, 'layers');
   assert.throws(() => loadEncoderConfig({ ...BASE, CSA2_ENCODER: 'fused' }), /CSA2_ENCODER.*must be one of layers, graph/);
+  assert.equal(loadEncoderConfig(BASE).encoderRows, undefined);
+  assert.equal(loadEncoderConfig({ ...BASE, CSA2_ENCODER_ROWS: '8192' }).encoderRows, 8192);
+  assert.throws(() => loadEncoderConfig({ ...BASE, CSA2_ENCODER_ROWS: '8' }), /CSA2_ENCODER_ROWS/);
 });
 
 test('the store is required; bad numbers name their variable', () => {

@@ -42,6 +42,8 @@ export interface EncoderConfig extends WorkerConfig {
   readonly storeUrl: string;
   /** CSA2_CHUNK_TOKENS: tokens per artifact chunk. @defaultValue the engine's (4096) */
   readonly chunkTokens?: number;
+  /** CSA2_ENCODER_ROWS: rows of one encode run (@csa2/engine EngineOptions.encoderRows). @defaultValue the engine's (4096 on CUDA) */
+  readonly encoderRows?: number;
   /** CSA2_PROGRESS_INTERVAL_MS: least time between two job.updateProgress calls of one job. @defaultValue 200 */
   readonly progressIntervalMs: number;
   /** CSA2_CANCEL_POLL_MS: how often a running prompt job checks its request's cancel key. @defaultValue 50 */
@@ -77,6 +79,7 @@ export function loadEncoderConfig(env: Env = process.env): EncoderConfig {
     cudaTf32: envChoice(env, 'CSA2_CUDA_TF32', ['0', '1'] as const, '0') === '1',
     cudaCpuFallback: envChoice(env, 'CSA2_CUDA_CPU_FALLBACK', ['refuse', 'allow'] as const, 'refuse'),
     ...optional('encoder', envOptionalChoice(env, 'CSA2_ENCODER', ['layers', 'graph'] as const)),
+    ...optional('encoderRows', envOptionalInt(env, 'CSA2_ENCODER_ROWS', { min: 16, max: 1 << 20 })),
     shutdownGraceMs: envInt(env, 'CSA2_SHUTDOWN_GRACE_MS', 20_000, { min: 0 }),
     progressIntervalMs: envInt(env, 'CSA2_PROGRESS_INTERVAL_MS', 200, { min: 0 }),
     cancelPollMs: envInt(env, 'CSA2_CANCEL_POLL_MS', 50, { min: 5, max: 10_000 }),

@@ -36,6 +36,7 @@ export function encoderEngineOptions(config: EncoderConfig): EngineOptions {
     },
     scanThreads: config.scanThreads,
     ...(config.encoder !== undefined ? { encoder: config.encoder } : {}),
+    ...(config.encoderRows !== undefined ? { encoderRows: config.encoderRows } : {}),
     // one chunk through the model before taking jobs, so the first job does not pay for arena growth
     warmUp: true,
     store: config.storeUrl,
