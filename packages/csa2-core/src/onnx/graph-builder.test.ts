@@ -31,3 +31,19 @@ test('hostArgsComputed: a Slice bound or a TopK k computed from a graph input is
   assert.match(bad[0] as string, /^Slice input 2 .*from Add/);
   assert.match(bad[1] as string, /^TopK input 1 .*from Min/);
 });
+
+test('cast: one Cast per value and type; a bfloat16 value widened and cast back is itself; a rounding to bf16 stays', () => {
+  const g = new GraphBuilder('casts');
+  const x = g.input('x', 'float32', [4]);
+  const h = g.initializer('h', 'bfloat16', [2], new Uint8Array(4));
+  const xb = g.cast(x, 'bfloat16');
+  assert.equal(g.cast(x, 'bfloat16'), xb, 'the same cast twice is one node');
+  const rounded = g.cast(xb, 'float32');
+  assert.notEqual(rounded, x, 'float32 → bf16 → float32 rounds: it is kept');
+  assert.equal(g.cast(rounded, 'bfloat16'), xb, 'a widened bf16 value cast back to bf16 is the bf16 value');
+  const wide = g.cast(h, 'float32');
+  assert.equal(g.cast(wide, 'bfloat16'), h);
+  const i = g.input('i', 'int64', [4]);
+  const f = g.cast(i, 'float32');
+  assert.notEqual(g.cast(f, 'int64'), i, 'only the exact bf16 round trip is shortened');
+});

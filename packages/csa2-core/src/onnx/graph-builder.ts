@@ -101,6 +101,11 @@ export class GraphBuilder {
    * emit several layers into one graph under distinct prefixes (`withScope`).
    */
   private scope = '';
+  /** Element types of the values whose type the builder knows: inputs, initializers, Cast outputs. */
+  private readonly types = new Map<string, ElemType>();
+  /** Cast outputs: what each cast and to which type; and the cast already made of a value to a type. */
+  private readonly castSource = new Map<string, string>();
+  private readonly castMade = new Map<string, string>();
 
   constructor(readonly name: string) {}
 
@@ -110,6 +115,7 @@ export class GraphBuilder {
 
   input(name: string, type: ElemType, dims: readonly Dim[]): string {
     this.inputs.push(valueInfo(name, type, dims));
+    this.types.set(name, type);
     return name;
   }
 
@@ -139,6 +145,7 @@ export class GraphBuilder {
     this.initializers.push(t);
     this.initializerNames.add(full);
     this.initializerBytes += raw.byteLength;
+    this.types.set(full, type);
     return full;
   }
 
@@ -294,8 +301,22 @@ export class GraphBuilder {
   not(a: string): string {
     return this.op('Not', [a]);
   }
+  /**
+   * Cast to `to`. Exact shortcuts, no node: a value cast to a type once is that cast's output the next
+   * time; a bfloat16 value widened to float32 and cast back is the bfloat16 value (the round trip is
+   * the identity). Graphs that round to bf16 in several places keep one Cast per rounding.
+   */
   cast(a: string, to: ElemType): string {
-    return this.op('Cast', [a], { to: ELEM_CODE[to] });
+    const key = `${a}\u0000${to}`;
+    const made = this.castMade.get(key);
+    if (made !== undefined) return made;
+    const src = this.castSource.get(a);
+    if (to === 'bfloat16' && src !== undefined && this.types.get(a) === 'float32' && this.types.get(src) === 'bfloat16') return src;
+    const out = this.op('Cast', [a], { to: ELEM_CODE[to] });
+    this.castMade.set(key, out);
+    this.castSource.set(out, a);
+    this.types.set(out, to);
+    return out;
   }
 
   // ---- linear algebra / shape ----
