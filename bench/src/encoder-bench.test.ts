@@ -4,7 +4,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { parseEncoderBenchOptions, renderEncoderTable, runEncoderBench } from './encoder-bench.js';
+import { parseEncoderBenchOptions, renderEncoderProfiles, renderEncoderTable, runEncoderBench } from './encoder-bench.js';
 import { UsageError } from './suite.js';
 
 test('defaults: both models, 8K/32K/128K, the CPU only; lists and limits parsed, bad values refused by name', () => {
@@ -66,4 +66,20 @@ test('a quick CPU run of the served model through both encoder paths: a row each
   const table = renderEncoderTable(rows, ceilings);
   assert.match(table, /\| v41-mini-128k \(served\) \| cpu +\| graph/);
   assert.match(table, /Matmul rates measured in this run: cpu: /);
+});
+
+test('--encoder-profile: each engine run reports its onnxruntime operator times, the runs beside the summed node time', async () => {
+  assert.equal(parseEncoderBenchOptions({}).profile, false);
+  const opts = { ...parseEncoderBenchOptions({ quick: true, 'encoder-threads': '1', 'encoder-paths': 'graph', 'encoder-profile': true }), lengths: [512] };
+  assert.equal(opts.profile, true);
+  const { rows, profiles } = await runEncoderBench(opts, { out: () => undefined, log: () => undefined });
+  assert.equal(rows.length, 1);
+  assert.equal(profiles.length, 1);
+  const s = (profiles[0] as (typeof profiles)[number]).summary;
+  assert.ok(s.runs > (rows[0] as (typeof rows)[number]).graphRuns, `${s.runs} profiled runs (warm-up included)`);
+  assert.ok(s.nodeMs > 0 && s.nodeMs <= s.runMs, `node time ${s.nodeMs} ms within the runs' ${s.runMs} ms`);
+  assert.ok(s.ops.some((o) => o.op === 'MatMul' && o.provider === 'CPUExecutionProvider' && o.executions > 0));
+  const text = renderEncoderProfiles(profiles);
+  assert.match(text, /v41-mini-128k \(served\) cpu graph 256 rows: \d+ runs/);
+  assert.match(text, /\| MatMul +\| CPUExecutionProvider/);
 });

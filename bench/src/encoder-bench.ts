@@ -20,6 +20,9 @@ import {
   f32,
   graphIoBytes,
   openGraphSession,
+  ortProfileFiles,
+  summarizeOrtProfiles,
+  type OrtProfileSummary,
   readModelConfigFile,
   DEFAULT_RUNTIME_OPTIONS,
   type ExecutionProvider,
@@ -56,6 +59,15 @@ export interface EncoderBenchOptions {
   readonly cpuMaxTokens: number;
   readonly seed: number;
   readonly cacheRoot: string;
+  /** Profile every engine's sessions (RuntimeOptions.profilePrefix) and report the operator times. */
+  readonly profile: boolean;
+}
+
+/** The onnxruntime profile of one engine of the bench: its warm-up and every ingest it ran. */
+export interface EncoderProfile {
+  readonly model: string;
+  readonly label: string;
+  readonly summary: OrtProfileSummary;
 }
 
 export interface EncoderBenchRow {
@@ -139,7 +151,10 @@ async function modelDir(key: ModelKey, opts: EncoderBenchOptions, io: BenchIo): 
   return { name: 'v41-bench-1024', dir: ck.dir };
 }
 
-export async function runEncoderBench(opts: EncoderBenchOptions, io: BenchIo): Promise<{ rows: EncoderBenchRow[]; ceilings: Map<ExecutionProvider, number> }> {
+export async function runEncoderBench(
+  opts: EncoderBenchOptions,
+  io: BenchIo,
+): Promise<{ rows: EncoderBenchRow[]; ceilings: Map<ExecutionProvider, number>; profiles: EncoderProfile[] }> {
   const ceilings = new Map<ExecutionProvider, number>();
   for (const p of opts.providers) {
     if (p === 'cuda') {
@@ -154,6 +169,7 @@ export async function runEncoderBench(opts: EncoderBenchOptions, io: BenchIo): P
     }
   }
   const rows: EncoderBenchRow[] = [];
+  const profiles: EncoderProfile[] = [];
   for (const key of opts.models) {
     const { name, dir } = await modelDir(key, opts, io);
     const config = await readModelConfigFile(join(dir, 'config.json'));
@@ -165,12 +181,13 @@ export async function runEncoderBench(opts: EncoderBenchOptions, io: BenchIo): P
     });
     for (const [provider, path, encoderRows] of runs) {
       const storeDir = mkdtempSync(join(tmpdir(), 'csa2-encoder-bench-'));
+      const profilePrefix = opts.profile ? join(storeDir, 'profile-') : null;
       const t0 = performance.now();
       const engine = await Engine.open({
         modelDir: dir,
         store: pathToFileURL(storeDir).href,
         // nodes on the CPU under CUDA are allowed here and named in the table, not refused
-        runtime: { executionProvider: provider, intraOpThreads: provider === 'cpu' ? opts.cpuThreads : 1, cudaCpuFallback: 'allow' },
+        runtime: { executionProvider: provider, intraOpThreads: provider === 'cpu' ? opts.cpuThreads : 1, cudaCpuFallback: 'allow', profilePrefix },
         encoder: path,
         ...(encoderRows !== undefined ? { encoderRows } : {}),
         warmUp: true,
@@ -227,11 +244,12 @@ export async function runEncoderBench(opts: EncoderBenchOptions, io: BenchIo): P
         }
       } finally {
         await engine.close();
+        if (profilePrefix !== null) profiles.push({ model: name, label, summary: summarizeOrtProfiles(ortProfileFiles(profilePrefix)) });
         rmSync(storeDir, { recursive: true, force: true });
       }
     }
   }
-  return { rows, ceilings };
+  return { rows, ceilings, profiles };
 }
 
 export function renderEncoderTable(rows: readonly EncoderBenchRow[], ceilings: ReadonlyMap<ExecutionProvider, number>): string {
@@ -304,6 +322,27 @@ export function renderEncoderTable(rows: readonly EncoderBenchRow[], ceilings: R
   ].join('\n');
 }
 
+/** Per profiled engine: the runs' time beside the summed node time, and the operator types that took the most. */
+export function renderEncoderProfiles(profiles: readonly EncoderProfile[], top = 12): string {
+  const parts: string[] = ['onnxruntime profiles (each engine: warm-up and every ingest; under CUDA a node time is host time, a launch or a wait):'];
+  for (const p of profiles) {
+    const s = p.summary;
+    const executions = s.ops.reduce((a, o) => a + o.executions, 0);
+    parts.push(
+      '',
+      `${p.model} ${p.label}: ${s.runs} runs, ${fmtSig(s.runMs / 1000)} s; ${executions} node executions, ${fmtSig(s.nodeMs / 1000)} s (${s.runMs > 0 ? ((100 * s.nodeMs) / s.runMs).toFixed(0) : '–'} % of the runs)`,
+      '',
+      markdownTable(
+        [{ header: 'operator', align: 'left' }, { header: 'provider', align: 'left' }, { header: 'executions' }, { header: 's' }, { header: 'of node time' }],
+        s.ops
+          .slice(0, top)
+          .map((o) => [o.op, o.provider, String(o.executions), fmtSig(o.ms / 1000), `${((100 * o.ms) / Math.max(s.nodeMs, 1e-9)).toFixed(1)} %`]),
+      ),
+    );
+  }
+  return parts.join('\n');
+}
+
 function parseList<T extends string>(text: string | undefined, allowed: readonly T[], name: string, dflt: readonly T[]): readonly T[] {
   if (text === undefined) return dflt;
   const items = text.split(',').map((s) => s.trim());
@@ -334,6 +373,7 @@ export function parseEncoderBenchOptions(values: OptionValues): EncoderBenchOpti
     cpuMaxTokens: str('encoder-cpu-max') === undefined ? Infinity : tokenCount(str('encoder-cpu-max') as string, 'encoder-cpu-max'),
     seed,
     cacheRoot: str('cache-dir') ?? join(REPO_ROOT.pathname, '.csa2', 'bench'),
+    profile: values['encoder-profile'] === true,
   };
 }
 
@@ -370,11 +410,16 @@ export const encoderSuite: BenchSuite = {
     'encoder-threads': { type: 'string', valueName: 'N|auto', description: 'intra-op threads on the CPU provider', defaultText: 'auto (all cores)' },
     seed: { type: 'string', valueName: 'S', description: 'seed of the documents and of the seeded checkpoint', defaultText: '1' },
     'cache-dir': { type: 'string', valueName: 'DIR', description: 'where seeded checkpoints are cached', defaultText: '.csa2/bench' },
+    'encoder-profile': {
+      type: 'boolean',
+      description: "onnxruntime's per-node profile of each engine (warm-up and ingests): time per operator type and provider (slows the runs)",
+    },
     quick: { type: 'boolean', description: 'smoke run: the served model, 1K tokens' },
   },
   async run(values, io) {
     const opts = parseEncoderBenchOptions(values);
-    const { rows, ceilings } = await runEncoderBench(opts, io);
+    const { rows, ceilings, profiles } = await runEncoderBench(opts, io);
     io.out(`${renderEncoderTable(rows, ceilings)}\n`);
+    if (profiles.length > 0) io.out(`\n${renderEncoderProfiles(profiles)}\n`);
   },
 };

@@ -27,6 +27,7 @@ export * from './numerics/bf16.js';
 export * from './numerics/formats.js';
 export * from './tokenizer/index.js';
 export type { RuntimeOptions, ExecutionProvider } from './runtime/ort-session.js';
+export { ortProfileFiles, summarizeOrtProfiles, type OrtOpTime, type OrtProfileSummary } from './runtime/ort-profile.js';
 export {
   DEFAULT_RUNTIME_OPTIONS,
   DECODE_ATTENTION_ARENA_ROWS,

@@ -83,6 +83,14 @@ export interface RuntimeOptions {
    * prefill chunks are the runs that gain, keeps every run in the arena. @defaultValue Infinity
    */
   readonly attentionArenaMaxRows: number;
+  /**
+   * Diagnostics: every session opened writes onnxruntime's profile (a JSON array of events: each
+   * node's execution with its operator type and provider, each run) to a file whose path starts with
+   * this prefix and the graph's name, when the session is disposed (`summarizeOrtProfiles` reads them).
+   * Under CUDA a node's time is its host side: the kernel's launch, or the wait where it synchronizes.
+   * @defaultValue null (no profile)
+   */
+  readonly profilePrefix: string | null;
 }
 
 /**
@@ -102,6 +110,7 @@ export const DEFAULT_RUNTIME_OPTIONS: RuntimeOptions = {
   memoryArena: false,
   attentionArena: true,
   attentionArenaMaxRows: Infinity,
+  profilePrefix: null,
 };
 
 /**
@@ -261,9 +270,17 @@ export function cudaCpuFallbackGraphs(): readonly string[] {
 /** onnxruntime's refusal when session.disable_cpu_ep_fallback is set and a node has no CUDA kernel. */
 const CPU_FALLBACK_REFUSED = /fallback to CPU EP has been explicitly disabled|assigned to the default CPU EP/i;
 
-function sessionOptions(options: RuntimeOptions, intraOpThreads: number, memoryArena: boolean, strict: boolean): ort.InferenceSession.SessionOptions {
+function sessionOptions(
+  name: string,
+  options: RuntimeOptions,
+  intraOpThreads: number,
+  memoryArena: boolean,
+  strict: boolean,
+): ort.InferenceSession.SessionOptions {
   const cuda = options.executionProvider === 'cuda';
+  const profile = options.profilePrefix ?? null;
   return {
+    ...(profile !== null ? { enableProfiling: true, profileFilePrefix: `${profile}${name.replace(/[^A-Za-z0-9_.-]/g, '_')}` } : {}),
     executionProviders: cuda ? [{ name: 'cuda', deviceId: options.deviceId }, 'cpu'] : ['cpu'],
     intraOpNumThreads: intraOpThreads,
     interOpNumThreads: 1,
@@ -292,7 +309,7 @@ export async function openGraphSession(
   }
   let session: ort.InferenceSession;
   try {
-    session = await ort.InferenceSession.create(model, sessionOptions(options, intraOpThreads, memoryArena, cuda));
+    session = await ort.InferenceSession.create(model, sessionOptions(name, options, intraOpThreads, memoryArena, cuda));
   } catch (cause) {
     const text = String(cause);
     if (cuda && CPU_FALLBACK_REFUSED.test(text)) {
@@ -305,7 +322,7 @@ export async function openGraphSession(
       }
       fallbackGraphs.add(name);
       try {
-        session = await ort.InferenceSession.create(model, sessionOptions(options, intraOpThreads, memoryArena, false));
+        session = await ort.InferenceSession.create(model, sessionOptions(name, options, intraOpThreads, memoryArena, false));
       } catch (again) {
         throw new Csa2Error('runtime', `cannot create onnxruntime session for graph ${name}: ${String(again)}`, { cause: again });
       }
@@ -351,6 +368,7 @@ export async function openGraphSession(
       return result;
     },
     async dispose() {
+      if ((options.profilePrefix ?? null) !== null) session.endProfiling();
       await session.release();
     },
   };
