@@ -5,6 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { parseEncoderBenchOptions, renderEncoderProfiles, renderEncoderTable, runEncoderBench } from './encoder-bench.js';
+import { checkCudaProviderInstalled } from '@csa2/core';
 import { UsageError } from './suite.js';
 
 test('defaults: both models, 8K/32K/128K, the CPU only; lists and limits parsed, bad values refused by name', () => {
@@ -82,4 +83,34 @@ test('--encoder-profile: each engine run reports its onnxruntime operator times,
   const text = renderEncoderProfiles(profiles);
   assert.match(text, /v41-mini-128k \(served\) cpu graph 256 rows: \d+ runs/);
   assert.match(text, /\| MatMul +\| CPUExecutionProvider/);
+});
+
+test('a provider that cannot open is a reported failure, and the other providers still run', async (t) => {
+  let cudaInstalled = true;
+  try {
+    checkCudaProviderInstalled();
+  } catch {
+    cudaInstalled = false;
+  }
+  t.diagnostic(`CUDA provider installed here: ${cudaInstalled}`);
+  const logs: string[] = [];
+  const opts = { ...parseEncoderBenchOptions({ quick: true, provider: 'cpu,cuda', 'encoder-threads': '1' }), lengths: [256] };
+  const { rows, failures } = await runEncoderBench(opts, { out: () => undefined, log: (l) => logs.push(l) });
+  if (cudaInstalled) {
+    // a GPU machine: both providers ingest
+    assert.deepEqual(rows.map((r) => [r.provider, r.tokens]).sort(), [
+      ['cpu', 256],
+      ['cuda', 256],
+    ]);
+    assert.deepEqual(failures, []);
+    return;
+  }
+  // without the provider (CI): the CUDA runs fail at the matmul rate, named, and the CPU's row is there
+  assert.deepEqual(
+    rows.map((r) => [r.provider, r.tokens]),
+    [['cpu', 256]],
+  );
+  assert.equal(failures.length, 1);
+  assert.match((failures[0] as (typeof failures)[number]).error, /CUDA execution provider is not installed/);
+  assert.ok(logs.some((l) => /cuda: FAILED: .*CUDA/.test(l)));
 });

@@ -63,6 +63,15 @@ export interface EncoderBenchOptions {
   readonly profile: boolean;
 }
 
+/** A run that failed (the engine's open, or one ingest): the bench goes on with the next and reports it. */
+export interface EncoderBenchFailure {
+  readonly model: string;
+  readonly label: string;
+  /** The document's length, or null when the engine did not open. */
+  readonly tokens: number | null;
+  readonly error: string;
+}
+
 /** The onnxruntime profile of one engine of the bench: its warm-up and every ingest it ran. */
 export interface EncoderProfile {
   readonly model: string;
@@ -154,11 +163,24 @@ async function modelDir(key: ModelKey, opts: EncoderBenchOptions, io: BenchIo): 
 export async function runEncoderBench(
   opts: EncoderBenchOptions,
   io: BenchIo,
-): Promise<{ rows: EncoderBenchRow[]; ceilings: Map<ExecutionProvider, number>; profiles: EncoderProfile[] }> {
+): Promise<{ rows: EncoderBenchRow[]; ceilings: Map<ExecutionProvider, number>; profiles: EncoderProfile[]; failures: EncoderBenchFailure[] }> {
   const ceilings = new Map<ExecutionProvider, number>();
+  const failures: EncoderBenchFailure[] = [];
+  const failed = (model: string, label: string, tokens: number | null, err: unknown): void => {
+    const error = (err instanceof Error ? err.message : String(err)).split('\n')[0] as string;
+    failures.push({ model, label, tokens, error });
+    io.log(`[encoder] ${model} ${label}${tokens === null ? '' : ` ${fmtTokens(tokens)}`}: FAILED: ${error}`);
+  };
+  const providers: ExecutionProvider[] = [];
   for (const p of opts.providers) {
     if (p === 'cuda') {
-      const tflops = await measureBf16MatmulRate({ ...DEFAULT_RUNTIME_OPTIONS, executionProvider: 'cuda' });
+      let tflops: number;
+      try {
+        tflops = await measureBf16MatmulRate({ ...DEFAULT_RUNTIME_OPTIONS, executionProvider: 'cuda' });
+      } catch (err) {
+        failed('(every model)', 'cuda', null, err); // no CUDA session opens here: the provider's runs are left out
+        continue;
+      }
       io.log(`[encoder] CUDA bf16 matmul: ${tflops.toFixed(1)} TFLOP/s`);
       ceilings.set('cuda', tflops);
     } else {
@@ -167,6 +189,7 @@ export async function runEncoderBench(
       io.log(`[encoder] CPU fp32 matmul (${threads} threads): ${(c.best.gflops / 1000).toFixed(2)} TFLOP/s`);
       ceilings.set('cpu', c.best.gflops / 1000);
     }
+    providers.push(p);
   }
   const rows: EncoderBenchRow[] = [];
   const profiles: EncoderProfile[] = [];
@@ -174,7 +197,7 @@ export async function runEncoderBench(
     const { name, dir } = await modelDir(key, opts, io);
     const config = await readModelConfigFile(join(dir, 'config.json'));
     const plan = buildLayerPlan(config);
-    const runs = opts.providers.flatMap((p) => {
+    const runs = providers.flatMap((p) => {
       const paths: readonly EncoderPath[] = opts.paths === 'auto' ? [p === 'cuda' ? 'graph' : 'layers'] : opts.paths;
       const spans: readonly (number | undefined)[] = opts.encoderRows === 'auto' ? [undefined] : opts.encoderRows;
       return paths.flatMap((x) => spans.map((n) => [p, x, n] as const));
@@ -183,15 +206,22 @@ export async function runEncoderBench(
       const storeDir = mkdtempSync(join(tmpdir(), 'csa2-encoder-bench-'));
       const profilePrefix = opts.profile ? join(storeDir, 'profile-') : null;
       const t0 = performance.now();
-      const engine = await Engine.open({
-        modelDir: dir,
-        store: pathToFileURL(storeDir).href,
-        // nodes on the CPU under CUDA are allowed here and named in the table, not refused
-        runtime: { executionProvider: provider, intraOpThreads: provider === 'cpu' ? opts.cpuThreads : 1, cudaCpuFallback: 'allow', profilePrefix },
-        encoder: path,
-        ...(encoderRows !== undefined ? { encoderRows } : {}),
-        warmUp: true,
-      });
+      let engine: Engine;
+      try {
+        engine = await Engine.open({
+          modelDir: dir,
+          store: pathToFileURL(storeDir).href,
+          // nodes on the CPU under CUDA are allowed here and named in the table, not refused
+          runtime: { executionProvider: provider, intraOpThreads: provider === 'cpu' ? opts.cpuThreads : 1, cudaCpuFallback: 'allow', profilePrefix },
+          encoder: path,
+          ...(encoderRows !== undefined ? { encoderRows } : {}),
+          warmUp: true,
+        });
+      } catch (err) {
+        failed(name, `${provider} ${path}${encoderRows !== undefined ? ` ${encoderRows} rows` : ''}`, null, err);
+        rmSync(storeDir, { recursive: true, force: true });
+        continue;
+      }
       const spanRows = engine.model.options.chunkTokens;
       const label = `${provider} ${path} ${spanRows} rows`;
       io.log(`[encoder] ${name} ${label}: engine open and warm in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
@@ -215,6 +245,9 @@ export async function runEncoderBench(
           const t0 = performance.now();
           try {
             await engine.ingest({ tenant: 'bench', documentId: `doc-${len}`, tokenIds: ids });
+          } catch (err) {
+            failed(name, label, len, err);
+            continue;
           } finally {
             engine.model.timer = null;
           }
@@ -249,7 +282,7 @@ export async function runEncoderBench(
       }
     }
   }
-  return { rows, ceilings, profiles };
+  return { rows, ceilings, profiles, failures };
 }
 
 export function renderEncoderTable(rows: readonly EncoderBenchRow[], ceilings: ReadonlyMap<ExecutionProvider, number>): string {
@@ -418,8 +451,14 @@ export const encoderSuite: BenchSuite = {
   },
   async run(values, io) {
     const opts = parseEncoderBenchOptions(values);
-    const { rows, ceilings, profiles } = await runEncoderBench(opts, io);
+    const { rows, ceilings, profiles, failures } = await runEncoderBench(opts, io);
     io.out(`${renderEncoderTable(rows, ceilings)}\n`);
     if (profiles.length > 0) io.out(`\n${renderEncoderProfiles(profiles)}\n`);
+    if (failures.length > 0) {
+      io.out(
+        `\nFailed runs:\n\n${failures.map((f) => `- ${f.model} ${f.label}${f.tokens === null ? ' (engine open)' : ` ${fmtTokens(f.tokens)}`}: ${f.error}`).join('\n')}\n`,
+      );
+      throw new Error(`${failures.length} encoder bench run(s) failed (listed above)`);
+    }
   },
 };
