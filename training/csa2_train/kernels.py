@@ -7,9 +7,12 @@
    zero rows to HP >= 16, as tl.dot needs), and the row's T indices are walked in blocks of BLOCK_K.
    - forward: scores s = (q . kv) * scale in fp32, an online softmax over the blocks (the running max
      m, the running sum l, the accumulator rescaled when m grows), the probabilities rounded to bf16
-     against the running max for the PV product (the official kernel's numerics, `sparse_attn_exact`),
-     the sink's exp(sink - m) added to the denominator at the end. Writes o (bf16) and per (row, head)
-     the final max m and denominator l (fp32) for the backward.
+     for the PV product, the sink's exp(sink - m) added to the denominator at the end. Writes o (bf16)
+     and per (row, head) the final max m and denominator l (fp32) for the backward. With ROW_MAX (the
+     default, `ATTN_ROW_MAX`) a first pass over the blocks takes the row's max, so the probabilities are
+     rounded against the row max exactly as `_attn_core` / `_AttnCoreFast` (the rescaling factors are
+     then exp(0) = 1); without it they are rounded against the running max, the official kernel's
+     numerics (`sparse_attn_exact`), one pass over the keys instead of two.
    - backward (straight-through through the bf16 probabilities, as `_AttnCoreFast`): with
      dN = dO / l, dden = -(dO . o) / l, e_t = exp(s_t - m), p_t = bf16(e_t):
      ds_t = e_t (dN . kv_t + dden); dq = scale sum_t ds_t kv_t; dkv_t += scale ds_t^T q + p_t^T dN;
@@ -42,6 +45,9 @@ BLOCK_K = 64  # indices per block of the attention kernels (the official kernel'
 IDX_BM = 64  # query rows per tile of the indexer kernel
 IDX_BN = 64  # compressed entries per tile of the indexer kernel
 NEG_INIT = -1e30  # the running max's start (as sparse_attn_exact)
+# the attention forward's probabilities rounded against the row max (two passes over the keys; the values
+# of the torch path) or against the running max of the blocks (one pass; the official kernel's values)
+ATTN_ROW_MAX = True
 
 try:  # noqa: SIM105
     import triton
@@ -91,7 +97,7 @@ if triton is not None:
 
     @triton.jit
     def _attn_fwd_kernel(Q, KV, IDX, SINK, O, M, L, scale, T, rows_per_seq, keys_per_seq,
-                         H: tl.constexpr, HP: tl.constexpr, D: tl.constexpr, BLOCK_K: tl.constexpr):
+                         H: tl.constexpr, HP: tl.constexpr, D: tl.constexpr, BLOCK_K: tl.constexpr, ROW_MAX: tl.constexpr):
         # Q, O: [n, H, D] bf16 contiguous; KV: [N, D] bf16 contiguous; IDX: [n, T] int contiguous;
         # SINK: [H] fp32; M, L: [n, H] fp32. One program = one query row, all heads.
         row = tl.program_id(0).to(tl.int64)
@@ -106,6 +112,17 @@ if triton is not None:
         m_i = tl.full([HP], -1e30, tl.float32)  # NEG_INIT (a literal: kernels read no globals)
         l_i = tl.zeros([HP], tl.float32)
         acc = tl.zeros([HP, D], tl.float32)
+        if ROW_MAX:  # the row max first: the main loop's m_new then equals m_i and alpha is 1
+            for t0 in range(0, T, BLOCK_K):
+                tk = t0 + offs_k
+                kidx = tl.load(IDX + row * T + tk, mask=tk < T, other=-1)
+                valid = kidx >= 0
+                krow = tl.where(valid, kidx, 0).to(tl.int64) + base
+                kd_mask = valid[:, None] & (offs_d[None, :] < D)
+                kv = tl.load(KV + krow[:, None] * D + offs_d[None, :], mask=kd_mask, other=0.0)
+                s = tl.dot(q, tl.trans(kv)) * scale
+                s = tl.where(valid[None, :], s, float("-inf"))
+                m_i = tl.maximum(m_i, tl.max(s, axis=1))
         for t0 in range(0, T, BLOCK_K):
             tk = t0 + offs_k
             kidx = tl.load(IDX + row * T + tk, mask=tk < T, other=-1)  # [BLOCK_K]
@@ -223,7 +240,7 @@ if triton is not None:
 
 class _SparseAttn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, kv, sink, idx, scale, rows_per_seq, keys_per_seq):
+    def forward(ctx, q, kv, sink, idx, scale, rows_per_seq, keys_per_seq, row_max):
         n, H, D = q.shape
         T = idx.size(1)
         q = q.contiguous()
@@ -235,7 +252,7 @@ class _SparseAttn(torch.autograd.Function):
         l = torch.empty(n, H, dtype=F32, device=q.device)  # noqa: E741
         if n > 0:
             _attn_fwd_kernel[(n,)](q, kv, idx, sink, o, m, l, float(scale), T, rows_per_seq, keys_per_seq,
-                                   H=H, HP=heads_padded(H), D=D, BLOCK_K=BLOCK_K, num_warps=4)
+                                   H=H, HP=heads_padded(H), D=D, BLOCK_K=BLOCK_K, ROW_MAX=bool(row_max), num_warps=4)
         ctx.save_for_backward(q, kv, idx, sink, o, m, l)
         ctx.scale = float(scale)
         ctx.rows_per_seq = rows_per_seq
@@ -254,18 +271,19 @@ class _SparseAttn(torch.autograd.Function):
         if n > 0:
             _attn_bwd_kernel[(n,)](q, kv, idx, sink, o, d_o, m, l, dq, dkv, dsink, ctx.scale, T, ctx.rows_per_seq, ctx.keys_per_seq,
                                    H=H, HP=heads_padded(H), D=D, BLOCK_K=BLOCK_K, num_warps=4)
-        return dq, dkv.to(kv.dtype), dsink.sum(0), None, None, None, None
+        return dq, dkv.to(kv.dtype), dsink.sum(0), None, None, None, None, None
 
 
-def sparse_attn(q, kv, sink, idx, scale, rows_per_seq: int | None = None, keys_per_seq: int = 0):
+def sparse_attn(q, kv, sink, idx, scale, rows_per_seq: int | None = None, keys_per_seq: int = 0, row_max: bool | None = None):
     """o [n, H, D] bf16 of q [n, H, D] bf16 over the keys kv [N, D] bf16 that idx [n, T] (int32 or
     int64, -1 = none) selects, with the sink [H] fp32 in the denominator; differentiable in q, kv, sink.
     Indices are global when keys_per_seq is 0, else local to the row's sequence: row i reads key
-    (i // rows_per_seq) * keys_per_seq + idx[i, t]."""
+    (i // rows_per_seq) * keys_per_seq + idx[i, t]. row_max: see ATTN_ROW_MAX (its value when None)."""
     n = q.size(0)
     if rows_per_seq is None or keys_per_seq == 0:
         rows_per_seq, keys_per_seq = max(n, 1), 0
-    return _SparseAttn.apply(q, kv, sink, idx, scale, int(rows_per_seq), int(keys_per_seq))
+    rm = ATTN_ROW_MAX if row_max is None else row_max
+    return _SparseAttn.apply(q, kv, sink, idx, scale, int(rows_per_seq), int(keys_per_seq), bool(rm))
 
 
 def index_keys(q, k, w, ratio: int, candidates=None, keys: bool = True):
@@ -330,7 +348,7 @@ def _base(n, rows_per_seq, keys_per_seq):
     return (torch.arange(n) // rows_per_seq) * keys_per_seq
 
 
-def emulate_attn_forward(q, kv, sink, idx, scale, rows_per_seq=None, keys_per_seq=0, block_k=BLOCK_K):
+def emulate_attn_forward(q, kv, sink, idx, scale, rows_per_seq=None, keys_per_seq=0, block_k=BLOCK_K, row_max=True):
     """_attn_fwd_kernel's algorithm over all programs at once: (o bf16 [n, H, D], m [n, H], l [n, H])."""
     n, H, D = q.shape
     T = idx.size(1)
@@ -340,6 +358,12 @@ def emulate_attn_forward(q, kv, sink, idx, scale, rows_per_seq=None, keys_per_se
     m_i = torch.full((n, HP), NEG_INIT, dtype=F32)
     l_i = torch.zeros(n, HP, dtype=F32)
     acc = torch.zeros(n, HP, D, dtype=F32)
+    if row_max:
+        for t0 in range(0, T, block_k):
+            valid, _, kvb = _load_keys(kv, idx, base, t0, block_k)
+            s = _dot(qp, kvb.transpose(1, 2)) * scale
+            s = torch.where(valid.unsqueeze(1), s, torch.tensor(-torch.inf))
+            m_i = torch.maximum(m_i, s.amax(dim=-1))
     for t0 in range(0, T, block_k):
         valid, _, kvb = _load_keys(kv, idx, base, t0, block_k)
         s = _dot(qp, kvb.transpose(1, 2)) * scale
