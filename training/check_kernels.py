@@ -3,7 +3,8 @@
     python3 training/check_kernels.py [--quick] [--skip-step]
 
 Prints one table row per case and a verdict; exits 1 when a case fails or raises (each case runs on
-its own: an error is printed and the other cases still run). About 1-2 minutes on an H100.
+its own: an error is printed and the other cases still run). Expected to take 1-2 minutes on an H100
+(an estimate, not yet timed).
 
 Cases and criteria (fixed before any GPU result was seen):
 - attention forward (`sparse_attn_train` with set_kernels triton against torch, i.e. _AttnCoreFast), at a

@@ -2,7 +2,7 @@
 
     python3 training/profile_step.py [--batch 2] [--seq-len 512] [--variants old,fast,graph] [--out DIR]
     python3 training/profile_step.py --seq-lens 32768,4096 --tokens-per-step 65536 --variants torch,triton \
-        --profile-variants triton --steps 2        # the kernels' speed comparison (about 2 minutes on an H100)
+        --profile-variants triton --steps 2        # the kernels' speed comparison (expected ~2 minutes on an H100, not yet timed)
 
 Variants: `old` = the reference code paths (model.set_fast(False), eager), `fast` = the fast
 paths (keyed top-k), eager, `graph` = the fast paths with the whole step replayed as a CUDA graph
