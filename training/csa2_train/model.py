@@ -17,9 +17,10 @@ attn_sink and the gate bias. A bf16 checkpoint loaded here therefore runs with e
 returning the logits of every position (training) or, through `decode.py`, the stateful decode.
 
 Kernels (`set_kernels`): on a CUDA device with Triton, the sparse attention and the indexer's scoring
-run as the Triton kernels of kernels.py (same function; the attention's softmax takes the running max
-block by block, as the official kernel), and a checkpointed block's recomputation reuses the indexer's
-selection of the forward; `set_kernels("torch")` keeps the PyTorch paths below.
+run as the Triton kernels of kernels.py (same function: with kernels.ATTN_ROW_MAX, the default, the
+attention's probabilities are rounded against the row max as in the PyTorch paths; off, against the
+running max block by block, as the official kernel), and a checkpointed block's recomputation reuses the
+indexer's selection of the forward; `set_kernels("torch")` keeps the PyTorch paths below.
 
 Numerics modes:
 - default (training): bf16 GEMMs (fp32 accumulation), the attention's softmax over gathered keys with
