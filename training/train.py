@@ -556,6 +556,9 @@ def main() -> None:
     ap.add_argument("--compile", choices=["off", "on", "auto"], default="off")
     ap.add_argument("--graph", choices=["off", "on"], default="off", help="replay the training step as a CUDA graph (GraphStep; +2%% measured, one capture per phase)")
     ap.add_argument("--fast", type=int, default=1, help="model.set_fast: the fast paths (same values)")
+    ap.add_argument("--kernels", choices=("auto", "triton", "torch"), default="auto",
+                    help="model.set_kernels: the sparse attention and the indexer's scoring as Triton kernels (triton), "
+                         "as PyTorch (torch), or triton where Triton and CUDA are present (auto)")
     ap.add_argument("--eval-lengths", default="512,1024,2048,4096")
     ap.add_argument("--eval-n", type=int, default=6)
     ap.add_argument("--eval-n-by-length", default="", help="length:n,... overriding --eval-n at those lengths (e.g. 4096:32,8192:32)")
@@ -589,12 +592,14 @@ def main() -> None:
         print(json.dumps(rec), flush=True)
 
     args = ModelArgs.load(a.config)
+    M.set_kernels(a.kernels)
     model = M.Transformer(args).to(device)
     def names(x):
         return tuple(n for n in x.split(",") if n)
 
     corpus = Corpus(a.corpus, a.tokenizer, sources=names(a.corpus_sources), heldout_sources=names(a.heldout_sources), eval_sources=names(a.eval_sources))
-    log({"type": "start", "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "params": sum(p.numel() for p in model.parameters()), "corpus_tokens": {k: int(len(v)) for k, v in corpus.ids.items()}, "argv": sys.argv[1:]})
+    log({"type": "start", "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "kernels": M.kernels_mode() if device.type == "cuda" else "torch",
+         "params": sum(p.numel() for p in model.parameters()), "corpus_tokens": {k: int(len(v)) for k, v in corpus.ids.items()}, "argv": sys.argv[1:]})
 
     decay, no_decay = [], []
     for n, p in model.named_parameters():

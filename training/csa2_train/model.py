@@ -16,6 +16,12 @@ attn_sink and the gate bias. A bf16 checkpoint loaded here therefore runs with e
 `Transformer.forward(ids)` is the reference's prefill (`start_pos == 0`) for a batch of sequences,
 returning the logits of every position (training) or, through `decode.py`, the stateful decode.
 
+Kernels (`set_kernels`): on a CUDA device with Triton, the sparse attention and the indexer's scoring
+run as the Triton kernels of kernels.py (same function: with kernels.ATTN_ROW_MAX, the default, the
+attention's probabilities are rounded against the row max as in the PyTorch paths; off, against the
+running max block by block, as the official kernel), and a checkpointed block's recomputation reuses the
+indexer's selection of the forward; `set_kernels("torch")` keeps the PyTorch paths below.
+
 Numerics modes:
 - default (training): bf16 GEMMs (fp32 accumulation), the attention's softmax over gathered keys with
   the row max instead of the kernel's block-wise running max (recomputed in backward, chunk by chunk).
@@ -35,7 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from . import quant
+from . import kernels, quant
 from .config import ModelArgs
 
 BF16 = torch.bfloat16
@@ -203,6 +209,30 @@ def set_fast(enabled: bool, attn: bool | None = None) -> None:
     _FAST_ATTN = enabled if attn is None else attn
 
 
+_KERNELS = "auto"
+
+
+def set_kernels(mode: str) -> None:
+    """The sparse attention's and the indexer's implementation on CUDA tensors: "triton" (kernels.py;
+    an error when Triton or CUDA is missing), "torch" (the PyTorch paths), or "auto" (the default:
+    triton where it can run). CPU tensors and exact_numerics() always take the PyTorch paths."""
+    global _KERNELS
+    if mode not in ("auto", "triton", "torch"):
+        raise ValueError(f"kernels: {mode!r} (auto, triton or torch)")
+    if mode == "triton" and not kernels.available():
+        raise RuntimeError(f"kernels triton: {kernels.why()}")
+    _KERNELS = mode
+
+
+def kernels_mode() -> str:
+    """What CUDA tensors get now: "triton" or "torch"."""
+    return "triton" if _KERNELS != "torch" and kernels.available() else "torch"
+
+
+def _triton_for(t: torch.Tensor) -> bool:
+    return t.is_cuda and not _EXACT and _KERNELS != "torch" and kernels.available()
+
+
 def compile_failed() -> list:
     return list(_COMPILE_FAILED)
 
@@ -277,6 +307,10 @@ class Ctx:
     encoder_replay_start: torch.Tensor | None = None
     kl_focus_weight: float = 0.0
     needle_stats: list = field(default_factory=list)
+    # Triton kernels with ckpt_blocks: layer id -> the indexer's selection (int32 [B, S, K]) of the forward,
+    # which the block's recomputation in backward reuses instead of scoring and selecting again (the same
+    # inputs give the same selection)
+    sel_cache: dict = field(default_factory=dict)
 
 
 def decoder_start(args: ModelArgs) -> int | None:
@@ -423,6 +457,11 @@ def sparse_attn_train(q, kv, attn_sink, topk_idxs, softmax_scale, chunk_tokens: 
     batched over flattened tokens and recomputed in the backward pass chunk by chunk."""
     B, S, H, D = q.shape
     N = kv.size(1)
+    if _triton_for(q) and kernels.attn_supported(H, D):
+        # one launch over all rows; the kernel adds each sequence's key offset to its local indices
+        o = kernels.sparse_attn(q.reshape(B * S, H, D), kv.reshape(B * N, D), attn_sink, topk_idxs.reshape(B * S, -1),
+                                softmax_scale, rows_per_seq=S, keys_per_seq=N)
+        return o.view(B, S, H, D)
     off = (torch.arange(B, device=q.device) * N).view(B, 1, 1)
     idx = torch.where(topk_idxs >= 0, topk_idxs.long() + off, -1).reshape(B * S, -1)
     qf = q.reshape(B * S, H, D)
@@ -658,18 +697,41 @@ class Attention(nn.Module):
         n = S // r
         index_k = shared.index_k[:, :n]
         compress_lens = (torch.arange(1, S + 1, device=x.device) // r).unsqueeze(-1)
+        k = min(ix.topk, n)
+        tri = _triton_for(x) and kernels.index_supported(ix.n_heads, ix.head_dim, n)
+        if tri and ix.uses_candidates and not ix.is_candidate_source and tuple(shared.candidates.shape) != (B, S, n):
+            tri = False
+        cache = tri and ctx.train and ctx.ckpt_blocks and torch.is_grad_enabled()
         with torch.no_grad():
-            score = Indexer.scores(qi.detach(), index_k.detach(), w.detach())
-            score = score.masked_fill(torch.arange(n, device=x.device) >= compress_lens, -torch.inf)
-            if ix.is_candidate_source:
-                shared.candidates = select_candidate_blocks(score, compress_lens, ix.topk_blocks, ix.block_size)
-                if ctx.capture is not None:
-                    ctx.capture[f"prefill.layer{self.layer_id}.candidates"] = shared.candidates[0].to(torch.uint8)
-            elif ix.uses_candidates:
-                score = score.masked_fill(~shared.candidates, -torch.inf)
-            k = min(ix.topk, n)
-            raw = stable_topk_indices(score, k).sort(dim=-1).values
-            raw = torch.where(raw < compress_lens, raw, -1)
+            if cache and self.layer_id in ctx.sel_cache:
+                raw = ctx.sel_cache[self.layer_id].long()  # a recomputation: the forward's selection
+            elif tri:
+                qd, kd, wd = qi.detach(), index_k.detach(), w.detach()
+                if ix.is_candidate_source:
+                    score = kernels.index_keys(qd, kd, wd, r, keys=False)  # causally masked bf16 scores
+                    shared.candidates = select_candidate_blocks(score, compress_lens, ix.topk_blocks, ix.block_size)
+                    if ctx.capture is not None:
+                        ctx.capture[f"prefill.layer{self.layer_id}.candidates"] = shared.candidates[0].to(torch.uint8)
+                    raw = _keyed_topk_bf16(score, k)
+                else:
+                    keys = kernels.index_keys(qd, kd, wd, r, candidates=shared.candidates if ix.uses_candidates else None)
+                    raw = torch.topk(keys, k, dim=-1, largest=True, sorted=False).indices  # distinct keys: the stable top-k's set
+                    del keys
+                raw = raw.sort(dim=-1).values
+                raw = torch.where(raw < compress_lens, raw, -1)
+                if cache:
+                    ctx.sel_cache[self.layer_id] = raw.int()
+            else:
+                score = Indexer.scores(qi.detach(), index_k.detach(), w.detach())
+                score = score.masked_fill(torch.arange(n, device=x.device) >= compress_lens, -torch.inf)
+                if ix.is_candidate_source:
+                    shared.candidates = select_candidate_blocks(score, compress_lens, ix.topk_blocks, ix.block_size)
+                    if ctx.capture is not None:
+                        ctx.capture[f"prefill.layer{self.layer_id}.candidates"] = shared.candidates[0].to(torch.uint8)
+                elif ix.uses_candidates:
+                    score = score.masked_fill(~shared.candidates, -torch.inf)
+                raw = stable_topk_indices(score, k).sort(dim=-1).values
+                raw = torch.where(raw < compress_lens, raw, -1)
         if ctx.capture is not None:
             ctx.capture[f"prefill.layer{self.layer_id}.topk"] = raw[0].int()
         if ctx.kl_focus is not None:
