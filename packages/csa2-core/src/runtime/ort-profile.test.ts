@@ -11,7 +11,20 @@ import { ortProfileFiles, summarizeOrtProfiles } from './ort-profile.js';
 test('summarizeOrtProfiles sums node times per operator and provider, and the runs', () => {
   const dir = mkdtempSync(join(tmpdir(), 'csa2-prof-'));
   try {
-    const node = (op: string, dur: number) => ({ cat: 'Node', name: `n_${op}_kernel_time`, dur, args: { op_name: op, provider: 'CPUExecutionProvider' } });
+    const node = (op: string, dur: number) => ({
+      cat: 'Node',
+      name: `n_${op}_kernel_time`,
+      dur,
+      args: {
+        op_name: op,
+        provider: 'CPUExecutionProvider',
+        activation_size: '100',
+        parameter_size: '20',
+        output_size: '8',
+        input_type_shape: [{ float: [2, 3, 5] }, { float: [5, 7] }],
+        output_type_shape: [{ float: [2, 3, 7] }],
+      },
+    });
     writeFileSync(
       join(dir, 'p-a_1.json'),
       JSON.stringify([
@@ -30,10 +43,10 @@ test('summarizeOrtProfiles sums node times per operator and provider, and the ru
     const s = summarizeOrtProfiles(files);
     assert.deepEqual([s.files, s.runs, s.runMs, s.nodeMs], [2, 2, 6, 4.75]);
     assert.deepEqual(
-      s.ops.map((o) => [o.op, o.executions, o.ms]),
+      s.ops.map((o) => [o.op, o.executions, o.ms, o.bytes, o.flops]),
       [
-        ['MatMul', 2, 4],
-        ['Add', 2, 0.75],
+        ['MatMul', 2, 4, 256, 2 * (2 * 2 * 3 * 5 * 7)],
+        ['Add', 2, 0.75, 256, 0],
       ],
     );
     writeFileSync(join(dir, 'p-bad.json'), '{"not": "events"}');
@@ -56,6 +69,9 @@ test('a session opened with profilePrefix writes its profile when disposed: its 
     assert.equal(s.runs, 3);
     assert.deepEqual(s.ops.map((o) => `${o.op} ${o.executions}`).sort(), ['MatMul 3', 'Mul 3']);
     assert.ok(s.ops.every((o) => o.provider === 'CPUExecutionProvider'));
+    const mm = s.ops.find((o) => o.op === 'MatMul');
+    assert.equal(mm?.flops, 3 * 2 * 2 * 2 * 2, '2×2 by 2×2, three runs');
+    assert.equal(mm?.bytes, 3 * (2 * 16 + 16), 'two 16-byte inputs and a 16-byte output, three runs');
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -17,6 +17,10 @@ export interface OrtOpTime {
   /** Node executions (a node run twice counts twice). */
   readonly executions: number;
   readonly ms: number;
+  /** Bytes the executions read and wrote: their inputs (activations and initializers) and outputs, as onnxruntime reports them. */
+  readonly bytes: number;
+  /** Multiply-adds × 2 of the matrix products (MatMul, Gemm) from their shapes; 0 for other operators. */
+  readonly flops: number;
 }
 
 export interface OrtProfileSummary {
@@ -30,11 +34,40 @@ export interface OrtProfileSummary {
   readonly ops: readonly OrtOpTime[];
 }
 
+type ShapeList = ReadonlyArray<Readonly<Record<string, readonly number[]>>>;
+
 interface OrtEvent {
   readonly cat?: string;
   readonly name?: string;
   readonly dur?: number;
-  readonly args?: { readonly op_name?: string; readonly provider?: string };
+  readonly args?: {
+    readonly op_name?: string;
+    readonly provider?: string;
+    readonly activation_size?: string;
+    readonly parameter_size?: string;
+    readonly output_size?: string;
+    readonly input_type_shape?: ShapeList;
+    readonly output_type_shape?: ShapeList;
+  };
+}
+
+const shapeOf = (list: ShapeList | undefined, i: number): readonly number[] | null => {
+  const entry = list?.[i];
+  if (entry === undefined) return null;
+  const dims = Object.values(entry)[0];
+  return Array.isArray(dims) ? dims : null;
+};
+const product = (dims: readonly number[]): number => dims.reduce((a, b) => a * b, 1);
+
+/** 2·M·K·N per output matrix of a MatMul or Gemm, from the input and output shapes (0 when they are not reported). */
+export function matmulFlops(op: string, inputs: ShapeList | undefined, outputs: ShapeList | undefined): number {
+  if (op !== 'MatMul' && op !== 'Gemm') return 0;
+  const a = shapeOf(inputs, 0);
+  const y = shapeOf(outputs, 0);
+  if (a === null || y === null || a.length === 0) return 0;
+  // MatMul: a [..., M, K]; Gemm: a [M, K] or its transpose, y [M, N]
+  const k = op === 'MatMul' ? (a[a.length - 1] as number) : product(a) / (y[0] as number);
+  return 2 * product(y) * k;
 }
 
 /** The profile files written under `prefix` (every file in its folder whose name starts with its last part and ends with .json). */
@@ -49,7 +82,7 @@ export function ortProfileFiles(prefix: string): string[] {
 
 /** Sums the node and run events of the profile files. */
 export function summarizeOrtProfiles(files: readonly string[]): OrtProfileSummary {
-  const ops = new Map<string, { op: string; provider: string; executions: number; us: number }>();
+  const ops = new Map<string, { op: string; provider: string; executions: number; us: number; bytes: number; flops: number }>();
   let runs = 0;
   let runUs = 0;
   let nodeUs = 0;
@@ -70,9 +103,12 @@ export function summarizeOrtProfiles(files: readonly string[]): OrtProfileSummar
         const op = e.args?.op_name ?? '?';
         const provider = e.args?.provider ?? '?';
         const key = `${op}\u0000${provider}`;
-        const o = ops.get(key) ?? { op, provider, executions: 0, us: 0 };
+        const o = ops.get(key) ?? { op, provider, executions: 0, us: 0, bytes: 0, flops: 0 };
         o.executions++;
         o.us += dur;
+        const size = (v: string | undefined): number => (v === undefined || !Number.isFinite(Number(v)) ? 0 : Number(v));
+        o.bytes += size(e.args?.activation_size) + size(e.args?.parameter_size) + size(e.args?.output_size);
+        o.flops += matmulFlops(op, e.args?.input_type_shape, e.args?.output_type_shape);
         ops.set(key, o);
         nodeUs += dur;
       }
@@ -83,6 +119,8 @@ export function summarizeOrtProfiles(files: readonly string[]): OrtProfileSummar
     runs,
     runMs: runUs / 1000,
     nodeMs: nodeUs / 1000,
-    ops: [...ops.values()].sort((a, b) => b.us - a.us).map((o) => ({ op: o.op, provider: o.provider, executions: o.executions, ms: o.us / 1000 })),
+    ops: [...ops.values()]
+      .sort((a, b) => b.us - a.us)
+      .map((o) => ({ op: o.op, provider: o.provider, executions: o.executions, ms: o.us / 1000, bytes: o.bytes, flops: o.flops })),
   };
 }
