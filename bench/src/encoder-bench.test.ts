@@ -83,6 +83,7 @@ test('--encoder-profile: each engine run reports its onnxruntime operator times,
   const text = renderEncoderProfiles(profiles);
   assert.match(text, /v41-mini-128k \(served\) cpu graph 256 rows: \d+ runs/);
   assert.match(text, /\| MatMul +\| CPUExecutionProvider/);
+  assert.match(text, /sessions with the most run time: [a-z_]+\S* \d+ runs/);
 });
 
 test('a provider that cannot open is a reported failure, and the other providers still run', async (t) => {

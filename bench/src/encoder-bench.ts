@@ -277,7 +277,7 @@ export async function runEncoderBench(
         }
       } finally {
         await engine.close();
-        if (profilePrefix !== null) profiles.push({ model: name, label, summary: summarizeOrtProfiles(ortProfileFiles(profilePrefix)) });
+        if (profilePrefix !== null) profiles.push({ model: name, label, summary: summarizeOrtProfiles(ortProfileFiles(profilePrefix), profilePrefix) });
         rmSync(storeDir, { recursive: true, force: true });
       }
     }
@@ -364,6 +364,10 @@ export function renderEncoderProfiles(profiles: readonly EncoderProfile[], top =
     parts.push(
       '',
       `${p.model} ${p.label}: ${s.runs} runs, ${fmtSig(s.runMs / 1000)} s; ${executions} node executions, ${fmtSig(s.nodeMs / 1000)} s (${s.runMs > 0 ? ((100 * s.nodeMs) / s.runMs).toFixed(0) : '–'} % of the runs)`,
+      `sessions with the most run time: ${s.sessions
+        .slice(0, 4)
+        .map((x) => `${x.name} ${x.runs} runs ${fmtSig(x.runMs / 1000)} s, ${fmtSig(x.bytes / 1e9 / Math.max(x.runs, 1))} GB a run`)
+        .join('; ')}`,
       '',
       markdownTable(
         [

@@ -26,7 +26,7 @@ test('summarizeOrtProfiles sums node times per operator and provider, and the ru
       },
     });
     writeFileSync(
-      join(dir, 'p-a_1.json'),
+      join(dir, 'p-attn_2026-12-08_01-02-03.json'),
       JSON.stringify([
         { cat: 'Session', name: 'model_loading_array', dur: 900 },
         { cat: 'Session', name: 'model_run', dur: 5000 },
@@ -36,12 +36,16 @@ test('summarizeOrtProfiles sums node times per operator and provider, and the ru
         { cat: 'Node', name: 'n_MatMul_fence_before', dur: 7 },
       ]),
     );
-    writeFileSync(join(dir, 'p-b_2.json'), JSON.stringify([{ cat: 'Session', name: 'model_run', dur: 1000 }, node('Add', 250)]));
+    writeFileSync(join(dir, 'p-encoder_2026-12-08_01-02-04_167.json'), JSON.stringify([{ cat: 'Session', name: 'model_run', dur: 1000 }, node('Add', 250)]));
     writeFileSync(join(dir, 'other.json'), '[]');
     const files = ortProfileFiles(join(dir, 'p-'));
     assert.equal(files.length, 2);
-    const s = summarizeOrtProfiles(files);
+    const s = summarizeOrtProfiles(files, join(dir, 'p-'));
     assert.deepEqual([s.files, s.runs, s.runMs, s.nodeMs], [2, 2, 6, 4.75]);
+    assert.deepEqual(s.sessions, [
+      { name: 'attn', runs: 1, runMs: 5, executions: 3, bytes: 384 },
+      { name: 'encoder', runs: 1, runMs: 1, executions: 1, bytes: 128 },
+    ]);
     assert.deepEqual(
       s.ops.map((o) => [o.op, o.executions, o.ms, o.bytes, o.flops]),
       [

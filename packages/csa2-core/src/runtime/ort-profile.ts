@@ -23,8 +23,21 @@ export interface OrtOpTime {
   readonly flops: number;
 }
 
+/** One session's profile: its file and its runs. */
+export interface OrtSessionTime {
+  /** The file's name less the folder, the prefix's last part and onnxruntime's date suffix: the graph's name. */
+  readonly name: string;
+  readonly runs: number;
+  readonly runMs: number;
+  /** Node executions, and the bytes they read and wrote. */
+  readonly executions: number;
+  readonly bytes: number;
+}
+
 export interface OrtProfileSummary {
   readonly files: number;
+  /** Per session (profile file), the longest first. */
+  readonly sessions: readonly OrtSessionTime[];
   /** Session runs and their summed wall time. */
   readonly runs: number;
   readonly runMs: number;
@@ -81,7 +94,9 @@ export function ortProfileFiles(prefix: string): string[] {
 }
 
 /** Sums the node and run events of the profile files. */
-export function summarizeOrtProfiles(files: readonly string[]): OrtProfileSummary {
+export function summarizeOrtProfiles(files: readonly string[], prefix = ''): OrtProfileSummary {
+  const head = basename(prefix);
+  const sessions: OrtSessionTime[] = [];
   const ops = new Map<string, { op: string; provider: string; executions: number; us: number; bytes: number; flops: number }>();
   let runs = 0;
   let runUs = 0;
@@ -94,11 +109,17 @@ export function summarizeOrtProfiles(files: readonly string[]): OrtProfileSummar
       throw new Csa2Error('input-invalid', `onnxruntime profile ${file} is not JSON: ${String(cause)}`, { cause });
     }
     if (!Array.isArray(events)) throw new Csa2Error('input-invalid', `onnxruntime profile ${file} is not an array of events`);
+    let name = basename(file, '.json');
+    if (head !== '' && name.startsWith(head)) name = name.slice(head.length);
+    const session = { name: name.replace(/_\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}(_\d+)?$/, ''), runs: 0, runMs: 0, executions: 0, bytes: 0 };
+    sessions.push(session);
     for (const e of events as OrtEvent[]) {
       const dur = typeof e.dur === 'number' ? e.dur : 0;
       if (e.cat === 'Session' && e.name === 'model_run') {
         runs++;
         runUs += dur;
+        session.runs++;
+        session.runMs += dur / 1000;
       } else if (e.cat === 'Node' && typeof e.name === 'string' && e.name.endsWith('_kernel_time')) {
         const op = e.args?.op_name ?? '?';
         const provider = e.args?.provider ?? '?';
@@ -107,7 +128,10 @@ export function summarizeOrtProfiles(files: readonly string[]): OrtProfileSummar
         o.executions++;
         o.us += dur;
         const size = (v: string | undefined): number => (v === undefined || !Number.isFinite(Number(v)) ? 0 : Number(v));
-        o.bytes += size(e.args?.activation_size) + size(e.args?.parameter_size) + size(e.args?.output_size);
+        const bytes = size(e.args?.activation_size) + size(e.args?.parameter_size) + size(e.args?.output_size);
+        o.bytes += bytes;
+        session.executions++;
+        session.bytes += bytes;
         o.flops += matmulFlops(op, e.args?.input_type_shape, e.args?.output_type_shape);
         ops.set(key, o);
         nodeUs += dur;
@@ -116,6 +140,7 @@ export function summarizeOrtProfiles(files: readonly string[]): OrtProfileSummar
   }
   return {
     files: files.length,
+    sessions: sessions.sort((a, b) => b.runMs - a.runMs),
     runs,
     runMs: runUs / 1000,
     nodeMs: nodeUs / 1000,
