@@ -32,7 +32,7 @@ export interface ArtifactLayout {
   readonly modelId: string;
   /**
    * The encoder implementation that writes chunks under this layout: '' for the reference encoder
-   * (onnxruntime's CPU provider), else a short name ('cuda'). It enters every chunk key (format/chunk-key),
+   * (onnxruntime's CPU provider), else a short name ('cuda-g4096': @csa2/core encoderLayoutName). It enters every chunk key (format/chunk-key),
    * so encoders whose numerics differ never share chunks, while any reader of the model reads them all:
    * a manifest names the encoder of its chunks.
    */

@@ -46,7 +46,7 @@ export type { ElemType, Dim } from './onnx/graph-builder.js';
 export { GraphBuilder } from './onnx/graph-builder.js';
 export type { NumericsMode } from './model/graphs/graph-ops.js';
 export type { ModelOptions, ScanThreadsState } from './model/model.js';
-export { Csa2Model, DEFAULT_MODEL_OPTIONS, DEFAULT_REPLAY_TOKENS } from './model/model.js';
+export { Csa2Model, DEFAULT_MODEL_OPTIONS, DEFAULT_REPLAY_TOKENS, encoderLayoutName } from './model/model.js';
 export type {
   Span,
   SpanLayout,

@@ -148,9 +148,9 @@ export class Engine {
       const tokenizer = await loadTokenizer({ modelDir: options.modelDir, vocabSize: model.config.vocabSize });
       const modelId = (await modelFingerprint(options.modelDir)) + (numerics === 'fp32' ? '-fp32' : '');
       // the reference encoder's chunks are the CPU provider's; another provider's numerics differ in the
-      // last bits, so its chunks live in a key space of their own (every decoder of the model reads both)
-      const encoder = model.options.runtime.executionProvider === 'cpu' ? '' : model.options.runtime.executionProvider;
-      const layout = artifactLayout(model.config, model.plan, modelId, encoder);
+      // last bits, and with its path and rows a run, so its chunks live in a key space of their own for
+      // each (every decoder of the model reads them all)
+      const layout = artifactLayout(model.config, model.plan, modelId, model.encoderName);
       store = options.store === undefined ? null : openStore(options.store);
       const warmUpMs = options.warmUp === true ? await model.warmUp() : null;
       return new Engine(model, tokenizer, options.modelDir, layout, store, options, warmUpMs);

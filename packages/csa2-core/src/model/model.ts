@@ -209,11 +209,23 @@ export class Csa2Model {
   }
 
   /**
-   * The one-graph encoder's chunk rows (ModelOptions.encoder 'graph'), null on the layered path: encode
-   * segments cut at multiples of it from their start run the same chunks however steps are budgeted.
+   * The rows of the cells encode segments are cut into from their start, so that they run the same
+   * chunks however steps are budgeted: the one-graph encoder's rows (ModelOptions.encoder 'graph'); on
+   * another provider than the CPU the layered path's chunk (its products' shapes, and so their bits,
+   * follow the chunks); null on the CPU's layered path, whose bits do not depend on the chunks.
    */
   get encodeGrid(): number | null {
-    return this.graphs.encoder?.rows ?? null;
+    const graph = this.graphs.encoder?.rows;
+    if (graph !== undefined) return graph;
+    return this.options.runtime.executionProvider === 'cpu' ? null : this.options.chunkTokens;
+  }
+
+  /**
+   * The name of this model's encoder in artifact layouts (entered into every chunk key): what its bits
+   * depend on. See encoderLayoutName.
+   */
+  get encoderName(): string {
+    return encoderLayoutName(this.options.runtime.executionProvider, this.graphs.encoder !== null ? 'graph' : 'layers', this.encodeGrid);
   }
 
   /** First decoder layer (the causal encoder–decoder split), or an error for schedules without one. */
@@ -389,3 +401,17 @@ export class Csa2Model {
 }
 
 export type { ForwardObserver, LayerTimer, ProgressCallback, StreamRows } from './sequence/span.js';
+
+/**
+ * An encoder's name in artifact layouts: '' for the reference (the CPU provider, whose encoder gives the
+ * same bits on either path and in any chunks); elsewhere the provider, the path and the grid's rows
+ * ('cuda-g4096': the one-graph encoder in 4,096-row runs; 'cuda-l4096': the layered path in 4,096-row
+ * chunks), since each of them changes the last bits of the chunks it writes, and a chunk's bytes must
+ * be a function of its key.
+ */
+export function encoderLayoutName(provider: string, path: 'graph' | 'layers', gridRows: number | null): string {
+  if (provider === 'cpu') return '';
+  if (gridRows === null || !(Number.isInteger(gridRows) && gridRows > 0))
+    throw new Csa2Error('runtime', `encoder name: a ${provider} encoder needs its grid's rows, got ${String(gridRows)}`);
+  return `${provider}-${path === 'graph' ? 'g' : 'l'}${gridRows}`;
+}

@@ -39,6 +39,7 @@ test('every graph of the served model opens on the CUDA provider with CPU fallba
   try {
     assert.equal(engine.info().executionProvider, 'cuda');
     assert.deepEqual(engine.info().cudaCpuFallbackGraphs, []);
+    assert.equal(engine.model.encoderName, 'cuda-g4096', 'its chunks are keyed by the provider, the graph encoder and its rows');
   } finally {
     await engine.close();
   }
