@@ -96,6 +96,19 @@ def index_supported(h: int, d: int, n: int) -> bool:
 if triton is not None:
 
     @triton.jit
+    def _key_block(KV, IDX, row, T, t0, base, D: tl.constexpr, BLOCK_K: tl.constexpr):
+        # The row's indices t0 .. t0 + BLOCK_K: which are keys (-1 and those past T are not), their rows in
+        # KV (the sequence's offset added), the [BLOCK_K, D] load mask, and the keys (bf16, 0 where none).
+        tk = t0 + tl.arange(0, BLOCK_K)
+        offs_d = tl.arange(0, D)
+        kidx = tl.load(IDX + row * T + tk, mask=tk < T, other=-1)  # [BLOCK_K]
+        valid = kidx >= 0
+        krow = tl.where(valid, kidx, 0).to(tl.int64) + base  # [BLOCK_K] int64
+        kd_mask = valid[:, None] & (offs_d[None, :] < D)  # [BLOCK_K, D]
+        kv = tl.load(KV + krow[:, None] * D + offs_d[None, :], mask=kd_mask, other=0.0)  # [BLOCK_K, D] bf16
+        return valid, krow, kd_mask, kv
+
+    @triton.jit
     def _attn_fwd_kernel(Q, KV, IDX, SINK, O, M, L, scale, T, rows_per_seq, keys_per_seq,
                          H: tl.constexpr, HP: tl.constexpr, D: tl.constexpr, BLOCK_K: tl.constexpr, ROW_MAX: tl.constexpr):
         # Q, O: [n, H, D] bf16 contiguous; KV: [N, D] bf16 contiguous; IDX: [n, T] int contiguous;
@@ -104,7 +117,6 @@ if triton is not None:
         base = (row // rows_per_seq) * keys_per_seq
         offs_h = tl.arange(0, HP)
         offs_d = tl.arange(0, D)
-        offs_k = tl.arange(0, BLOCK_K)
         hmask = offs_h < H
         hd_mask = hmask[:, None] & (offs_d[None, :] < D)  # [HP, D]
         hd_off = row * (H * D) + offs_h[:, None] * D + offs_d[None, :]  # [HP, D] int64
@@ -114,22 +126,12 @@ if triton is not None:
         acc = tl.zeros([HP, D], tl.float32)
         if ROW_MAX:  # the row max first: the main loop's m_new then equals m_i and alpha is 1
             for t0 in range(0, T, BLOCK_K):
-                tk = t0 + offs_k
-                kidx = tl.load(IDX + row * T + tk, mask=tk < T, other=-1)
-                valid = kidx >= 0
-                krow = tl.where(valid, kidx, 0).to(tl.int64) + base
-                kd_mask = valid[:, None] & (offs_d[None, :] < D)
-                kv = tl.load(KV + krow[:, None] * D + offs_d[None, :], mask=kd_mask, other=0.0)
+                valid, krow, kd_mask, kv = _key_block(KV, IDX, row, T, t0, base, D, BLOCK_K)
                 s = tl.dot(q, tl.trans(kv)) * scale
                 s = tl.where(valid[None, :], s, float("-inf"))
                 m_i = tl.maximum(m_i, tl.max(s, axis=1))
         for t0 in range(0, T, BLOCK_K):
-            tk = t0 + offs_k
-            kidx = tl.load(IDX + row * T + tk, mask=tk < T, other=-1)  # [BLOCK_K]
-            valid = kidx >= 0
-            krow = tl.where(valid, kidx, 0).to(tl.int64) + base  # [BLOCK_K] int64
-            kd_mask = valid[:, None] & (offs_d[None, :] < D)  # [BLOCK_K, D]
-            kv = tl.load(KV + krow[:, None] * D + offs_d[None, :], mask=kd_mask, other=0.0)  # [BLOCK_K, D] bf16
+            valid, krow, kd_mask, kv = _key_block(KV, IDX, row, T, t0, base, D, BLOCK_K)
             s = tl.dot(q, tl.trans(kv)) * scale  # [HP, BLOCK_K] fp32
             s = tl.where(valid[None, :], s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, axis=1))  # [HP]; stays -1e30 while nothing is valid
@@ -154,7 +156,6 @@ if triton is not None:
         base = (row // rows_per_seq) * keys_per_seq
         offs_h = tl.arange(0, HP)
         offs_d = tl.arange(0, D)
-        offs_k = tl.arange(0, BLOCK_K)
         hmask = offs_h < H
         hd_mask = hmask[:, None] & (offs_d[None, :] < D)
         hd_off = row * (H * D) + offs_h[:, None] * D + offs_d[None, :]
@@ -169,12 +170,7 @@ if triton is not None:
         dnb = dn.to(tl.bfloat16)
         dq = tl.zeros([HP, D], tl.float32)
         for t0 in range(0, T, BLOCK_K):
-            tk = t0 + offs_k
-            kidx = tl.load(IDX + row * T + tk, mask=tk < T, other=-1)
-            valid = kidx >= 0
-            krow = tl.where(valid, kidx, 0).to(tl.int64) + base
-            kd_mask = valid[:, None] & (offs_d[None, :] < D)
-            kv = tl.load(KV + krow[:, None] * D + offs_d[None, :], mask=kd_mask, other=0.0)  # [BLOCK_K, D] bf16
+            valid, krow, kd_mask, kv = _key_block(KV, IDX, row, T, t0, base, D, BLOCK_K)
             s = tl.dot(q, tl.trans(kv)) * scale  # [HP, BLOCK_K], the forward's scores
             keep = hmask[:, None] & valid[None, :]
             e = tl.where(keep, tl.exp(s - m[:, None]), 0.0)  # [HP, BLOCK_K] fp32, 0 where no key / padded head
